@@ -1,0 +1,66 @@
+# gpuscaler — build, test and generate. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO       ?= go
+BIN      := $(CURDIR)/.bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X github.com/gpuscaler/gpuscaler/internal/version.Version=$(VERSION) \
+            -X github.com/gpuscaler/gpuscaler/internal/version.Commit=$(COMMIT)
+# The same flags build the release image (Dockerfile) and the local binary.
+BUILDFLAGS := -trimpath -ldflags '$(LDFLAGS)'
+
+# Code generators, pinned: generated code is committed and CI checks it is current.
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+PROTO_FILES := proto/externalscaler/externalscaler.proto proto/gpuscaler/v1/events.proto
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/gpuscaler
+	$(GO) build $(BUILDFLAGS) -o bin/gpuscaler ./cmd/gpuscaler
+
+.PHONY: run
+run: build ## run the scaler with an embedded NATS server
+	./bin/gpuscaler scaler
+
+.PHONY: test
+test: ## vet and run every test with the race detector
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+	./.ci/fuzz $(or $(FUZZTIME),10s)
+
+.PHONY: bench
+bench: build ## run the end-to-end benchmark (gpuscaler bench) and go test benchmarks
+	./bin/gpuscaler bench --out bench.json
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: tools
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc ## install pinned code generators into .bin
+
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(BIN)/protoc-gen-go-grpc:
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+.PHONY: proto
+proto: tools ## regenerate Go code from proto/ (needs protoc: apt-get install protobuf-compiler libprotobuf-dev)
+	PATH=$(BIN):$$PATH protoc -I proto -I /usr/include \
+	  --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	  $(PROTO_FILES:proto/%=%)
+
+.PHONY: proto-check
+proto-check: proto ## fail when committed generated code differs from a fresh generation
+	@git diff --exit-code -- 'proto/*.pb.go' || { echo 'generated code is stale: run make proto and commit' >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- proto | grep '^??')" || { echo 'untracked generated files under proto/' >&2; git status --porcelain -- proto >&2; exit 1; }

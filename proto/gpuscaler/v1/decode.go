@@ -1,0 +1,58 @@
+package gpuscalerv1
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrUndecodable reports a payload that is not the protobuf message its subject carries.
+var ErrUndecodable = errors.New("undecodable payload")
+
+// Event is one decoded, validated message: Node is set for a KindNode subject, Queue for
+// a KindQueue subject.
+type Event struct {
+	Subject Subject
+	Node    *NodeReport
+	Queue   *QueueReport
+}
+
+// Decode parses a message received on subject. It checks the subject, decodes the payload
+// as the message that subject carries, validates it, and checks that the payload names the
+// same node, or namespace and queue, as the subject (NATS permissions are granted per
+// subject, so the subject is what a publisher was allowed to write). The error wraps
+// ErrInvalidSubject, ErrUndecodable or ErrInvalidEvent.
+func Decode(subject string, data []byte) (Event, error) {
+	s, err := ParseSubject(subject)
+	if err != nil {
+		return Event{}, err
+	}
+	switch s.Kind {
+	case KindNode:
+		r := new(NodeReport)
+		if err := proto.Unmarshal(data, r); err != nil {
+			return Event{}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
+		}
+		if err := r.Validate(); err != nil {
+			return Event{}, err
+		}
+		if r.GetNode() != s.Node {
+			return Event{}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrInvalidEvent, r.GetNode(), s.Node)
+		}
+		return Event{Subject: s, Node: r}, nil
+	default: // KindQueue: ParseSubject returns no other kind.
+		r := new(QueueReport)
+		if err := proto.Unmarshal(data, r); err != nil {
+			return Event{}, fmt.Errorf("%w: QueueReport on %s: %w", ErrUndecodable, subject, err)
+		}
+		if err := r.Validate(); err != nil {
+			return Event{}, err
+		}
+		if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue {
+			return Event{}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrInvalidEvent,
+				r.GetNamespace(), r.GetQueue(), s.Namespace, s.Queue)
+		}
+		return Event{Subject: s, Queue: r}, nil
+	}
+}

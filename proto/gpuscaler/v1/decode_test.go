@@ -1,0 +1,153 @@
+package gpuscalerv1
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func validNodeReport() *NodeReport {
+	return &NodeReport{
+		Node:        "gpu-node-1",
+		ObservedAt:  timestamppb.Now(),
+		Sequence:    7,
+		CollectorId: "collector-abc",
+		Source:      "sim",
+		Allocatable: []*Device{
+			{Id: "GPU-0", Resource: "nvidia.com/gpu"},
+			{Id: "MIG-1", Resource: "nvidia.com/mig-1g.10gb", MigProfile: "1g.10gb"},
+		},
+		Allocated: []*Device{{Id: "GPU-0", Resource: "nvidia.com/gpu"}},
+		Gpus: []*GPUSample{
+			{
+				Uuid: "GPU-0", Model: "NVIDIA H100 80GB HBM3",
+				GpuUtil: proto.Float64(87), SmActive: proto.Float64(60), TensorActive: proto.Float64(40),
+				FbUsedBytes: proto.Uint64(40 << 30), FbTotalBytes: proto.Uint64(80 << 30),
+				PowerWatts: proto.Float64(612.5), TemperatureCelsius: proto.Float64(61),
+				Pod: &PodRef{Namespace: "ml", Name: "llm-0", Container: "server", Labels: map[string]string{"app": "llm"}},
+			},
+			{Uuid: "GPU-1", Index: 1, DeviceId: "MIG-1", MigProfile: "1g.10gb", MigInstanceId: proto.Uint32(13), GpuUtil: proto.Float64(0)},
+		},
+	}
+}
+
+func TestNodeReportValidate(t *testing.T) {
+	tests := map[string]struct {
+		mutate  func(r *NodeReport)
+		wantErr string
+	}{
+		"valid":                 {mutate: func(*NodeReport) {}},
+		"no node":               {mutate: func(r *NodeReport) { r.Node = "" }, wantErr: "node name is empty"},
+		"no uuid":               {mutate: func(r *NodeReport) { r.Gpus[0].Uuid = "" }, wantErr: "uuid is required"},
+		"util over 100":         {mutate: func(r *NodeReport) { r.Gpus[0].GpuUtil = proto.Float64(140) }, wantErr: "gpu_util 140 is outside 0–100"},
+		"util negative":         {mutate: func(r *NodeReport) { r.Gpus[0].SmActive = proto.Float64(-1) }, wantErr: "sm_active -1"},
+		"util NaN":              {mutate: func(r *NodeReport) { r.Gpus[0].TensorActive = proto.Float64(math.NaN()) }, wantErr: "tensor_active NaN"},
+		"power inf":             {mutate: func(r *NodeReport) { r.Gpus[0].PowerWatts = proto.Float64(math.Inf(1)) }, wantErr: "power_watts +Inf"},
+		"fb used over total":    {mutate: func(r *NodeReport) { r.Gpus[0].FbUsedBytes = proto.Uint64(81 << 30) }, wantErr: "exceeds fb_total_bytes"},
+		"duplicate device":      {mutate: func(r *NodeReport) { r.Gpus[1].DeviceId = ""; r.Gpus[1].Uuid = "GPU-0" }, wantErr: "device GPU-0 appears twice"},
+		"pod without namespace": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Namespace = "" }, wantErr: "pod: invalid name: namespace is empty"},
+		"pod without name":      {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Name = "" }, wantErr: "pod: name is required"},
+		"device without id":     {mutate: func(r *NodeReport) { r.Allocatable[0].Id = "" }, wantErr: "allocatable[0]: device id and resource are required"},
+		"duplicate allocated":   {mutate: func(r *NodeReport) { r.Allocated = append(r.Allocated, r.Allocated[0]) }, wantErr: "allocated[1]: device GPU-0 appears twice"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := validNodeReport()
+			tc.mutate(r)
+			err := r.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Validate() = %v, want ErrInvalidEvent containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecode(t *testing.T) {
+	node := validNodeReport()
+	nodeData, _ := proto.Marshal(node)
+	queue := &QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 3, InFlight: 2}
+	queueData, _ := proto.Marshal(queue)
+
+	t.Run("node", func(t *testing.T) {
+		ev, err := Decode("gpuscaler.v1.node.gpu-node-1", nodeData)
+		if err != nil || ev.Node == nil || !proto.Equal(ev.Node, node) || ev.Subject.Kind != KindNode {
+			t.Fatalf("Decode = %+v, %v; want the node report", ev, err)
+		}
+	})
+	t.Run("queue", func(t *testing.T) {
+		ev, err := Decode("gpuscaler.v1.queue.ml.jobs", queueData)
+		if err != nil || ev.Queue == nil || ev.Queue.Backlog() != 5 {
+			t.Fatalf("Decode = %+v, %v; want the queue report with backlog 5", ev, err)
+		}
+	})
+	for name, tc := range map[string]struct {
+		subject string
+		data    []byte
+		want    error
+	}{
+		"bad subject":                   {subject: "gpuscaler.v1.gpu.x", data: nodeData, want: ErrInvalidSubject},
+		"garbage payload":               {subject: "gpuscaler.v1.node.gpu-node-1", data: []byte{0xff, 0xff, 0xff}, want: ErrUndecodable},
+		"other node's subject":          {subject: "gpuscaler.v1.node.gpu-node-2", data: nodeData, want: ErrInvalidEvent},
+		"other namespace":               {subject: "gpuscaler.v1.queue.prod.jobs", data: queueData, want: ErrInvalidEvent},
+		"other queue":                   {subject: "gpuscaler.v1.queue.ml.other", data: queueData, want: ErrInvalidEvent},
+		"queue payload on node subject": {subject: "gpuscaler.v1.node.gpu-node-1", data: queueData, want: ErrUndecodable},
+		"empty queue payload":           {subject: "gpuscaler.v1.queue.ml.jobs", data: nil, want: ErrInvalidEvent},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev, err := Decode(tc.subject, tc.data)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Decode = %+v, %v; want %v", ev, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBacklogSaturates(t *testing.T) {
+	r := &QueueReport{Waiting: math.MaxUint64 - 1, InFlight: 5}
+	if got := r.Backlog(); got != math.MaxUint64 {
+		t.Fatalf("Backlog() = %d, want %d", got, uint64(math.MaxUint64))
+	}
+}
+
+// FuzzDecode feeds arbitrary subjects and payloads: Decode must never panic, must fail
+// with one of its three sentinel errors, and whatever it accepts must validate and name
+// the node or queue of its subject.
+func FuzzDecode(f *testing.F) {
+	nodeData, _ := proto.Marshal(validNodeReport())
+	queueData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 3})
+	f.Add("gpuscaler.v1.node.gpu-node-1", nodeData)
+	f.Add("gpuscaler.v1.queue.ml.jobs", queueData)
+	f.Add("gpuscaler.v1.queue.ml.jobs", nodeData)
+	f.Add("gpuscaler.v1.node.gpu-node-1", []byte{0x0a, 0x80})
+	f.Fuzz(func(t *testing.T, subject string, data []byte) {
+		ev, err := Decode(subject, data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidSubject) && !errors.Is(err, ErrUndecodable) && !errors.Is(err, ErrInvalidEvent) {
+				t.Fatalf("Decode error %v wraps none of the sentinels", err)
+			}
+			return
+		}
+		switch {
+		case ev.Node != nil:
+			if ev.Node.Validate() != nil || ev.Node.GetNode() != ev.Subject.Node {
+				t.Fatalf("accepted node report does not validate or match its subject: %v", ev.Node)
+			}
+		case ev.Queue != nil:
+			if ev.Queue.Validate() != nil || ev.Queue.GetNamespace() != ev.Subject.Namespace || ev.Queue.GetQueue() != ev.Subject.Queue {
+				t.Fatalf("accepted queue report does not validate or match its subject: %v", ev.Queue)
+			}
+		default:
+			t.Fatal("Decode returned no event and no error")
+		}
+	})
+}

@@ -1,0 +1,199 @@
+// Package gpuscalerv1 is gpuscaler's NATS event contract: the NodeReport and QueueReport
+// messages (generated from events.proto), the subjects they travel on, and the rules a
+// well-formed event follows. Collectors and queue producers publish with it, the scaler
+// consumes with it; the two sides share nothing else. It depends on protobuf alone, so a
+// queue producer can import it without Kubernetes or NATS libraries.
+package gpuscalerv1
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The subjects and the stream that carries them. These are the one source of truth for
+// every part that publishes or consumes gpuscaler events.
+const (
+	// SubjectPrefix begins every gpuscaler v1 subject.
+	SubjectPrefix = "gpuscaler.v1"
+	// SubjectAll matches every gpuscaler v1 subject: the stream captures it.
+	SubjectAll = SubjectPrefix + ".>"
+	// StreamName is the JetStream stream that keeps the latest report per subject.
+	StreamName = "GPUSCALER"
+
+	nodeKind  = "node"
+	queueKind = "queue"
+)
+
+// MaxQueueNameLen bounds a queue name, in bytes.
+const MaxQueueNameLen = 256
+
+// ErrInvalidSubject reports a subject that is not a gpuscaler v1 subject, or whose names
+// break the rules below.
+var ErrInvalidSubject = errors.New("invalid subject")
+
+// ErrInvalidName reports a node, namespace or queue name that cannot be used in a subject.
+var ErrInvalidName = errors.New("invalid name")
+
+// SubjectKind says what a subject carries.
+type SubjectKind int
+
+const (
+	// KindNode subjects carry NodeReport.
+	KindNode SubjectKind = iota + 1
+	// KindQueue subjects carry QueueReport.
+	KindQueue
+)
+
+// String returns "node" or "queue", the label value metrics use.
+func (k SubjectKind) String() string {
+	switch k {
+	case KindNode:
+		return nodeKind
+	case KindQueue:
+		return queueKind
+	default:
+		return "unknown"
+	}
+}
+
+// Subject is a parsed gpuscaler v1 subject.
+type Subject struct {
+	Kind SubjectKind
+	// Node is set for KindNode: the Kubernetes node name, decoded.
+	Node string
+	// Namespace and Queue are set for KindQueue.
+	Namespace string
+	Queue     string
+}
+
+// NodeSubject returns the subject a node's reports travel on:
+// gpuscaler.v1.node.<node token>. Kubernetes node names may hold dots
+// (ip-10-0-1-7.ec2.internal), which separate NATS subject tokens, so the token spells each
+// dot as an underscore; a node name never holds an underscore, so the mapping is one to one.
+func NodeSubject(node string) (string, error) {
+	if err := ValidateNodeName(node); err != nil {
+		return "", err
+	}
+	return SubjectPrefix + "." + nodeKind + "." + strings.ReplaceAll(node, ".", "_"), nil
+}
+
+// QueueSubject returns the subject a queue's reports travel on:
+// gpuscaler.v1.queue.<namespace>.<queue>.
+func QueueSubject(namespace, queue string) (string, error) {
+	if err := ValidateNamespace(namespace); err != nil {
+		return "", err
+	}
+	if err := ValidateQueueName(queue); err != nil {
+		return "", err
+	}
+	return SubjectPrefix + "." + queueKind + "." + namespace + "." + queue, nil
+}
+
+// ParseSubject parses a subject built by NodeSubject or QueueSubject. It allocates only
+// for a node name that holds dots.
+func ParseSubject(subject string) (Subject, error) {
+	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
+	if !ok {
+		return Subject{}, fmt.Errorf("%w %q: want prefix %s.", ErrInvalidSubject, subject, SubjectPrefix)
+	}
+	kind, rest, _ := strings.Cut(rest, ".")
+	switch kind {
+	case nodeKind:
+		if strings.Contains(rest, ".") {
+			return Subject{}, fmt.Errorf("%w %q: want %s.node.<node>", ErrInvalidSubject, subject, SubjectPrefix)
+		}
+		node := rest
+		if strings.Contains(rest, "_") {
+			node = strings.ReplaceAll(rest, "_", ".")
+		}
+		if err := ValidateNodeName(node); err != nil {
+			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
+		}
+		return Subject{Kind: KindNode, Node: node}, nil
+	case queueKind:
+		ns, queue, ok := strings.Cut(rest, ".")
+		if !ok || strings.Contains(queue, ".") {
+			return Subject{}, fmt.Errorf("%w %q: want %s.queue.<namespace>.<queue>", ErrInvalidSubject, subject, SubjectPrefix)
+		}
+		if err := ValidateNamespace(ns); err != nil {
+			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
+		}
+		if err := ValidateQueueName(queue); err != nil {
+			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
+		}
+		return Subject{Kind: KindQueue, Namespace: ns, Queue: queue}, nil
+	default:
+		return Subject{}, fmt.Errorf("%w %q: unknown kind %q, want node or queue", ErrInvalidSubject, subject, kind)
+	}
+}
+
+// ValidateNodeName checks a Kubernetes node name: a DNS-1123 subdomain (lower-case letters,
+// digits, '-' and '.', at most 253 characters, each dot-separated part starting and ending
+// with a letter or digit).
+func ValidateNodeName(node string) error {
+	if node == "" {
+		return fmt.Errorf("%w: node name is empty", ErrInvalidName)
+	}
+	if len(node) > 253 {
+		return fmt.Errorf("%w: node name %.20q… is %d characters, want at most 253", ErrInvalidName, node, len(node))
+	}
+	for label := range strings.SplitSeq(node, ".") {
+		if !isDNSLabel(label) {
+			return fmt.Errorf("%w: node name %q is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')", ErrInvalidName, node)
+		}
+	}
+	return nil
+}
+
+// ValidateNamespace checks a Kubernetes namespace name: a DNS-1123 label (lower-case
+// letters, digits and '-', at most 63 characters, starting and ending with a letter or digit).
+func ValidateNamespace(namespace string) error {
+	if namespace == "" {
+		return fmt.Errorf("%w: namespace is empty", ErrInvalidName)
+	}
+	if len(namespace) > 63 || !isDNSLabel(namespace) {
+		return fmt.Errorf("%w: namespace %q is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)", ErrInvalidName, namespace)
+	}
+	return nil
+}
+
+// ValidateQueueName checks a queue name: one NATS subject token, so no '.', '*', '>' or
+// white space, no control characters, valid UTF-8, 1 to MaxQueueNameLen bytes.
+func ValidateQueueName(queue string) error {
+	if queue == "" {
+		return fmt.Errorf("%w: queue name is empty", ErrInvalidName)
+	}
+	if len(queue) > MaxQueueNameLen {
+		return fmt.Errorf("%w: queue name %.20q… is %d bytes, want at most %d", ErrInvalidName, queue, len(queue), MaxQueueNameLen)
+	}
+	if !utf8.ValidString(queue) {
+		return fmt.Errorf("%w: queue name %q is not valid UTF-8", ErrInvalidName, queue)
+	}
+	for _, r := range queue {
+		if r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("%w: queue name %q holds %q; '.', '*', '>', white space and control characters are not allowed", ErrInvalidName, queue, r)
+		}
+	}
+	return nil
+}
+
+// isDNSLabel reports whether s is 1 to 63 lower-case letters, digits and '-', starting and
+// ending with a letter or digit.
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
