@@ -11,7 +11,7 @@ import (
 var ErrUndecodable = errors.New("undecodable payload")
 
 // Event is one decoded, validated message: Node is set for a KindNode subject, Queue for
-// a KindQueue subject.
+// a KindQueue subject. Decode fills Subject also when only the payload is wrong.
 type Event struct {
 	Subject Subject
 	Node    *NodeReport
@@ -32,25 +32,25 @@ func Decode(subject string, data []byte) (Event, error) {
 	case KindNode:
 		r := new(NodeReport)
 		if err := proto.Unmarshal(data, r); err != nil {
-			return Event{}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
+			return Event{Subject: s}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
 		}
 		if err := r.Validate(); err != nil {
-			return Event{}, err
+			return Event{Subject: s}, err
 		}
 		if r.GetNode() != s.Node {
-			return Event{}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrInvalidEvent, r.GetNode(), s.Node)
+			return Event{Subject: s}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrInvalidEvent, r.GetNode(), s.Node)
 		}
 		return Event{Subject: s, Node: r}, nil
 	default: // KindQueue: ParseSubject returns no other kind.
 		r := new(QueueReport)
 		if err := proto.Unmarshal(data, r); err != nil {
-			return Event{}, fmt.Errorf("%w: QueueReport on %s: %w", ErrUndecodable, subject, err)
+			return Event{Subject: s}, fmt.Errorf("%w: QueueReport on %s: %w", ErrUndecodable, subject, err)
 		}
 		if err := r.Validate(); err != nil {
-			return Event{}, err
+			return Event{Subject: s}, err
 		}
 		if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue {
-			return Event{}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrInvalidEvent,
+			return Event{Subject: s}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrInvalidEvent,
 				r.GetNamespace(), r.GetQueue(), s.Namespace, s.Queue)
 		}
 		return Event{Subject: s, Queue: r}, nil

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+)
+
+// envFunc looks up an environment variable (os.LookupEnv; a map in tests).
+type envFunc func(string) (string, bool)
+
+// envPrefix begins the environment variable of every flag.
+const envPrefix = "GPUSCALER_"
+
+// usageError is a mistake in the command line; the exit code is 2.
+type usageError struct{ error }
+
+// envName returns the environment variable for a flag: --grpc-addr → GPUSCALER_GRPC_ADDR.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// newFlagSet returns a flag set whose --help prints usage, what the command does, and
+// every flag with its default and environment variable.
+func newFlagSet(name, synopsis, about string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse errors are reported once, by run
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: gpuscaler %s\n\n%s\n\nFlags (each also read from its environment variable; a flag given on the command line wins):\n", synopsis, strings.TrimSpace(about))
+		fs.VisitAll(func(f *flag.Flag) {
+			typ, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(out, "  --%s", f.Name)
+			if typ != "" {
+				fmt.Fprintf(out, " %s", typ)
+			}
+			fmt.Fprintf(out, "\n      %s", usage)
+			switch {
+			case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s":
+			case typ == "string":
+				fmt.Fprintf(out, " (default %q)", f.DefValue)
+			default:
+				fmt.Fprintf(out, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(out, " [$%s]\n", envName(f.Name))
+		})
+	}
+	return fs
+}
+
+// parseFlags parses args, then sets each flag not given on the command line from its
+// environment variable. --help prints usage and returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err // Parse has printed the usage
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v, ok := env(envName(f.Name)); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// natsFlags adds the flags that say how to reach NATS.
+func natsFlags(fs *flag.FlagSet, o *natsconn.Options, urlHelp string) {
+	fs.StringVar(&o.URLs, "nats-url", o.URLs, urlHelp)
+	fs.StringVar(&o.User, "nats-user", "", "NATS user name (with --nats-password)")
+	fs.StringVar(&o.Password, "nats-password", "", "NATS password")
+	fs.StringVar(&o.Token, "nats-token", "", "NATS authentication token")
+	fs.StringVar(&o.NKeySeedFile, "nats-nkey-seed", "", "file holding an NKey seed to authenticate with")
+	fs.StringVar(&o.CredsFile, "nats-creds", "", "NATS .creds file (JWT and NKey seed) to authenticate with")
+	fs.StringVar(&o.TLSCAFile, "nats-tls-ca", "", "PEM CA bundle that verifies the NATS server's certificate")
+	fs.StringVar(&o.TLSCertFile, "nats-tls-cert", "", "PEM client certificate for mutual TLS with NATS")
+	fs.StringVar(&o.TLSKeyFile, "nats-tls-key", "", "PEM key of --nats-tls-cert")
+}
+
+// logFlags adds --log-format and --log-level and returns a function that builds the logger.
+func logFlags(fs *flag.FlagSet, stderr io.Writer) func() (*slog.Logger, error) {
+	format := fs.String("log-format", "text", "log format: text or json")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	return func() (*slog.Logger, error) {
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+			return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)}
+		}
+		opts := &slog.HandlerOptions{Level: lvl}
+		switch *format {
+		case "text":
+			return slog.New(slog.NewTextHandler(stderr, opts)), nil
+		case "json":
+			return slog.New(slog.NewJSONHandler(stderr, opts)), nil
+		default:
+			return nil, usageError{fmt.Errorf("--log-format %q: want text or json", *format)}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+const publishAbout = `
+Publishes one report to NATS and waits until the GPUSCALER stream has stored it:
+
+  gpuscaler publish queue --namespace NS --queue Q --waiting N [--in-flight N]
+      a QueueReport on gpuscaler.v1.queue.<NS>.<Q>
+  gpuscaler publish node --file report.json
+      a NodeReport written as protobuf JSON (field names as in events.proto), "-" for stdin
+
+observed_at is set to now when the report gives none. A scaler must have created the
+stream first (any running 'gpuscaler scaler' against the same NATS has).`
+
+func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "queue" && args[0] != "node") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(stdout, "Usage: gpuscaler publish queue|node [flags]\n%s\n", publishAbout)
+			return flag.ErrHelp
+		}
+		return usageError{errors.New("want 'publish queue' or 'publish node'")}
+	}
+	kind := args[0]
+	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL, Name: "gpuscaler-publish"}
+	var (
+		timeout                    = 5 * time.Second
+		q                          gpuscalerv1.QueueReport
+		waitingSet                 bool
+		file                       string
+		waiting, inFlight, arrived uint64
+	)
+	synopsis := "publish " + kind + " [flags]"
+	fs := newFlagSet("publish "+kind, synopsis, publishAbout, stdout)
+	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
+	fs.DurationVar(&timeout, "timeout", timeout, "how long to wait for NATS to store the report")
+	switch kind {
+	case "queue":
+		fs.StringVar(&q.Namespace, "namespace", "", "the queue's Kubernetes namespace (required)")
+		fs.StringVar(&q.Queue, "queue", "", "the queue's name (required)")
+		fs.Func("waiting", "`count` of items queued and not yet started (required)", func(s string) error {
+			waitingSet = true
+			return parseUint(s, &waiting)
+		})
+		fs.Uint64Var(&inFlight, "in-flight", 0, "items started and not yet finished")
+		fs.Uint64Var(&arrived, "arrivals", 0, "items enqueued since the previous report")
+		fs.StringVar(&q.ProducerId, "producer-id", "gpuscaler-publish", "identifies the publisher")
+	case "node":
+		fs.StringVar(&file, "file", "", `NodeReport as protobuf JSON; "-" reads stdin (required)`)
+	}
+	if err := parseFlags(fs, args[1:], env); err != nil {
+		return err
+	}
+
+	var (
+		subject string
+		msg     proto.Message
+		err     error
+	)
+	switch kind {
+	case "queue":
+		if q.Namespace == "" || q.Queue == "" || !waitingSet {
+			return usageError{errors.New("--namespace, --queue and --waiting are required")}
+		}
+		q.Waiting, q.InFlight, q.Arrivals, q.Sequence = waiting, inFlight, arrived, 1
+		q.ObservedAt = timestamppb.Now()
+		if subject, err = gpuscalerv1.QueueSubject(q.Namespace, q.Queue); err != nil {
+			return usageError{err}
+		}
+		if err := q.Validate(); err != nil {
+			return usageError{err}
+		}
+		msg = &q
+	case "node":
+		r, err := readNodeReport(file, os.Stdin)
+		if err != nil {
+			return err
+		}
+		if subject, err = gpuscalerv1.NodeSubject(r.GetNode()); err != nil {
+			return err
+		}
+		msg = r
+	}
+	data, err := proto.Marshal(msg)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := natsconn.Connect(ctx, natsOpts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc.Conn)
+	if err != nil {
+		return err
+	}
+	ack, err := js.Publish(ctx, subject, data)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return fmt.Errorf("publish to %s: no JetStream stream stored it; start 'gpuscaler scaler' against this NATS first (it creates stream %s): %w",
+			subject, gpuscalerv1.StreamName, err)
+	}
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	fmt.Fprintf(stdout, "published to %s (stream %s, sequence %d)\n", subject, ack.Stream, ack.Sequence)
+	return nil
+}
+
+// readNodeReport reads a NodeReport written as protobuf JSON from file ("-" for stdin)
+// and checks it against the contract.
+func readNodeReport(file string, stdin io.Reader) (*gpuscalerv1.NodeReport, error) {
+	var (
+		data []byte
+		err  error
+	)
+	switch file {
+	case "":
+		return nil, usageError{errors.New("--file is required")}
+	case "-":
+		data, err = io.ReadAll(stdin)
+	default:
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := new(gpuscalerv1.NodeReport)
+	if err := protojson.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("%s: not a NodeReport in protobuf JSON: %w", file, err)
+	}
+	if r.ObservedAt == nil {
+		r.ObservedAt = timestamppb.Now()
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return r, nil
+}
+
+func parseUint(s string, dst *uint64) error {
+	var v uint64
+	if _, err := fmt.Sscan(s, &v); err != nil {
+		return fmt.Errorf("want a whole number, 0 or more")
+	}
+	*dst = v
+	return nil
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"io"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpuscaler/gpuscaler/internal/embedded"
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/scaler"
+)
+
+const scalerAbout = `
+Runs the KEDA external scaler. It keeps the latest report of every GPU node and queue
+from the GPUSCALER JetStream stream (creating or updating the stream), and serves KEDA's
+ExternalScaler gRPC service: IsActive, StreamIsActive, GetMetricSpec, GetMetrics.
+
+With no --nats-url it starts an embedded NATS server with JetStream, which collectors and
+producers reach at --embedded-nats-addr. Point a ScaledObject trigger at it with
+  type: external-push
+  metadata: {scalerAddress: <host>:9090, queue: <name>}`
+
+func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+	var (
+		cfg           scaler.Config
+		natsOpts      natsconn.Options
+		embeddedAddr  string
+		dataDir       string
+		streamMaxAge  = scaler.DefaultStreamMaxAge
+		staleAfter    = scaler.DefaultStaleAfter
+		streamReplica = 1
+		streamMemory  bool
+	)
+	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of the gRPC server (TLS when set)")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
+	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
+	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
+	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
+	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
+	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
+	fs.StringVar(&embeddedAddr, "embedded-nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens for collectors and producers")
+	fs.StringVar(&dataDir, "data-dir", "", "JetStream store of the embedded NATS server; empty means a temporary directory")
+	newLogger := logFlags(fs, stderr)
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
+	}
+	log, err := newLogger()
+	if err != nil {
+		return err
+	}
+	cfg.StaleAfter = staleAfter
+	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, Replicas: streamReplica, Memory: streamMemory}
+
+	natsOpts.Name = "gpuscaler-scaler"
+	natsOpts.Log = log.With("component", "nats")
+	natsOpts.RetryInitialConnect = true
+	publishURL := natsOpts.URLs
+	if natsOpts.URLs == "" {
+		ns, err := embedded.Start(embedded.Options{Addr: embeddedAddr, StoreDir: dataDir, Log: log.With("component", "embedded-nats")})
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		natsOpts.InProcess = ns.Server
+		publishURL = ns.ClientURL()
+		log.Info("started embedded NATS with JetStream", "url", publishURL, "storeDir", ns.StoreDir())
+	}
+	nc, err := natsconn.Connect(ctx, natsOpts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s, err := scaler.New(cfg, nc, log, reg)
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-s.Ready():
+			log.Info("ready", "grpcAddr", s.GRPCAddr().String(),
+				"try", "gpuscaler publish queue --namespace default --queue demo --waiting 3"+urlHint(publishURL))
+		case <-ctx.Done():
+		}
+	}()
+	return s.Run(ctx)
+}
+
+// urlHint returns the --nats-url flag a publisher needs to reach urls, or nothing when
+// the default reaches it.
+func urlHint(urls string) string {
+	if urls == "" || urls == natsconn.DefaultURL {
+		return ""
+	}
+	return " --nats-url " + urls
+}

@@ -1,0 +1,110 @@
+// Package embedded runs a NATS server with JetStream inside the gpuscaler process: the
+// scaler's default when given no NATS URL, the demo's message bus, and the tests' real
+// server.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configures the embedded server. The zero value listens on a random loopback port
+// and stores JetStream data in a temporary directory removed at shutdown.
+type Options struct {
+	// Addr is host:port to listen on for other processes' clients. Port 0 picks a free one.
+	// Empty means 127.0.0.1 with a free port.
+	Addr string
+	// StoreDir holds JetStream data. Empty means a temporary directory, removed at shutdown.
+	StoreDir string
+	// Log receives the server's warnings and errors (its notices at debug level).
+	Log *slog.Logger
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	*server.Server
+	tmpDir string
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(opts Options) (*Server, error) {
+	host, port := "127.0.0.1", -1
+	if opts.Addr != "" {
+		h, p, err := net.SplitHostPort(opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS address %q: %w", opts.Addr, err)
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 65535 {
+			return nil, fmt.Errorf("embedded NATS address %q: port %q is not a number from 0 to 65535", opts.Addr, p)
+		}
+		host = h
+		if n != 0 { // nats-server reads 0 as its default port and -1 as "pick one"
+			port = n
+		}
+	}
+	s := &Server{}
+	storeDir := opts.StoreDir
+	if storeDir == "" {
+		dir, err := os.MkdirTemp("", "gpuscaler-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS store: %w", err)
+		}
+		storeDir, s.tmpDir = dir, dir
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "gpuscaler-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+	})
+	if err != nil {
+		s.removeTmp()
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ns.SetLoggerV2(logAdapter{log}, false, false, false)
+	s.Server = ns
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		s.removeTmp()
+		return nil, errors.New("embedded NATS did not become ready within 10s (is the address in use?)")
+	}
+	return s, nil
+}
+
+// Shutdown stops the server, waits for it, and removes a temporary store.
+func (s *Server) Shutdown() {
+	s.Server.Shutdown()
+	s.WaitForShutdown()
+	s.removeTmp()
+}
+
+func (s *Server) removeTmp() {
+	if s.tmpDir != "" {
+		_ = os.RemoveAll(s.tmpDir)
+	}
+}
+
+// logAdapter routes nats-server's log lines to slog.
+type logAdapter struct{ log *slog.Logger }
+
+func (l logAdapter) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }

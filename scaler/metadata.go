@@ -1,0 +1,397 @@
+package scaler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// Trigger-metadata keys, as a ScaledObject's or ScaledJob's trigger spells them (see
+// DESIGN.md, "The KEDA contract"). KEDA passes the trigger's whole metadata map; a key
+// written <key>FromEnv arrives with the value KEDA resolved from the workload's
+// environment and counts as <key>.
+const (
+	KeyQueue                = "queue"
+	KeyQueueTarget          = "queueTarget"
+	KeyActivationQueueDepth = "activationQueueDepth"
+	KeyPodSelector          = "podSelector"
+	KeyGPUUtilTarget        = "gpuUtilTarget"
+	KeyActivationGPUUtil    = "activationGpuUtil"
+	KeyGPUMemoryTarget      = "gpuMemoryTarget"
+	KeyGPUsPerReplica       = "gpusPerReplica"
+	KeyCapacityAware        = "capacityAware"
+	KeyNodeSelector         = "nodeSelector"
+	KeyStaleAfter           = "staleAfter"
+	KeyStream               = "stream"
+	KeyConsumer             = "consumer"
+)
+
+// Defaults of the optional keys.
+const (
+	DefaultQueueTarget          = 1.0
+	DefaultActivationQueueDepth = 0.0
+	DefaultActivationGPUUtil    = 0.0
+	DefaultStaleAfter           = 30 * time.Second
+)
+
+// Metric names, as GetMetricSpec returns them. KEDA prefixes each with "s<trigger index>-"
+// for the HPA and strips the prefix again before GetMetrics.
+const (
+	MetricQueueBacklog = "queue-backlog"
+	MetricGPUUtil      = "gpu-util"
+	MetricGPUMemory    = "gpu-memory"
+)
+
+// fromEnvSuffix marks a key whose value KEDA resolved from the workload's environment.
+const fromEnvSuffix = "FromEnv"
+
+// kedaKeys are keys KEDA itself reads from an external trigger's metadata and passes on
+// with the rest; they are not ours to judge.
+var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey"}
+
+// knownKeys lists every key gpuscaler reads, in the order errors list them.
+var knownKeys = []string{
+	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
+	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
+	KeyCapacityAware, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+}
+
+// ErrInvalidMetadata reports trigger metadata gpuscaler cannot act on. The gRPC server
+// answers it with InvalidArgument.
+var ErrInvalidMetadata = errors.New("invalid trigger metadata")
+
+// MetadataError names the key, the value and what was expected.
+type MetadataError struct {
+	Key   string
+	Value string
+	Want  string
+}
+
+func (e *MetadataError) Error() string {
+	return fmt.Sprintf("trigger metadata %s=%q: want %s", e.Key, e.Value, e.Want)
+}
+
+// Is makes errors.Is(err, ErrInvalidMetadata) true.
+func (e *MetadataError) Is(target error) bool { return target == ErrInvalidMetadata }
+
+// Trigger is one parsed trigger: what to measure for a ScaledObject or ScaledJob, in its
+// namespace. A zero field means the key was not given. Triggers are immutable once parsed.
+type Trigger struct {
+	// Namespace of the ScaledObject; queues and pods are looked up in it alone.
+	Namespace string
+
+	// Queue names a queue reported by producers; empty when not used.
+	Queue                string
+	QueueTarget          float64
+	ActivationQueueDepth float64
+
+	// PodSelector selects the workload's pods; their GPUs are the workload's. Nil when
+	// the trigger measures no GPUs.
+	PodSelector       labels.Selector
+	GPUUtilTarget     float64 // 0 when not given
+	ActivationGPUUtil float64
+	GPUMemoryTarget   float64 // 0 when not given
+
+	// GPUsPerReplica is the number of GPUs one replica holds; 0 means use the observed
+	// number (GPUs per pod), else 1. GPUProfile is set instead when the key names a MIG
+	// profile ("1g.10gb"): one such slice per replica.
+	GPUsPerReplica int
+	GPUProfile     string
+
+	CapacityAware bool
+	NodeSelector  labels.Selector // nil means every node
+
+	StaleAfter time.Duration
+
+	// Stream and Consumer name a JetStream work queue followed directly.
+	Stream   string
+	Consumer string
+}
+
+// MetricSpec is one metric a trigger gives and its per-replica target.
+type MetricSpec struct {
+	Name   string
+	Target float64
+}
+
+// MetricSpecs returns the trigger's metrics in a fixed order: queue-backlog first, because
+// a ScaledJob acts on the first metric only.
+func (t *Trigger) MetricSpecs() []MetricSpec {
+	var specs []MetricSpec
+	if t.Queue != "" || t.Stream != "" {
+		specs = append(specs, MetricSpec{Name: MetricQueueBacklog, Target: t.QueueTarget})
+	}
+	if t.GPUUtilTarget > 0 {
+		specs = append(specs, MetricSpec{Name: MetricGPUUtil, Target: t.GPUUtilTarget})
+	}
+	if t.GPUMemoryTarget > 0 {
+		specs = append(specs, MetricSpec{Name: MetricGPUMemory, Target: t.GPUMemoryTarget})
+	}
+	return specs
+}
+
+// ParseTrigger parses a trigger's metadata for a ScaledObject in namespace. defaultStaleAfter
+// applies when the trigger gives no staleAfter (DefaultStaleAfter when zero). Every error
+// is a *MetadataError.
+func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfter time.Duration) (*Trigger, error) {
+	if err := gpuscalerv1.ValidateNamespace(namespace); err != nil {
+		return nil, &MetadataError{Key: "namespace", Value: namespace, Want: "the ScaledObject's namespace, a DNS-1123 label"}
+	}
+	md, err := resolveKeys(metadata)
+	if err != nil {
+		return nil, err
+	}
+	if defaultStaleAfter <= 0 {
+		defaultStaleAfter = DefaultStaleAfter
+	}
+	t := &Trigger{
+		Namespace:            namespace,
+		QueueTarget:          DefaultQueueTarget,
+		ActivationQueueDepth: DefaultActivationQueueDepth,
+		ActivationGPUUtil:    DefaultActivationGPUUtil,
+		StaleAfter:           defaultStaleAfter,
+	}
+	p := parser{md: md}
+	t.Queue = p.name(KeyQueue, gpuscalerv1.ValidateQueueName, "a queue name: no '.', '*', '>' or white space")
+	p.float(KeyQueueTarget, &t.QueueTarget, 0, math.MaxFloat64, false, "a number above 0")
+	p.float(KeyActivationQueueDepth, &t.ActivationQueueDepth, 0, math.MaxFloat64, true, "a number, 0 or above")
+	t.PodSelector = p.selector(KeyPodSelector)
+	p.float(KeyGPUUtilTarget, &t.GPUUtilTarget, 0, 100, false, "a percentage above 0, at most 100")
+	p.float(KeyActivationGPUUtil, &t.ActivationGPUUtil, 0, 100, true, "a percentage from 0 to 100")
+	p.float(KeyGPUMemoryTarget, &t.GPUMemoryTarget, 0, 100, false, "a percentage above 0, at most 100")
+	t.GPUsPerReplica, t.GPUProfile = p.gpusPerReplica(KeyGPUsPerReplica)
+	p.bool(KeyCapacityAware, &t.CapacityAware)
+	t.NodeSelector = p.selector(KeyNodeSelector)
+	p.duration(KeyStaleAfter, &t.StaleAfter)
+	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
+	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
+	if p.err != nil {
+		return nil, p.err
+	}
+	if err := t.checkCombination(md); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// checkCombination checks the keys make sense together.
+func (t *Trigger) checkCombination(md map[string]string) error {
+	if t.Queue == "" && t.Stream == "" && t.PodSelector == nil {
+		return &MetadataError{Key: KeyQueue, Value: "", Want: "one of queue, stream with consumer, or podSelector"}
+	}
+	if (t.Stream == "") != (t.Consumer == "") {
+		key, value := KeyConsumer, ""
+		if t.Stream == "" {
+			key, value = KeyStream, ""
+		}
+		return &MetadataError{Key: key, Value: value, Want: "stream and consumer given together"}
+	}
+	if t.Queue != "" && t.Stream != "" {
+		return &MetadataError{Key: KeyStream, Value: t.Stream, Want: "either queue or stream with consumer, not both"}
+	}
+	if t.PodSelector == nil {
+		for _, k := range []string{KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget} {
+			if v, ok := md[k]; ok {
+				return &MetadataError{Key: k, Value: v, Want: "podSelector set too: it says whose GPUs to measure"}
+			}
+		}
+	} else if t.GPUUtilTarget == 0 && t.GPUMemoryTarget == 0 {
+		return &MetadataError{Key: KeyPodSelector, Value: md[KeyPodSelector], Want: "gpuUtilTarget or gpuMemoryTarget set too: the metric to scale on"}
+	}
+	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
+		return &MetadataError{Key: KeyCapacityAware, Value: md[KeyCapacityAware], Want: "a queue or stream: capacity caps a backlog"}
+	}
+	if v, ok := md[KeyNodeSelector]; ok && !t.CapacityAware {
+		return &MetadataError{Key: KeyNodeSelector, Value: v, Want: "capacityAware \"true\" too: nodeSelector picks the nodes whose free GPUs count"}
+	}
+	return nil
+}
+
+// resolveKeys folds <key>FromEnv into <key>, drops KEDA's own keys and rejects keys
+// gpuscaler does not know, naming the likely intended one.
+func resolveKeys(metadata map[string]string) (map[string]string, error) {
+	md := make(map[string]string, len(metadata))
+	for k, v := range metadata {
+		if slices.Contains(kedaKeys, k) {
+			continue
+		}
+		key := k
+		if base, ok := strings.CutSuffix(k, fromEnvSuffix); ok && slices.Contains(knownKeys, base) {
+			if _, both := metadata[base]; both {
+				return nil, &MetadataError{Key: k, Value: v, Want: fmt.Sprintf("either %s or %s, not both", base, k)}
+			}
+			key = base
+		}
+		if !slices.Contains(knownKeys, key) {
+			want := "one of " + strings.Join(knownKeys, ", ")
+			if guess := closestKey(key); guess != "" {
+				want = fmt.Sprintf("a known key; did you mean %q? (known: %s)", guess, strings.Join(knownKeys, ", "))
+			}
+			return nil, &MetadataError{Key: k, Value: v, Want: want}
+		}
+		md[key] = v
+	}
+	return md, nil
+}
+
+// closestKey returns the known key nearest to key by edit distance, ignoring case, when
+// it is close enough to be a typo.
+func closestKey(key string) string {
+	best, bestDist := "", 4
+	for _, k := range knownKeys {
+		if d := editDistance(strings.ToLower(key), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// parser reads keys from resolved metadata and keeps the first error.
+type parser struct {
+	md  map[string]string
+	err error
+}
+
+func (p *parser) get(key string) (string, bool) {
+	if p.err != nil {
+		return "", false
+	}
+	v, ok := p.md[key]
+	return v, ok
+}
+
+func (p *parser) fail(key, value, want string) {
+	if p.err == nil {
+		p.err = &MetadataError{Key: key, Value: value, Want: want}
+	}
+}
+
+func (p *parser) name(key string, validate func(string) error, want string) string {
+	v, ok := p.get(key)
+	if !ok {
+		return ""
+	}
+	if err := validate(v); err != nil {
+		p.fail(key, v, want)
+		return ""
+	}
+	return v
+}
+
+// float parses a finite number into dst. Values must be above lo (or equal to it when
+// loInclusive) and at most hi.
+func (p *parser) float(key string, dst *float64, lo, hi float64, loInclusive bool, want string) {
+	v, ok := p.get(key)
+	if !ok {
+		return
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > hi || f < lo || (f == lo && !loInclusive) {
+		p.fail(key, v, want)
+		return
+	}
+	*dst = f
+}
+
+func (p *parser) bool(key string, dst *bool) {
+	v, ok := p.get(key)
+	if !ok {
+		return
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		p.fail(key, v, `"true" or "false"`)
+		return
+	}
+	*dst = b
+}
+
+func (p *parser) duration(key string, dst *time.Duration) {
+	v, ok := p.get(key)
+	if !ok {
+		return
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < time.Second {
+		p.fail(key, v, `a duration of 1s or more, such as "30s" or "2m"`)
+		return
+	}
+	*dst = d
+}
+
+func (p *parser) selector(key string) labels.Selector {
+	v, ok := p.get(key)
+	if !ok {
+		return nil
+	}
+	if strings.TrimSpace(v) == "" {
+		p.fail(key, v, `a non-empty Kubernetes label selector, such as "app=llm,tier in (gpu)"`)
+		return nil
+	}
+	sel, err := labels.Parse(v)
+	if err != nil {
+		p.fail(key, v, fmt.Sprintf("a Kubernetes label selector (%v)", err))
+		return nil
+	}
+	return sel
+}
+
+// migProfile matches MIG profile names: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb.
+var migProfile = regexp.MustCompile(`^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+[a-z]+)?$`)
+
+func (p *parser) gpusPerReplica(key string) (int, string) {
+	v, ok := p.get(key)
+	if !ok {
+		return 0, ""
+	}
+	s := strings.TrimSpace(v)
+	if migProfile.MatchString(s) {
+		return 1, s
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1024 {
+		p.fail(key, v, `a whole number of GPUs from 1 to 1024, or a MIG profile such as "1g.10gb"`)
+		return 0, ""
+	}
+	return n, ""
+}
+
+// validateJetStreamName checks a stream or consumer name as the NATS server does.
+func validateJetStreamName(name string) error {
+	if name == "" || len(name) > 255 || strings.ContainsAny(name, ".*>/\\") || strings.ContainsFunc(name, func(r rune) bool {
+		return r <= ' ' || r == 0x7f
+	}) {
+		return errors.New("invalid JetStream name")
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package scaler
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// metrics are the scaler's own Prometheus metrics, named gpuscaler_scaler_<what>_<unit>.
+type metrics struct {
+	eventsReceived    *prometheus.CounterVec
+	eventsDropped     *prometheus.CounterVec
+	streamsOpen       prometheus.Gauge
+	activationsPushed prometheus.Counter
+	rpcDuration       *prometheus.HistogramVec
+	replayDuration    prometheus.Gauge
+	replayMessages    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready func() bool) *metrics {
+	m := &metrics{
+		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_events_received_total",
+			Help: "Events read from NATS, by kind (node, queue; unknown when the subject is not a gpuscaler subject).",
+		}, []string{"kind"}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_events_dropped_total",
+			Help: "Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).",
+		}, []string{"kind", "reason"}),
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_streams_open",
+			Help: "StreamIsActive streams open now.",
+		}),
+		activationsPushed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_activations_pushed_total",
+			Help: "Activations (true) pushed to StreamIsActive streams after the first message.",
+		}),
+		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuscaler_scaler_rpc_duration_seconds",
+			Help:    "Latency of unary ExternalScaler calls, by method and gRPC code.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12), // 50µs … ~1.2s
+		}, []string{"method", "code"}),
+		replayDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_replay_duration_seconds",
+			Help: "Time from start to the state being restored from the stream.",
+		}),
+		replayMessages: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_replay_messages",
+			Help: "Messages read while restoring the state at start.",
+		}),
+	}
+	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
+		m.eventsReceived.WithLabelValues(k.String())
+	}
+	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
+		m.rpcDuration, m.replayDuration, m.replayMessages,
+		stateCollector{state},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_nats_connected",
+			Help: "1 while the NATS connection is up.",
+		}, func() float64 { return boolFloat(natsConnected()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_ready",
+			Help: "1 once the state is restored from NATS.",
+		}, func() float64 { return boolFloat(ready()) }),
+	)
+	return m
+}
+
+// unaryInterceptor records each unary call's latency by method and code.
+func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	m.rpcDuration.WithLabelValues(method, status.Code(err).String()).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// stateCollector reports the state's size at scrape time, under one lock.
+type stateCollector struct{ state *State }
+
+var stateEntriesDesc = prometheus.NewDesc("gpuscaler_scaler_state_entries",
+	"Entries the scaler holds, by kind (node, gpu, queue).", []string{"kind"}, nil)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateEntriesDesc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	nodes, gpus, queues := c.state.Size()
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(nodes), "node")
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(gpus), "gpu")
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(queues), "queue")
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

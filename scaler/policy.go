@@ -1,0 +1,216 @@
+package scaler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
+// answers it with Unavailable: KEDA never scales a workload to zero while a trigger
+// errors, and applies the ScaledObject's fallback if it has one. A silent zero here would
+// scale a production service to nothing.
+var ErrUnavailable = errors.New("data unavailable")
+
+// ErrNotImplemented reports a trigger this build parses but cannot yet act on. The gRPC
+// server answers it with Unimplemented.
+var ErrNotImplemented = errors.New("not implemented")
+
+// Reading is what the latest reports say about one trigger. Each metric the trigger gives
+// has a value or an error, never both.
+type Reading struct {
+	queue, gpuUtil, gpuMemory metricReading
+	// gpuActive and gpuActiveErr judge GPU activity: average utilisation above
+	// activationGpuUtil.
+	gpuActive    bool
+	gpuActiveErr error
+	hasGPU       bool
+}
+
+type metricReading struct {
+	defined bool
+	value   float64
+	// active is the queue's activation decision (backlog above activationQueueDepth).
+	active bool
+	err    error
+}
+
+// Metric returns the named metric's value. It fails with ErrUnavailable when the data is
+// absent or stale, and with ErrUnknownMetric when the trigger does not give that metric.
+func (r *Reading) Metric(name string) (float64, error) {
+	var m metricReading
+	switch name {
+	case MetricQueueBacklog:
+		m = r.queue
+	case MetricGPUUtil:
+		m = r.gpuUtil
+	case MetricGPUMemory:
+		m = r.gpuMemory
+	}
+	if !m.defined {
+		return 0, fmt.Errorf("%w: this trigger gives no metric %q", ErrUnknownMetric, name)
+	}
+	return m.value, m.err
+}
+
+// ErrUnknownMetric reports a metric name the trigger does not give. The gRPC server
+// answers it with NotFound.
+var ErrUnknownMetric = errors.New("unknown metric")
+
+// Active is the trigger's activation decision, which KEDA takes as it is: true when any
+// part is active on fresh data. When no part is active and some part cannot be judged,
+// it fails with that part's error rather than answering false.
+func (r *Reading) Active() (bool, error) {
+	if r.queue.defined && r.queue.err == nil && r.queue.active {
+		return true, nil
+	}
+	if r.hasGPU && r.gpuActiveErr == nil && r.gpuActive {
+		return true, nil
+	}
+	var errs []error
+	if r.queue.defined && r.queue.err != nil {
+		errs = append(errs, r.queue.err)
+	}
+	if r.hasGPU && r.gpuActiveErr != nil {
+		errs = append(errs, r.gpuActiveErr)
+	}
+	return false, errors.Join(errs...)
+}
+
+// Read evaluates t against the latest reports.
+func (s *State) Read(t *Trigger) (Reading, error) {
+	if t.Stream != "" {
+		return Reading{}, fmt.Errorf("%w: JetStream work-queue triggers (stream %q, consumer %q) are not supported by this build yet; use queue with a producer", ErrNotImplemented, t.Stream, t.Consumer)
+	}
+	if t.CapacityAware {
+		return Reading{}, fmt.Errorf("%w: capacityAware is not supported by this build yet", ErrNotImplemented)
+	}
+	now := s.now()
+	var r Reading
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if t.Queue != "" {
+		r.queue = s.readQueue(t, now)
+	}
+	if t.PodSelector != nil {
+		s.readGPUs(t, now, &r)
+	}
+	return r, nil
+}
+
+// readQueue reads the backlog of t's queue. s.mu must be held.
+func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
+	m := metricReading{defined: true}
+	e := s.queues[queueKey{t.Namespace, t.Queue}]
+	if e == nil {
+		m.err = fmt.Errorf("%w: no report for queue %s/%s since this scaler started at %s; is its producer running and publishing to NATS?",
+			ErrUnavailable, t.Namespace, t.Queue, stamp(s.started))
+		return m
+	}
+	if age := now.Sub(e.stored); age > t.StaleAfter {
+		m.err = fmt.Errorf("%w: queue %s/%s last reported at %s, %s ago, longer than staleAfter %s; is its producer running?",
+			ErrUnavailable, t.Namespace, t.Queue, stamp(e.stored), age.Round(time.Second), t.StaleAfter)
+		return m
+	}
+	m.value = float64(e.report.Backlog())
+	m.active = m.value > t.ActivationQueueDepth
+	return m
+}
+
+// readGPUs reads the GPUs held by pods of t's namespace that match its podSelector, on
+// every node. s.mu must be held.
+func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
+	r.hasGPU = true
+	r.gpuUtil.defined = t.GPUUtilTarget > 0
+	r.gpuMemory.defined = t.GPUMemoryTarget > 0
+	fail := func(err error) {
+		r.gpuUtil.err, r.gpuMemory.err, r.gpuActiveErr = err, err, err
+	}
+	switch {
+	case len(s.nodes) == 0:
+		fail(fmt.Errorf("%w: no node report since this scaler started at %s; are the collectors running and publishing to NATS?",
+			ErrUnavailable, stamp(s.started)))
+		return
+	case now.Sub(s.newestNode) > t.StaleAfter:
+		fail(fmt.Errorf("%w: no node has reported since %s, %s ago, longer than staleAfter %s; are the collectors running?",
+			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter))
+		return
+	}
+
+	var (
+		gpus            int
+		pods            []podID
+		utilSum, memSum float64
+		utilErr, memErr error
+	)
+	for e := range s.byNamespace[t.Namespace] {
+		for _, g := range e.report.GetGpus() {
+			p := g.GetPod()
+			if p == nil || p.GetNamespace() != t.Namespace || !t.PodSelector.Matches(labels.Set(p.GetLabels())) {
+				continue
+			}
+			if age := now.Sub(e.stored); age > t.StaleAfter {
+				fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
+					ErrUnavailable, e.report.GetNode(), stamp(e.stored), age.Round(time.Second), t.StaleAfter,
+					g.DeviceID(), p.GetNamespace(), p.GetName(), t.PodSelector.String()))
+				return
+			}
+			gpus++
+			if id := (podID{p.GetNamespace(), p.GetName()}); !containsPod(pods, id) {
+				pods = append(pods, id)
+			}
+			if g.GpuUtil == nil {
+				if utilErr == nil {
+					utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
+						ErrUnavailable, g.DeviceID(), e.report.GetNode(), p.GetNamespace(), p.GetName(), e.report.GetSource())
+				}
+			} else {
+				utilSum += g.GetGpuUtil()
+			}
+			if g.FbUsedBytes == nil || g.GetFbTotalBytes() == 0 {
+				if memErr == nil {
+					memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
+						ErrUnavailable, g.DeviceID(), e.report.GetNode(), p.GetNamespace(), p.GetName())
+				}
+			} else {
+				memSum += 100 * float64(g.GetFbUsedBytes()) / float64(g.GetFbTotalBytes())
+			}
+		}
+	}
+
+	perReplica := float64(t.GPUsPerReplica)
+	if perReplica == 0 {
+		perReplica = 1
+		if len(pods) > 0 {
+			perReplica = float64(gpus) / float64(len(pods))
+		}
+	}
+	r.gpuUtil.value, r.gpuUtil.err = utilSum/perReplica, utilErr
+	r.gpuMemory.value, r.gpuMemory.err = memSum/perReplica, memErr
+	r.gpuActiveErr = utilErr
+	r.gpuActive = utilErr == nil && gpus > 0 && utilSum/float64(gpus) > t.ActivationGPUUtil
+	if utilErr != nil {
+		r.gpuUtil.value = 0
+	}
+	if memErr != nil {
+		r.gpuMemory.value = 0
+	}
+}
+
+type podID struct{ namespace, name string }
+
+func containsPod(pods []podID, id podID) bool {
+	for _, p := range pods {
+		if p == id {
+			return true
+		}
+	}
+	return false
+}
+
+// stamp formats a time for error messages: UTC, to the second.
+func stamp(t time.Time) string {
+	return t.UTC().Format(time.RFC3339)
+}

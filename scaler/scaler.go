@@ -1,0 +1,282 @@
+// Package scaler is gpuscaler's KEDA external scaler. It keeps the latest report of every
+// GPU node and queue, read from the GPUSCALER JetStream stream (the last value of every
+// subject first, then live), and answers KEDA's ExternalScaler gRPC calls from that state:
+// queue backlog, GPU utilisation and framebuffer use of a workload's pods, activation,
+// and activation pushed over StreamIsActive the moment a report makes a trigger active.
+//
+// It never imports the collectors: the two meet only in the event contract,
+// github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1.
+package scaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+)
+
+// Config is the scaler's configuration. The zero value serves gRPC on :9090 and HTTP on
+// :8080 without TLS, with DESIGN.md's defaults.
+type Config struct {
+	// GRPCAddr is where KEDA reaches the ExternalScaler service. Default ":9090".
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz and /readyz. Default ":8080"; "-" disables it.
+	HTTPAddr string
+	// TLS for the gRPC server.
+	TLS TLSConfig
+	// Stream shapes the GPUSCALER stream.
+	Stream StreamConfig
+	// StaleAfter is staleAfter for triggers that give none, and how long the NATS
+	// connection may be down before /readyz fails. Default DefaultStaleAfter.
+	StaleAfter time.Duration
+	// Now tells time; nil means time.Now. Tests move it forward to make data stale.
+	Now func() time.Time
+}
+
+// Scaler is a configured scaler with its listeners bound. Run serves it.
+type Scaler struct {
+	cfg      Config
+	nc       *natsconn.Conn
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	state    *State
+	metrics  *metrics
+	follower *follower
+	ready    chan struct{}
+
+	grpcLis net.Listener
+	httpLis net.Listener // nil when HTTP is disabled
+	tls     *credentials.TransportCredentials
+}
+
+// New builds a scaler that reads NATS through nc, logs to log and registers its metrics
+// on reg. It binds its listeners now, so
+// an address in use fails here and not later.
+func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Registry) (*Scaler, error) {
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = ":9090"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = ":8080"
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	cfg.Stream = cfg.Stream.withDefaults()
+	js, err := jetstream.New(nc.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("JetStream: %w", err)
+	}
+	tlsCfg, err := cfg.TLS.serverTLS()
+	if err != nil {
+		return nil, err
+	}
+	s := &Scaler{
+		cfg:   cfg,
+		nc:    nc,
+		log:   log,
+		reg:   reg,
+		state: NewState(cfg.Now),
+		ready: make(chan struct{}),
+	}
+	if tlsCfg != nil {
+		creds := credentials.NewTLS(tlsCfg)
+		s.tls = &creds
+	}
+	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady)
+	s.follower = &follower{
+		js:      js,
+		stream:  cfg.Stream,
+		state:   s.state,
+		metrics: s.metrics,
+		log:     log.With("component", "follower"),
+		drops:   newLogLimiter(time.Minute),
+		ready:   func() { close(s.ready) },
+	}
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("gRPC listener: %w", err)
+	}
+	if cfg.HTTPAddr != "-" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			s.grpcLis.Close()
+			return nil, fmt.Errorf("HTTP listener: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Scaler) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// HTTPAddr is the address the HTTP server listens on, or nil when it is disabled.
+func (s *Scaler) HTTPAddr() net.Addr {
+	if s.httpLis == nil {
+		return nil
+	}
+	return s.httpLis.Addr()
+}
+
+// Ready is closed once the state has been restored from NATS.
+func (s *Scaler) Ready() <-chan struct{} { return s.ready }
+
+// State is the scaler's state, for in-process users such as the benchmark.
+func (s *Scaler) State() *State { return s.state }
+
+func (s *Scaler) isReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// readiness says why the scaler is not ready, or nil: the state must be restored and NATS
+// must not have been down longer than StaleAfter.
+func (s *Scaler) readiness() error {
+	if !s.isReady() {
+		return errNotReady
+	}
+	if down := s.nc.DownFor(); down > s.cfg.StaleAfter {
+		return fmt.Errorf("NATS has been disconnected for %s, longer than %s", down.Round(time.Second), s.cfg.StaleAfter)
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then stops gracefully: open streams end with a nil error so
+// KEDA reconnects at once to another replica. It returns nil on a clean stop.
+func (s *Scaler) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor),
+		// KEDA holds one connection per scaler address for as long as it runs; let it ping.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(*s.tls))
+	}
+	srv := grpc.NewServer(opts...)
+	pb.RegisterExternalScalerServer(srv, &Server{
+		state:   s.state,
+		ready:   s.ready,
+		done:    ctx.Done(),
+		stale:   s.cfg.StaleAfter,
+		metrics: s.metrics,
+		log:     s.log.With("component", "grpc"),
+	})
+	healthSrv := health.NewServer()
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(srv, healthSrv)
+
+	g.Go(func() error { return s.follower.run(ctx) })
+	g.Go(func() error {
+		s.log.Info("serving KEDA external scaler", "grpcAddr", s.grpcLis.Addr().String(), "tls", s.tls != nil)
+		if err := srv.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("gRPC server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		healthSrv.Shutdown()
+		srv.GracefulStop()
+		return nil
+	})
+	g.Go(func() error { return s.watchHealth(ctx, healthSrv) })
+	g.Go(func() error { return s.forgetLoop(ctx) })
+	if s.httpLis != nil {
+		httpSrv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
+			if err := httpSrv.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("HTTP server: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return httpSrv.Shutdown(shutdownCtx)
+		})
+	}
+	return g.Wait()
+}
+
+// watchHealth keeps the gRPC health service in step with readiness, checked every second.
+func (s *Scaler) watchHealth(ctx context.Context, h *health.Server) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	serving := false
+	for {
+		if ok := s.readiness() == nil; ok != serving {
+			serving = ok
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			h.SetServingStatus("", st)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.ready:
+			// check at once when the replay finishes, then on the ticker
+		case <-tick.C:
+		}
+	}
+}
+
+// forgetLoop drops nodes and queues the stream has expired (older than MaxAge).
+func (s *Scaler) forgetLoop(ctx context.Context) error {
+	every := min(s.cfg.Stream.MaxAge/4, time.Minute)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	now := s.cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if n := s.state.Forget(now().Add(-s.cfg.Stream.MaxAge)); n > 0 {
+				s.log.Info("forgot nodes and queues silent for longer than the stream's max age", "entries", n, "maxAge", s.cfg.Stream.MaxAge)
+			}
+		}
+	}
+}
+
+func (s *Scaler) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.readiness(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}

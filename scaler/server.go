@@ -1,0 +1,188 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+)
+
+// errNotReady answers calls that arrive before the state is restored from NATS: answering
+// from half a picture could scale a workload on missing data.
+var errNotReady = errors.New("scaler is restoring its state from NATS and not ready yet")
+
+// Server implements KEDA's ExternalScaler service over a State. It is safe for
+// concurrent use.
+type Server struct {
+	pb.UnimplementedExternalScalerServer
+
+	state   *State
+	ready   <-chan struct{} // closed once the state is restored
+	done    <-chan struct{} // closed when the scaler stops: ends open streams cleanly
+	stale   time.Duration   // staleAfter for triggers that give none
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// IsActive answers KEDA's activation question. KEDA applies no threshold of its own to an
+// external scaler: this answer is the decision.
+func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
+	t, err := s.trigger(ref)
+	if err != nil {
+		return nil, err
+	}
+	active, err := s.active(t)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.IsActiveResponse{Result: active}, nil
+}
+
+// StreamIsActive sends the trigger's activation state when opened, then true each time it
+// becomes active, as soon as the report that made it so is applied. KEDA ignores a pushed
+// false, so none is sent after the first message. It ends with a nil error when the
+// scaler stops, so KEDA reconnects in 2 s rather than backing off.
+func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) error {
+	t, err := s.trigger(ref)
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	select {
+	case <-s.ready:
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if _, err := s.state.Read(t); errors.Is(err, ErrNotImplemented) {
+		return toStatus(err)
+	}
+
+	// Watch before the first read, so no report slips between the two.
+	w := s.state.Watch(t)
+	defer w.Stop()
+	s.metrics.streamsOpen.Inc()
+	defer s.metrics.streamsOpen.Dec()
+
+	active, _ := s.active(t) // unknown counts as inactive: only a true moves KEDA
+	if err := stream.Send(&pb.IsActiveResponse{Result: active}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-s.done:
+			return nil
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-w.C:
+			now, _ := s.active(t)
+			if now && !active {
+				if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
+					return err
+				}
+				s.metrics.activationsPushed.Inc()
+				s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
+			}
+			active = now
+		}
+	}
+}
+
+// GetMetricSpec returns the trigger's metrics and per-replica targets. It needs no data,
+// so it answers before the state is restored.
+func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
+	t, err := s.trigger(ref)
+	if err != nil {
+		return nil, err
+	}
+	specs := t.MetricSpecs()
+	resp := &pb.GetMetricSpecResponse{MetricSpecs: make([]*pb.MetricSpec, 0, len(specs))}
+	for _, m := range specs {
+		resp.MetricSpecs = append(resp.MetricSpecs, &pb.MetricSpec{
+			MetricName:      m.Name,
+			TargetSize:      max(1, int64(math.Round(m.Target))), // KEDA before 2.17 reads only this
+			TargetSizeFloat: m.Target,
+		})
+	}
+	return resp, nil
+}
+
+// GetMetrics returns the current value of one metric. The HPA sums it over the trigger
+// and divides by the target (AverageValue): desired replicas = ceil(value / target).
+func (s *Server) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.GetMetricsResponse, error) {
+	t, err := s.trigger(req.GetScaledObjectRef())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkReady(); err != nil {
+		return nil, toStatus(err)
+	}
+	r, err := s.state.Read(t)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	v, err := r.Metric(req.GetMetricName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.GetMetricsResponse{MetricValues: []*pb.MetricValue{{
+		MetricName:       req.GetMetricName(),
+		MetricValue:      int64(math.Round(v)), // KEDA before 2.17 reads only this
+		MetricValueFloat: v,
+	}}}, nil
+}
+
+// trigger parses the ScaledObject's trigger metadata; errors are gRPC statuses.
+func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
+	if ref == nil {
+		return nil, status.Error(codes.InvalidArgument, "scaledObjectRef is required")
+	}
+	t, err := ParseTrigger(ref.GetNamespace(), ref.GetScalerMetadata(), s.stale)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return t, nil
+}
+
+func (s *Server) checkReady() error {
+	select {
+	case <-s.ready:
+		return nil
+	default:
+		return errNotReady
+	}
+}
+
+func (s *Server) active(t *Trigger) (bool, error) {
+	if err := s.checkReady(); err != nil {
+		return false, err
+	}
+	r, err := s.state.Read(t)
+	if err != nil {
+		return false, err
+	}
+	return r.Active()
+}
+
+// toStatus translates the scaler's errors to gRPC status codes at the handler boundary.
+func toStatus(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalidMetadata):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrUnavailable), errors.Is(err, errNotReady):
+		code = codes.Unavailable
+	case errors.Is(err, ErrUnknownMetric):
+		code = codes.NotFound
+	case errors.Is(err, ErrNotImplemented):
+		code = codes.Unimplemented
+	}
+	return status.Error(code, err.Error())
+}

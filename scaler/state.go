@@ -1,0 +1,252 @@
+package scaler
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// State is the scaler's picture of the cluster: the latest report of every node and every
+// queue, and when NATS stored it. One goroutine applies events (the NATS follower); any
+// number read. Readers see each report whole: a report is replaced, never edited.
+type State struct {
+	now     func() time.Time
+	started time.Time
+
+	mu sync.RWMutex // guards every field below
+	// nodes holds the latest report per node name.
+	nodes map[string]*nodeEntry
+	// byNamespace indexes nodes by the namespaces of the pods holding their GPUs, so a
+	// podSelector trigger reads the few nodes that hold its namespace's pods.
+	byNamespace map[string]map[*nodeEntry]struct{}
+	// newestNode is the newest stored time of any node report.
+	newestNode time.Time
+	gpus       int
+	// queues holds the latest report per namespace/queue.
+	queues map[queueKey]*queueEntry
+	// queueWatch and gpuWatch hold the watchers to wake on a queue's report, and on a node
+	// report touching a namespace's pods.
+	queueWatch map[queueKey]map[*Watch]struct{}
+	gpuWatch   map[string]map[*Watch]struct{}
+}
+
+type queueKey struct{ namespace, queue string }
+
+type nodeEntry struct {
+	report *gpuscalerv1.NodeReport
+	// stored is when NATS stored the report: the one clock every scaler replica shares.
+	stored time.Time
+	// namespaces of the pods that hold the node's GPUs, without repeats.
+	namespaces []string
+}
+
+type queueEntry struct {
+	report *gpuscalerv1.QueueReport
+	stored time.Time
+}
+
+// NewState returns an empty State that tells time with now (time.Now when nil).
+func NewState(now func() time.Time) *State {
+	if now == nil {
+		now = time.Now
+	}
+	return &State{
+		now:         now,
+		started:     now(),
+		nodes:       make(map[string]*nodeEntry),
+		byNamespace: make(map[string]map[*nodeEntry]struct{}),
+		queues:      make(map[queueKey]*queueEntry),
+		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
+		gpuWatch:    make(map[string]map[*Watch]struct{}),
+	}
+}
+
+// Apply records a decoded event that NATS stored at stored, replacing what was known of
+// its node or queue, and wakes the watchers it may concern.
+func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) {
+	switch {
+	case ev.Node != nil:
+		s.applyNode(ev.Node, stored)
+	case ev.Queue != nil:
+		s.applyQueue(ev.Queue, stored)
+	}
+}
+
+func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) {
+	k := queueKey{r.GetNamespace(), r.GetQueue()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queues[k] = &queueEntry{report: r, stored: stored}
+	for w := range s.queueWatch[k] {
+		w.wake()
+	}
+}
+
+func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
+	e := &nodeEntry{report: r, stored: stored, namespaces: podNamespaces(r)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.nodes[r.GetNode()]
+	if old != nil {
+		s.unindex(old)
+	}
+	s.nodes[r.GetNode()] = e
+	s.gpus += len(r.GetGpus())
+	for _, ns := range e.namespaces {
+		set := s.byNamespace[ns]
+		if set == nil {
+			set = make(map[*nodeEntry]struct{})
+			s.byNamespace[ns] = set
+		}
+		set[e] = struct{}{}
+	}
+	if stored.After(s.newestNode) {
+		s.newestNode = stored
+	}
+	// A namespace whose pods left the node changes too: wake both sides.
+	for _, ns := range e.namespaces {
+		s.wakeGPU(ns)
+	}
+	if old != nil {
+		for _, ns := range old.namespaces {
+			if !slices.Contains(e.namespaces, ns) {
+				s.wakeGPU(ns)
+			}
+		}
+	}
+}
+
+// unindex removes e from the namespace index and the GPU count. s.mu must be held.
+func (s *State) unindex(e *nodeEntry) {
+	s.gpus -= len(e.report.GetGpus())
+	for _, ns := range e.namespaces {
+		set := s.byNamespace[ns]
+		delete(set, e)
+		if len(set) == 0 {
+			delete(s.byNamespace, ns)
+		}
+	}
+}
+
+func (s *State) wakeGPU(namespace string) {
+	for w := range s.gpuWatch[namespace] {
+		w.wake()
+	}
+}
+
+func podNamespaces(r *gpuscalerv1.NodeReport) []string {
+	var out []string
+	for _, g := range r.GetGpus() {
+		if p := g.GetPod(); p != nil && !slices.Contains(out, p.GetNamespace()) {
+			out = append(out, p.GetNamespace())
+		}
+	}
+	return out
+}
+
+// Forget drops nodes and queues whose latest report NATS stored before cutoff: the stream
+// has dropped them too (its MaxAge), so a restarted replica would not know them either.
+// It returns how many entries it dropped.
+func (s *State) Forget(cutoff time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for name, e := range s.nodes {
+		if e.stored.Before(cutoff) {
+			s.unindex(e)
+			delete(s.nodes, name)
+			n++
+		}
+	}
+	if len(s.nodes) == 0 {
+		s.newestNode = time.Time{}
+	}
+	for k, e := range s.queues {
+		if e.stored.Before(cutoff) {
+			delete(s.queues, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Size reports how many nodes, GPU samples and queues the state holds.
+func (s *State) Size() (nodes, gpus, queues int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.nodes), s.gpus, len(s.queues)
+}
+
+// Watch is a registration for wake-ups when reports arrive that may change a trigger's
+// answer. C receives at most one pending signal: wake-ups that come while one is pending
+// merge into it, so a slow reader costs the writer nothing.
+type Watch struct {
+	// C is signalled after a report for the trigger's queue, or a node report touching
+	// the trigger's namespace's pods (when it has a podSelector), has been applied.
+	C <-chan struct{}
+
+	c       chan struct{}
+	s       *State
+	queue   *queueKey
+	gpuNS   string
+	stopped sync.Once
+}
+
+// Watch registers a watcher for t. The caller must call Stop when done.
+func (s *State) Watch(t *Trigger) *Watch {
+	w := &Watch{c: make(chan struct{}, 1), s: s}
+	w.C = w.c
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.Queue != "" {
+		k := queueKey{t.Namespace, t.Queue}
+		w.queue = &k
+		addWatch(s.queueWatch, k, w)
+	}
+	if t.PodSelector != nil {
+		w.gpuNS = t.Namespace
+		addWatch(s.gpuWatch, t.Namespace, w)
+	}
+	return w
+}
+
+func addWatch[K comparable](m map[K]map[*Watch]struct{}, k K, w *Watch) {
+	set := m[k]
+	if set == nil {
+		set = make(map[*Watch]struct{})
+		m[k] = set
+	}
+	set[w] = struct{}{}
+}
+
+func removeWatch[K comparable](m map[K]map[*Watch]struct{}, k K, w *Watch) {
+	set := m[k]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(m, k)
+	}
+}
+
+// Stop unregisters the watcher. It is safe to call more than once.
+func (w *Watch) Stop() {
+	w.stopped.Do(func() {
+		w.s.mu.Lock()
+		defer w.s.mu.Unlock()
+		if w.queue != nil {
+			removeWatch(w.s.queueWatch, *w.queue, w)
+		}
+		if w.gpuNS != "" {
+			removeWatch(w.s.gpuWatch, w.gpuNS, w)
+		}
+	})
+}
+
+// wake signals the watcher without blocking. Called with s.mu held.
+func (w *Watch) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
