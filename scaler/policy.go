@@ -39,7 +39,7 @@ type metricReading struct {
 
 // Metric returns the named metric's value. It fails with ErrUnavailable when the data is
 // absent or stale, and with ErrUnknownMetric when the trigger does not give that metric.
-func (r *Reading) Metric(name string) (float64, error) {
+func (r Reading) Metric(name string) (float64, error) {
 	var m metricReading
 	switch name {
 	case MetricQueueBacklog:
@@ -62,7 +62,7 @@ var ErrUnknownMetric = errors.New("unknown metric")
 // Active is the trigger's activation decision, which KEDA takes as it is: true when any
 // part is active on fresh data. When no part is active and some part cannot be judged,
 // it fails with that part's error rather than answering false.
-func (r *Reading) Active() (bool, error) {
+func (r Reading) Active() (bool, error) {
 	if r.queue.defined && r.queue.err == nil && r.queue.active {
 		return true, nil
 	}

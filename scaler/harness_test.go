@@ -1,0 +1,256 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpuscaler/gpuscaler/internal/embedded"
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testLogger logs to the test's output when -v is given, else discards.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// startNATS starts an embedded NATS server with JetStream on a random loopback port (or
+// addr), storing in dir (a fresh t.TempDir() when empty). It shuts down at cleanup.
+func startNATS(t *testing.T, addr, dir string) *embedded.Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	ns, err := embedded.Start(embedded.Options{Addr: addr, StoreDir: dir, Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// freeAddr returns a loopback address with a port free at the time of the call.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func connectNATS(t *testing.T, url string) *natsconn.Conn {
+	t.Helper()
+	nc, err := natsconn.Connect(t.Context(), natsconn.Options{URLs: url, RetryInitialConnect: true, Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("connect NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// testScaler is a scaler running in the test, with a gRPC client to it.
+type testScaler struct {
+	*Scaler
+	reg    *prometheus.Registry
+	client pb.ExternalScalerClient
+	conn   *grpc.ClientConn
+	stop   func() // stops the scaler and fails the test unless Run returns nil
+}
+
+// startScaler runs a scaler against the NATS at url, on loopback ports, and waits until
+// it is ready. It stops at cleanup if the test has not stopped it.
+func startScaler(t *testing.T, url string, cfg Config) *testScaler {
+	t.Helper()
+	ts := newScaler(t, url, cfg)
+	select {
+	case <-ts.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("scaler not ready within 10s")
+	}
+	return ts
+}
+
+// newScaler is startScaler without waiting for readiness.
+func newScaler(t *testing.T, url string, cfg Config) *testScaler {
+	t.Helper()
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:0"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:0"
+	}
+	nc := connectNATS(t, url)
+	reg := prometheus.NewRegistry()
+	s, err := New(cfg, nc, testLogger(t), reg)
+	if err != nil {
+		t.Fatalf("scaler.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var stopped atomic.Bool
+	ts := &testScaler{Scaler: s, reg: reg}
+	ts.stop = func() {
+		if !stopped.CompareAndSwap(false, true) {
+			return
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("scaler Run returned %v, want nil on a clean stop", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("scaler did not stop within 10s")
+		}
+	}
+	t.Cleanup(ts.stop)
+	ts.conn = dial(t, s.GRPCAddr().String())
+	ts.client = pb.NewExternalScalerClient(ts.conn)
+	return ts
+}
+
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// publisher publishes reports through JetStream, waiting for the stream to store each.
+type publisher struct {
+	t  *testing.T
+	js jetstream.JetStream
+}
+
+func newPublisher(t *testing.T, url string) *publisher {
+	t.Helper()
+	js, err := jetstream.New(connectNATS(t, url).Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &publisher{t: t, js: js}
+}
+
+func (p *publisher) raw(subject string, data []byte) {
+	p.t.Helper()
+	if _, err := p.js.Publish(p.t.Context(), subject, data); err != nil {
+		p.t.Fatalf("publish %s: %v", subject, err)
+	}
+}
+
+func (p *publisher) queue(ns, q string, waiting, inFlight uint64) {
+	p.t.Helper()
+	subject, err := gpuscalerv1.QueueSubject(ns, q)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: ns, Queue: q, Waiting: waiting, InFlight: inFlight})
+	p.raw(subject, data)
+}
+
+func (p *publisher) node(r *gpuscalerv1.NodeReport) {
+	p.t.Helper()
+	subject, err := gpuscalerv1.NodeSubject(r.GetNode())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	data, _ := proto.Marshal(r)
+	p.raw(subject, data)
+}
+
+// ref builds a ScaledObjectRef the way KEDA does: the trigger's whole metadata, with
+// scalerAddress in it.
+func ref(ns, name string, md map[string]string) *pb.ScaledObjectRef {
+	m := map[string]string{"scalerAddress": "gpuscaler:9090"}
+	for k, v := range md {
+		m[k] = v
+	}
+	return &pb.ScaledObjectRef{Name: name, Namespace: ns, ScalerMetadata: m}
+}
+
+// recvAll reads a stream into a channel until it ends; the final error (io.EOF on a clean
+// end) is sent on errc.
+func recvAll(stream pb.ExternalScaler_StreamIsActiveClient) (<-chan bool, <-chan error) {
+	msgs := make(chan bool, 16)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				close(msgs)
+				return
+			}
+			msgs <- resp.GetResult()
+		}
+	}()
+	return msgs, errc
+}
+
+func expectMsg(t *testing.T, msgs <-chan bool, want bool) {
+	t.Helper()
+	select {
+	case got, ok := <-msgs:
+		if !ok {
+			t.Fatalf("stream ended, want message %v", want)
+		}
+		if got != want {
+			t.Fatalf("stream sent %v, want %v", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no stream message within 5s, want %v", want)
+	}
+}
+
+func expectEOF(t *testing.T, errc <-chan error) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("stream ended with %v, want io.EOF (a nil error from the server)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream did not end within 10s")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

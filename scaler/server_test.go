@@ -1,0 +1,467 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+func wantCode(t *testing.T, err error, code codes.Code, contains ...string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Fatalf("error %v, want code %v", err, code)
+	}
+	for _, c := range contains {
+		if !strings.Contains(st.Message(), c) {
+			t.Fatalf("message %q does not mention %q", st.Message(), c)
+		}
+	}
+}
+
+func TestGetMetricSpec(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	resp, err := s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{
+		"queue": "jobs", "queueTarget": "2.5",
+		"podSelector": "app=llm", "gpuUtilTarget": "60", "gpuMemoryTarget": "0.4",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*pb.MetricSpec{
+		{MetricName: "queue-backlog", TargetSize: 3, TargetSizeFloat: 2.5},
+		{MetricName: "gpu-util", TargetSize: 60, TargetSizeFloat: 60},
+		{MetricName: "gpu-memory", TargetSize: 1, TargetSizeFloat: 0.4}, // the int field never drops to 0
+	}
+	if len(resp.GetMetricSpecs()) != len(want) {
+		t.Fatalf("got %d metric specs, want %d: %v", len(resp.GetMetricSpecs()), len(want), resp)
+	}
+	for i, w := range want {
+		if !proto.Equal(resp.GetMetricSpecs()[i], w) {
+			t.Errorf("spec %d = %v, want %v", i, resp.GetMetricSpecs()[i], w)
+		}
+	}
+}
+
+func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	bad := ref("ml", "llm", map[string]string{"queue": "jobs", "queueTarget": "-3"})
+	calls := map[string]func() error{
+		"IsActive":      func() error { _, err := s.client.IsActive(t.Context(), bad); return err },
+		"GetMetricSpec": func() error { _, err := s.client.GetMetricSpec(t.Context(), bad); return err },
+		"GetMetrics": func() error {
+			_, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: bad, MetricName: "queue-backlog"})
+			return err
+		},
+		"StreamIsActive": func() error {
+			stream, err := s.client.StreamIsActive(t.Context(), bad)
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			wantCode(t, call(), codes.InvalidArgument, `queueTarget="-3"`, "want a number above 0")
+		})
+	}
+	t.Run("no ScaledObjectRef", func(t *testing.T) {
+		_, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{MetricName: "queue-backlog"})
+		wantCode(t, err, codes.InvalidArgument, "scaledObjectRef is required")
+	})
+	t.Run("unknown metric", func(t *testing.T) {
+		_, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+			ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "gpu-util"})
+		wantCode(t, err, codes.NotFound, `no metric "gpu-util"`)
+	})
+	t.Run("not yet supported trigger", func(t *testing.T) {
+		_, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
+		wantCode(t, err, codes.Unimplemented, "stream")
+	})
+}
+
+func TestQueueEndToEnd(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs", "queueTarget": "2"})
+
+	_, err := s.client.IsActive(t.Context(), r)
+	wantCode(t, err, codes.Unavailable, "no report for queue ml/jobs")
+
+	pub.queue("ml", "jobs", 3, 2)
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && resp.GetResult()
+	})
+	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.MetricValue{MetricName: "queue-backlog", MetricValue: 5, MetricValueFloat: 5}
+	if len(resp.GetMetricValues()) != 1 || !proto.Equal(resp.GetMetricValues()[0], want) {
+		t.Fatalf("GetMetrics = %v, want [%v]", resp, want)
+	}
+
+	pub.queue("ml", "jobs", 0, 0)
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && !resp.GetResult()
+	})
+}
+
+func TestGPUEndToEnd(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	llm := map[string]string{"app": "llm"}
+	pub.node(&gpuscalerv1.NodeReport{Node: "ip-10-0-0-1.ec2.internal", Gpus: []*gpuscalerv1.GPUSample{
+		gpu("GPU-1", "ml", "llm-0", llm, 80, 60, 80),
+		gpu("GPU-2", "ml", "llm-1", llm, 40, 20, 80),
+		gpu("GPU-3", "other", "llm-0", llm, 100, 80, 80),
+	}})
+	r := ref("ml", "llm", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50", "gpuMemoryTarget": "50"})
+	metric := func(name string) (float64, error) {
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: name})
+		if err != nil {
+			return 0, err
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat(), nil
+	}
+	eventually(t, 5*time.Second, func() bool { v, err := metric("gpu-util"); return err == nil && v == 120 })
+	if v, err := metric("gpu-memory"); err != nil || v != 100 { // 75% + 25%, one GPU per replica
+		t.Fatalf("gpu-memory = %v, %v; want 100", v, err)
+	}
+	resp, err := s.client.IsActive(t.Context(), r)
+	if err != nil || !resp.GetResult() {
+		t.Fatalf("IsActive = %v, %v; want true", resp, err)
+	}
+}
+
+func TestStreamIsActivePushesActivation(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 0, 0)
+	eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
+
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, errc := recvAll(stream)
+	expectMsg(t, msgs, false) // the current state, sent when opened
+
+	pub.queue("ml", "jobs", 1, 0)
+	expectMsg(t, msgs, true)
+	pub.queue("ml", "jobs", 2, 0) // still active: nothing to send
+	pub.queue("ml", "jobs", 0, 0) // inactive: KEDA ignores false, so nothing is sent
+	pub.queue("ml", "jobs", 0, 1) // active again
+	expectMsg(t, msgs, true)
+	pub.queue("other", "jobs", 5, 0) // another namespace's queue of the same name
+	pub.queue("ml", "jobs", 0, 0)
+	pub.queue("ml", "jobs", 7, 0)
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 3 {
+		t.Fatalf("activations pushed = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.streamsOpen); got != 1 {
+		t.Fatalf("streams open = %v, want 1", got)
+	}
+
+	s.stop()
+	expectEOF(t, errc)
+	for m := range msgs {
+		t.Fatalf("stream sent %v after the last expected message", m)
+	}
+}
+
+// TestThousandStreams opens 1,000 streams at once: one queue report reaches each of the
+// streams on that queue, none of the others, and shutdown ends every one cleanly.
+func TestThousandStreams(t *testing.T) {
+	const streams, queues = 1000, 10
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+
+	type opened struct {
+		msgs <-chan bool
+		errc <-chan error
+	}
+	all := make([]opened, streams)
+	for i := range all {
+		stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "so-"+itoa(i), map[string]string{"queue": "q" + itoa(i%queues)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, errc := recvAll(stream)
+		all[i] = opened{msgs, errc}
+	}
+	for i := range all {
+		expectMsg(t, all[i].msgs, false)
+	}
+	eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.streamsOpen) == streams })
+
+	pub.queue("ml", "q3", 1, 0)
+	for i := range all {
+		if i%queues == 3 {
+			expectMsg(t, all[i].msgs, true)
+		}
+	}
+	for i := range all {
+		select {
+		case m := <-all[i].msgs:
+			t.Fatalf("stream %d on queue q%d got %v from a report for q3", i, i%queues, m)
+		default:
+		}
+	}
+
+	s.stop()
+	for i := range all {
+		expectEOF(t, all[i].errc)
+	}
+	if got := testutil.ToFloat64(s.metrics.streamsOpen); got != 0 {
+		t.Fatalf("streams open after shutdown = %v, want 0", got)
+	}
+}
+
+func TestStaleDataIsUnavailable(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{Now: now})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10s"})
+
+	pub.queue("ml", "jobs", 4, 0)
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && resp.GetResult()
+	})
+	offset.Store(int64(time.Minute))
+	_, err := s.client.IsActive(t.Context(), r)
+	wantCode(t, err, codes.Unavailable, "queue ml/jobs last reported at", "longer than staleAfter 10s")
+	_, err = s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+	wantCode(t, err, codes.Unavailable, "queue ml/jobs last reported at")
+
+	// The default staleAfter (30s) applies when the trigger sets none.
+	_, err = s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
+	wantCode(t, err, codes.Unavailable, "longer than staleAfter 30s")
+}
+
+func TestRestartRecoversStateBeforeServing(t *testing.T) {
+	ns := startNATS(t, "", "")
+	first := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 6, 1)
+	pub.queue("ml", "jobs", 2, 1) // only the latest per subject matters
+	pub.queue("prod", "jobs", 0, 0)
+	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 75, 1, 80)}})
+	eventually(t, 5*time.Second, func() bool { n, _, q := first.State().Size(); return n == 1 && q == 2 })
+	first.stop()
+
+	second := startScaler(t, ns.ClientURL(), Config{})
+	// Ready means restored: the very first calls answer from the replayed state.
+	resp, err := second.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+		ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "queue-backlog"})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 3 {
+		t.Fatalf("restarted GetMetrics = %v, %v; want backlog 3", resp, err)
+	}
+	resp, err = second.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+		ScaledObjectRef: ref("ml", "llm", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"}), MetricName: "gpu-util"})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 75 {
+		t.Fatalf("restarted gpu-util = %v, %v; want 75", resp, err)
+	}
+	if got := testutil.ToFloat64(second.metrics.replayMessages); got != 3 {
+		t.Fatalf("replayed %v messages, want 3 (the last per subject)", got)
+	}
+}
+
+// TestNotReadyIsUnavailable checks the handlers refuse to answer from a state that is
+// not yet restored.
+func TestNotReadyIsUnavailable(t *testing.T) {
+	srv := &Server{state: NewState(nil), ready: make(chan struct{}), done: make(chan struct{}), stale: DefaultStaleAfter}
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	_, err := srv.IsActive(t.Context(), r)
+	wantCode(t, err, codes.Unavailable, "restoring its state")
+	_, err = srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+	wantCode(t, err, codes.Unavailable, "restoring its state")
+	if _, err := srv.GetMetricSpec(t.Context(), r); err != nil {
+		t.Fatalf("GetMetricSpec needs no state, got %v", err)
+	}
+}
+
+func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 3, 0)
+	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 75, 1, 80)}})
+	eventually(t, 5*time.Second, func() bool { n, _, q := s.State().Size(); return n == 1 && q == 1 })
+
+	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
+	pub.raw("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
+	pub.raw("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // invalid: other namespace
+	pub.raw("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
+	pub.raw("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // invalid: other node
+	pub.raw("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
+	pub.raw("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
+
+	eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue")) == 4
+	})
+	want := `
+# HELP gpuscaler_scaler_events_dropped_total Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).
+# TYPE gpuscaler_scaler_events_dropped_total counter
+gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 2
+gpuscaler_scaler_events_dropped_total{kind="queue",reason="decode"} 1
+gpuscaler_scaler_events_dropped_total{kind="queue",reason="invalid"} 1
+gpuscaler_scaler_events_dropped_total{kind="unknown",reason="subject"} 1
+`
+	if err := testutil.CollectAndCompare(s.reg, strings.NewReader(want), "gpuscaler_scaler_events_dropped_total"); err != nil {
+		t.Fatal(err)
+	}
+	// The malformed events changed nothing: n1 keeps its GPU, the queue its last good value.
+	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+		ScaledObjectRef: ref("ml", "llm", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"}), MetricName: "gpu-util"})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 75 {
+		t.Fatalf("gpu-util after malformed node reports = %v, %v; want 75", resp, err)
+	}
+	resp, err = s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+		ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "queue-backlog"})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 1<<62 {
+		t.Fatalf("queue-backlog = %v, %v; want %d", resp, err, uint64(1<<62))
+	}
+	if n, g, q := s.State().Size(); n != 1 || g != 1 || q != 1 {
+		t.Fatalf("state size = %d nodes, %d gpus, %d queues; want 1, 1, 1", n, g, q)
+	}
+}
+
+func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	newPublisher(t, ns.ClientURL()).queue("ml", "jobs", 1, 0)
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && resp.GetResult()
+	})
+	_, _ = s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "absent"}))
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + s.HTTPAddr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz = %d %q, want 200 ready", code, body)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`gpuscaler_scaler_state_entries{kind="queue"} 1`,
+		`gpuscaler_scaler_events_received_total{kind="queue"} 1`,
+		`gpuscaler_scaler_ready 1`,
+		`gpuscaler_scaler_nats_connected 1`,
+		`gpuscaler_scaler_rpc_duration_seconds_count{code="OK",method="IsActive"}`,
+		`gpuscaler_scaler_rpc_duration_seconds_count{code="Unavailable",method="IsActive"} 1`,
+		`gpuscaler_scaler_replay_duration_seconds`,
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics (status %d) lacks %q", code, want)
+		}
+	}
+}
+
+// TestSurvivesNATSRestart stops the NATS server under a running scaler and starts it
+// again on the same address and store: /readyz fails once NATS has been gone longer than
+// staleAfter, and the scaler follows new reports after the reconnect.
+func TestSurvivesNATSRestart(t *testing.T) {
+	addr, dir := freeAddr(t), t.TempDir()
+	ns := startNATS(t, addr, dir)
+	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "1h"})
+	pub.queue("ml", "jobs", 1, 0)
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && resp.GetResult()
+	})
+
+	ns.Shutdown()
+	eventually(t, 10*time.Second, func() bool {
+		err := s.readiness()
+		return err != nil && strings.Contains(err.Error(), "NATS has been disconnected")
+	})
+	// The state stays: data is judged by its age, not by the connection.
+	if resp, err := s.client.IsActive(t.Context(), r); err != nil || !resp.GetResult() {
+		t.Fatalf("IsActive while NATS is down = %v, %v; want true from the last report", resp, err)
+	}
+
+	startNATS(t, addr, dir)
+	eventually(t, 15*time.Second, func() bool { return s.readiness() == nil })
+	eventually(t, 15*time.Second, func() bool {
+		pubCtx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 42})
+		if _, err := pub.js.Publish(pubCtx, "gpuscaler.v1.queue.ml.jobs", data); err != nil {
+			return false
+		}
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+		return err == nil && resp.GetMetricValues()[0].GetMetricValueFloat() == 42
+	})
+}
+
+// TestConcurrentReadsAndWrites runs readers, streams and a writer at once under -race.
+func TestConcurrentReadsAndWrites(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			r := ref("ml", "so", map[string]string{"queue": "q" + itoa(i), "podSelector": "app=llm", "gpuUtilTarget": "50"})
+			for ctx.Err() == nil {
+				_, _ = s.client.IsActive(ctx, r)
+				_, _ = s.client.GetMetrics(ctx, &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "gpu-util"})
+			}
+		})
+	}
+	for i := range 50 {
+		pub.queue("ml", "q"+itoa(i%4), uint64(i%3), 0)
+		pub.node(&gpuscalerv1.NodeReport{Node: fmt.Sprintf("n%d", i%5), Gpus: []*gpuscalerv1.GPUSample{
+			gpu("GPU-"+itoa(i), "ml", "p"+itoa(i%7), map[string]string{"app": "llm"}, float64(i%100), 1, 2)}})
+	}
+	cancel()
+	wg.Wait()
+	if !errors.Is(ctx.Err(), context.Canceled) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatal(ctx.Err())
+	}
+}
