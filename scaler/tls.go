@@ -33,7 +33,7 @@ func (c TLSConfig) serverTLS() (*tls.Config, error) {
 	if c.CertFile == "" || c.KeyFile == "" {
 		return nil, errors.New("TLS: give both the certificate and the key file")
 	}
-	r := &certReloader{certFile: c.CertFile, keyFile: c.KeyFile}
+	r := &certReloader{certFile: c.CertFile, keyFile: c.KeyFile, checkEvery: 10 * time.Second}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -59,6 +59,7 @@ func (c TLSConfig) serverTLS() (*tls.Config, error) {
 // certReloader serves a certificate and key pair, reloading it when the files change.
 type certReloader struct {
 	certFile, keyFile string
+	checkEvery        time.Duration
 
 	mu      sync.Mutex // guards the fields below
 	cert    *tls.Certificate
@@ -98,7 +99,7 @@ func (r *certReloader) filesModTime() (time.Time, error) {
 func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Since(r.checked) >= 10*time.Second {
+	if time.Since(r.checked) >= r.checkEvery {
 		r.checked = time.Now()
 		if mod, err := r.filesModTime(); err == nil && !mod.Equal(r.modTime) {
 			_ = r.load()
