@@ -225,6 +225,7 @@ func (s *Scaler) watchHealth(ctx context.Context, h *health.Server) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	serving := false
+	ready := s.ready // checked at once when the replay finishes, then on the ticker
 	for {
 		if ok := s.readiness() == nil; ok != serving {
 			serving = ok
@@ -237,8 +238,8 @@ func (s *Scaler) watchHealth(ctx context.Context, h *health.Server) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.ready:
-			// check at once when the replay finishes, then on the ticker
+		case <-ready:
+			ready = nil // a closed channel is always ready: wait on it once
 		case <-tick.C:
 		}
 	}
