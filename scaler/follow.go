@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,10 +74,23 @@ type follower struct {
 	// ready is called once, when the first replay has caught up with the stream.
 	ready     func()
 	replaying atomic.Bool
-	// lastConsumerSeq is the consumer sequence of the last message handled.
+	// lastConsumerSeq is the consumer sequence of the last message handed to the shards.
 	lastConsumerSeq atomic.Uint64
 	replayStart     time.Time
 	replayed        atomic.Uint64
+	// shards decode and apply messages; see startShards. They and the consumer's handler
+	// stop with runCtx, the context run was given.
+	shards []chan shardItem
+	runCtx context.Context
+}
+
+// shardItem is a stored message for a shard to decode and apply, or, when sync is set, a
+// marker the shard closes once everything queued before it is applied.
+type shardItem struct {
+	subject string
+	data    []byte
+	stored  time.Time
+	sync    chan struct{}
 }
 
 // run follows the stream until ctx ends, starting again (stream set-up included) after a
@@ -84,6 +98,8 @@ type follower struct {
 func (f *follower) run(ctx context.Context) error {
 	f.replaying.Store(true)
 	f.replayStart = time.Now()
+	f.runCtx = ctx
+	f.startShards(ctx, runtime.GOMAXPROCS(0))
 	wait := time.Second
 	for {
 		err := f.follow(ctx)
@@ -157,7 +173,7 @@ func (f *follower) awaitReplay(ctx context.Context, cons jetstream.Consumer) err
 		info, err := cons.Info(infoCtx)
 		cancel()
 		if err == nil && info.NumPending == 0 && info.Delivered.Consumer <= f.lastConsumerSeq.Load() {
-			f.replayDone()
+			f.replayDone(ctx)
 			return nil
 		}
 		select {
@@ -169,36 +185,102 @@ func (f *follower) awaitReplay(ctx context.Context, cons jetstream.Consumer) err
 	return nil
 }
 
-// handle applies one stored message. It runs on the consumer's one goroutine, in stream order.
+// handle hands one stored message to its shard. It runs on the consumer's one goroutine,
+// in stream order.
 func (f *follower) handle(msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		f.drop(msg.Subject(), "unknown", "metadata", err)
 		return
 	}
-	ev, err := gpuscalerv1.Decode(msg.Subject(), msg.Data())
-	kind := ev.Subject.Kind.String()
-	f.metrics.eventsReceived.WithLabelValues(kind).Inc()
-	switch {
-	case err == nil:
-		f.state.Apply(ev, meta.Timestamp)
-	case errors.Is(err, gpuscalerv1.ErrInvalidSubject):
-		f.drop(msg.Subject(), kind, "subject", err)
-	case errors.Is(err, gpuscalerv1.ErrUndecodable):
-		f.drop(msg.Subject(), kind, "decode", err)
-	default:
-		f.drop(msg.Subject(), kind, "invalid", err)
+	select {
+	case f.shards[shardOf(msg.Subject(), len(f.shards))] <- shardItem{subject: msg.Subject(), data: msg.Data(), stored: meta.Timestamp}:
+	case <-f.runCtx.Done():
+		return
 	}
 	f.lastConsumerSeq.Store(meta.Sequence.Consumer)
 	if f.replaying.Load() {
 		f.replayed.Add(1)
 		if meta.NumPending == 0 {
-			f.replayDone()
+			f.replayDone(f.runCtx)
 		}
 	}
 }
 
-func (f *follower) replayDone() {
+// startShards starts n goroutines that decode and apply messages until ctx ends. Decoding
+// is most of the work: on one goroutine it caps a scaler near 20,000 NodeReports/s on a
+// 2-core machine. Every message of a subject goes to the same shard, so each node's and
+// queue's reports are applied in the order NATS stored them.
+func (f *follower) startShards(ctx context.Context, n int) {
+	f.shards = make([]chan shardItem, max(n, 1))
+	for i := range f.shards {
+		ch := make(chan shardItem, 1024)
+		f.shards[i] = ch
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case it := <-ch:
+					if it.sync != nil {
+						close(it.sync)
+						continue
+					}
+					f.apply(it)
+				}
+			}
+		}()
+	}
+}
+
+// shardOf maps a subject to one of n shards (FNV-1a).
+func shardOf(subject string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(subject); i++ {
+		h = (h ^ uint32(subject[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// apply decodes one message and applies it, or counts and drops it.
+func (f *follower) apply(it shardItem) {
+	ev, err := gpuscalerv1.Decode(it.subject, it.data)
+	kind := ev.Subject.Kind.String()
+	f.metrics.eventsReceived.WithLabelValues(kind).Inc()
+	switch {
+	case err == nil:
+		f.state.Apply(ev, it.stored)
+	case errors.Is(err, gpuscalerv1.ErrInvalidSubject):
+		f.drop(it.subject, kind, "subject", err)
+	case errors.Is(err, gpuscalerv1.ErrUndecodable):
+		f.drop(it.subject, kind, "decode", err)
+	default:
+		f.drop(it.subject, kind, "invalid", err)
+	}
+}
+
+// syncShards returns once every message handed to a shard before the call is applied.
+func (f *follower) syncShards(ctx context.Context) {
+	for _, ch := range f.shards {
+		done := make(chan struct{})
+		select {
+		case ch <- shardItem{sync: done}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (f *follower) replayDone(ctx context.Context) {
+	if !f.replaying.Load() {
+		return
+	}
+	f.syncShards(ctx) // ready means applied, not merely received
 	if !f.replaying.CompareAndSwap(true, false) {
 		return
 	}

@@ -3,6 +3,7 @@ package scaler
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -14,6 +15,8 @@ import (
 type State struct {
 	now     func() time.Time
 	started time.Time
+	// applied counts the events applied, for throughput measurements.
+	applied atomic.Uint64
 
 	mu sync.RWMutex // guards every field below
 	// nodes holds the latest report per node name.
@@ -66,6 +69,7 @@ func NewState(now func() time.Time) *State {
 // Apply records a decoded event that NATS stored at stored, replacing what was known of
 // its node or queue, and wakes the watchers it may concern.
 func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) {
+	defer s.applied.Add(1)
 	switch {
 	case ev.Node != nil:
 		s.applyNode(ev.Node, stored)
@@ -171,6 +175,9 @@ func (s *State) Forget(cutoff time.Time) int {
 	}
 	return n
 }
+
+// Applied returns how many events have been applied since the State was made.
+func (s *State) Applied() uint64 { return s.applied.Load() }
 
 // Size reports how many nodes, GPU samples and queues the state holds.
 func (s *State) Size() (nodes, gpus, queues int) {
