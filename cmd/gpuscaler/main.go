@@ -24,6 +24,7 @@ func commands() []command {
 	return []command{
 		{"scaler", "run the KEDA external scaler (with an embedded NATS server unless --nats-url is given)", runScaler},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
+		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},
 		{"version", "print the version", runVersion},
 	}
 }
