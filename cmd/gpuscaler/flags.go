@@ -55,9 +55,15 @@ func newFlagSet(name, synopsis, about string, out io.Writer) *flag.FlagSet {
 // parseFlags parses args, then sets each flag not given on the command line from its
 // environment variable. --help prints usage and returns flag.ErrHelp.
 func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints the usage on every parse error; only --help should.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err // Parse has printed the usage
+			usage()
+			return err
 		}
 		return usageError{err}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -157,9 +158,9 @@ func readNodeReport(file string, stdin io.Reader) (*gpuscalerv1.NodeReport, erro
 }
 
 func parseUint(s string, dst *uint64) error {
-	var v uint64
-	if _, err := fmt.Sscan(s, &v); err != nil {
-		return fmt.Errorf("want a whole number, 0 or more")
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return errors.New("want a whole number, 0 or more")
 	}
 	*dst = v
 	return nil

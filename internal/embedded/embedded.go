@@ -75,13 +75,23 @@ func Start(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ns.SetLoggerV2(logAdapter{log}, false, false, false)
+	fatal := make(chan string, 1)
+	ns.SetLoggerV2(logAdapter{log: log, fatal: fatal}, false, false, false)
 	s.Server = ns
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		s.removeTmp()
-		return nil, errors.New("embedded NATS did not become ready within 10s (is the address in use?)")
+	for deadline := time.Now().Add(10 * time.Second); !ns.ReadyForConnections(25 * time.Millisecond); {
+		select {
+		case msg := <-fatal: // nats-server reports a failed listen here, then waits forever
+			ns.Shutdown()
+			s.removeTmp()
+			return nil, fmt.Errorf("embedded NATS: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			s.removeTmp()
+			return nil, errors.New("embedded NATS did not become ready within 10s")
+		}
 	}
 	return s, nil
 }
@@ -99,12 +109,23 @@ func (s *Server) removeTmp() {
 	}
 }
 
-// logAdapter routes nats-server's log lines to slog.
-type logAdapter struct{ log *slog.Logger }
+// logAdapter routes nats-server's log lines to slog. A fatal line, which would end a
+// standalone server, is also handed to Start.
+type logAdapter struct {
+	log   *slog.Logger
+	fatal chan<- string
+}
 
 func (l logAdapter) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l logAdapter) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l logAdapter) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l logAdapter) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l logAdapter) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l logAdapter) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	select {
+	case l.fatal <- msg:
+	default:
+	}
+}
+func (l logAdapter) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logAdapter) Tracef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }

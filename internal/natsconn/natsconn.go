@@ -203,15 +203,22 @@ func (c *Conn) DownFor() time.Duration {
 	return time.Since(c.downSince)
 }
 
-// redact hides passwords and tokens in URLs for messages.
+// redact hides passwords and tokens in URLs for messages. nats.go takes URLs with or
+// without a scheme ("user:pass@host:4222"), so both are redacted.
 func redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
-		if scheme, rest, ok := strings.Cut(u, "://"); ok {
-			if at := strings.LastIndex(rest, "@"); at >= 0 {
-				parts[i] = scheme + "://[redacted]@" + rest[at+1:]
-			}
+		scheme, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			scheme, rest = "", u
 		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			rest = "[redacted]@" + rest[at+1:]
+		}
+		if ok {
+			rest = scheme + "://" + rest
+		}
+		parts[i] = rest
 	}
 	return strings.Join(parts, ",")
 }
