@@ -3,12 +3,14 @@ package scaler
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -49,6 +51,15 @@ const (
 	MetricQueueBacklog = "queue-backlog"
 	MetricGPUUtil      = "gpu-util"
 	MetricGPUMemory    = "gpu-memory"
+)
+
+// Bounds of targets. KEDA hands a target to the HPA in milli-units (int64(v*1000)), so a
+// target below a thousandth would reach the HPA as 0, and one above 1e15 would overflow.
+const (
+	minTarget   = 0.001
+	maxTarget   = 1e15
+	maxStale    = 24 * time.Hour
+	emptyKeyTag = "(empty key)"
 )
 
 // fromEnvSuffix marks a key whose value KEDA resolved from the workload's environment.
@@ -146,7 +157,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	if err := gpuscalerv1.ValidateNamespace(namespace); err != nil {
 		return nil, &MetadataError{Key: "namespace", Value: namespace, Want: "the ScaledObject's namespace, a DNS-1123 label"}
 	}
-	md, err := resolveKeys(metadata)
+	md, written, err := resolveKeys(metadata)
 	if err != nil {
 		return nil, err
 	}
@@ -160,14 +171,14 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		StaleAfter:           defaultStaleAfter,
 	}
-	p := parser{md: md}
+	p := parser{md: md, written: written}
 	t.Queue = p.name(KeyQueue, gpuscalerv1.ValidateQueueName, "a queue name: no '.', '*', '>' or white space")
-	p.float(KeyQueueTarget, &t.QueueTarget, 0, math.MaxFloat64, false, "a number above 0")
-	p.float(KeyActivationQueueDepth, &t.ActivationQueueDepth, 0, math.MaxFloat64, true, "a number, 0 or above")
+	p.float(KeyQueueTarget, &t.QueueTarget, minTarget, maxTarget, "a number from 0.001 to 1e15")
+	p.float(KeyActivationQueueDepth, &t.ActivationQueueDepth, 0, maxTarget, "a number from 0 to 1e15")
 	t.PodSelector = p.selector(KeyPodSelector)
-	p.float(KeyGPUUtilTarget, &t.GPUUtilTarget, 0, 100, false, "a percentage above 0, at most 100")
-	p.float(KeyActivationGPUUtil, &t.ActivationGPUUtil, 0, 100, true, "a percentage from 0 to 100")
-	p.float(KeyGPUMemoryTarget, &t.GPUMemoryTarget, 0, 100, false, "a percentage above 0, at most 100")
+	p.float(KeyGPUUtilTarget, &t.GPUUtilTarget, minTarget, 100, "a percentage from 0.001 to 100")
+	p.float(KeyActivationGPUUtil, &t.ActivationGPUUtil, 0, 100, "a percentage from 0 to 100")
+	p.float(KeyGPUMemoryTarget, &t.GPUMemoryTarget, minTarget, 100, "a percentage from 0.001 to 100")
 	t.GPUsPerReplica, t.GPUProfile = p.gpusPerReplica(KeyGPUsPerReplica)
 	p.bool(KeyCapacityAware, &t.CapacityAware)
 	t.NodeSelector = p.selector(KeyNodeSelector)
@@ -177,70 +188,85 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	if p.err != nil {
 		return nil, p.err
 	}
-	if err := t.checkCombination(md); err != nil {
+	if err := t.checkCombination(md, written); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// checkCombination checks the keys make sense together.
-func (t *Trigger) checkCombination(md map[string]string) error {
-	if t.Queue == "" && t.Stream == "" && t.PodSelector == nil {
-		return &MetadataError{Key: KeyQueue, Value: "", Want: "one of queue, stream with consumer, or podSelector"}
+// checkCombination checks the keys make sense together. written maps each key to the
+// name the trigger gave it (queueFromEnv, say), which errors use.
+func (t *Trigger) checkCombination(md, written map[string]string) error {
+	fail := func(key, want string) error {
+		name := written[key]
+		if name == "" {
+			name = key
+		}
+		return &MetadataError{Key: name, Value: md[key], Want: want}
 	}
 	if (t.Stream == "") != (t.Consumer == "") {
-		key, value := KeyConsumer, ""
 		if t.Stream == "" {
-			key, value = KeyStream, ""
+			return fail(KeyStream, "stream and consumer given together")
 		}
-		return &MetadataError{Key: key, Value: value, Want: "stream and consumer given together"}
+		return fail(KeyConsumer, "stream and consumer given together")
+	}
+	if t.Queue == "" && t.Stream == "" && t.PodSelector == nil {
+		return fail(KeyQueue, "one of queue, stream with consumer, or podSelector")
 	}
 	if t.Queue != "" && t.Stream != "" {
-		return &MetadataError{Key: KeyStream, Value: t.Stream, Want: "either queue or stream with consumer, not both"}
+		return fail(KeyStream, "either queue or stream with consumer, not both")
 	}
 	if t.PodSelector == nil {
 		for _, k := range []string{KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget} {
-			if v, ok := md[k]; ok {
-				return &MetadataError{Key: k, Value: v, Want: "podSelector set too: it says whose GPUs to measure"}
+			if _, ok := md[k]; ok {
+				return fail(k, "podSelector set too: it says whose GPUs to measure")
 			}
 		}
 	} else if t.GPUUtilTarget == 0 && t.GPUMemoryTarget == 0 {
-		return &MetadataError{Key: KeyPodSelector, Value: md[KeyPodSelector], Want: "gpuUtilTarget or gpuMemoryTarget set too: the metric to scale on"}
+		return fail(KeyPodSelector, "gpuUtilTarget or gpuMemoryTarget set too: the metric to scale on")
 	}
 	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
-		return &MetadataError{Key: KeyCapacityAware, Value: md[KeyCapacityAware], Want: "a queue or stream: capacity caps a backlog"}
+		return fail(KeyCapacityAware, "a queue or stream: capacity caps a backlog")
 	}
-	if v, ok := md[KeyNodeSelector]; ok && !t.CapacityAware {
-		return &MetadataError{Key: KeyNodeSelector, Value: v, Want: "capacityAware \"true\" too: nodeSelector picks the nodes whose free GPUs count"}
+	if _, ok := md[KeyNodeSelector]; ok && !t.CapacityAware {
+		return fail(KeyNodeSelector, "capacityAware \"true\" too: nodeSelector picks the nodes whose free GPUs count")
 	}
 	return nil
 }
 
 // resolveKeys folds <key>FromEnv into <key>, drops KEDA's own keys and rejects keys
-// gpuscaler does not know, naming the likely intended one.
-func resolveKeys(metadata map[string]string) (map[string]string, error) {
-	md := make(map[string]string, len(metadata))
-	for k, v := range metadata {
+// gpuscaler does not know, naming the likely intended one. It returns the metadata by
+// key and, for keys written otherwise (queueFromEnv), the name the trigger used. Keys are
+// judged in sorted order, so the same metadata always gives the same error.
+func resolveKeys(metadata map[string]string) (md, written map[string]string, err error) {
+	md = make(map[string]string, len(metadata))
+	written = make(map[string]string)
+	for _, k := range slices.Sorted(maps.Keys(metadata)) {
+		v := metadata[k]
 		if slices.Contains(kedaKeys, k) {
 			continue
+		}
+		if k == "" {
+			return nil, nil, &MetadataError{Key: emptyKeyTag, Value: v, Want: "a key name; one of " + strings.Join(knownKeys, ", ")}
 		}
 		key := k
 		if base, ok := strings.CutSuffix(k, fromEnvSuffix); ok && slices.Contains(knownKeys, base) {
 			if _, both := metadata[base]; both {
-				return nil, &MetadataError{Key: k, Value: v, Want: fmt.Sprintf("either %s or %s, not both", base, k)}
+				return nil, nil, &MetadataError{Key: k, Value: v, Want: fmt.Sprintf("either %s or %s, not both", base, k)}
 			}
 			key = base
+			written[key] = k
 		}
 		if !slices.Contains(knownKeys, key) {
 			want := "one of " + strings.Join(knownKeys, ", ")
 			if guess := closestKey(key); guess != "" {
 				want = fmt.Sprintf("a known key; did you mean %q? (known: %s)", guess, strings.Join(knownKeys, ", "))
 			}
-			return nil, &MetadataError{Key: k, Value: v, Want: want}
+			return nil, nil, &MetadataError{Key: k, Value: v, Want: want}
 		}
 		md[key] = v
 	}
-	return md, nil
+	return md, written, nil
 }
 
 // closestKey returns the known key nearest to key by edit distance, ignoring case, when
@@ -278,8 +304,9 @@ func editDistance(a, b string) int {
 
 // parser reads keys from resolved metadata and keeps the first error.
 type parser struct {
-	md  map[string]string
-	err error
+	md      map[string]string
+	written map[string]string // key → the name the trigger gave it, where different
+	err     error
 }
 
 func (p *parser) get(key string) (string, bool) {
@@ -292,6 +319,9 @@ func (p *parser) get(key string) (string, bool) {
 
 func (p *parser) fail(key, value, want string) {
 	if p.err == nil {
+		if w, ok := p.written[key]; ok {
+			key = w
+		}
 		p.err = &MetadataError{Key: key, Value: value, Want: want}
 	}
 }
@@ -308,15 +338,16 @@ func (p *parser) name(key string, validate func(string) error, want string) stri
 	return v
 }
 
-// float parses a finite number into dst. Values must be above lo (or equal to it when
-// loInclusive) and at most hi.
-func (p *parser) float(key string, dst *float64, lo, hi float64, loInclusive bool, want string) {
+// float parses a decimal number from lo to hi into dst. Hexadecimal, NaN and infinities
+// are refused: strconv.ParseFloat takes them, a person writing metadata does not mean them.
+func (p *parser) float(key string, dst *float64, lo, hi float64, want string) {
 	v, ok := p.get(key)
 	if !ok {
 		return
 	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > hi || f < lo || (f == lo && !loInclusive) {
+	s := strings.TrimSpace(v)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || strings.ContainsAny(s, "xXpP_") || math.IsNaN(f) || math.IsInf(f, 0) || f > hi || f < lo {
 		p.fail(key, v, want)
 		return
 	}
@@ -342,8 +373,8 @@ func (p *parser) duration(key string, dst *time.Duration) {
 		return
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d < time.Second {
-		p.fail(key, v, `a duration of 1s or more, such as "30s" or "2m"`)
+	if err != nil || d < time.Second || d > maxStale {
+		p.fail(key, v, `a duration from 1s to 24h, such as "30s" or "2m"`)
 		return
 	}
 	*dst = d
@@ -354,8 +385,11 @@ func (p *parser) selector(key string) labels.Selector {
 	if !ok {
 		return nil
 	}
-	if strings.TrimSpace(v) == "" {
-		p.fail(key, v, `a non-empty Kubernetes label selector, such as "app=llm,tier in (gpu)"`)
+	const example = `a non-empty Kubernetes label selector, such as "app=llm,tier in (gpu)"`
+	// labels.Parse stops at a NUL byte: "\x00app=llm" would parse as the empty selector,
+	// which selects everything. Control characters are never part of a selector.
+	if strings.TrimSpace(v) == "" || strings.ContainsFunc(v, unicode.IsControl) {
+		p.fail(key, v, example)
 		return nil
 	}
 	sel, err := labels.Parse(v)
@@ -363,11 +397,15 @@ func (p *parser) selector(key string) labels.Selector {
 		p.fail(key, v, fmt.Sprintf("a Kubernetes label selector (%v)", err))
 		return nil
 	}
+	if sel.Empty() {
+		p.fail(key, v, example)
+		return nil
+	}
 	return sel
 }
 
 // migProfile matches MIG profile names: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb.
-var migProfile = regexp.MustCompile(`^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+[a-z]+)?$`)
+var migProfile = regexp.MustCompile(`^([1-9][0-9]*c\.)?[1-9][0-9]*g\.[1-9][0-9]*gb(\+[a-z]+)?$`)
 
 func (p *parser) gpusPerReplica(key string) (int, string) {
 	v, ok := p.get(key)

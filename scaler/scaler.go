@@ -75,8 +75,11 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = ":8080"
 	}
-	if cfg.StaleAfter <= 0 {
+	switch {
+	case cfg.StaleAfter == 0:
 		cfg.StaleAfter = DefaultStaleAfter
+	case cfg.StaleAfter < time.Second || cfg.StaleAfter > maxStale:
+		return nil, fmt.Errorf("stale-after %s: want a duration from 1s to 24h, as a trigger's staleAfter", cfg.StaleAfter)
 	}
 	cfg.Stream = cfg.Stream.withDefaults()
 	js, err := jetstream.New(nc.Conn)

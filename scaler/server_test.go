@@ -81,7 +81,7 @@ func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
-			wantCode(t, call(), codes.InvalidArgument, `queueTarget="-3"`, "want a number above 0")
+			wantCode(t, call(), codes.InvalidArgument, `queueTarget="-3"`, "want a number from 0.001 to 1e15")
 		})
 	}
 	t.Run("no ScaledObjectRef", func(t *testing.T) {
@@ -175,7 +175,7 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	expectMsg(t, msgs, true)
 	pub.queue("ml", "jobs", 2, 0) // still active: nothing to send
 	pub.queue("ml", "jobs", 0, 0) // inactive: KEDA ignores false, so nothing is sent
-	pub.queue("ml", "jobs", 0, 1) // active again
+	pub.queue("ml", "jobs", 0, 1) // active again, however soon after: a new activation
 	expectMsg(t, msgs, true)
 	pub.queue("other", "jobs", 5, 0) // another namespace's queue of the same name
 	pub.queue("ml", "jobs", 0, 0)
@@ -463,5 +463,15 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 	wg.Wait()
 	if !errors.Is(ctx.Err(), context.Canceled) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal(ctx.Err())
+	}
+}
+
+func TestNewRejectsBadStaleAfter(t *testing.T) {
+	ns := startNATS(t, "", "")
+	nc := connectNATS(t, ns.ClientURL())
+	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 25 * time.Hour} {
+		if _, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: d}, nc, testLogger(t), nil); err == nil || !strings.Contains(err.Error(), "stale-after") {
+			t.Errorf("New with StaleAfter %s: error %v, want one naming stale-after", d, err)
+		}
 	}
 }
