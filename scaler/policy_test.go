@@ -445,3 +445,24 @@ func TestWatchWakesOnlyConcernedWatchers(t *testing.T) {
 		t.Fatal("Stop left an empty watcher set behind")
 	}
 }
+
+// TestWatchRemembersABriefDip: reports merge into one wake-up, but a report showing the
+// queue at or below the activation depth is remembered, however soon it was superseded.
+func TestWatchRemembersABriefDip(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	w := s.Watch(mustTrigger(t, "ml", map[string]string{"queue": "jobs", "activationQueueDepth": "2"}))
+	defer w.Stop()
+	s.Apply(queueEvent("ml", "jobs", 5, 0), t0)
+	s.Apply(queueEvent("ml", "jobs", 3, 0), t0)
+	if w.SawInactive() {
+		t.Fatal("SawInactive after backlogs 5 and 3 (depth 2), want false")
+	}
+	s.Apply(queueEvent("ml", "jobs", 1, 1), t0) // backlog 2: at the depth, inactive
+	s.Apply(queueEvent("ml", "jobs", 9, 0), t0)
+	if !w.SawInactive() {
+		t.Fatal("SawInactive after a dip to 2 (depth 2), want true")
+	}
+	if w.SawInactive() {
+		t.Fatal("SawInactive twice for one dip, want it reset by the first call")
+	}
+}

@@ -82,6 +82,9 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-w.C:
+			if w.SawInactive() {
+				active = false // the queue went inactive since the last look, however briefly
+			}
 			now, _ := s.active(t)
 			if now && !active {
 				if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {

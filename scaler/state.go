@@ -83,7 +83,11 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.queues[k] = &queueEntry{report: r, stored: stored}
+	backlog := float64(r.Backlog())
 	for w := range s.queueWatch[k] {
+		if backlog <= w.activationDepth {
+			w.sawInactive.Store(true)
+		}
 		w.wake()
 	}
 }
@@ -199,6 +203,11 @@ type Watch struct {
 	queue   *queueKey
 	gpuNS   string
 	stopped sync.Once
+	// activationDepth is the trigger's activationQueueDepth; sawInactive records that a
+	// report at or below it was applied, even if the queue was active again before the
+	// watcher looked. Wake-ups merge, so without it a brief dip could go unseen.
+	activationDepth float64
+	sawInactive     atomic.Bool
 }
 
 // Watch registers a watcher for t. The caller must call Stop when done.
@@ -210,6 +219,7 @@ func (s *State) Watch(t *Trigger) *Watch {
 	if t.Queue != "" {
 		k := queueKey{t.Namespace, t.Queue}
 		w.queue = &k
+		w.activationDepth = t.ActivationQueueDepth
 		addWatch(s.queueWatch, k, w)
 	}
 	if t.PodSelector != nil {
@@ -249,6 +259,10 @@ func (w *Watch) Stop() {
 		}
 	})
 }
+
+// SawInactive reports whether a report showing the trigger's queue inactive was applied
+// since the last call.
+func (w *Watch) SawInactive() bool { return w.sawInactive.Swap(false) }
 
 // wake signals the watcher without blocking. Called with s.mu held.
 func (w *Watch) wake() {

@@ -1,0 +1,85 @@
+package scaler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// benchState is a state like gpuscaler bench's: 1,000 nodes × 8 GPUs, seven held by pods
+// of 100 apps over 50 namespaces, one free; and 1,000 queues.
+func benchState(b *testing.B) *State {
+	b.Helper()
+	s := NewState(nil)
+	now := time.Now()
+	for i := range 1000 {
+		r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("node-%04d", i), Source: "sim"}
+		for g := range 8 {
+			smp := &gpuscalerv1.GPUSample{Uuid: fmt.Sprintf("GPU-%d-%d", i, g), GpuUtil: proto.Float64(float64(g * 10)),
+				FbUsedBytes: proto.Uint64(1 << 30), FbTotalBytes: proto.Uint64(80 << 30)}
+			if g != 7 {
+				app := (i*8 + g) % 100
+				smp.Pod = &gpuscalerv1.PodRef{Namespace: fmt.Sprintf("ns-%02d", app%50), Name: fmt.Sprintf("svc-%02d-%d", app, i),
+					Labels: map[string]string{"app": fmt.Sprintf("svc-%02d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"}}
+			}
+			r.Gpus = append(r.Gpus, smp)
+		}
+		s.Apply(gpuscalerv1.Event{Node: r}, now)
+		s.Apply(queueEvent("ml", fmt.Sprintf("q-%d", i), uint64(i), 0), now)
+	}
+	return s
+}
+
+func BenchmarkParseTrigger(b *testing.B) {
+	md := map[string]string{"scalerAddress": "gpuscaler:9090", "queue": "jobs", "queueTarget": "5",
+		"podSelector": "app=svc-01,tier=gpu", "gpuUtilTarget": "60"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseTrigger("ml", md, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadQueue(b *testing.B) {
+	s := benchState(b)
+	tr, _ := ParseTrigger("ml", map[string]string{"queue": "q-500"}, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := s.Read(tr)
+		if _, err := r.Metric(MetricQueueBacklog); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadGPU reads one app's GPUs: about 56 GPUs on 56 nodes among 1,000.
+func BenchmarkReadGPU(b *testing.B) {
+	s := benchState(b)
+	tr, _ := ParseTrigger("ns-01", map[string]string{"podSelector": "app=svc-01,tier=gpu", "gpuUtilTarget": "60"}, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := s.Read(tr)
+		if _, err := r.Metric(MetricGPUUtil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkApplyNode(b *testing.B) {
+	s := benchState(b)
+	r := &gpuscalerv1.NodeReport{Node: "node-0001"}
+	s.mu.RLock()
+	r.Gpus = s.nodes["node-0001"].report.GetGpus()
+	s.mu.RUnlock()
+	ev := gpuscalerv1.Event{Node: r}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Apply(ev, now)
+	}
+}
