@@ -3,9 +3,8 @@ package scaler
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
@@ -140,42 +139,39 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	}
 
 	var (
-		gpus            int
-		pods            []podID
+		gpus, pods      int
 		utilSum, memSum float64
 		utilErr, memErr error
+		nodePods        []string // the matching pods of one node: a pod never spans nodes
 	)
 	for e := range s.byNamespace[t.Namespace] {
-		for _, g := range e.report.GetGpus() {
-			p := g.GetPod()
-			if p == nil || p.GetNamespace() != t.Namespace || !t.PodSelector.Matches(labels.Set(p.GetLabels())) {
+		nodePods = nodePods[:0]
+		for _, v := range e.gpusOf(t.Namespace) {
+			if !t.PodSelector.Matches(v.labels) {
 				continue
 			}
 			if age := now.Sub(e.stored); age > t.StaleAfter {
 				fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
 					ErrUnavailable, e.report.GetNode(), stamp(e.stored), age.Round(time.Second), t.StaleAfter,
-					g.DeviceID(), p.GetNamespace(), p.GetName(), t.PodSelector.String()))
+					e.report.GetGpus()[v.index].DeviceID(), t.Namespace, v.pod, t.PodSelector.String()))
 				return
 			}
 			gpus++
-			if id := (podID{p.GetNamespace(), p.GetName()}); !containsPod(pods, id) {
-				pods = append(pods, id)
+			if !slices.Contains(nodePods, v.pod) {
+				nodePods = append(nodePods, v.pod)
+				pods++
 			}
-			if g.GpuUtil == nil {
-				if utilErr == nil {
-					utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
-						ErrUnavailable, g.DeviceID(), e.report.GetNode(), p.GetNamespace(), p.GetName(), e.report.GetSource())
-				}
-			} else {
-				utilSum += g.GetGpuUtil()
+			if v.hasUtil {
+				utilSum += v.util
+			} else if utilErr == nil {
+				utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
+					ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod, e.report.GetSource())
 			}
-			if g.FbUsedBytes == nil || g.GetFbTotalBytes() == 0 {
-				if memErr == nil {
-					memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
-						ErrUnavailable, g.DeviceID(), e.report.GetNode(), p.GetNamespace(), p.GetName())
-				}
-			} else {
-				memSum += 100 * float64(g.GetFbUsedBytes()) / float64(g.GetFbTotalBytes())
+			if v.hasMem {
+				memSum += v.memPct
+			} else if memErr == nil {
+				memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
+					ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod)
 			}
 		}
 	}
@@ -183,8 +179,8 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	perReplica := float64(t.GPUsPerReplica)
 	if perReplica == 0 {
 		perReplica = 1
-		if len(pods) > 0 {
-			perReplica = float64(gpus) / float64(len(pods))
+		if pods > 0 {
+			perReplica = float64(gpus) / float64(pods)
 		}
 	}
 	r.gpuUtil.value, r.gpuUtil.err = utilSum/perReplica, utilErr
@@ -197,17 +193,6 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	if memErr != nil {
 		r.gpuMemory.value = 0
 	}
-}
-
-type podID struct{ namespace, name string }
-
-func containsPod(pods []podID, id podID) bool {
-	for _, p := range pods {
-		if p == id {
-			return true
-		}
-	}
-	return false
 }
 
 // stamp formats a time for error messages: UTC, to the second.

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -41,8 +43,32 @@ type nodeEntry struct {
 	report *gpuscalerv1.NodeReport
 	// stored is when NATS stored the report: the one clock every scaler replica shares.
 	stored time.Time
-	// namespaces of the pods that hold the node's GPUs, without repeats.
+	// namespaces of the pods that hold the node's GPUs, without repeats, and for each the
+	// GPUs its pods hold, flattened for reading: a read walks one array rather than
+	// chasing pointers through protobuf messages scattered over the heap.
 	namespaces []string
+	nsGPUs     [][]gpuView
+}
+
+// gpuView is what a podSelector trigger reads of one GPU held by a pod.
+type gpuView struct {
+	labels  labels.Set // the pod's labels
+	pod     string     // the pod's name
+	util    float64    // GPU utilisation, percent; valid when hasUtil
+	memPct  float64    // framebuffer used, percent of total; valid when hasMem
+	hasUtil bool
+	hasMem  bool
+	index   int // in report.Gpus, for messages
+}
+
+// gpusOf returns the GPUs held by pods of namespace ns.
+func (e *nodeEntry) gpusOf(ns string) []gpuView {
+	for i, n := range e.namespaces {
+		if n == ns {
+			return e.nsGPUs[i]
+		}
+	}
+	return nil
 }
 
 type queueEntry struct {
@@ -93,7 +119,8 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) {
 }
 
 func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
-	e := &nodeEntry{report: r, stored: stored, namespaces: podNamespaces(r)}
+	e := &nodeEntry{report: r, stored: stored}
+	e.indexNamespaces()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.nodes[r.GetNode()]
@@ -144,14 +171,28 @@ func (s *State) wakeGPU(namespace string) {
 	}
 }
 
-func podNamespaces(r *gpuscalerv1.NodeReport) []string {
-	var out []string
-	for _, g := range r.GetGpus() {
-		if p := g.GetPod(); p != nil && !slices.Contains(out, p.GetNamespace()) {
-			out = append(out, p.GetNamespace())
+// indexNamespaces groups the node's GPUs by the namespace of the pod holding them.
+func (e *nodeEntry) indexNamespaces() {
+	for i, g := range e.report.GetGpus() {
+		p := g.GetPod()
+		if p == nil {
+			continue
 		}
+		j := slices.Index(e.namespaces, p.GetNamespace())
+		if j < 0 {
+			j = len(e.namespaces)
+			e.namespaces = append(e.namespaces, p.GetNamespace())
+			e.nsGPUs = append(e.nsGPUs, nil)
+		}
+		v := gpuView{labels: p.GetLabels(), pod: p.GetName(), index: i}
+		if g.GpuUtil != nil {
+			v.util, v.hasUtil = g.GetGpuUtil(), true
+		}
+		if g.FbUsedBytes != nil && g.GetFbTotalBytes() > 0 {
+			v.memPct, v.hasMem = 100*float64(g.GetFbUsedBytes())/float64(g.GetFbTotalBytes()), true
+		}
+		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
-	return out
 }
 
 // Forget drops nodes and queues whose latest report NATS stored before cutoff: the stream

@@ -127,6 +127,8 @@ type Result struct {
 	} `json:"config"`
 	Activation          Latency    `json:"activation"`
 	GetMetrics          Latency    `json:"get_metrics"`
+	GetMetricsQueue     Latency    `json:"get_metrics_queue"`
+	GetMetricsGPU       Latency    `json:"get_metrics_gpu"`
 	Absorb              []RateStep `json:"absorb"`
 	MaxAbsorbedPerS     int        `json:"max_absorbed_node_reports_per_s"`
 	HeapBytesPerGPU     float64    `json:"heap_bytes_per_gpu"`
@@ -219,7 +221,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}
 
 	step(3, fmt.Sprintf("GetMetrics latency: %d calls over %d triggers (queue and GPU)", cfg.Calls, cfg.Triggers))
-	if res.GetMetrics, err = measureGetMetrics(ctx, client, pubs, cfg); err != nil {
+	if res.GetMetrics, res.GetMetricsQueue, res.GetMetricsGPU, err = measureGetMetrics(ctx, client, pubs, cfg); err != nil {
 		stopBackground()
 		return nil, fmt.Errorf("GetMetrics: %w", err)
 	}
@@ -411,7 +413,7 @@ func receive(ctx context.Context, ch <-chan bool) (bool, error) {
 
 // measureGetMetrics asks GetMetrics for half queue triggers (each with its own queue) and
 // half podSelector GPU triggers over the background nodes' pods, round-robin.
-func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs *publishers, cfg Config) (Latency, error) {
+func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs *publishers, cfg Config) (all, queue, gpu Latency, err error) {
 	reqs := make([]*pb.GetMetricsRequest, cfg.Triggers)
 	for i := range reqs {
 		if i%2 == 0 {
@@ -432,22 +434,25 @@ func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs
 		_, err := client.GetMetrics(ctx, reqs[len(reqs)-2+len(reqs)%2])
 		return err == nil
 	}); err != nil {
-		return Latency{}, err
+		return all, queue, gpu, err
 	}
 	for _, r := range reqs { // every trigger answers, and warms its connection path
 		if _, err := client.GetMetrics(ctx, r); err != nil {
-			return Latency{}, fmt.Errorf("trigger %s: %w", r.GetScaledObjectRef().GetName(), err)
+			return all, queue, gpu, fmt.Errorf("trigger %s: %w", r.GetScaledObjectRef().GetName(), err)
 		}
 	}
 	times := make([]time.Duration, 0, cfg.Calls)
+	byKind := [2][]time.Duration{}
 	for i := range cfg.Calls {
 		start := time.Now()
 		if _, err := client.GetMetrics(ctx, reqs[i%len(reqs)]); err != nil {
-			return Latency{}, err
+			return all, queue, gpu, err
 		}
-		times = append(times, time.Since(start))
+		d := time.Since(start)
+		times = append(times, d)
+		byKind[i%2] = append(byKind[i%2], d)
 	}
-	return summarise(times), nil
+	return summarise(times), summarise(byKind[0]), summarise(byKind[1]), nil
 }
 
 // measureAbsorb offers NodeReports at rising rates. A rate is absorbed when, within one
@@ -586,6 +591,8 @@ func (r *Result) Table(w io.Writer) {
 	tw(fmt.Sprintf("GetMetrics, %d triggers (n=%d)", r.Config.Triggers, r.GetMetrics.Count),
 		fmt.Sprintf("p50 %.3f  p99 %.3f  max %.2f ms", r.GetMetrics.P50, r.GetMetrics.P99, r.GetMetrics.Max),
 		fmt.Sprintf("p99 ≤ %d ms", Targets.GetMetricsP99.Milliseconds()), mark(r.GetMetrics.P99 <= float64(Targets.GetMetricsP99.Milliseconds())))
+	tw("  of which queue triggers", fmt.Sprintf("p50 %.3f  p99 %.3f ms", r.GetMetricsQueue.P50, r.GetMetricsQueue.P99), "", "")
+	tw("  of which podSelector GPU triggers", fmt.Sprintf("p50 %.3f  p99 %.3f ms", r.GetMetricsGPU.P50, r.GetMetricsGPU.P99), "", "")
 	tw("NodeReports absorbed without falling behind", fmt.Sprintf("%d/s (%d GPU samples/s)", r.MaxAbsorbedPerS, r.MaxAbsorbedPerS*r.Config.GPUsPerNode),
 		fmt.Sprintf("≥ %d/s", Targets.AbsorbPerS), mark(r.MaxAbsorbedPerS >= Targets.AbsorbPerS))
 	tw("memory per tracked GPU", fmt.Sprintf("%.0f B heap, %.0f B RSS", r.HeapBytesPerGPU, r.RSSBytesPerGPU), "", "")
