@@ -34,18 +34,32 @@ run: build ## run the scaler with an embedded NATS server
 	./bin/gpuscaler scaler
 
 .PHONY: test
-test: ## vet and run every test with the race detector
-	$(GO) vet ./...
+test: lint ## lint, then run every test with the race detector
 	$(GO) test -race -count=1 ./...
 
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZTIME (default 10s)
-	./.ci/fuzz $(or $(FUZZTIME),10s)
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== fuzz $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(or $(FUZZTIME),10s) $$pkg || exit 1; \
+	  done; \
+	done
 
 .PHONY: bench
-bench: build ## run the end-to-end benchmark (gpuscaler bench) and go test benchmarks
-	./bin/gpuscaler bench --out bench.json
+bench: build ## run gpuscaler bench (about a minute) and the go test benchmarks
+	./bin/gpuscaler bench --log-level warn --out bench.json
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: bench-smoke
+bench-smoke: build ## a small gpuscaler bench run, to check the command works
+	./bin/gpuscaler bench --log-level warn --nodes 100 --activations 100 --triggers 100 --calls 1000 \
+	  --rates 5000 --step 1s --memory-nodes 500 --out ""
 
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## install pinned code generators into .bin
