@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -474,4 +475,22 @@ func TestNewRejectsBadStaleAfter(t *testing.T) {
 			t.Errorf("New with StaleAfter %s: error %v, want one naming stale-after", d, err)
 		}
 	}
+}
+
+// TestGRPCHealth checks the standard health service says SERVING once ready, and
+// NOT_SERVING once NATS has been gone longer than staleAfter.
+func TestGRPCHealth(t *testing.T) {
+	ns := startNATS(t, freeAddr(t), "")
+	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
+	health := healthpb.NewHealthClient(s.conn)
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return healthpb.HealthCheckResponse_UNKNOWN
+		}
+		return resp.GetStatus()
+	}
+	eventually(t, 5*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
+	ns.Shutdown()
+	eventually(t, 10*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
 }
