@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -23,18 +22,6 @@ import (
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // testLogger logs to the test's output when -v is given, else discards.
 func testLogger(t *testing.T) *slog.Logger {
@@ -57,17 +44,6 @@ func startNATS(t *testing.T, addr, dir string) *embedded.Server {
 	}
 	t.Cleanup(ns.Shutdown)
 	return ns
-}
-
-// freeAddr returns a loopback address with a port free at the time of the call.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func connectNATS(t *testing.T, url string) *natsconn.Conn {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -110,7 +112,7 @@ func TestQueueEndToEnd(t *testing.T) {
 	wantCode(t, err, codes.Unavailable, "no report for queue ml/jobs")
 
 	pub.queue("ml", "jobs", 3, 2)
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
 		return err == nil && resp.GetResult()
 	})
@@ -124,7 +126,7 @@ func TestQueueEndToEnd(t *testing.T) {
 	}
 
 	pub.queue("ml", "jobs", 0, 0)
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
 		return err == nil && !resp.GetResult()
 	})
@@ -148,7 +150,7 @@ func TestGPUEndToEnd(t *testing.T) {
 		}
 		return resp.GetMetricValues()[0].GetMetricValueFloat(), nil
 	}
-	eventually(t, 5*time.Second, func() bool { v, err := metric("gpu-util"); return err == nil && v == 120 })
+	testkit.Eventually(t, 5*time.Second, func() bool { v, err := metric("gpu-util"); return err == nil && v == 120 })
 	if v, err := metric("gpu-memory"); err != nil || v != 100 { // 75% + 25%, one GPU per replica
 		t.Fatalf("gpu-memory = %v, %v; want 100", v, err)
 	}
@@ -163,7 +165,7 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	pub.queue("ml", "jobs", 0, 0)
-	eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
 
 	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
 	if err != nil {
@@ -220,7 +222,7 @@ func TestThousandStreams(t *testing.T) {
 	for i := range all {
 		expectMsg(t, all[i].msgs, false)
 	}
-	eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.streamsOpen) == streams })
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.streamsOpen) == streams })
 
 	pub.queue("ml", "q3", 1, 0)
 	for i := range all {
@@ -254,7 +256,7 @@ func TestStaleDataIsUnavailable(t *testing.T) {
 	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10s"})
 
 	pub.queue("ml", "jobs", 4, 0)
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
 		return err == nil && resp.GetResult()
 	})
@@ -277,7 +279,7 @@ func TestRestartRecoversStateBeforeServing(t *testing.T) {
 	pub.queue("ml", "jobs", 2, 1) // only the latest per subject matters
 	pub.queue("prod", "jobs", 0, 0)
 	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 75, 1, 80)}})
-	eventually(t, 5*time.Second, func() bool { n, _, q := first.State().Size(); return n == 1 && q == 2 })
+	testkit.Eventually(t, 5*time.Second, func() bool { n, _, q := first.State().Size(); return n == 1 && q == 2 })
 	first.stop()
 
 	second := startScaler(t, ns.ClientURL(), Config{})
@@ -317,7 +319,7 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	pub := newPublisher(t, ns.ClientURL())
 	pub.queue("ml", "jobs", 3, 0)
 	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 75, 1, 80)}})
-	eventually(t, 5*time.Second, func() bool { n, _, q := s.State().Size(); return n == 1 && q == 1 })
+	testkit.Eventually(t, 5*time.Second, func() bool { n, _, q := s.State().Size(); return n == 1 && q == 1 })
 
 	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
 	pub.raw("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
@@ -327,7 +329,7 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	pub.raw("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
 	pub.raw("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
 
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue")) == 4
 	})
 	want := `
@@ -362,7 +364,7 @@ func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
 	s := startScaler(t, ns.ClientURL(), Config{})
 	newPublisher(t, ns.ClientURL()).queue("ml", "jobs", 1, 0)
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
 		return err == nil && resp.GetResult()
 	})
@@ -403,19 +405,19 @@ func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
 // again on the same address and store: /readyz fails once NATS has been gone longer than
 // staleAfter, and the scaler follows new reports after the reconnect.
 func TestSurvivesNATSRestart(t *testing.T) {
-	addr, dir := freeAddr(t), t.TempDir()
+	addr, dir := testkit.FreeAddr(t), t.TempDir()
 	ns := startNATS(t, addr, dir)
 	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "1h"})
 	pub.queue("ml", "jobs", 1, 0)
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
 		return err == nil && resp.GetResult()
 	})
 
 	ns.Shutdown()
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		err := s.readiness()
 		return err != nil && strings.Contains(err.Error(), "NATS has been disconnected")
 	})
@@ -425,8 +427,8 @@ func TestSurvivesNATSRestart(t *testing.T) {
 	}
 
 	startNATS(t, addr, dir)
-	eventually(t, 15*time.Second, func() bool { return s.readiness() == nil })
-	eventually(t, 15*time.Second, func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool { return s.readiness() == nil })
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		pubCtx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 42})
@@ -480,7 +482,7 @@ func TestNewRejectsBadStaleAfter(t *testing.T) {
 // TestGRPCHealth checks the standard health service says SERVING once ready, and
 // NOT_SERVING once NATS has been gone longer than staleAfter.
 func TestGRPCHealth(t *testing.T) {
-	ns := startNATS(t, freeAddr(t), "")
+	ns := startNATS(t, testkit.FreeAddr(t), "")
 	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
 	health := healthpb.NewHealthClient(s.conn)
 	status := func() healthpb.HealthCheckResponse_ServingStatus {
@@ -490,7 +492,7 @@ func TestGRPCHealth(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	eventually(t, 5*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
+	testkit.Eventually(t, 5*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
 	ns.Shutdown()
-	eventually(t, 10*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
+	testkit.Eventually(t, 10*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
 }

@@ -15,9 +15,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,36 +29,6 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
 )
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // mapEnv is an environment holding exactly m.
 func mapEnv(m map[string]string) envFunc {
@@ -79,21 +50,9 @@ func (r result) String() string {
 
 // runCLI runs the command line args with environment env until it returns or ctx ends.
 func runCLI(ctx context.Context, env map[string]string, args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.SyncBuffer
 	code := run(ctx, args, mapEnv(env), &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
-}
-
-// closedAddr returns a loopback address nothing listens on at the time of the call.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // startNATS starts a bare embedded NATS server with JetStream on a random port.
@@ -528,7 +487,7 @@ Flags (each also read from its environment variable; a flag given on the command
 // listens, so a mistake that slipped through fails differently.
 func TestCommandLineUsageErrors(t *testing.T) {
 	base := map[string]string{
-		"GPUSCALER_NATS_URL":           "nats://" + closedAddr(t),
+		"GPUSCALER_NATS_URL":           "nats://" + testkit.FreeAddr(t),
 		"GPUSCALER_GRPC_ADDR":          "127.0.0.1:0",
 		"GPUSCALER_HTTP_ADDR":          "-",
 		"GPUSCALER_EMBEDDED_NATS_ADDR": "127.0.0.1:0",
@@ -770,7 +729,7 @@ func TestPublishNode(t *testing.T) {
 // and names the file and the fault, without reaching NATS (nothing listens there).
 func TestPublishNodeRejectsBadReports(t *testing.T) {
 	dir := t.TempDir()
-	url := "nats://" + closedAddr(t)
+	url := "nats://" + testkit.FreeAddr(t)
 	tests := map[string]struct {
 		json string // "" means no file
 		want []string
@@ -829,7 +788,7 @@ func TestPublishWithoutStream(t *testing.T) {
 }
 
 func TestPublishUnreachableNATSHidesPassword(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testkit.FreeAddr(t)
 	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", "nats://user:secret@"+addr, "--namespace", "ml", "--queue", "jobs", "--waiting", "1")
 	if r.code != 1 {
 		t.Fatalf("got %v, want exit 1", r)
@@ -860,7 +819,7 @@ func logValue(log, msg, key string) (string, bool) {
 func TestScalerCommandRunsAndStops(t *testing.T) {
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"scaler", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
@@ -874,7 +833,7 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 		}
 	})
 
-	waitFor(t, 15*time.Second, func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		select {
 		case code := <-done:
 			stopped = true
@@ -904,7 +863,7 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	if !ok {
 		t.Fatalf("no httpAddr in log:\n%s", log)
 	}
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err != nil {
 			return false

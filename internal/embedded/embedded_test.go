@@ -1,36 +1,18 @@
 package embedded
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func start(t *testing.T, opts Options) *Server {
 	t.Helper()
@@ -204,7 +186,7 @@ func TestStartRejectsBadAddr(t *testing.T) {
 }
 
 func TestStartLogsToSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	start(t, Options{StoreDir: t.TempDir(), Log: log})
 	// nats-server logs its notices, such as readiness, at start; they arrive at debug level.

@@ -2,18 +2,9 @@ package natsconn
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
 // authServer starts a real nats-server on a random loopback port with the
@@ -76,16 +69,6 @@ func roundTrip(t *testing.T, c *Conn) {
 	if got := string(msg.Data); got != "hello" {
 		t.Fatalf("got message %q, want %q", got, "hello")
 	}
-}
-
-// writeSecret writes data to name in dir, readable only by the owner.
-func writeSecret(t *testing.T, dir, name string, data []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // rejection is a connection attempt the server must refuse.
@@ -197,10 +180,10 @@ func nkeyCase(t *testing.T) authCase {
 	return authCase{
 		server: &server.Options{Nkeys: []*server.NkeyUser{{Nkey: publicKey(t, user)}}},
 		scheme: "nats",
-		good:   Options{NKeySeedFile: writeSecret(t, dir, "user.nk", seed(t, user))},
+		good:   Options{NKeySeedFile: testkit.WriteFile(t, dir, "user.nk", seed(t, user))},
 		bad: map[string]rejection{
 			"unknown seed": {
-				opts: Options{NKeySeedFile: writeSecret(t, dir, "stranger.nk", seed(t, stranger))},
+				opts: Options{NKeySeedFile: testkit.WriteFile(t, dir, "stranger.nk", seed(t, stranger))},
 				is:   nats.ErrAuthorization,
 			},
 		},
@@ -239,10 +222,10 @@ func credsCase(t *testing.T) authCase {
 			SystemAccount:    publicKey(t, system),
 		},
 		scheme: "nats",
-		good:   Options{CredsFile: writeSecret(t, dir, "user.creds", creds(t, account))},
+		good:   Options{CredsFile: testkit.WriteFile(t, dir, "user.creds", creds(t, account))},
 		bad: map[string]rejection{
 			"user of an unknown account": {
-				opts: Options{CredsFile: writeSecret(t, dir, "stranger.creds", creds(t, unknownAccount))},
+				opts: Options{CredsFile: testkit.WriteFile(t, dir, "stranger.creds", creds(t, unknownAccount))},
 				is:   nats.ErrAuthorization,
 			},
 		},
@@ -269,16 +252,16 @@ var clientCertRefused = []string{"remote error: tls: ", "tls error: "}
 
 func mutualTLSCase(t *testing.T) authCase {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	otherCA := newCA(t, dir, "other-ca")
-	serverCert, serverKey := ca.issue(t, "server", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := ca.issue(t, "client", x509.ExtKeyUsageClientAuth)
-	strangerCert, strangerKey := otherCA.issue(t, "stranger", x509.ExtKeyUsageClientAuth)
+	ca, otherCA := testkit.NewCA(t, "ca"), testkit.NewCA(t, "other-ca")
+	caFile := testkit.WriteFile(t, dir, "ca.pem", ca.PEM)
+	serverCert, serverKey := ca.IssueFiles(t, dir, "server")
+	clientCert, clientKey := ca.IssueFiles(t, dir, "client")
+	strangerCert, strangerKey := otherCA.IssueFiles(t, dir, "stranger")
 
 	tlsConfig, err := server.GenTLSConfig(&server.TLSConfigOpts{
 		CertFile: serverCert,
 		KeyFile:  serverKey,
-		CaFile:   ca.certFile,
+		CaFile:   caFile,
 		Verify:   true,
 	})
 	if err != nil {
@@ -287,14 +270,14 @@ func mutualTLSCase(t *testing.T) authCase {
 	return authCase{
 		server: &server.Options{TLS: true, TLSConfig: tlsConfig, TLSVerify: true},
 		scheme: "tls",
-		good:   Options{TLSCAFile: ca.certFile, TLSCertFile: clientCert, TLSKeyFile: clientKey},
+		good:   Options{TLSCAFile: caFile, TLSCertFile: clientCert, TLSKeyFile: clientKey},
 		bad: map[string]rejection{
 			"no client certificate": {
-				opts: Options{TLSCAFile: ca.certFile},
+				opts: Options{TLSCAFile: caFile},
 				says: clientCertRefused,
 			},
 			"client certificate from another CA": {
-				opts: Options{TLSCAFile: ca.certFile, TLSCertFile: strangerCert, TLSKeyFile: strangerKey},
+				opts: Options{TLSCAFile: caFile, TLSCertFile: strangerCert, TLSKeyFile: strangerKey},
 				says: clientCertRefused,
 			},
 			"server certificate not trusted": {
@@ -310,7 +293,7 @@ func mutualTLSCase(t *testing.T) authCase {
 // of the time; the cases together cover both orders in most runs.
 func TestConnectTriesEachURL(t *testing.T) {
 	live := serverURL(t, authServer(t, &server.Options{}), "nats")
-	dead := "nats://" + closedAddr(t)
+	dead := "nats://" + testkit.FreeAddr(t)
 	tests := map[string]string{
 		"dead then live":    dead + "," + live,
 		"live then dead":    live + "," + dead,
@@ -367,82 +350,4 @@ func encode(t *testing.T, claims jwt.Claims, signer nkeys.KeyPair) string {
 		t.Fatalf("encode JWT: %v", err)
 	}
 	return token
-}
-
-// testCA is a certificate authority whose certificate is at certFile.
-type testCA struct {
-	dir      string
-	cert     *x509.Certificate
-	key      *ecdsa.PrivateKey
-	certFile string
-}
-
-func randomSerial(t *testing.T) *big.Int {
-	t.Helper()
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func newCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          randomSerial(t),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("create CA certificate: %v", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{
-		dir:      dir,
-		cert:     cert,
-		key:      key,
-		certFile: writeSecret(t, dir, name+".pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-	}
-}
-
-// issue writes a certificate for 127.0.0.1 signed by ca and its key, and returns
-// their paths.
-func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: randomSerial(t),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("create %s certificate: %v", name, err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = writeSecret(t, ca.dir, name+".pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	keyFile = writeSecret(t, ca.dir, name+"-key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
-	return certFile, keyFile
 }

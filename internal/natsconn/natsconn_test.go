@@ -8,32 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 )
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// closedAddr returns a loopback address nothing listens on at the time of the call.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
 
 // startNATS starts an embedded NATS server on addr (a random port when empty) storing in
 // dir. It shuts down at cleanup; shutting it down earlier is allowed.
@@ -48,7 +26,7 @@ func startNATS(t *testing.T, addr, dir string) *embedded.Server {
 }
 
 func TestConnectRejectsOptions(t *testing.T) {
-	url := "nats://" + closedAddr(t) // reached only if the options pass by mistake
+	url := "nats://" + testkit.FreeAddr(t) // reached only if the options pass by mistake
 	tests := map[string]struct {
 		opts Options
 		want []string
@@ -103,7 +81,7 @@ func TestConnectRejectsOptions(t *testing.T) {
 }
 
 func TestConnectFailureNamesURLWithoutSecrets(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testkit.FreeAddr(t)
 	tests := map[string]struct {
 		url     string
 		want    string
@@ -190,20 +168,20 @@ func TestDownForFollowsTheConnection(t *testing.T) {
 	}
 
 	ns.Shutdown()
-	waitFor(t, 5*time.Second, func() bool { return c.DownFor() > 0 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return c.DownFor() > 0 })
 	first := c.DownFor()
-	waitFor(t, 5*time.Second, func() bool { return c.DownFor() > first })
+	testkit.Eventually(t, 5*time.Second, func() bool { return c.DownFor() > first })
 
 	// The connection reconnects forever: a server back on the same address is found.
 	startNATS(t, addr, dir)
-	waitFor(t, 15*time.Second, func() bool { return c.DownFor() == 0 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return c.DownFor() == 0 })
 	if !c.IsConnected() {
 		t.Errorf("got status %v after DownFor became 0, want connected", c.Status())
 	}
 }
 
 func TestConnectRetryInitialConnect(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testkit.FreeAddr(t)
 	c, err := Connect(t.Context(), Options{URLs: "nats://" + addr, RetryInitialConnect: true})
 	if err != nil {
 		t.Fatalf("got error %v with RetryInitialConnect and no server, want a connection that retries", err)
@@ -216,15 +194,15 @@ func TestConnectRetryInitialConnect(t *testing.T) {
 	if first <= 0 {
 		t.Fatalf("DownFor before the first connection: got %s, want more than 0", first)
 	}
-	waitFor(t, 5*time.Second, func() bool { return c.DownFor() > first })
+	testkit.Eventually(t, 5*time.Second, func() bool { return c.DownFor() > first })
 
 	startNATS(t, addr, t.TempDir())
-	waitFor(t, 15*time.Second, func() bool { return c.IsConnected() && c.DownFor() == 0 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return c.IsConnected() && c.DownFor() == 0 })
 }
 
 func TestConnectInProcessIgnoresURL(t *testing.T) {
 	ns := startNATS(t, "", t.TempDir())
-	c, err := Connect(t.Context(), Options{URLs: "nats://" + closedAddr(t), InProcess: ns.Server})
+	c, err := Connect(t.Context(), Options{URLs: "nats://" + testkit.FreeAddr(t), InProcess: ns.Server})
 	if err != nil {
 		t.Fatalf("connect in process: %v", err)
 	}
