@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,20 +19,31 @@ import (
 // StreamConfig shapes the GPUSCALER stream the scaler creates or updates at start.
 type StreamConfig struct {
 	// MaxAge is how long a report is kept after its last update: a node or queue silent
-	// that long is forgotten, by the stream and by the scaler. Default 15m.
+	// that long is forgotten, by the stream and by the scaler, with the pods it held.
+	// It must exceed every trigger's staleAfter. Default 15m.
 	MaxAge time.Duration
+	// MaxBytes bounds the stream's size; past it the oldest reports (those of the nodes
+	// and queues silent longest) are dropped first. Default 1 GiB.
+	MaxBytes int64
 	// Replicas of the stream in a clustered NATS. Default 1.
 	Replicas int
-	// Memory keeps the stream in memory instead of on disk: faster, lost when NATS restarts.
+	// Memory keeps the stream in memory instead of on disk: faster, lost when NATS restarts
+	// (the scaler then creates it again).
 	Memory bool
 }
 
-// DefaultStreamMaxAge is StreamConfig.MaxAge's default.
-const DefaultStreamMaxAge = 15 * time.Minute
+// Defaults of StreamConfig.
+const (
+	DefaultStreamMaxAge   = 15 * time.Minute
+	DefaultStreamMaxBytes = 1 << 30
+)
 
 func (c StreamConfig) withDefaults() StreamConfig {
 	if c.MaxAge <= 0 {
 		c.MaxAge = DefaultStreamMaxAge
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultStreamMaxBytes
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -52,6 +64,8 @@ func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
 		Subjects:          []string{gpuscalerv1.SubjectAll},
 		MaxMsgsPerSubject: 1,
 		MaxAge:            c.MaxAge,
+		MaxBytes:          c.MaxBytes,
+		MaxMsgSize:        gpuscalerv1.MaxEventBytes,
 		Discard:           jetstream.DiscardOld,
 		Storage:           storage,
 		Replicas:          c.Replicas,
@@ -62,26 +76,40 @@ func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
 
 // follower keeps a State in step with the GPUSCALER stream: it reads the last message of
 // every subject, then follows new ones as they are stored, through one ordered consumer
-// (so there is neither a gap nor an overlap between the replay and the live part).
+// (so there is neither a gap nor an overlap between the replay and the live part). A
+// watchdog checks the stream every few seconds: when it is gone or was created anew (NATS
+// restarted with a memory stream, an operator deleted it) the follower sets the stream up
+// again and replays; the same check reads the NATS server's clock.
 type follower struct {
 	js      jetstream.JetStream
 	stream  StreamConfig
 	state   *State
+	clock   *natsClock
 	metrics *metrics
 	log     *slog.Logger
 	drops   *logLimiter
+	// checkEvery is the watchdog's period.
+	checkEvery time.Duration
 
-	// ready is called once, when the first replay has caught up with the stream.
+	// ready is called once, when the first replay has been applied.
 	ready     func()
 	replaying atomic.Bool
-	// lastConsumerSeq is the consumer sequence of the last message handed to the shards.
-	lastConsumerSeq atomic.Uint64
-	replayStart     time.Time
-	replayed        atomic.Uint64
+	// lastStreamSeq is the stream sequence of the last message handed to the shards;
+	// stream sequences, unlike consumer ones, survive a reset of the ordered consumer.
+	lastStreamSeq atomic.Uint64
+	replayStart   time.Time
+	replayed      atomic.Uint64
+
 	// shards decode and apply messages; see startShards. They and the consumer's handler
 	// stop with runCtx, the context run was given.
 	shards []chan shardItem
 	runCtx context.Context
+
+	mu sync.Mutex // guards the fields below
+	// failure is why the follower is not following now, nil while it is; failingSince
+	// is when it stopped.
+	failure      error
+	failingSince time.Time
 }
 
 // shardItem is a stored message for a shard to decode and apply, or, when sync is set, a
@@ -93,20 +121,29 @@ type shardItem struct {
 	sync    chan struct{}
 }
 
-// run follows the stream until ctx ends, starting again (stream set-up included) after a
-// failure such as the stream being deleted, with back-off from 1 s up to 30 s.
+// errStreamChanged ends one follow when the stream it follows is gone or was replaced.
+var errStreamChanged = errors.New("stream changed")
+
+// run follows the stream until ctx ends. After a failure it sets everything up again,
+// waiting from 1 s up to 30 s between attempts; a follow that ran a minute resets the wait.
 func (f *follower) run(ctx context.Context) error {
 	f.replaying.Store(true)
 	f.replayStart = time.Now()
 	f.runCtx = ctx
+	f.setFailure(errors.New("connecting to the stream"))
 	f.startShards(ctx, runtime.GOMAXPROCS(0))
 	wait := time.Second
 	for {
+		started := time.Now()
 		err := f.follow(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		f.log.Warn("following the stream failed; starting again", "stream", gpuscalerv1.StreamName, "err", err, "retryIn", wait)
+		f.setFailure(err)
+		if time.Since(started) > time.Minute {
+			wait = time.Second
+		}
+		f.log.Warn("not following the stream; setting it up again", "stream", gpuscalerv1.StreamName, "err", err, "retryIn", wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -117,13 +154,14 @@ func (f *follower) run(ctx context.Context) error {
 }
 
 // follow sets up the stream and the consumer and handles messages until ctx ends or the
-// consumer fails for good.
+// watchdog finds the stream gone or replaced.
 func (f *follower) follow(ctx context.Context) error {
+	created, err := f.ensureStream(ctx)
+	if err != nil {
+		return err
+	}
 	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := f.js.CreateOrUpdateStream(setupCtx, f.stream.jetStreamConfig()); err != nil {
-		return fmt.Errorf("create or update stream %s: %w", gpuscalerv1.StreamName, err)
-	}
 	cons, err := f.js.OrderedConsumer(setupCtx, gpuscalerv1.StreamName, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{gpuscalerv1.SubjectAll},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -131,58 +169,99 @@ func (f *follower) follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create consumer on stream %s: %w", gpuscalerv1.StreamName, err)
 	}
-	fatal := make(chan error, 1)
 	cc, err := cons.Consume(f.handle,
-		jetstream.PullMaxMessages(2000),
+		// Bound what the client buffers: 2000 reports or 32 MiB, whichever comes first.
+		jetstream.PullMaxMessagesWithBytesLimit(2000, 32<<20),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				select {
-				case fatal <- err:
-				default:
-				}
-				return
-			}
-			f.log.Debug("consumer", "err", err)
+			f.log.Debug("consumer", "err", err) // the ordered consumer recovers; the watchdog judges
 		}))
 	if err != nil {
 		return fmt.Errorf("consume stream %s: %w", gpuscalerv1.StreamName, err)
 	}
 	defer cc.Stop()
+	f.setFailure(nil)
 
-	if f.replaying.Load() {
-		if err := f.awaitReplay(ctx, cons); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-fatal:
-		return err
-	}
-}
-
-// awaitReplay covers what handle cannot see: an empty stream, or a replay whose last
-// message expired before delivery. The consumer has caught up when the server has
-// nothing more to deliver and all it delivered was handled.
-func (f *follower) awaitReplay(ctx context.Context, cons jetstream.Consumer) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for f.replaying.Load() {
-		infoCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, err := cons.Info(infoCtx)
-		cancel()
-		if err == nil && info.NumPending == 0 && info.Delivered.Consumer <= f.lastConsumerSeq.Load() {
-			f.replayDone(ctx)
-			return nil
-		}
+	watchdog := time.NewTicker(f.checkEvery)
+	defer watchdog.Stop()
+	replay := time.NewTicker(50 * time.Millisecond)
+	defer replay.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-replay.C:
+			if !f.replaying.Load() {
+				replay.Stop()
+				continue
+			}
+			f.checkReplay(ctx, cons)
+		case <-watchdog.C:
+			if err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
+				return err
+			}
 		}
 	}
+}
+
+// ensureStream creates or updates the stream and returns when it was created. A stream
+// that exists with other settings an update may not change (its storage, say) is used as
+// it is, with a warning, provided it captures every gpuscaler subject: replicas started
+// with other flags must not fight over it.
+func (f *follower) ensureStream(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	want := f.stream.jetStreamConfig()
+	s, err := f.js.CreateOrUpdateStream(ctx, want)
+	if err == nil {
+		return s.CachedInfo().Created, nil
+	}
+	existing, getErr := f.js.Stream(ctx, want.Name)
+	if getErr != nil {
+		return time.Time{}, fmt.Errorf("create or update stream %s: %w", want.Name, err)
+	}
+	info := existing.CachedInfo()
+	if !slices.Contains(info.Config.Subjects, gpuscalerv1.SubjectAll) && !slices.Contains(info.Config.Subjects, ">") {
+		return time.Time{}, fmt.Errorf("stream %s exists with subjects %v, which do not capture %s, and cannot be updated: %w",
+			want.Name, info.Config.Subjects, gpuscalerv1.SubjectAll, err)
+	}
+	f.log.Warn("using the existing stream as it is: its settings differ from this scaler's and cannot be updated",
+		"stream", want.Name, "err", err, "storage", info.Config.Storage.String(), "replicas", info.Config.Replicas,
+		"maxAge", info.Config.MaxAge, "maxMsgsPerSubject", info.Config.MaxMsgsPerSubject)
+	return info.Created, nil
+}
+
+// checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
+// is not the one being followed, and reads the server's clock on the way.
+func (f *follower) checkStream(ctx context.Context, created time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sent := f.clock.local()
+	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
+	received := f.clock.local()
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: stream %s is gone", errStreamChanged, gpuscalerv1.StreamName)
+	case err != nil:
+		return err // NATS unreachable: the connection reconnects, and readiness watches it
+	}
+	info := s.CachedInfo()
+	f.clock.observe(info.TimeStamp, sent, received)
+	if !info.Created.Equal(created) {
+		return fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, gpuscalerv1.StreamName, stamp(info.Created))
+	}
 	return nil
+}
+
+// checkReplay covers what handle cannot see: an empty stream, or a replay whose last
+// message expired before delivery. The consumer has caught up when the server has
+// nothing more to deliver and all it delivered was handed to the shards.
+func (f *follower) checkReplay(ctx context.Context, cons jetstream.Consumer) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err == nil && info.NumPending == 0 && info.Delivered.Stream <= f.lastStreamSeq.Load() {
+		f.replayDone(ctx)
+	}
 }
 
 // handle hands one stored message to its shard. It runs on the consumer's one goroutine,
@@ -198,7 +277,7 @@ func (f *follower) handle(msg jetstream.Msg) {
 	case <-f.runCtx.Done():
 		return
 	}
-	f.lastConsumerSeq.Store(meta.Sequence.Consumer)
+	f.lastStreamSeq.Store(meta.Sequence.Stream)
 	if f.replaying.Load() {
 		f.replayed.Add(1)
 		if meta.NumPending == 0 {
@@ -210,11 +289,12 @@ func (f *follower) handle(msg jetstream.Msg) {
 // startShards starts n goroutines that decode and apply messages until ctx ends. Decoding
 // is most of the work: on one goroutine it caps a scaler near 20,000 NodeReports/s on a
 // 2-core machine. Every message of a subject goes to the same shard, so each node's and
-// queue's reports are applied in the order NATS stored them.
+// queue's reports are applied in the order NATS stored them. Each shard buffers at most
+// 256 messages of at most MaxEventBytes.
 func (f *follower) startShards(ctx context.Context, n int) {
 	f.shards = make([]chan shardItem, max(n, 1))
 	for i := range f.shards {
-		ch := make(chan shardItem, 1024)
+		ch := make(chan shardItem, 256)
 		f.shards[i] = ch
 		go func() {
 			for {
@@ -281,7 +361,7 @@ func (f *follower) replayDone(ctx context.Context) {
 		return
 	}
 	f.syncShards(ctx) // ready means applied, not merely received
-	if !f.replaying.CompareAndSwap(true, false) {
+	if ctx.Err() != nil || !f.replaying.CompareAndSwap(true, false) {
 		return
 	}
 	took := time.Since(f.replayStart)
@@ -293,6 +373,26 @@ func (f *follower) replayDone(ctx context.Context) {
 	f.ready()
 }
 
+func (f *follower) setFailure(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case err == nil:
+		f.failure, f.failingSince = nil, time.Time{}
+	case f.failure == nil:
+		f.failure, f.failingSince = err, time.Now()
+	default:
+		f.failure = err
+	}
+}
+
+// failing returns why the follower is not following, and since when; nil while it is.
+func (f *follower) failing() (error, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failure, f.failingSince
+}
+
 // drop counts a malformed message and logs it at most once a minute per subject.
 func (f *follower) drop(subject, kind, reason string, err error) {
 	f.metrics.eventsDropped.WithLabelValues(kind, reason).Inc()
@@ -300,6 +400,30 @@ func (f *follower) drop(subject, kind, reason string, err error) {
 		f.log.Warn("dropped malformed event (logged once a minute per subject)", "subject", subject, "reason", reason, "err", err)
 	}
 }
+
+// natsClock estimates how far the NATS server's clock is from this process's. Reports
+// are judged by the time NATS stored them, so "now" must be NATS's now: a scaler whose
+// clock ran 40 s ahead would otherwise find every report stale, and one running behind
+// would find a dead producer's last report fresh.
+type natsClock struct {
+	local func() time.Time
+	skew  atomic.Int64 // server minus local, nanoseconds
+}
+
+// observe records a server time read by a request sent and answered at the given local
+// times, taking the server to have read its clock halfway through.
+func (c *natsClock) observe(server, sent, received time.Time) {
+	if server.IsZero() {
+		return
+	}
+	c.skew.Store(int64(server.Sub(sent.Add(received.Sub(sent) / 2))))
+}
+
+// Now is the NATS server's time, as best known.
+func (c *natsClock) Now() time.Time { return c.local().Add(time.Duration(c.skew.Load())) }
+
+// Skew is the server's clock minus this process's.
+func (c *natsClock) Skew() time.Duration { return time.Duration(c.skew.Load()) }
 
 // logLimiter lets one log line through per key per period.
 type logLimiter struct {

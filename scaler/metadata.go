@@ -111,6 +111,11 @@ type Trigger struct {
 	GPUUtilTarget     float64 // 0 when not given
 	ActivationGPUUtil float64
 	GPUMemoryTarget   float64 // 0 when not given
+	// ActivateOnUtil says the GPU part is active when the average utilisation is above
+	// ActivationGPUUtil: true when gpuUtilTarget or activationGpuUtil is given. Otherwise
+	// (a gpuMemoryTarget trigger) the GPU part is active while the workload holds GPUs,
+	// which needs no utilisation figure a source may not have.
+	ActivateOnUtil bool
 
 	// GPUsPerReplica is the number of GPUs one replica holds; 0 means use the observed
 	// number (GPUs per pod), else 1. GPUProfile is set instead when the key names a MIG
@@ -191,6 +196,8 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	if err := t.checkCombination(md, written); err != nil {
 		return nil, err
 	}
+	_, activationGiven := md[KeyActivationGPUUtil]
+	t.ActivateOnUtil = t.GPUUtilTarget > 0 || activationGiven
 	return t, nil
 }
 
@@ -227,6 +234,11 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	}
 	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
 		return fail(KeyCapacityAware, "a queue or stream: capacity caps a backlog")
+	}
+	// KEDA sums a ScaledJob's first metric but divides by the average target of all its
+	// metrics, so a ScaledJob trigger must give one metric. capacityAware is for ScaledJobs.
+	if t.CapacityAware && t.PodSelector != nil {
+		return fail(KeyCapacityAware, "no podSelector too: capacityAware is for ScaledJobs, and a ScaledJob trigger must give exactly one metric")
 	}
 	if _, ok := md[KeyNodeSelector]; ok && !t.CapacityAware {
 		return fail(KeyNodeSelector, "capacityAware \"true\" too: nodeSelector picks the nodes whose free GPUs count")

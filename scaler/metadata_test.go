@@ -314,16 +314,27 @@ func TestParseTriggerValidValues(t *testing.T) {
 			v.Stream, v.Consumer = "WORK", "workers"
 		}},
 
-		"everything with queue": {
+		"everything a ScaledObject trigger takes": {
 			metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyActivationQueueDepth, "2",
 				KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
-				KeyGPUsPerReplica, "2", KeyCapacityAware, "true", KeyNodeSelector, "pool=gpu", KeyStaleAfter, "1m"),
+				KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 			nil,
 			func(v *triggerView) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, ActivationQueueDepth: 2,
 					PodSelector: "app=llm", GPUUtilTarget: 75, ActivationGPUUtil: 5, GPUMemoryTarget: 90,
-					GPUsPerReplica: 2, CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute,
+					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute,
+				}
+			},
+		},
+		"everything a capacity-aware ScaledJob trigger takes": {
+			metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
+				KeyCapacityAware, "true", KeyNodeSelector, "pool=gpu", KeyStaleAfter, "1m"),
+			nil,
+			func(v *triggerView) {
+				*v = triggerView{
+					Namespace: "ml", Queue: "jobs", QueueTarget: 4, PodSelector: noSelector, GPUsPerReplica: 2,
+					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute,
 				}
 			},
 		},
@@ -430,6 +441,10 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"only optional keys": {
 			metadata: metaOf(KeyQueueTarget, "5", KeyStaleAfter, "1m"), key: KeyQueue, value: "", want: "one of queue",
 		},
+		"capacityAware with podSelector": {
+			metadata: metaOf(KeyQueue, "jobs", KeyCapacityAware, "true", KeyPodSelector, "app=llm", KeyGPUUtilTarget, "70"),
+			key:      KeyCapacityAware, value: "true", want: "a ScaledJob trigger must give exactly one metric",
+		},
 		"stream without consumer": {
 			metadata: metaOf(KeyStream, "WORK"), key: KeyConsumer, value: "", want: "stream and consumer given together",
 		},
@@ -508,7 +523,9 @@ func TestParseTriggerFromEnv(t *testing.T) {
 	full := map[string]map[string]string{
 		"queue": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyActivationQueueDepth, "2",
 			KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
-			KeyGPUsPerReplica, "2", KeyCapacityAware, "true", KeyNodeSelector, "pool=gpu", KeyStaleAfter, "1m"),
+			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
+		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
+			KeyCapacityAware, "true", KeyNodeSelector, "pool=gpu"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyGPUsPerReplica, "1g.10gb"),
 	}
 	seen := map[string]bool{}

@@ -23,7 +23,7 @@ type metrics struct {
 	replayMessages    prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready func() bool) *metrics {
+func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
 	m := &metrics{
 		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_events_received_total",
@@ -69,6 +69,14 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready fu
 			Name: "gpuscaler_scaler_ready",
 			Help: "1 once the state is restored from NATS.",
 		}, func() float64 { return boolFloat(ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_stream_following",
+			Help: "1 while the scaler follows the GPUSCALER stream; 0 while it sets it up again.",
+		}, func() float64 { return boolFloat(following()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_nats_clock_skew_seconds",
+			Help: "The NATS server's clock minus this process's, as last measured; reports are judged by NATS's clock.",
+		}, func() float64 { return skew().Seconds() }),
 	)
 	return m
 }

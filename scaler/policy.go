@@ -80,11 +80,8 @@ func (r Reading) Active() (bool, error) {
 
 // Read evaluates t against the latest reports.
 func (s *State) Read(t *Trigger) (Reading, error) {
-	if t.Stream != "" {
-		return Reading{}, fmt.Errorf("%w: JetStream work-queue triggers (stream %q, consumer %q) are not supported by this build yet; use queue with a producer", ErrNotImplemented, t.Stream, t.Consumer)
-	}
-	if t.CapacityAware {
-		return Reading{}, fmt.Errorf("%w: capacityAware is not supported by this build yet", ErrNotImplemented)
+	if err := t.supported(); err != nil {
+		return Reading{}, err
 	}
 	now := s.now()
 	var r Reading
@@ -141,8 +138,10 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	var (
 		gpus, pods      int
 		utilSum, memSum float64
-		utilErr, memErr error
 		nodePods        []string // the matching pods of one node: a pod never spans nodes
+		// The first node (by name) found stale or missing a figure: maps iterate in
+		// random order, and every call and replica should name the same one.
+		stale, noUtil, noMem culprit
 	)
 	for e := range s.byNamespace[t.Namespace] {
 		nodePods = nodePods[:0]
@@ -150,11 +149,9 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 			if !t.PodSelector.Matches(v.labels) {
 				continue
 			}
-			if age := now.Sub(e.stored); age > t.StaleAfter {
-				fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
-					ErrUnavailable, e.report.GetNode(), stamp(e.stored), age.Round(time.Second), t.StaleAfter,
-					e.report.GetGpus()[v.index].DeviceID(), t.Namespace, v.pod, t.PodSelector.String()))
-				return
+			if now.Sub(e.stored) > t.StaleAfter {
+				stale.consider(e, v)
+				break
 			}
 			gpus++
 			if !slices.Contains(nodePods, v.pod) {
@@ -163,17 +160,31 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 			}
 			if v.hasUtil {
 				utilSum += v.util
-			} else if utilErr == nil {
-				utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
-					ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod, e.report.GetSource())
+			} else {
+				noUtil.consider(e, v)
 			}
 			if v.hasMem {
 				memSum += v.memPct
-			} else if memErr == nil {
-				memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
-					ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod)
+			} else {
+				noMem.consider(e, v)
 			}
 		}
+	}
+	if stale.e != nil {
+		e, v := stale.e, stale.v
+		fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
+			ErrUnavailable, e.report.GetNode(), stamp(e.stored), now.Sub(e.stored).Round(time.Second), t.StaleAfter,
+			e.report.GetGpus()[v.index].DeviceID(), t.Namespace, v.pod, t.PodSelector.String()))
+		return
+	}
+	var utilErr, memErr error
+	if e, v := noUtil.e, noUtil.v; e != nil {
+		utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
+			ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod, e.report.GetSource())
+	}
+	if e, v := noMem.e, noMem.v; e != nil {
+		memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
+			ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod)
 	}
 
 	perReplica := float64(t.GPUsPerReplica)
@@ -185,14 +196,41 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	}
 	r.gpuUtil.value, r.gpuUtil.err = utilSum/perReplica, utilErr
 	r.gpuMemory.value, r.gpuMemory.err = memSum/perReplica, memErr
-	r.gpuActiveErr = utilErr
-	r.gpuActive = utilErr == nil && gpus > 0 && utilSum/float64(gpus) > t.ActivationGPUUtil
+	if t.ActivateOnUtil {
+		r.gpuActiveErr = utilErr
+		r.gpuActive = utilErr == nil && gpus > 0 && utilSum/float64(gpus) > t.ActivationGPUUtil
+	} else {
+		r.gpuActive = gpus > 0
+	}
 	if utilErr != nil {
 		r.gpuUtil.value = 0
 	}
 	if memErr != nil {
 		r.gpuMemory.value = 0
 	}
+}
+
+// culprit remembers the GPU an error will name: the first by node name, then by index.
+type culprit struct {
+	e *nodeEntry
+	v gpuView
+}
+
+func (c *culprit) consider(e *nodeEntry, v gpuView) {
+	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() || (e == c.e && v.index < c.v.index) {
+		c.e, c.v = e, v
+	}
+}
+
+// supported refuses what this build parses but cannot act on yet.
+func (t *Trigger) supported() error {
+	if t.Stream != "" {
+		return fmt.Errorf("%w: JetStream work-queue triggers (stream %q, consumer %q) are not supported by this build yet; use queue with a producer", ErrNotImplemented, t.Stream, t.Consumer)
+	}
+	if t.CapacityAware {
+		return fmt.Errorf("%w: capacityAware is not supported by this build yet", ErrNotImplemented)
+	}
+	return nil
 }
 
 // stamp formats a time for error messages: UTC, to the second.

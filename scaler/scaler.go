@@ -29,6 +29,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // Config is the scaler's configuration. The zero value serves gRPC on :9090 and HTTP on
@@ -45,8 +46,13 @@ type Config struct {
 	// StaleAfter is staleAfter for triggers that give none, and how long the NATS
 	// connection may be down before /readyz fails. Default DefaultStaleAfter.
 	StaleAfter time.Duration
-	// Now tells time; nil means time.Now. Tests move it forward to make data stale.
+	// Now tells time; nil means time.Now. Tests move it forward to make data stale. The
+	// scaler corrects it by the NATS server's clock, which stamps every report.
 	Now func() time.Time
+
+	// streamCheckEvery is how often the follower checks the stream is still there;
+	// default 5s. Tests shorten it.
+	streamCheckEvery time.Duration
 }
 
 // Scaler is a configured scaler with its listeners bound. Run serves it.
@@ -55,6 +61,7 @@ type Scaler struct {
 	nc       *natsconn.Conn
 	log      *slog.Logger
 	reg      *prometheus.Registry
+	clock    *natsClock
 	state    *State
 	metrics  *metrics
 	follower *follower
@@ -82,6 +89,15 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		return nil, fmt.Errorf("stale-after %s: want a duration from 1s to 24h, as a trigger's staleAfter", cfg.StaleAfter)
 	}
 	cfg.Stream = cfg.Stream.withDefaults()
+	if cfg.Stream.MaxAge <= cfg.StaleAfter {
+		return nil, fmt.Errorf("stream-max-age %s: want more than stale-after %s, or nodes would be forgotten before they are stale", cfg.Stream.MaxAge, cfg.StaleAfter)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.streamCheckEvery <= 0 {
+		cfg.streamCheckEvery = 5 * time.Second
+	}
 	js, err := jetstream.New(nc.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("JetStream: %w", err)
@@ -90,28 +106,32 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	clock := &natsClock{local: cfg.Now}
 	s := &Scaler{
 		cfg:   cfg,
 		nc:    nc,
 		log:   log,
 		reg:   reg,
-		state: NewState(cfg.Now),
+		clock: clock,
+		state: NewState(clock.Now),
 		ready: make(chan struct{}),
 	}
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
 	}
-	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady)
 	s.follower = &follower{
-		js:      js,
-		stream:  cfg.Stream,
-		state:   s.state,
-		metrics: s.metrics,
-		log:     log.With("component", "follower"),
-		drops:   newLogLimiter(time.Minute),
-		ready:   func() { close(s.ready) },
+		js:         js,
+		stream:     cfg.Stream,
+		state:      s.state,
+		clock:      clock,
+		log:        log.With("component", "follower"),
+		drops:      newLogLimiter(time.Minute),
+		checkEvery: cfg.streamCheckEvery,
+		ready:      func() { close(s.ready) },
 	}
+	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
+	s.follower.metrics = s.metrics
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
@@ -150,16 +170,29 @@ func (s *Scaler) isReady() bool {
 	}
 }
 
-// readiness says why the scaler is not ready, or nil: the state must be restored and NATS
-// must not have been down longer than StaleAfter.
+// readiness says why the scaler is not ready, or nil: the state must be restored, NATS
+// must not have been down longer than StaleAfter, and neither may the stream have gone
+// unfollowed that long.
 func (s *Scaler) readiness() error {
+	failure, since := s.follower.failing()
 	if !s.isReady() {
+		if failure != nil {
+			return fmt.Errorf("%w: %w", errNotReady, failure)
+		}
 		return errNotReady
 	}
 	if down := s.nc.DownFor(); down > s.cfg.StaleAfter {
 		return fmt.Errorf("NATS has been disconnected for %s, longer than %s", down.Round(time.Second), s.cfg.StaleAfter)
 	}
+	if failure != nil && time.Since(since) > s.cfg.StaleAfter {
+		return fmt.Errorf("not following stream %s since %s: %w", gpuscalerv1.StreamName, stamp(since), failure)
+	}
 	return nil
+}
+
+func (s *Scaler) isFollowing() bool {
+	failure, _ := s.follower.failing()
+	return failure == nil
 }
 
 // Run serves until ctx ends, then stops gracefully: open streams end with a nil error so
@@ -177,12 +210,13 @@ func (s *Scaler) Run(ctx context.Context) error {
 	}
 	srv := grpc.NewServer(opts...)
 	pb.RegisterExternalScalerServer(srv, &Server{
-		state:   s.state,
-		ready:   s.ready,
-		done:    ctx.Done(),
-		stale:   s.cfg.StaleAfter,
-		metrics: s.metrics,
-		log:     s.log.With("component", "grpc"),
+		state:    s.state,
+		ready:    s.ready,
+		done:     ctx.Done(),
+		stale:    s.cfg.StaleAfter,
+		maxStale: s.cfg.Stream.MaxAge,
+		metrics:  s.metrics,
+		log:      s.log.With("component", "grpc"),
 	})
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -250,19 +284,14 @@ func (s *Scaler) watchHealth(ctx context.Context, h *health.Server) error {
 
 // forgetLoop drops nodes and queues the stream has expired (older than MaxAge).
 func (s *Scaler) forgetLoop(ctx context.Context) error {
-	every := min(s.cfg.Stream.MaxAge/4, time.Minute)
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(min(s.cfg.Stream.MaxAge/4, time.Minute))
 	defer tick.Stop()
-	now := s.cfg.Now
-	if now == nil {
-		now = time.Now
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if n := s.state.Forget(now().Add(-s.cfg.Stream.MaxAge)); n > 0 {
+			if n := s.state.Forget(s.clock.Now().Add(-s.cfg.Stream.MaxAge)); n > 0 {
 				s.log.Info("forgot nodes and queues silent for longer than the stream's max age", "entries", n, "maxAge", s.cfg.Stream.MaxAge)
 			}
 		}

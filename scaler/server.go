@@ -3,6 +3,7 @@ package scaler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"time"
@@ -22,12 +23,15 @@ var errNotReady = errors.New("scaler is restoring its state from NATS and not re
 type Server struct {
 	pb.UnimplementedExternalScalerServer
 
-	state   *State
-	ready   <-chan struct{} // closed once the state is restored
-	done    <-chan struct{} // closed when the scaler stops: ends open streams cleanly
-	stale   time.Duration   // staleAfter for triggers that give none
-	metrics *metrics
-	log     *slog.Logger
+	state *State
+	ready <-chan struct{} // closed once the state is restored
+	done  <-chan struct{} // closed when the scaler stops: ends open streams cleanly
+	stale time.Duration   // staleAfter for triggers that give none
+	// maxStale bounds a trigger's staleAfter: the stream's max age, after which a silent
+	// node is forgotten. A longer staleAfter would trust a node the scaler no longer knows.
+	maxStale time.Duration
+	metrics  *metrics
+	log      *slog.Logger
 }
 
 // IsActive answers KEDA's activation question. KEDA applies no threshold of its own to an
@@ -61,10 +65,6 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	if _, err := s.state.Read(t); errors.Is(err, ErrNotImplemented) {
-		return toStatus(err)
-	}
-
 	// Watch before the first read, so no report slips between the two.
 	w := s.state.Watch(t)
 	defer w.Stop()
@@ -110,7 +110,7 @@ func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.
 	for _, m := range specs {
 		resp.MetricSpecs = append(resp.MetricSpecs, &pb.MetricSpec{
 			MetricName:      m.Name,
-			TargetSize:      max(1, int64(math.Round(m.Target))), // KEDA before 2.17 reads only this
+			TargetSize:      max(1, toInt64(m.Target)), // KEDA before 2.17 reads only this
 			TargetSizeFloat: m.Target,
 		})
 	}
@@ -137,7 +137,7 @@ func (s *Server) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.G
 	}
 	return &pb.GetMetricsResponse{MetricValues: []*pb.MetricValue{{
 		MetricName:       req.GetMetricName(),
-		MetricValue:      int64(math.Round(v)), // KEDA before 2.17 reads only this
+		MetricValue:      toInt64(v), // KEDA before 2.17 reads only this
 		MetricValueFloat: v,
 	}}}, nil
 }
@@ -149,6 +149,15 @@ func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
 	}
 	t, err := ParseTrigger(ref.GetNamespace(), ref.GetScalerMetadata(), s.stale)
 	if err != nil {
+		return nil, toStatus(err)
+	}
+	if s.maxStale > 0 && t.StaleAfter > s.maxStale {
+		return nil, toStatus(&MetadataError{Key: KeyStaleAfter, Value: t.StaleAfter.String(),
+			Want: fmt.Sprintf("at most %s, the scaler's --stream-max-age, after which a silent node is forgotten", s.maxStale)})
+	}
+	// Refused on every call, GetMetricSpec included, so KEDA reports it when the
+	// ScaledObject is created rather than at the first poll.
+	if err := t.supported(); err != nil {
 		return nil, toStatus(err)
 	}
 	return t, nil
@@ -172,6 +181,14 @@ func (s *Server) active(t *Trigger) (bool, error) {
 		return false, err
 	}
 	return r.Active()
+}
+
+// toInt64 rounds v for the integer fields, saturating where int64 ends.
+func toInt64(v float64) int64 {
+	if v >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(math.Round(v))
 }
 
 // toStatus translates the scaler's errors to gRPC status codes at the handler boundary.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -99,6 +101,9 @@ func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
 	t.Run("not yet supported trigger", func(t *testing.T) {
 		_, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
 		wantCode(t, err, codes.Unimplemented, "stream")
+		// Refused when KEDA first asks for the metric spec, not only at the first poll.
+		_, err = s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "capacityAware": "true"}))
+		wantCode(t, err, codes.Unimplemented, "capacityAware")
 	})
 }
 
@@ -251,7 +256,8 @@ func TestStaleDataIsUnavailable(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	ns := startNATS(t, "", "")
-	s := startScaler(t, ns.ClientURL(), Config{Now: now})
+	// The watchdog would measure the offset as clock skew and correct it away: keep it quiet.
+	s := startScaler(t, ns.ClientURL(), Config{Now: now, streamCheckEvery: time.Hour})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10s"})
 
@@ -409,7 +415,7 @@ func TestSurvivesNATSRestart(t *testing.T) {
 	ns := startNATS(t, addr, dir)
 	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
 	pub := newPublisher(t, ns.ClientURL())
-	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "1h"})
+	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10m"})
 	pub.queue("ml", "jobs", 1, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := s.client.IsActive(t.Context(), r)
@@ -495,4 +501,135 @@ func TestGRPCHealth(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
 	ns.Shutdown()
 	testkit.Eventually(t, 10*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
+}
+
+// TestStreamDeletedIsSetUpAgain deletes the stream under a running scaler (as a NATS
+// restart does to a memory stream): the scaler must create it again and follow it.
+func TestStreamDeletedIsSetUpAgain(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	backlog := func() float64 {
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+		if err != nil {
+			return -1
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat()
+	}
+	pub.queue("ml", "jobs", 5, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
+
+	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	// The scaler creates the stream again; a report published then is followed.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_, err := pub.js.Stream(t.Context(), gpuscalerv1.StreamName)
+		return err == nil
+	})
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 9})
+		_, _ = pub.js.Publish(t.Context(), "gpuscaler.v1.queue.ml.jobs", data)
+		return backlog() == 9
+	})
+	if err := s.readiness(); err != nil {
+		t.Fatalf("readiness after the stream came back: %v", err)
+	}
+}
+
+// TestStreamRecreatedElsewhereIsFollowed: another party deletes and recreates the stream,
+// so its sequence numbers start again from 1. The scaler must notice and replay it.
+func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	for i := range 20 { // move the old stream's sequence well past what the new one will reach
+		pub.queue("ml", "q"+itoa(i), 1, 0)
+	}
+	pub.queue("ml", "jobs", 5, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 21 })
+
+	cfg := (StreamConfig{}).withDefaults().jetStreamConfig()
+	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub.queue("ml", "jobs", 9, 0) // sequence 1 of the new stream
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+		return err == nil && resp.GetMetricValues()[0].GetMetricValueFloat() == 9
+	})
+}
+
+// TestExistingStreamWithOtherSettingsIsAdopted: a stream made with settings this scaler
+// cannot change (here its storage) is used as it is rather than fought over.
+func TestExistingStreamWithOtherSettingsIsAdopted(t *testing.T) {
+	ns := startNATS(t, "", "")
+	pub := newPublisher(t, ns.ClientURL())
+	cfg := (StreamConfig{Memory: true}).withDefaults().jetStreamConfig()
+	if _, err := pub.js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub.queue("ml", "jobs", 3, 0)
+	s := startScaler(t, ns.ClientURL(), Config{}) // wants file storage
+	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+		ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "queue-backlog"})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 3 {
+		t.Fatalf("GetMetrics on an adopted stream = %v, %v; want backlog 3", resp, err)
+	}
+}
+
+// TestUnusableStreamSaysWhyNotReady: when another stream already captures gpuscaler's
+// subjects, the scaler cannot make its own, and /readyz says so.
+func TestUnusableStreamSaysWhyNotReady(t *testing.T) {
+	ns := startNATS(t, "", "")
+	pub := newPublisher(t, ns.ClientURL())
+	if _, err := pub.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{"gpuscaler.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := newScaler(t, ns.ClientURL(), Config{})
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		err := s.readiness()
+		return err != nil && strings.Contains(err.Error(), "create or update stream GPUSCALER")
+	})
+	_, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
+	wantCode(t, err, codes.Unavailable, "restoring its state")
+}
+
+// TestClockSkewIsCorrected runs the scaler with a clock 40 s ahead of NATS's: without
+// correction every report would be stale on arrival.
+func TestClockSkewIsCorrected(t *testing.T) {
+	ns := startNATS(t, "", "")
+	ahead := func() time.Time { return time.Now().Add(40 * time.Second) }
+	s := startScaler(t, ns.ClientURL(), Config{Now: ahead, streamCheckEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 2, 0)
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		resp, err := s.client.IsActive(t.Context(), r)
+		return err == nil && resp.GetResult()
+	})
+	if skew := s.clock.Skew(); skew > -39*time.Second || skew < -41*time.Second {
+		t.Fatalf("measured skew %s, want about -40s", skew)
+	}
+}
+
+func TestTriggerStaleAfterBeyondStreamMaxAge(t *testing.T) {
+	ns := startNATS(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{Stream: StreamConfig{MaxAge: 10 * time.Minute}})
+	_, err := s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "11m"}))
+	wantCode(t, err, codes.InvalidArgument, `staleAfter="11m0s"`, "at most 10m0s, the scaler's --stream-max-age")
+}
+
+func TestNewRejectsMaxAgeNotAboveStaleAfter(t *testing.T) {
+	ns := startNATS(t, "", "")
+	nc := connectNATS(t, ns.ClientURL())
+	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc, testLogger(t), nil)
+	if err == nil || !strings.Contains(err.Error(), "stream-max-age 1m0s: want more than stale-after 1m0s") {
+		t.Fatalf("New with MaxAge = StaleAfter: error %v, want one naming both", err)
+	}
 }

@@ -31,10 +31,10 @@ type State struct {
 	gpus       int
 	// queues holds the latest report per namespace/queue.
 	queues map[queueKey]*queueEntry
-	// queueWatch and gpuWatch hold the watchers to wake on a queue's report, and on a node
-	// report touching a namespace's pods.
+	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
+	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
+	// it, and KEDA polls IsActive for everything else.
 	queueWatch map[queueKey]map[*Watch]struct{}
-	gpuWatch   map[string]map[*Watch]struct{}
 }
 
 type queueKey struct{ namespace, queue string }
@@ -88,7 +88,6 @@ func NewState(now func() time.Time) *State {
 		byNamespace: make(map[string]map[*nodeEntry]struct{}),
 		queues:      make(map[queueKey]*queueEntry),
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
-		gpuWatch:    make(map[string]map[*Watch]struct{}),
 	}
 }
 
@@ -140,17 +139,6 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	if stored.After(s.newestNode) {
 		s.newestNode = stored
 	}
-	// A namespace whose pods left the node changes too: wake both sides.
-	for _, ns := range e.namespaces {
-		s.wakeGPU(ns)
-	}
-	if old != nil {
-		for _, ns := range old.namespaces {
-			if !slices.Contains(e.namespaces, ns) {
-				s.wakeGPU(ns)
-			}
-		}
-	}
 }
 
 // unindex removes e from the namespace index and the GPU count. s.mu must be held.
@@ -162,12 +150,6 @@ func (s *State) unindex(e *nodeEntry) {
 		if len(set) == 0 {
 			delete(s.byNamespace, ns)
 		}
-	}
-}
-
-func (s *State) wakeGPU(namespace string) {
-	for w := range s.gpuWatch[namespace] {
-		w.wake()
 	}
 }
 
@@ -235,14 +217,12 @@ func (s *State) Size() (nodes, gpus, queues int) {
 // answer. C receives at most one pending signal: wake-ups that come while one is pending
 // merge into it, so a slow reader costs the writer nothing.
 type Watch struct {
-	// C is signalled after a report for the trigger's queue, or a node report touching
-	// the trigger's namespace's pods (when it has a podSelector), has been applied.
+	// C is signalled after a report for the trigger's queue has been applied.
 	C <-chan struct{}
 
 	c       chan struct{}
 	s       *State
 	queue   *queueKey
-	gpuNS   string
 	stopped sync.Once
 	// activationDepth is the trigger's activationQueueDepth; sawInactive records that a
 	// report at or below it was applied, even if the queue was active again before the
@@ -262,10 +242,6 @@ func (s *State) Watch(t *Trigger) *Watch {
 		w.queue = &k
 		w.activationDepth = t.ActivationQueueDepth
 		addWatch(s.queueWatch, k, w)
-	}
-	if t.PodSelector != nil {
-		w.gpuNS = t.Namespace
-		addWatch(s.gpuWatch, t.Namespace, w)
 	}
 	return w
 }
@@ -294,9 +270,6 @@ func (w *Watch) Stop() {
 		defer w.s.mu.Unlock()
 		if w.queue != nil {
 			removeWatch(w.s.queueWatch, *w.queue, w)
-		}
-		if w.gpuNS != "" {
-			removeWatch(w.s.gpuWatch, w.gpuNS, w)
 		}
 	})
 }

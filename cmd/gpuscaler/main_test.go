@@ -238,6 +238,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"tls-client-ca":      "",
 		"stale-after":        "(default 30s)",
 		"stream-max-age":     "(default " + scaler.DefaultStreamMaxAge.String() + ")",
+		"stream-max-bytes":   "(default 1073741824)",
 		"stream-replicas":    "(default 1)",
 		"stream-memory":      "",
 		"nats-url":           "",

@@ -32,6 +32,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		staleAfter    = scaler.DefaultStaleAfter
 		streamReplica = 1
 		streamMemory  bool
+		streamBytes   int64 = scaler.DefaultStreamMaxBytes
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
@@ -41,6 +42,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
+	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
 	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
 	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
@@ -55,7 +57,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	cfg.StaleAfter = staleAfter
-	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, Replicas: streamReplica, Memory: streamMemory}
+	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
 
 	natsOpts.Name = "gpuscaler-scaler"
 	natsOpts.Log = log.With("component", "nats")

@@ -8,6 +8,10 @@ import (
 // ErrUndecodable reports a payload that is not the protobuf message its subject carries.
 var ErrUndecodable = errors.New("undecodable payload")
 
+// MaxEventBytes bounds an event's encoded size. A NodeReport of 64 GPUs with labelled pods
+// is about 20 kB; the stream refuses larger messages, and Decode drops them unread.
+const MaxEventBytes = 256 << 10
+
 // Event is one decoded, validated message: Node is set for a KindNode subject, Queue for
 // a KindQueue subject. Decode fills Subject also when only the payload is wrong.
 type Event struct {
@@ -30,6 +34,9 @@ func Decode(subject string, data []byte) (Event, error) {
 	s, err := ParseSubject(subject)
 	if err != nil {
 		return Event{}, err
+	}
+	if len(data) > MaxEventBytes {
+		return Event{Subject: s}, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, MaxEventBytes)
 	}
 	switch s.Kind {
 	case KindNode:

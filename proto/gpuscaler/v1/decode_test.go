@@ -2,6 +2,7 @@ package gpuscalerv1
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -53,6 +54,18 @@ func TestNodeReportValidate(t *testing.T) {
 		"pod without name":      {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Name = "" }, wantErr: "pod: name is required"},
 		"device without id":     {mutate: func(r *NodeReport) { r.Allocatable[0].Id = "" }, wantErr: "allocatable[0]: device id and resource are required"},
 		"duplicate allocated":   {mutate: func(r *NodeReport) { r.Allocated = append(r.Allocated, r.Allocated[0]) }, wantErr: "allocated[1]: device GPU-0 appears twice"},
+		"too many GPUs": {mutate: func(r *NodeReport) {
+			for i := range MaxGPUs {
+				r.Gpus = append(r.Gpus, &GPUSample{Uuid: fmt.Sprintf("GPU-x%d", i)})
+			}
+		}, wantErr: "more than 256"},
+		"too many labels": {mutate: func(r *NodeReport) {
+			for i := range MaxPodLabels + 1 {
+				r.Gpus[0].Pod.Labels[fmt.Sprintf("k%d", i)] = "v"
+			}
+		}, wantErr: "labels, more than 128"},
+		"label value too long": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Labels["app"] = strings.Repeat("v", 64) }, wantErr: "is not a Kubernetes label"},
+		"empty label key":      {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Labels[""] = "v" }, wantErr: "is not a Kubernetes label"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,15 @@ import (
 // ErrInvalidEvent reports an event that decodes but breaks the contract.
 var ErrInvalidEvent = errors.New("invalid event")
 
+// Bounds of a NodeReport. MaxGPUs is far above any node built (8 GPUs, each split into at
+// most 7 MIG instances); the label bounds are Kubernetes' own.
+const (
+	MaxGPUs          = 256
+	MaxPodLabels     = 128
+	maxLabelKeyLen   = 317 // a 253-byte prefix, '/', a 63-byte name
+	maxLabelValueLen = 63
+)
+
 // Validate reports whether r is a well-formed NodeReport: a valid node name, and per
 // device a UUID, percentages within 0–100, finite readings, framebuffer used no larger
 // than total, device ids unique, and a namespace and name on every attributed pod. A
@@ -16,6 +25,12 @@ var ErrInvalidEvent = errors.New("invalid event")
 func (r *NodeReport) Validate() error {
 	if err := ValidateNodeName(r.GetNode()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if n := len(r.GetGpus()); n > MaxGPUs {
+		return fmt.Errorf("%w: node %s reports %d GPUs, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
+	}
+	if n := len(r.GetAllocatable()); n > MaxGPUs {
+		return fmt.Errorf("%w: node %s reports %d allocatable devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
 	}
 	seen := make(map[string]struct{}, len(r.GetGpus()))
 	for i, g := range r.GetGpus() {
@@ -84,6 +99,15 @@ func (g *GPUSample) validate() error {
 		}
 		if p.GetName() == "" {
 			return errors.New("pod: name is required")
+		}
+		if n := len(p.GetLabels()); n > MaxPodLabels {
+			return fmt.Errorf("pod %s/%s: %d labels, more than %d", p.GetNamespace(), p.GetName(), n, MaxPodLabels)
+		}
+		for k, v := range p.GetLabels() {
+			if k == "" || len(k) > maxLabelKeyLen || len(v) > maxLabelValueLen {
+				return fmt.Errorf("pod %s/%s: label %.40q=%.40q is not a Kubernetes label (key 1 to %d bytes, value at most %d)",
+					p.GetNamespace(), p.GetName(), k, v, maxLabelKeyLen, maxLabelValueLen)
+			}
 		}
 	}
 	return nil
