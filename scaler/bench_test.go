@@ -50,8 +50,7 @@ func BenchmarkReadQueue(b *testing.B) {
 	tr, _ := ParseTrigger("ml", map[string]string{"queue": "q-500"}, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		r, _ := s.Read(tr)
-		if _, err := r.Metric(MetricQueueBacklog); err != nil {
+		if _, err := s.Read(tr).Metric(MetricQueueBacklog); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -63,8 +62,7 @@ func BenchmarkReadGPU(b *testing.B) {
 	tr, _ := ParseTrigger("ns-01", map[string]string{"podSelector": "app=svc-01,tier=gpu", "gpuUtilTarget": "60"}, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		r, _ := s.Read(tr)
-		if _, err := r.Metric(MetricGPUUtil); err != nil {
+		if _, err := s.Read(tr).Metric(MetricGPUUtil); err != nil {
 			b.Fatal(err)
 		}
 	}

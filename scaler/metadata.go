@@ -31,6 +31,7 @@ const (
 	KeyGPUMemoryTarget      = "gpuMemoryTarget"
 	KeyGPUsPerReplica       = "gpusPerReplica"
 	KeyCapacityAware        = "capacityAware"
+	KeyCapacityHeadroom     = "capacityHeadroom"
 	KeyNodeSelector         = "nodeSelector"
 	KeyStaleAfter           = "staleAfter"
 	KeyStream               = "stream"
@@ -73,7 +74,7 @@ var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tl
 var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
-	KeyCapacityAware, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
 }
 
 // ErrInvalidMetadata reports trigger metadata gpuscaler cannot act on. The gRPC server
@@ -123,8 +124,11 @@ type Trigger struct {
 	GPUsPerReplica int
 	GPUProfile     string
 
-	CapacityAware bool
-	NodeSelector  labels.Selector // nil means every node
+	// CapacityAware caps the backlog at what free GPUs can place now, plus
+	// CapacityHeadroom replicas (to let pending Jobs call for new nodes).
+	CapacityAware    bool
+	CapacityHeadroom int
+	NodeSelector     labels.Selector // nil means every node
 
 	StaleAfter time.Duration
 
@@ -186,6 +190,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.float(KeyGPUMemoryTarget, &t.GPUMemoryTarget, minTarget, 100, "a percentage from 0.001 to 100")
 	t.GPUsPerReplica, t.GPUProfile = p.gpusPerReplica(KeyGPUsPerReplica)
 	p.bool(KeyCapacityAware, &t.CapacityAware)
+	p.whole(KeyCapacityHeadroom, &t.CapacityHeadroom, 0, 1_000_000)
 	t.NodeSelector = p.selector(KeyNodeSelector)
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
@@ -240,8 +245,10 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	if t.CapacityAware && t.PodSelector != nil {
 		return fail(KeyCapacityAware, "no podSelector too: capacityAware is for ScaledJobs, and a ScaledJob trigger must give exactly one metric")
 	}
-	if _, ok := md[KeyNodeSelector]; ok && !t.CapacityAware {
-		return fail(KeyNodeSelector, "capacityAware \"true\" too: nodeSelector picks the nodes whose free GPUs count")
+	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom} {
+		if _, ok := md[k]; ok && !t.CapacityAware {
+			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
+		}
 	}
 	return nil
 }
@@ -364,6 +371,20 @@ func (p *parser) float(key string, dst *float64, lo, hi float64, want string) {
 		return
 	}
 	*dst = f
+}
+
+// whole parses a whole number from lo to hi into dst.
+func (p *parser) whole(key string, dst *int, lo, hi int) {
+	v, ok := p.get(key)
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < lo || n > hi {
+		p.fail(key, v, fmt.Sprintf("a whole number from %d to %d", lo, hi))
+		return
+	}
+	*dst = n
 }
 
 func (p *parser) bool(key string, dst *bool) {

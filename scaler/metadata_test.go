@@ -29,6 +29,7 @@ type triggerView struct {
 	GPUsPerReplica       int
 	GPUProfile           string
 	CapacityAware        bool
+	CapacityHeadroom     int
 	NodeSelector         string
 	StaleAfter           time.Duration
 	Stream               string
@@ -58,6 +59,7 @@ func viewOf(tr *Trigger) triggerView {
 		GPUsPerReplica:       tr.GPUsPerReplica,
 		GPUProfile:           tr.GPUProfile,
 		CapacityAware:        tr.CapacityAware,
+		CapacityHeadroom:     tr.CapacityHeadroom,
 		NodeSelector:         selectorString(tr.NodeSelector),
 		StaleAfter:           tr.StaleAfter,
 		Stream:               tr.Stream,
@@ -286,6 +288,9 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"capacityAware 1":                   {metaOf(KeyQueue, "jobs", KeyCapacityAware, "1"), nil, capacity},
 		"capacityAware TRUE":                {metaOf(KeyQueue, "jobs", KeyCapacityAware, "TRUE"), nil, capacity},
 		"capacityAware false":               {metaWith(baseQueue, KeyCapacityAware, "false"), queue, func(v *triggerView) {}},
+		"capacityHeadroom 0":                {metaWith(baseCapacity, KeyCapacityHeadroom, "0"), nil, capacity},
+		"capacityHeadroom 3":                {metaWith(baseCapacity, KeyCapacityHeadroom, " 3 "), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 3 }},
+		"capacityHeadroom 1e6":              {metaWith(baseCapacity, KeyCapacityHeadroom, "1000000"), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 1_000_000 }},
 		"capacityAware false without queue": {metaWith(baseGPU, KeyCapacityAware, "false"), gpu, func(v *triggerView) {}},
 		"capacityAware with stream": {metaWith(baseStream, KeyCapacityAware, "true"), nil, func(v *triggerView) {
 			v.Stream, v.Consumer, v.CapacityAware = "WORK", "workers", true
@@ -389,6 +394,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 		"0g.0gb", "00g.000gb+x", "1g.0gb", "0c.1g.5gb")
 
 	add(baseQueue, KeyCapacityAware, `"true" or "false"`, "yes", "no", "on", "maybe", "", "2")
+	add(baseCapacity, KeyCapacityHeadroom, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
 
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
 
@@ -418,7 +424,8 @@ func caseName(s string) string {
 func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
-		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter,
+		KeyStream, KeyConsumer,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -494,6 +501,9 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"nodeSelector without capacityAware": {
 			metadata: metaWith(baseQueue, KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100", want: `capacityAware "true" too`,
 		},
+		"capacityHeadroom without capacityAware": {
+			metadata: metaWith(baseQueue, KeyCapacityHeadroom, "2"), key: KeyCapacityHeadroom, value: "2", want: `capacityAware "true" too`,
+		},
 		"nodeSelector with capacityAware false": {
 			metadata: metaWith(baseQueue, KeyCapacityAware, "false", KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100",
 			want: `capacityAware "true" too`,
@@ -525,7 +535,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
 			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
-			KeyCapacityAware, "true", KeyNodeSelector, "pool=gpu"),
+			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyGPUsPerReplica, "1g.10gb"),
 	}
 	seen := map[string]bool{}
@@ -948,6 +958,9 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	}
 	if tr.CapacityAware && tr.Queue == "" && tr.Stream == "" {
 		t.Errorf("CapacityAware without Queue or Stream (%+v)", v)
+	}
+	if tr.CapacityHeadroom != 0 && !tr.CapacityAware || tr.CapacityHeadroom < 0 || tr.CapacityHeadroom > 1_000_000 {
+		t.Errorf("CapacityHeadroom %d (capacityAware %v)", tr.CapacityHeadroom, tr.CapacityAware)
 	}
 	if tr.GPUsPerReplica < 0 || tr.GPUsPerReplica > 1024 {
 		t.Errorf("GPUsPerReplica: got %d, want 0 to 1024", tr.GPUsPerReplica)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
@@ -33,7 +35,10 @@ type metricReading struct {
 	value   float64
 	// active is the queue's activation decision (backlog above activationQueueDepth).
 	active bool
-	err    error
+	// running is what of the backlog is being worked on now (in flight, ack pending):
+	// the capacity cap keeps it.
+	running float64
+	err     error
 }
 
 // Metric returns the named metric's value. It fails with ErrUnavailable when the data is
@@ -79,10 +84,9 @@ func (r Reading) Active() (bool, error) {
 }
 
 // Read evaluates t against the latest reports.
-func (s *State) Read(t *Trigger) (Reading, error) {
-	if err := t.supported(); err != nil {
-		return Reading{}, err
-	}
+// Read evaluates t's queue and GPU parts against the latest reports. A stream+consumer
+// backlog and the capacity cap come from the server, which composes the sources.
+func (s *State) Read(t *Trigger) Reading {
 	now := s.now()
 	var r Reading
 	s.mu.RLock()
@@ -93,7 +97,7 @@ func (s *State) Read(t *Trigger) (Reading, error) {
 	if t.PodSelector != nil {
 		s.readGPUs(t, now, &r)
 	}
-	return r, nil
+	return r
 }
 
 // readQueue reads the backlog of t's queue. s.mu must be held.
@@ -111,8 +115,58 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 		return m
 	}
 	m.value = float64(e.report.Backlog())
+	m.running = float64(e.report.GetInFlight())
 	m.active = m.value > t.ActivationQueueDepth
 	return m
+}
+
+// capQueue caps a queue's backlog, for a capacityAware trigger, at what the cluster can
+// place now: what is running, plus the replicas free GPUs can take, plus the headroom.
+// The activation decision stays on the whole backlog: the queue has work either way.
+func (s *State) capQueue(t *Trigger, m *metricReading) {
+	if !m.defined || m.err != nil {
+		return
+	}
+	slots, err := s.capacity(t)
+	if err != nil {
+		m.value, m.err = 0, err
+		return
+	}
+	m.value = min(m.value, m.running+float64(slots+t.CapacityHeadroom))
+}
+
+// capacity counts the replicas of t that free devices can take now: on each node that
+// reported within staleAfter and matches t's nodeSelector, its free devices of t's MIG
+// profile, or its free whole GPUs divided by gpusPerReplica (rounded down per node: a
+// replica cannot span nodes). Nodes silent longer are counted as full.
+func (s *State) capacity(t *Trigger) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	now := s.now()
+	switch {
+	case len(s.nodes) == 0:
+		return 0, fmt.Errorf("%w: capacity unknown: no node report since this scaler started at %s; are the collectors running?",
+			ErrUnavailable, stamp(s.started))
+	case now.Sub(s.newestNode) > t.StaleAfter:
+		return 0, fmt.Errorf("%w: capacity unknown: no node has reported since %s, %s ago, longer than staleAfter %s",
+			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
+	}
+	per := max(t.GPUsPerReplica, 1)
+	slots := 0
+	for _, e := range s.nodes {
+		if now.Sub(e.stored) > t.StaleAfter {
+			continue
+		}
+		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
+			continue
+		}
+		if t.GPUProfile != "" {
+			slots += e.free[t.GPUProfile]
+		} else {
+			slots += e.free[""] / per
+		}
+	}
+	return slots, nil
 }
 
 // readGPUs reads the GPUs held by pods of t's namespace that match its podSelector, on
@@ -226,9 +280,6 @@ func (c *culprit) consider(e *nodeEntry, v gpuView) {
 func (t *Trigger) supported() error {
 	if t.Stream != "" {
 		return fmt.Errorf("%w: JetStream work-queue triggers (stream %q, consumer %q) are not supported by this build yet; use queue with a producer", ErrNotImplemented, t.Stream, t.Consumer)
-	}
-	if t.CapacityAware {
-		return fmt.Errorf("%w: capacityAware is not supported by this build yet", ErrNotImplemented)
 	}
 	return nil
 }

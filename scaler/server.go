@@ -127,11 +127,7 @@ func (s *Server) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.G
 	if err := s.checkReady(); err != nil {
 		return nil, toStatus(err)
 	}
-	r, err := s.state.Read(t)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	v, err := r.Metric(req.GetMetricName())
+	v, err := s.read(t).Metric(req.GetMetricName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -176,11 +172,16 @@ func (s *Server) active(t *Trigger) (bool, error) {
 	if err := s.checkReady(); err != nil {
 		return false, err
 	}
-	r, err := s.state.Read(t)
-	if err != nil {
-		return false, err
+	return s.read(t).Active()
+}
+
+// read answers t from every source: the state for queues and GPUs, then the capacity cap.
+func (s *Server) read(t *Trigger) Reading {
+	r := s.state.Read(t)
+	if t.CapacityAware {
+		s.state.capQueue(t, &r.queue)
 	}
-	return r.Active()
+	return r
 }
 
 // toInt64 rounds v for the integer fields, saturating where int64 ends.

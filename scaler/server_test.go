@@ -102,8 +102,8 @@ func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
 		_, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
 		wantCode(t, err, codes.Unimplemented, "stream")
 		// Refused when KEDA first asks for the metric spec, not only at the first poll.
-		_, err = s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "capacityAware": "true"}))
-		wantCode(t, err, codes.Unimplemented, "capacityAware")
+		_, err = s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
+		wantCode(t, err, codes.Unimplemented, "stream")
 	})
 }
 

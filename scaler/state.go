@@ -48,6 +48,8 @@ type nodeEntry struct {
 	// chasing pointers through protobuf messages scattered over the heap.
 	namespaces []string
 	nsGPUs     [][]gpuView
+	// free counts the allocatable devices not allocated, by MIG profile ("" for whole GPUs).
+	free map[string]int
 }
 
 // gpuView is what a podSelector trigger reads of one GPU held by a pod.
@@ -110,16 +112,14 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) {
 	s.queues[k] = &queueEntry{report: r, stored: stored}
 	backlog := float64(r.Backlog())
 	for w := range s.queueWatch[k] {
-		if backlog <= w.activationDepth {
-			w.sawInactive.Store(true)
-		}
-		w.wake()
+		w.notify(backlog)
 	}
 }
 
 func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	e := &nodeEntry{report: r, stored: stored}
 	e.indexNamespaces()
+	e.countFree()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.nodes[r.GetNode()]
@@ -177,6 +177,20 @@ func (e *nodeEntry) indexNamespaces() {
 	}
 }
 
+// countFree counts the node's free devices by MIG profile.
+func (e *nodeEntry) countFree() {
+	allocated := make(map[string]struct{}, len(e.report.GetAllocated()))
+	for _, d := range e.report.GetAllocated() {
+		allocated[d.GetId()] = struct{}{}
+	}
+	e.free = make(map[string]int, 1)
+	for _, d := range e.report.GetAllocatable() {
+		if _, taken := allocated[d.GetId()]; !taken {
+			e.free[d.Profile()]++
+		}
+	}
+}
+
 // Forget drops nodes and queues whose latest report NATS stored before cutoff: the stream
 // has dropped them too (its MaxAge), so a restarted replica would not know them either.
 // It returns how many entries it dropped.
@@ -214,35 +228,45 @@ func (s *State) Size() (nodes, gpus, queues int) {
 }
 
 // Watch is a registration for wake-ups when reports arrive that may change a trigger's
-// answer. C receives at most one pending signal: wake-ups that come while one is pending
-// merge into it, so a slow reader costs the writer nothing.
+// activation: QueueReports of its queue (State), or news of its JetStream consumer
+// (workQueues). C receives at most one pending signal: wake-ups that come while one is
+// pending merge into it, so a slow reader costs the writer nothing.
 type Watch struct {
-	// C is signalled after a report for the trigger's queue has been applied.
+	// C is signalled after a report that may change the trigger's backlog was applied.
 	C <-chan struct{}
-
-	c       chan struct{}
-	s       *State
-	queue   *queueKey
-	stopped sync.Once
+	c chan struct{}
 	// activationDepth is the trigger's activationQueueDepth; sawInactive records that a
-	// report at or below it was applied, even if the queue was active again before the
-	// watcher looked. Wake-ups merge, so without it a brief dip could go unseen.
+	// backlog at or below it was applied, even if it rose again before the watcher looked.
+	// Wake-ups merge, so without it a brief dip could go unseen.
 	activationDepth float64
 	sawInactive     atomic.Bool
+
+	mu      sync.Mutex // guards stops and stopped
+	stops   []func()
+	stopped bool
 }
 
-// Watch registers a watcher for t. The caller must call Stop when done.
-func (s *State) Watch(t *Trigger) *Watch {
-	w := &Watch{c: make(chan struct{}, 1), s: s}
+func newWatch(t *Trigger) *Watch {
+	w := &Watch{c: make(chan struct{}, 1), activationDepth: t.ActivationQueueDepth}
 	w.C = w.c
+	return w
+}
+
+// Watch registers a watcher for t's queue reports. The caller must call Stop when done.
+func (s *State) Watch(t *Trigger) *Watch {
+	w := newWatch(t)
+	if t.Queue == "" {
+		return w
+	}
+	k := queueKey{t.Namespace, t.Queue}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.Queue != "" {
-		k := queueKey{t.Namespace, t.Queue}
-		w.queue = &k
-		w.activationDepth = t.ActivationQueueDepth
-		addWatch(s.queueWatch, k, w)
-	}
+	addWatch(s.queueWatch, k, w)
+	w.onStop(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		removeWatch(s.queueWatch, k, w)
+	})
 	return w
 }
 
@@ -263,22 +287,42 @@ func removeWatch[K comparable](m map[K]map[*Watch]struct{}, k K, w *Watch) {
 	}
 }
 
-// Stop unregisters the watcher. It is safe to call more than once.
-func (w *Watch) Stop() {
-	w.stopped.Do(func() {
-		w.s.mu.Lock()
-		defer w.s.mu.Unlock()
-		if w.queue != nil {
-			removeWatch(w.s.queueWatch, *w.queue, w)
-		}
-	})
+// onStop adds f to what Stop undoes; after Stop it runs f at once.
+func (w *Watch) onStop(f func()) {
+	w.mu.Lock()
+	if !w.stopped {
+		w.stops = append(w.stops, f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	f()
 }
 
-// SawInactive reports whether a report showing the trigger's queue inactive was applied
-// since the last call.
+// Stop unregisters the watcher everywhere. It is safe to call more than once.
+func (w *Watch) Stop() {
+	w.mu.Lock()
+	stops := w.stops
+	w.stops, w.stopped = nil, true
+	w.mu.Unlock()
+	for _, f := range stops {
+		f()
+	}
+}
+
+// SawInactive reports whether a backlog at or below the trigger's activation depth was
+// applied since the last call.
 func (w *Watch) SawInactive() bool { return w.sawInactive.Swap(false) }
 
-// wake signals the watcher without blocking. Called with s.mu held.
+// notify tells the watcher a backlog was applied, and wakes it without blocking.
+func (w *Watch) notify(backlog float64) {
+	if backlog <= w.activationDepth {
+		w.sawInactive.Store(true)
+	}
+	w.wake()
+}
+
+// wake signals the watcher without blocking.
 func (w *Watch) wake() {
 	select {
 	case w.c <- struct{}{}:

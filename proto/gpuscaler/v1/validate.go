@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // ErrInvalidEvent reports an event that decodes but breaks the contract.
@@ -59,6 +60,18 @@ func (r *NodeReport) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Profile returns the device's MIG profile: MigProfile, or, when that is empty, what a
+// "nvidia.com/mig-<profile>" resource name says (the mixed strategy); "" for a whole GPU.
+func (d *Device) Profile() string {
+	if p := d.GetMigProfile(); p != "" {
+		return p
+	}
+	if p, ok := strings.CutPrefix(d.GetResource(), "nvidia.com/mig-"); ok {
+		return p
+	}
+	return ""
 }
 
 // DeviceID returns the device plugin id of the sample's device: DeviceId, or Uuid when

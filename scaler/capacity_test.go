@@ -1,0 +1,112 @@
+package scaler
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// capacityNode builds a node report with labels, whole GPUs (total, of which used are
+// allocated) and MIG devices given as profile → (total, used). mixed offers MIG devices
+// as nvidia.com/mig-<profile> without MigProfile, as the mixed strategy does.
+func capacityNode(name string, labels map[string]string, whole, wholeUsed int, mig map[string][2]int, mixed bool) gpuscalerv1.Event {
+	r := &gpuscalerv1.NodeReport{Node: name, NodeLabels: labels}
+	add := func(id, resource, profile string, used bool) {
+		d := &gpuscalerv1.Device{Id: id, Resource: resource, MigProfile: profile}
+		r.Allocatable = append(r.Allocatable, d)
+		if used {
+			r.Allocated = append(r.Allocated, d)
+		}
+	}
+	for i := range whole {
+		add(fmt.Sprintf("GPU-%s-%d", name, i), "nvidia.com/gpu", "", i < wholeUsed)
+	}
+	for profile, n := range mig {
+		for i := range n[0] {
+			resource, p := "nvidia.com/gpu", profile // the single strategy names the profile only in MigProfile
+			if mixed {
+				resource, p = "nvidia.com/mig-"+profile, ""
+			}
+			add(fmt.Sprintf("MIG-%s-%s-%d", name, profile, i), resource, p, i < n[1])
+		}
+	}
+	return gpuscalerv1.Event{Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindNode, Node: name}, Node: r}
+}
+
+// readyServer is a Server over s, ready, as the gRPC handlers use it.
+func readyServer(s *State) *Server {
+	ready := make(chan struct{})
+	close(ready)
+	return &Server{state: s, ready: ready, done: make(chan struct{}), stale: DefaultStaleAfter, maxStale: DefaultStreamMaxAge}
+}
+
+func TestCapacityCap(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	a100, h100 := map[string]string{"pool": "a100"}, map[string]string{"pool": "h100"}
+	s.Apply(capacityNode("a1", a100, 8, 6, nil, false), t0)                                    // 2 whole GPUs free
+	s.Apply(capacityNode("h1", h100, 8, 1, nil, false), t0)                                    // 7 free
+	s.Apply(capacityNode("mig1", a100, 0, 0, map[string][2]int{"1g.10gb": {7, 3}}, false), t0) // 4 slices free
+	s.Apply(capacityNode("mig2", h100, 0, 0, map[string][2]int{"3g.40gb": {2, 0}}, true), t0)  // 2 free, mixed strategy
+	s.Apply(capacityNode("stale", a100, 8, 0, nil, false), t0.Add(-time.Minute))               // silent: counts as full
+	s.Apply(queueEvent("ml", "train", 50, 3), t0)                                              // 50 waiting, 3 running
+	s.Apply(queueEvent("ml", "small", 1, 0), t0)
+
+	tests := map[string]struct {
+		md   map[string]string
+		want float64
+	}{
+		"every node, one GPU each":        {map[string]string{"queue": "train"}, 3 + 2 + 7},
+		"a100 nodes only":                 {map[string]string{"queue": "train", "nodeSelector": "pool=a100"}, 3 + 2},
+		"two GPUs each, rounded per node": {map[string]string{"queue": "train", "gpusPerReplica": "2"}, 3 + 1 + 3},
+		// 9 free GPUs would take two 4-GPU replicas if pooled, but a replica cannot span
+		// nodes: a1's 2 take none, h1's 7 take one.
+		"four GPUs each, rounded per node": {map[string]string{"queue": "train", "gpusPerReplica": "4"}, 3 + 0 + 1},
+		"MIG 1g.10gb slices":               {map[string]string{"queue": "train", "gpusPerReplica": "1g.10gb"}, 3 + 4},
+		"MIG 3g.40gb, mixed strategy":      {map[string]string{"queue": "train", "gpusPerReplica": "3g.40gb"}, 3 + 2},
+		"a profile nobody offers":          {map[string]string{"queue": "train", "gpusPerReplica": "7g.80gb"}, 3},
+		"no matching node, headroom 2":     {map[string]string{"queue": "train", "nodeSelector": "pool=b200", "capacityHeadroom": "2"}, 3 + 0 + 2},
+		"headroom adds to free GPUs":       {map[string]string{"queue": "train", "capacityHeadroom": "5"}, 3 + 9 + 5},
+		"backlog below capacity":           {map[string]string{"queue": "small"}, 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			md := map[string]string{"capacityAware": "true"}
+			for k, v := range tc.md {
+				md[k] = v
+			}
+			r := readyServer(s).read(mustTrigger(t, "ml", md))
+			wantMetric(t, r, MetricQueueBacklog, tc.want)
+			if active, err := r.Active(); !active || err != nil {
+				t.Fatalf("Active() = %v, %v; want true: the queue has work whatever the capacity", active, err)
+			}
+		})
+	}
+
+	t.Run("without capacityAware the backlog is whole", func(t *testing.T) {
+		wantMetric(t, readyServer(s).read(mustTrigger(t, "ml", map[string]string{"queue": "train"})), MetricQueueBacklog, 53)
+	})
+}
+
+func TestCapacityUnknown(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true"})
+	s.Apply(queueEvent("ml", "train", 5, 0), t0)
+
+	r := readyServer(s).read(tr)
+	_, err := r.Metric(MetricQueueBacklog)
+	wantUnavailable(t, err, "capacity unknown: no node report since this scaler started")
+	if _, err := r.Active(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Active() error %v, want ErrUnavailable", err)
+	}
+
+	s.Apply(capacityNode("a1", nil, 8, 0, nil, false), t0)
+	clock.Advance(time.Minute)
+	s.Apply(queueEvent("ml", "train", 5, 0), clock.Now())
+	_, err = readyServer(s).read(tr).Metric(MetricQueueBacklog)
+	wantUnavailable(t, err, "capacity unknown: no node has reported since 2026-11-22T10:00:00Z, 1m0s ago")
+}
