@@ -15,10 +15,6 @@ import (
 // scale a production service to nothing.
 var ErrUnavailable = errors.New("data unavailable")
 
-// ErrNotImplemented reports a trigger this build parses but cannot yet act on. The gRPC
-// server answers it with Unimplemented.
-var ErrNotImplemented = errors.New("not implemented")
-
 // Reading is what the latest reports say about one trigger. Each metric the trigger gives
 // has a value or an error, never both.
 type Reading struct {
@@ -274,14 +270,6 @@ func (c *culprit) consider(e *nodeEntry, v gpuView) {
 	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() || (e == c.e && v.index < c.v.index) {
 		c.e, c.v = e, v
 	}
-}
-
-// supported refuses what this build parses but cannot act on yet.
-func (t *Trigger) supported() error {
-	if t.Stream != "" {
-		return fmt.Errorf("%w: JetStream work-queue triggers (stream %q, consumer %q) are not supported by this build yet; use queue with a producer", ErrNotImplemented, t.Stream, t.Consumer)
-	}
-	return nil
 }
 
 // stamp formats a time for error messages: UTC, to the second.

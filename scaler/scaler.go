@@ -46,6 +46,9 @@ type Config struct {
 	// StaleAfter is staleAfter for triggers that give none, and how long the NATS
 	// connection may be down before /readyz fails. Default DefaultStaleAfter.
 	StaleAfter time.Duration
+	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
+	// triggers name is fetched, however many triggers share it. Default 1s.
+	ConsumerRefresh time.Duration
 	// Now tells time; nil means time.Now. Tests move it forward to make data stale. The
 	// scaler corrects it by the NATS server's clock, which stamps every report.
 	Now func() time.Time
@@ -58,6 +61,7 @@ type Config struct {
 // Scaler is a configured scaler with its listeners bound. Run serves it.
 type Scaler struct {
 	cfg      Config
+	js       jetstream.JetStream
 	nc       *natsconn.Conn
 	log      *slog.Logger
 	reg      *prometheus.Registry
@@ -109,6 +113,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	clock := &natsClock{local: cfg.Now}
 	s := &Scaler{
 		cfg:   cfg,
+		js:    js,
 		nc:    nc,
 		log:   log,
 		reg:   reg,
@@ -211,6 +216,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 	srv := grpc.NewServer(opts...)
 	pb.RegisterExternalScalerServer(srv, &Server{
 		state:    s.state,
+		work:     newWorkQueues(ctx, s.js, s.nc.Conn, s.cfg.ConsumerRefresh, s.clock.Now, s.log.With("component", "workqueues")),
 		ready:    s.ready,
 		done:     ctx.Done(),
 		stale:    s.cfg.StaleAfter,

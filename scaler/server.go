@@ -24,6 +24,7 @@ type Server struct {
 	pb.UnimplementedExternalScalerServer
 
 	state *State
+	work  *workQueues     // the JetStream consumers stream+consumer triggers name
 	ready <-chan struct{} // closed once the state is restored
 	done  <-chan struct{} // closed when the scaler stops: ends open streams cleanly
 	stale time.Duration   // staleAfter for triggers that give none
@@ -68,6 +69,9 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	// Watch before the first read, so no report slips between the two.
 	w := s.state.Watch(t)
 	defer w.Stop()
+	if t.Stream != "" {
+		s.work.watch(t, w)
+	}
 	s.metrics.streamsOpen.Inc()
 	defer s.metrics.streamsOpen.Dec()
 
@@ -151,11 +155,6 @@ func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
 		return nil, toStatus(&MetadataError{Key: KeyStaleAfter, Value: t.StaleAfter.String(),
 			Want: fmt.Sprintf("at most %s, the scaler's --stream-max-age, after which a silent node is forgotten", s.maxStale)})
 	}
-	// Refused on every call, GetMetricSpec included, so KEDA reports it when the
-	// ScaledObject is created rather than at the first poll.
-	if err := t.supported(); err != nil {
-		return nil, toStatus(err)
-	}
 	return t, nil
 }
 
@@ -175,9 +174,13 @@ func (s *Server) active(t *Trigger) (bool, error) {
 	return s.read(t).Active()
 }
 
-// read answers t from every source: the state for queues and GPUs, then the capacity cap.
+// read answers t from every source: the state for queues and GPUs, the followed
+// JetStream consumer for stream triggers, then the capacity cap.
 func (s *Server) read(t *Trigger) Reading {
 	r := s.state.Read(t)
+	if t.Stream != "" {
+		r.queue = s.work.read(t)
+	}
 	if t.CapacityAware {
 		s.state.capQueue(t, &r.queue)
 	}
@@ -202,8 +205,6 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, ErrUnknownMetric):
 		code = codes.NotFound
-	case errors.Is(err, ErrNotImplemented):
-		code = codes.Unimplemented
 	}
 	return status.Error(code, err.Error())
 }

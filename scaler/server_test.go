@@ -98,13 +98,6 @@ func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
 			ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "gpu-util"})
 		wantCode(t, err, codes.NotFound, `no metric "gpu-util"`)
 	})
-	t.Run("not yet supported trigger", func(t *testing.T) {
-		_, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
-		wantCode(t, err, codes.Unimplemented, "stream")
-		// Refused when KEDA first asks for the metric spec, not only at the first poll.
-		_, err = s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"stream": "work", "consumer": "w"}))
-		wantCode(t, err, codes.Unimplemented, "stream")
-	})
 }
 
 func TestQueueEndToEnd(t *testing.T) {

@@ -239,6 +239,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"stale-after":        "(default 30s)",
 		"stream-max-age":     "(default " + scaler.DefaultStreamMaxAge.String() + ")",
 		"stream-max-bytes":   "(default 1073741824)",
+		"consumer-refresh":   "(default 1s)",
 		"stream-replicas":    "(default 1)",
 		"stream-memory":      "",
 		"nats-url":           "",

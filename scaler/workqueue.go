@@ -1,0 +1,275 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultConsumerRefresh is how often a followed JetStream consumer's info is fetched.
+const DefaultConsumerRefresh = time.Second
+
+// idleAfter is how long a consumer no trigger has read or watched is still followed.
+// KEDA reads each trigger every pollingInterval (30 s by default).
+const idleAfter = 5 * time.Minute
+
+// workQueues follows the JetStream consumers that stream+consumer triggers name, so that
+// a work queue needs no producer code. A consumer's backlog is pending + ack pending, as
+// KEDA's nats-jetstream scaler counts it, from consumer info fetched once per refresh
+// however many triggers share the consumer. While the backlog is 0, a plain subscription
+// to the consumer's subjects wakes its triggers on the first new message, without waiting
+// for the next fetch; it is dropped once there is work, so a busy queue's traffic never
+// reaches the scaler. It is safe for concurrent use.
+type workQueues struct {
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	refresh time.Duration
+	now     func() time.Time // the NATS clock, as the state's
+	log     *slog.Logger
+	ctx     context.Context // the refresh loops' lifetime
+
+	mu     sync.Mutex // guards queues and the fields of every workQueue marked so
+	queues map[wqKey]*workQueue
+}
+
+type wqKey struct{ stream, consumer string }
+
+// workQueue is one followed consumer.
+type workQueue struct {
+	key   wqKey
+	first chan struct{} // closed once the first fetch has finished, whatever its outcome
+
+	// Guarded by workQueues.mu:
+	pending, ackPending uint64
+	fetched             time.Time // NATS-clock time of the last successful fetch
+	err                 error     // the last fetch's error; nil after a success
+	gone                bool      // the last fetch found no such stream or consumer
+	arrived             uint64    // messages seen on subs since the last fetch began
+	subjects            []string  // the consumer's subjects, learnt at the first fetch
+	subs                []*nats.Subscription
+	watchers            map[*Watch]struct{}
+	used                time.Time // last read or watch, local clock
+}
+
+func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, refresh time.Duration, now func() time.Time, log *slog.Logger) *workQueues {
+	if refresh <= 0 {
+		refresh = DefaultConsumerRefresh
+	}
+	return &workQueues{js: js, nc: nc, refresh: refresh, now: now, log: log, ctx: ctx, queues: make(map[wqKey]*workQueue)}
+}
+
+// track returns the followed consumer of t, following it from now on if it was not.
+func (w *workQueues) track(t *Trigger) *workQueue {
+	k := wqKey{t.Stream, t.Consumer}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queues[k]
+	if q == nil {
+		q = &workQueue{key: k, first: make(chan struct{}), watchers: make(map[*Watch]struct{})}
+		w.queues[k] = q
+		go w.loop(q)
+	}
+	q.used = time.Now()
+	return q
+}
+
+// loop fetches q's consumer info every refresh until ctx ends or q falls idle.
+func (w *workQueues) loop(q *workQueue) {
+	tick := time.NewTicker(w.refresh)
+	defer tick.Stop()
+	defer w.unsubscribe(q)
+	for {
+		w.fetch(q)
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if w.dropIfIdle(q) {
+			return
+		}
+	}
+}
+
+// dropIfIdle stops following q when no trigger has read or watched it for idleAfter.
+func (w *workQueues) dropIfIdle(q *workQueue) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(q.watchers) > 0 || time.Since(q.used) < idleAfter {
+		return false
+	}
+	delete(w.queues, q.key)
+	return true
+}
+
+// fetch reads q's consumer info, updates its backlog and wakes its watchers.
+func (w *workQueues) fetch(q *workQueue) {
+	defer func() {
+		select {
+		case <-q.first:
+		default:
+			close(q.first)
+		}
+	}()
+	w.mu.Lock()
+	arrivedBefore, subjects := q.arrived, q.subjects
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+	defer cancel()
+	cons, err := w.js.Consumer(ctx, q.key.stream, q.key.consumer)
+	var info *jetstream.ConsumerInfo
+	if err == nil {
+		info = cons.CachedInfo()
+		if subjects == nil {
+			subjects, err = w.subjectsOf(ctx, info)
+		}
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		q.err = w.describe(q.key, err)
+		q.gone = errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound)
+		if q.gone {
+			w.unsubscribeLocked(q)
+		}
+		return
+	}
+	q.pending, q.ackPending = info.NumPending, uint64(info.NumAckPending)
+	q.fetched, q.err, q.gone, q.subjects = w.now(), nil, false, subjects
+	// Messages seen during the fetch may or may not be in its counts: keep them, since
+	// counting one twice for a refresh is better than missing the one that wakes a queue.
+	q.arrived -= arrivedBefore
+	backlog := q.backlog()
+	for wt := range q.watchers {
+		wt.notify(float64(backlog))
+	}
+	if q.pending+q.ackPending == 0 {
+		w.subscribeLocked(q)
+	} else {
+		w.unsubscribeLocked(q)
+	}
+}
+
+// subjectsOf returns the subjects a consumer takes messages from: its filter, or its
+// stream's subjects when it has none.
+func (w *workQueues) subjectsOf(ctx context.Context, info *jetstream.ConsumerInfo) ([]string, error) {
+	switch {
+	case len(info.Config.FilterSubjects) > 0:
+		return info.Config.FilterSubjects, nil
+	case info.Config.FilterSubject != "":
+		return []string{info.Config.FilterSubject}, nil
+	}
+	s, err := w.js.Stream(ctx, info.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo().Config.Subjects, nil
+}
+
+// subscribeLocked listens for new messages on q's subjects. w.mu must be held.
+func (w *workQueues) subscribeLocked(q *workQueue) {
+	if len(q.subs) > 0 {
+		return
+	}
+	for _, subject := range q.subjects {
+		sub, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.arrive(q) })
+		if err != nil {
+			w.log.Warn("cannot listen for new messages of a work queue; its triggers wake at the next consumer refresh",
+				"stream", q.key.stream, "consumer", q.key.consumer, "subject", subject, "err", err)
+			continue
+		}
+		q.subs = append(q.subs, sub)
+	}
+}
+
+func (w *workQueues) unsubscribe(q *workQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unsubscribeLocked(q)
+}
+
+func (w *workQueues) unsubscribeLocked(q *workQueue) {
+	for _, sub := range q.subs {
+		_ = sub.Unsubscribe()
+	}
+	q.subs = nil
+}
+
+// arrive counts a message published to an idle queue and wakes its triggers at once.
+func (w *workQueues) arrive(q *workQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q.arrived++
+	backlog := q.backlog()
+	for wt := range q.watchers {
+		wt.notify(float64(backlog))
+	}
+}
+
+// backlog is the consumer's last counts plus what arrived since. w.mu must be held.
+func (q *workQueue) backlog() uint64 { return q.pending + q.ackPending + q.arrived }
+
+// describe turns a fetch error into the Unavailable error triggers report.
+func (w *workQueues) describe(k wqKey, err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: JetStream stream %q not found", ErrUnavailable, k.stream)
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("%w: JetStream consumer %q not found on stream %q", ErrUnavailable, k.consumer, k.stream)
+	default:
+		return fmt.Errorf("%w: consumer info for stream %q, consumer %q: %w", ErrUnavailable, k.stream, k.consumer, err)
+	}
+}
+
+// read returns t's backlog: pending + ack pending (+ messages seen since the last fetch),
+// with ack pending as the running part.
+func (w *workQueues) read(t *Trigger) metricReading {
+	q := w.track(t)
+	select {
+	case <-q.first:
+	case <-time.After(5 * time.Second):
+	}
+	m := metricReading{defined: true}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	switch {
+	case q.fetched.IsZero():
+		m.err = q.err
+		if m.err == nil {
+			m.err = fmt.Errorf("%w: no consumer info yet for stream %q, consumer %q", ErrUnavailable, t.Stream, t.Consumer)
+		}
+	case q.gone || (q.err != nil && now.Sub(q.fetched) > t.StaleAfter):
+		m.err = fmt.Errorf("%w (last counts fetched at %s)", q.err, stamp(q.fetched))
+	case now.Sub(q.fetched) > t.StaleAfter:
+		m.err = fmt.Errorf("%w: consumer info for stream %q, consumer %q last fetched at %s, %s ago, longer than staleAfter %s",
+			ErrUnavailable, t.Stream, t.Consumer, stamp(q.fetched), now.Sub(q.fetched).Round(time.Second), t.StaleAfter)
+	default:
+		m.value = float64(q.backlog())
+		m.running = float64(q.ackPending)
+		m.active = m.value > t.ActivationQueueDepth
+	}
+	return m
+}
+
+// watch registers wt for news of t's consumer until wt stops.
+func (w *workQueues) watch(t *Trigger, wt *Watch) {
+	q := w.track(t)
+	w.mu.Lock()
+	q.watchers[wt] = struct{}{}
+	w.mu.Unlock()
+	wt.onStop(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(q.watchers, wt)
+		q.used = time.Now()
+	})
+}
