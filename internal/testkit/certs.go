@@ -96,17 +96,6 @@ func WriteFile(t testing.TB, dir, name string, data []byte) string {
 	return path
 }
 
-// FreeAddr returns a loopback address nothing listened on at the time of the call.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

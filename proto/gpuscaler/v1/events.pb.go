@@ -500,9 +500,10 @@ type QueueReport struct {
 	Arrivals uint64 `protobuf:"varint,5,opt,name=arrivals,proto3" json:"arrivals,omitempty"`
 	// When the producer took these figures. Informational, as in NodeReport.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	// Identifies the producer process.
+	// Identifies the producer: a process, or one Reporter in it. A restarted producer
+	// should take a new id, as its sequence starts again.
 	ProducerId string `protobuf:"bytes,7,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
-	// Counts the reports of one producer process, starting at 1.
+	// Counts the reports of one producer id, starting at 1.
 	Sequence      uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
