@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,44 +17,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpuscaler/gpuscaler/internal/embedded"
-	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
-
-// testLogger logs to the test's output when -v is given, else discards.
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// startNATS starts an embedded NATS server with JetStream on a random loopback port (or
-// addr), storing in dir (a fresh t.TempDir() when empty). It shuts down at cleanup.
-func startNATS(t *testing.T, addr, dir string) *embedded.Server {
-	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	ns, err := embedded.Start(embedded.Options{Addr: addr, StoreDir: dir, Log: testLogger(t)})
-	if err != nil {
-		t.Fatalf("start NATS: %v", err)
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-func connectNATS(t *testing.T, url string) *natsconn.Conn {
-	t.Helper()
-	nc, err := natsconn.Connect(t.Context(), natsconn.Options{URLs: url, RetryInitialConnect: true, Log: testLogger(t)})
-	if err != nil {
-		t.Fatalf("connect NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 // testScaler is a scaler running in the test, with a gRPC client to it.
 type testScaler struct {
@@ -87,9 +53,9 @@ func newScaler(t *testing.T, url string, cfg Config) *testScaler {
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	nc := connectNATS(t, url)
+	nc := natstest.Connect(t, url)
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, nc, testLogger(t), reg)
+	s, err := New(cfg, nc, testkit.Logger(t), reg)
 	if err != nil {
 		t.Fatalf("scaler.New: %v", err)
 	}
@@ -139,7 +105,7 @@ type publisher struct {
 
 func newPublisher(t *testing.T, url string) *publisher {
 	t.Helper()
-	js, err := jetstream.New(connectNATS(t, url).Conn)
+	js, err := jetstream.New(natstest.Connect(t, url).Conn)
 	if err != nil {
 		t.Fatal(err)
 	}

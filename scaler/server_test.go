@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -40,7 +42,7 @@ func wantCode(t *testing.T, err error, code codes.Code, contains ...string) {
 }
 
 func TestGetMetricSpec(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	resp, err := s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{
 		"queue": "jobs", "queueTarget": "2.5",
@@ -65,7 +67,7 @@ func TestGetMetricSpec(t *testing.T) {
 }
 
 func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	bad := ref("ml", "llm", map[string]string{"queue": "jobs", "queueTarget": "-3"})
 	calls := map[string]func() error{
@@ -101,7 +103,7 @@ func TestInvalidMetadataIsInvalidArgument(t *testing.T) {
 }
 
 func TestQueueEndToEnd(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs", "queueTarget": "2"})
@@ -131,7 +133,7 @@ func TestQueueEndToEnd(t *testing.T) {
 }
 
 func TestGPUEndToEnd(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	llm := map[string]string{"app": "llm"}
@@ -159,7 +161,7 @@ func TestGPUEndToEnd(t *testing.T) {
 }
 
 func TestStreamIsActivePushesActivation(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	pub.queue("ml", "jobs", 0, 0)
@@ -200,7 +202,7 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 // streams on that queue, none of the others, and shutdown ends every one cleanly.
 func TestThousandStreams(t *testing.T) {
 	const streams, queues = 1000, 10
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 
@@ -248,7 +250,7 @@ func TestThousandStreams(t *testing.T) {
 func TestStaleDataIsUnavailable(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	// The watchdog would measure the offset as clock skew and correct it away: keep it quiet.
 	s := startScaler(t, ns.ClientURL(), Config{Now: now, streamCheckEvery: time.Hour})
 	pub := newPublisher(t, ns.ClientURL())
@@ -271,7 +273,7 @@ func TestStaleDataIsUnavailable(t *testing.T) {
 }
 
 func TestRestartRecoversStateBeforeServing(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	first := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	pub.queue("ml", "jobs", 6, 1)
@@ -313,7 +315,7 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 }
 
 func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	pub.queue("ml", "jobs", 3, 0)
@@ -359,7 +361,7 @@ gpuscaler_scaler_events_dropped_total{kind="unknown",reason="subject"} 1
 }
 
 func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	newPublisher(t, ns.ClientURL()).queue("ml", "jobs", 1, 0)
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
@@ -405,7 +407,7 @@ func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
 // staleAfter, and the scaler follows new reports after the reconnect.
 func TestSurvivesNATSRestart(t *testing.T) {
 	addr, dir := testkit.FreeAddr(t), t.TempDir()
-	ns := startNATS(t, addr, dir)
+	ns := natstest.Start(t, addr, dir)
 	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10m"})
@@ -425,7 +427,7 @@ func TestSurvivesNATSRestart(t *testing.T) {
 		t.Fatalf("IsActive while NATS is down = %v, %v; want true from the last report", resp, err)
 	}
 
-	startNATS(t, addr, dir)
+	natstest.Start(t, addr, dir)
 	testkit.Eventually(t, 15*time.Second, func() bool { return s.readiness() == nil })
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		pubCtx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -441,7 +443,7 @@ func TestSurvivesNATSRestart(t *testing.T) {
 
 // TestConcurrentReadsAndWrites runs readers, streams and a writer at once under -race.
 func TestConcurrentReadsAndWrites(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -469,10 +471,10 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 }
 
 func TestNewRejectsBadStaleAfter(t *testing.T) {
-	ns := startNATS(t, "", "")
-	nc := connectNATS(t, ns.ClientURL())
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
 	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 25 * time.Hour} {
-		if _, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: d}, nc, testLogger(t), nil); err == nil || !strings.Contains(err.Error(), "stale-after") {
+		if _, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: d}, nc, testkit.Logger(t), nil); err == nil || !strings.Contains(err.Error(), "stale-after") {
 			t.Errorf("New with StaleAfter %s: error %v, want one naming stale-after", d, err)
 		}
 	}
@@ -481,7 +483,7 @@ func TestNewRejectsBadStaleAfter(t *testing.T) {
 // TestGRPCHealth checks the standard health service says SERVING once ready, and
 // NOT_SERVING once NATS has been gone longer than staleAfter.
 func TestGRPCHealth(t *testing.T) {
-	ns := startNATS(t, testkit.FreeAddr(t), "")
+	ns := natstest.Start(t, testkit.FreeAddr(t), "")
 	s := startScaler(t, ns.ClientURL(), Config{StaleAfter: time.Second})
 	health := healthpb.NewHealthClient(s.conn)
 	status := func() healthpb.HealthCheckResponse_ServingStatus {
@@ -499,7 +501,7 @@ func TestGRPCHealth(t *testing.T) {
 // TestStreamDeletedIsSetUpAgain deletes the stream under a running scaler (as a NATS
 // restart does to a memory stream): the scaler must create it again and follow it.
 func TestStreamDeletedIsSetUpAgain(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
@@ -534,7 +536,7 @@ func TestStreamDeletedIsSetUpAgain(t *testing.T) {
 // TestStreamRecreatedElsewhereIsFollowed: another party deletes and recreates the stream,
 // so its sequence numbers start again from 1. The scaler must notice and replay it.
 func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
@@ -561,7 +563,7 @@ func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
 // TestExistingStreamWithOtherSettingsIsAdopted: a stream made with settings this scaler
 // cannot change (here its storage) is used as it is rather than fought over.
 func TestExistingStreamWithOtherSettingsIsAdopted(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	pub := newPublisher(t, ns.ClientURL())
 	cfg := (StreamConfig{Memory: true}).withDefaults().jetStreamConfig()
 	if _, err := pub.js.CreateStream(t.Context(), cfg); err != nil {
@@ -579,7 +581,7 @@ func TestExistingStreamWithOtherSettingsIsAdopted(t *testing.T) {
 // TestUnusableStreamSaysWhyNotReady: when another stream already captures gpuscaler's
 // subjects, the scaler cannot make its own, and /readyz says so.
 func TestUnusableStreamSaysWhyNotReady(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	pub := newPublisher(t, ns.ClientURL())
 	if _, err := pub.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{"gpuscaler.>"}}); err != nil {
 		t.Fatal(err)
@@ -596,7 +598,7 @@ func TestUnusableStreamSaysWhyNotReady(t *testing.T) {
 // TestClockSkewIsCorrected runs the scaler with a clock 40 s ahead of NATS's: without
 // correction every report would be stale on arrival.
 func TestClockSkewIsCorrected(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	ahead := func() time.Time { return time.Now().Add(40 * time.Second) }
 	s := startScaler(t, ns.ClientURL(), Config{Now: ahead, streamCheckEvery: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
@@ -612,16 +614,16 @@ func TestClockSkewIsCorrected(t *testing.T) {
 }
 
 func TestTriggerStaleAfterBeyondStreamMaxAge(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{Stream: StreamConfig{MaxAge: 10 * time.Minute}})
 	_, err := s.client.GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "11m"}))
 	wantCode(t, err, codes.InvalidArgument, `staleAfter="11m0s"`, "at most 10m0s, the scaler's --stream-max-age")
 }
 
 func TestNewRejectsMaxAgeNotAboveStaleAfter(t *testing.T) {
-	ns := startNATS(t, "", "")
-	nc := connectNATS(t, ns.ClientURL())
-	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc, testLogger(t), nil)
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
+	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc, testkit.Logger(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "stream-max-age 1m0s: want more than stale-after 1m0s") {
 		t.Fatalf("New with MaxAge = StaleAfter: error %v, want one naming both", err)
 	}

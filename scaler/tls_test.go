@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,7 +26,7 @@ func TestMutualTLS(t *testing.T) {
 	serverCert, serverKey := ca.Issue(t, "gpuscaler", 2)
 	clientCert, clientKey := ca.Issue(t, "keda-operator", 3)
 	strangerCert, strangerKey := otherCA.Issue(t, "stranger", 4)
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{TLS: TLSConfig{
 		CertFile:     testkit.WriteFile(t, dir, "tls.crt", serverCert),
 		KeyFile:      testkit.WriteFile(t, dir, "tls.key", serverKey),

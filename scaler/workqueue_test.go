@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
@@ -54,7 +56,7 @@ func backlogOf(t *testing.T, s *testScaler, r *pb.ScaledObjectRef) (float64, err
 // TestWorkQueueBacklog: N messages give a backlog of N; fetched but unacknowledged ones
 // still count (ack pending), acknowledged ones do not, as KEDA's nats-jetstream scaler counts.
 func TestWorkQueueBacklog(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
 	cons := makeWorkQueue(t, pub.js)
@@ -97,7 +99,7 @@ func TestWorkQueueBacklog(t *testing.T) {
 // the first message at once, through a subscription, not at the next consumer refresh
 // (an hour away here).
 func TestWorkQueueFirstMessageWakes(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: time.Hour})
 	pub := newPublisher(t, ns.ClientURL())
 	makeWorkQueue(t, pub.js)
@@ -117,7 +119,7 @@ func TestWorkQueueFirstMessageWakes(t *testing.T) {
 }
 
 func TestWorkQueueMissing(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
 
@@ -147,14 +149,14 @@ func TestWorkQueueMissing(t *testing.T) {
 // however often KEDA asks, its info is fetched at most once per refresh.
 func TestWorkQueueInfoFetchedOncePerRefresh(t *testing.T) {
 	const refresh = 200 * time.Millisecond
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: refresh})
 	pub := newPublisher(t, ns.ClientURL())
 	makeWorkQueue(t, pub.js)
 	publishWork(t, pub.js, 3)
 
 	var requests atomic.Int64
-	spy := connectNATS(t, ns.ClientURL())
+	spy := natstest.Connect(t, ns.ClientURL())
 	sub, err := spy.Subscribe("$JS.API.CONSUMER.INFO.WORK.workers", func(*nats.Msg) { requests.Add(1) })
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +188,7 @@ func TestWorkQueueInfoFetchedOncePerRefresh(t *testing.T) {
 // TestWorkQueueCapacity: capacity caps a stream backlog with its ack-pending part as
 // what is running.
 func TestWorkQueueCapacity(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
 	cons := makeWorkQueue(t, pub.js)

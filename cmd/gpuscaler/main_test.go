@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,12 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+
+	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/version"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -55,48 +55,13 @@ func runCLI(ctx context.Context, env map[string]string, args ...string) result {
 	return result{code, stdout.String(), stderr.String()}
 }
 
-// startNATS starts a bare embedded NATS server with JetStream on a random port.
-func startNATS(t *testing.T) *embedded.Server {
-	t.Helper()
-	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("start NATS: %v", err)
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
 // startScaler starts embedded NATS and a scaler on it, which creates the GPUSCALER
 // stream, and waits until the scaler is ready. It returns the NATS URL and a connection.
 func startScaler(t *testing.T) (string, *natsconn.Conn) {
 	t.Helper()
-	ns := startNATS(t)
-	nc, err := natsconn.Connect(t.Context(), natsconn.Options{URLs: ns.ClientURL()})
-	if err != nil {
-		t.Fatalf("connect NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"}, nc, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatalf("scaler.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("scaler Run: %v", err)
-		}
-	})
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		t.Fatalf("scaler stopped before it was ready: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("scaler not ready within 10s")
-	}
-	return ns.ClientURL(), nc
+	ns := natstest.Start(t, "", "")
+	scalertest.Start(t, ns.ClientURL())
+	return ns.ClientURL(), natstest.Connect(t, ns.ClientURL())
 }
 
 // storedEvent decodes the last message the GPUSCALER stream holds on subject.
@@ -774,7 +739,7 @@ func TestPublishNodeRejectsBadReports(t *testing.T) {
 }
 
 func TestPublishWithoutStream(t *testing.T) {
-	ns := startNATS(t) // no scaler, so no GPUSCALER stream
+	ns := natstest.Start(t, "", "") // no scaler, so no GPUSCALER stream
 	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", ns.ClientURL(), "--namespace", "ml", "--queue", "jobs", "--waiting", "1")
 	if r.code != 1 {
 		t.Fatalf("got %v, want exit 1", r)

@@ -1,12 +1,16 @@
 package queue
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+)
 
 // benchReporter returns a Reporter publishing to a real embedded NATS server, as in use.
 func benchReporter(b *testing.B) *Reporter {
 	b.Helper()
-	ns := startNATS(b, "", "")
-	return newReporter(b, connectNATS(b, ns.ClientURL()).Conn, "ml", "jobs", Config{})
+	ns := natstest.Start(b, "", "")
+	return newReporter(b, natstest.Connect(b, ns.ClientURL()).Conn, "ml", "jobs", Config{})
 }
 
 // BenchmarkEnqueued is the request path's cost of counting one arrival.

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -22,9 +25,9 @@ import (
 // first item reaches a real scaler, which pushes true on an open StreamIsActive. The
 // interval is an hour, so only the report on the empty-to-non-empty change can do it.
 func TestEnqueuedActivatesStream(t *testing.T) {
-	ns := startNATS(t, "", "")
-	client := startScaler(t, ns.ClientURL())
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	ns := natstest.Start(t, "", "")
+	_, client := scalertest.Start(t, ns.ClientURL())
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
 	ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: map[string]string{"queue": "jobs"}}
 
 	// The first report, at start, tells the scaler the queue exists and is empty.
@@ -74,9 +77,9 @@ func TestEnqueuedActivatesStream(t *testing.T) {
 // TestHeartbeats checks reports keep coming every interval, idle or not, numbered 1, 2,
 // 3…, with the counts the calls made and each arrival counted once.
 func TestHeartbeats(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: 50 * time.Millisecond, ProducerID: "p1"})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: 50 * time.Millisecond, ProducerID: "p1"})
 
 	first := sub.next()
 	if first.GetSequence() != 1 || first.GetWaiting() != 0 || first.GetInFlight() != 0 || first.GetArrivals() != 0 {
@@ -124,9 +127,9 @@ func TestConsistentUnderConcurrency(t *testing.T) {
 		goroutines = 8
 		reports    = 100
 	)
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Millisecond})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Millisecond})
 	r.Enqueued(base)
 	var (
 		wg       sync.WaitGroup
@@ -192,8 +195,8 @@ func TestConsistentUnderConcurrency(t *testing.T) {
 // on the same address the current counts are published.
 func TestStoppedNATS(t *testing.T) {
 	addr, dir := testkit.FreeAddr(t), t.TempDir()
-	ns := startNATS(t, addr, dir)
-	nc := connectNATS(t, ns.ClientURL())
+	ns := natstest.Start(t, addr, dir)
+	nc := natstest.Connect(t, ns.ClientURL())
 	r := newReporter(t, nc.Conn, "ml", "jobs", Config{Interval: 50 * time.Millisecond})
 
 	ns.Shutdown()
@@ -233,7 +236,7 @@ func TestStoppedNATS(t *testing.T) {
 		t.Errorf("reconnect buffer holds %d bytes (%v), want at most one report (%d bytes): reports must wait for NATS, not queue for it", n, err, onePub)
 	}
 
-	ns = startNATS(t, addr, dir)
+	ns = natstest.Start(t, addr, dir)
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
 	sub.until(func(q *gpuscalerv1.QueueReport) bool {
 		return q.GetWaiting() == goroutines*iterations && q.GetInFlight() == 0
@@ -246,9 +249,9 @@ func TestStoppedNATS(t *testing.T) {
 // TestCloseFlushes checks Close publishes the current counts and waits for NATS to have
 // them, and that a closed Reporter stays harmless.
 func TestCloseFlushes(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
 	if q := sub.next(); q.GetSequence() != 1 || q.Backlog() != 0 {
 		t.Fatalf("first report %v, want sequence 1 of an empty queue", q)
 	}
@@ -274,9 +277,9 @@ func TestCloseFlushes(t *testing.T) {
 
 // TestSet checks Set replaces both counts, wakes an empty queue, and adds no arrivals.
 func TestSet(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
 	sub.next()
 	r.Set(5, 2)
 	if q := sub.next(); q.GetWaiting() != 5 || q.GetInFlight() != 2 || q.GetArrivals() != 0 {
@@ -294,8 +297,8 @@ func TestSet(t *testing.T) {
 // TestCloseWithoutNATS checks Close returns, with an error that says so, when NATS is
 // down.
 func TestCloseWithoutNATS(t *testing.T) {
-	ns := startNATS(t, "", "")
-	nc := connectNATS(t, ns.ClientURL())
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
 	r := newReporter(t, nc.Conn, "ml", "jobs", Config{})
 	ns.Shutdown()
 	testkit.Eventually(t, 10*time.Second, func() bool { return !nc.IsConnected() })
@@ -306,8 +309,8 @@ func TestCloseWithoutNATS(t *testing.T) {
 }
 
 func TestNewReporterErrors(t *testing.T) {
-	ns := startNATS(t, "", "")
-	nc := connectNATS(t, ns.ClientURL()).Conn
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL()).Conn
 	for name, tc := range map[string]struct {
 		nc        *nats.Conn
 		namespace string
@@ -342,9 +345,9 @@ func TestNewReporterErrors(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{})
 	if r.cfg.Interval != DefaultInterval || r.cfg.FlushTimeout != DefaultFlushTimeout {
 		t.Errorf("interval %s, flush timeout %s; want %s, %s", r.cfg.Interval, r.cfg.FlushTimeout, DefaultInterval, DefaultFlushTimeout)
 	}
@@ -352,7 +355,7 @@ func TestDefaults(t *testing.T) {
 	if !strings.Contains(q.GetProducerId(), "-") || len(q.GetProducerId()) < 8 {
 		t.Errorf("producer id %q, want the host name and a random suffix", q.GetProducerId())
 	}
-	other := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "other", Config{})
+	other := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "other", Config{})
 	if other.cfg.ProducerID == r.cfg.ProducerID {
 		t.Errorf("two Reporters share producer id %q, want each its own", r.cfg.ProducerID)
 	}
@@ -363,9 +366,9 @@ func TestDefaults(t *testing.T) {
 // heartbeat, so a busy queue that keeps draining does not flood NATS.
 func TestFlappingQueueIsNotReportedPerFlap(t *testing.T) {
 	const flaps = 10_000
-	ns := startNATS(t, "", "")
+	ns := natstest.Start(t, "", "")
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	r := newReporter(t, connectNATS(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
 	sub.next() // the first report, at start, of the empty queue
 	for range flaps {
 		r.Enqueued(1)

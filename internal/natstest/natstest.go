@@ -1,0 +1,38 @@
+// Package natstest starts the real NATS pieces tests need: an embedded server with
+// JetStream on a loopback port, and connections to it.
+package natstest
+
+import (
+	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/embedded"
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+)
+
+// Start starts an embedded NATS server with JetStream on addr (a random loopback port
+// when empty), storing in dir (a fresh t.TempDir() when empty). It shuts down at cleanup.
+func Start(t testing.TB, addr, dir string) *embedded.Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	ns, err := embedded.Start(embedded.Options{Addr: addr, StoreDir: dir, Log: testkit.Logger(t)})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// Connect connects to url as a long-running part does, reconnecting forever, and
+// closes the connection at cleanup.
+func Connect(t testing.TB, url string) *natsconn.Conn {
+	t.Helper()
+	nc, err := natsconn.Connect(t.Context(), natsconn.Options{URLs: url, RetryInitialConnect: true, Log: testkit.Logger(t)})
+	if err != nil {
+		t.Fatalf("connect NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
