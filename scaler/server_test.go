@@ -174,15 +174,25 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	msgs, errc := recvAll(stream)
 	expectMsg(t, msgs, false) // the current state, sent when opened
 
-	pub.queue("ml", "jobs", 1, 0)
+	// applied publishes a report and waits until the scaler has applied it, but not until
+	// the stream has looked: the stream keeps one message per subject, so a report
+	// replaced before the scaler reads it is seen by no replica, and a dip nobody saw
+	// cannot matter to KEDA, which scales to zero only after a whole cooldownPeriod.
+	applied := func(ns string, waiting, inFlight uint64) {
+		t.Helper()
+		before := s.State().Applied()
+		pub.queue(ns, "jobs", waiting, inFlight)
+		testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > before })
+	}
+	applied("ml", 1, 0)
 	expectMsg(t, msgs, true)
-	pub.queue("ml", "jobs", 2, 0) // still active: nothing to send
-	pub.queue("ml", "jobs", 0, 0) // inactive: KEDA ignores false, so nothing is sent
-	pub.queue("ml", "jobs", 0, 1) // active again, however soon after: a new activation
+	applied("ml", 2, 0) // still active: nothing to send
+	applied("ml", 0, 0) // inactive: KEDA ignores false, so nothing is sent
+	applied("ml", 0, 1) // active again, however soon after the dip: a new activation
 	expectMsg(t, msgs, true)
-	pub.queue("other", "jobs", 5, 0) // another namespace's queue of the same name
-	pub.queue("ml", "jobs", 0, 0)
-	pub.queue("ml", "jobs", 7, 0)
+	applied("other", 5, 0) // another namespace's queue of the same name
+	applied("ml", 0, 0)
+	applied("ml", 7, 0)
 	expectMsg(t, msgs, true)
 	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 3 {
 		t.Fatalf("activations pushed = %v, want 3", got)
@@ -322,17 +332,30 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 75, 1, 80)}})
 	testkit.Eventually(t, 5*time.Second, func() bool { n, _, q := s.State().Size(); return n == 1 && q == 1 })
 
+	// The stream keeps one message per subject, so a message replaced before the consumer
+	// reads it is never delivered (only the latest report matters). Send each one after
+	// the scaler has read the one before.
+	received := func() float64 {
+		var n float64
+		for _, kind := range []string{"node", "queue", "unknown"} {
+			n += testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues(kind))
+		}
+		return n
+	}
+	send := func(subject string, data []byte) {
+		t.Helper()
+		before := received()
+		pub.raw(subject, data)
+		testkit.Eventually(t, 5*time.Second, func() bool { return received() > before })
+	}
 	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
-	pub.raw("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
-	pub.raw("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // invalid: other namespace
-	pub.raw("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
-	pub.raw("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // invalid: other node
-	pub.raw("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
-	pub.raw("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
+	send("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // invalid: other namespace
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // invalid: other node
+	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
 
-	testkit.Eventually(t, 5*time.Second, func() bool {
-		return testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue")) == 4
-	})
 	want := `
 # HELP gpuscaler_scaler_events_dropped_total Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).
 # TYPE gpuscaler_scaler_events_dropped_total counter

@@ -108,15 +108,12 @@ func (w *workQueues) dropIfIdle(q *workQueue) bool {
 	return true
 }
 
-// fetch reads q's consumer info, updates its backlog and wakes its watchers.
+// fetch reads q's consumer info, updates its backlog and wakes its watchers. When the
+// consumer is idle it subscribes to its subjects, and makes sure the server has the
+// subscription before the first fetch counts as done, so a trigger read after it misses
+// no message. A message stored between the info and the subscription waits for the next
+// fetch.
 func (w *workQueues) fetch(q *workQueue) {
-	defer func() {
-		select {
-		case <-q.first:
-		default:
-			close(q.first)
-		}
-	}()
 	w.mu.Lock()
 	arrivedBefore, subjects := q.arrived, q.subjects
 	w.mu.Unlock()
@@ -131,7 +128,21 @@ func (w *workQueues) fetch(q *workQueue) {
 			subjects, err = w.subjectsOf(ctx, info)
 		}
 	}
+	subscribed := w.record(q, info, subjects, arrivedBefore, err)
+	if subscribed {
+		if err := w.nc.FlushTimeout(2 * time.Second); err != nil {
+			w.log.Debug("flush work-queue subscription", "stream", q.key.stream, "consumer", q.key.consumer, "err", err)
+		}
+	}
+	select {
+	case <-q.first:
+	default:
+		close(q.first)
+	}
+}
 
+// record applies a fetch's outcome to q, and reports whether it subscribed to q's subjects.
+func (w *workQueues) record(q *workQueue, info *jetstream.ConsumerInfo, subjects []string, arrivedBefore uint64, err error) (subscribed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
@@ -140,7 +151,7 @@ func (w *workQueues) fetch(q *workQueue) {
 		if q.gone {
 			w.unsubscribeLocked(q)
 		}
-		return
+		return false
 	}
 	q.pending, q.ackPending = info.NumPending, uint64(info.NumAckPending)
 	q.fetched, q.err, q.gone, q.subjects = w.now(), nil, false, subjects
@@ -151,11 +162,11 @@ func (w *workQueues) fetch(q *workQueue) {
 	for wt := range q.watchers {
 		wt.notify(float64(backlog))
 	}
-	if q.pending+q.ackPending == 0 {
-		w.subscribeLocked(q)
-	} else {
+	if q.pending+q.ackPending > 0 {
 		w.unsubscribeLocked(q)
+		return false
 	}
+	return w.subscribeLocked(q)
 }
 
 // subjectsOf returns the subjects a consumer takes messages from: its filter, or its
@@ -174,10 +185,11 @@ func (w *workQueues) subjectsOf(ctx context.Context, info *jetstream.ConsumerInf
 	return s.CachedInfo().Config.Subjects, nil
 }
 
-// subscribeLocked listens for new messages on q's subjects. w.mu must be held.
-func (w *workQueues) subscribeLocked(q *workQueue) {
+// subscribeLocked listens for new messages on q's subjects, and reports whether it made
+// a new subscription. w.mu must be held.
+func (w *workQueues) subscribeLocked(q *workQueue) bool {
 	if len(q.subs) > 0 {
-		return
+		return false
 	}
 	for _, subject := range q.subjects {
 		sub, err := w.nc.Subscribe(subject, func(*nats.Msg) { w.arrive(q) })
@@ -188,6 +200,7 @@ func (w *workQueues) subscribeLocked(q *workQueue) {
 		}
 		q.subs = append(q.subs, sub)
 	}
+	return len(q.subs) > 0
 }
 
 func (w *workQueues) unsubscribe(q *workQueue) {
