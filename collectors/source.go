@@ -1,0 +1,75 @@
+// Package collectors is the node side of gpuscaler: on every GPU node it reads the GPUs
+// (through DCGM, an existing dcgm-exporter, NVML or a simulator), works out which pod
+// holds each device and how many are free (the kubelet's pod-resources API, the pods'
+// labels and owners from the Kubernetes API), and publishes one NodeReport per interval
+// on gpuscaler.v1.node.<node>. It meets the scaler only in the event contract,
+// proto/gpuscaler/v1, and does not import it.
+//
+// The parts meet in three small interfaces: a Source measures devices, an Attributor
+// says which devices the kubelet can hand out and to whom it has, and a PodDirectory
+// knows the labels and owners of the node's pods. The Collector joins them.
+package collectors
+
+import (
+	"context"
+	"errors"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// Source reads a node's GPUs. Every source keeps the same contract, so the Collector,
+// the metrics and the tests treat them alike.
+type Source interface {
+	// Name is the source's name as --source spells it and metrics label it: "dcgm",
+	// "nvml", "exporter" or "sim".
+	Name() string
+	// Collect reads every device once: each whole GPU, and each MIG instance of a GPU in
+	// MIG mode instead of that GPU. A reading the source cannot take is left nil, never
+	// zero (GPUSample's optional fields). DeviceId is the device plugin's id when it
+	// differs from the UUID (a MIG device's "MIG-…" UUID). Pod is set only by a source
+	// that knows it (dcgm-exporter's pod labels); attribution from the kubelet replaces it.
+	Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error)
+	// Close releases what the source holds. Collect must not be called after.
+	Close() error
+}
+
+// Holder names the pod and container a device is allocated to.
+type Holder struct {
+	Namespace, Pod, Container string
+}
+
+// Allocation is what the kubelet says of the node's devices, for the resources the
+// collector counts (nvidia.com/gpu and nvidia.com/mig-* by default).
+type Allocation struct {
+	// Allocatable lists the devices the kubelet can hand to pods, with their resource
+	// name and, when the resource name says it (nvidia.com/mig-1g.10gb), MIG profile.
+	Allocatable []*gpuscalerv1.Device
+	// Allocated lists the allocatable devices held by a pod now.
+	Allocated []*gpuscalerv1.Device
+	// Holders maps a device id to the pod and container holding it.
+	Holders map[string]Holder
+}
+
+// Attributor says which devices the node can hand out and which pod holds each.
+type Attributor interface {
+	Allocation(ctx context.Context) (*Allocation, error)
+}
+
+// PodInfo is what gpuscaler needs of a pod beyond its name: what a podSelector matches
+// and who owns it.
+type PodInfo struct {
+	UID    string
+	Labels map[string]string
+	// OwnerKind and OwnerName name the pod's top-level controller: a Deployment rather
+	// than its ReplicaSet. Empty for a bare pod.
+	OwnerKind, OwnerName string
+}
+
+// PodDirectory knows the pods of this node. It is safe for concurrent use.
+type PodDirectory interface {
+	// Pod returns what is known of a pod, and false when nothing is.
+	Pod(namespace, name string) (PodInfo, bool)
+}
+
+// ErrNoGPUSource reports that --source auto found no way to read the GPUs.
+var ErrNoGPUSource = errors.New("no GPU source available")
