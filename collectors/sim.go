@@ -1,0 +1,320 @@
+package collectors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// SimConfig describes a simulated GPU node: its GPUs, their MIG slices, the pods holding
+// them and how busy those pods are. It reads from YAML or JSON:
+//
+//	gpus: 8
+//	model: NVIDIA H100 80GB HBM3
+//	mig:                      # GPU index → its slices, in MIG mode
+//	  7: [1g.10gb, 1g.10gb, 3g.40gb]
+//	pods:
+//	  - {namespace: ml, name: llm-0, labels: {app: llm}, ownerKind: Deployment, ownerName: llm, gpus: ["0", "1"], util: 80}
+//	  - {namespace: ml, name: tiny-0, labels: {app: tiny}, gpus: ["7/0"]}  # slice 0 of GPU 7
+//	util: 50                  # default utilisation of pods that set none
+//	jitter: 5                 # ± percent of noise, deterministic with seed
+type SimConfig struct {
+	GPUs      int              `json:"gpus"`
+	Model     string           `json:"model,omitempty"`
+	MemoryGiB int              `json:"memoryGiB,omitempty"`
+	MIG       map[int][]string `json:"mig,omitempty"`
+	Pods      []SimPod         `json:"pods,omitempty"`
+	Util      float64          `json:"util,omitempty"`
+	Jitter    float64          `json:"jitter,omitempty"`
+	Seed      uint64           `json:"seed,omitempty"`
+}
+
+// SimPod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
+// GPU 7 (in MIG mode).
+type SimPod struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Container string            `json:"container,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	OwnerKind string            `json:"ownerKind,omitempty"`
+	OwnerName string            `json:"ownerName,omitempty"`
+	GPUs      []string          `json:"gpus"`
+	// Util is this pod's utilisation in percent; nil uses the node's.
+	Util *float64 `json:"util,omitempty"`
+}
+
+// LoadSimConfig reads a SimConfig from a YAML or JSON file.
+func LoadSimConfig(path string) (SimConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return SimConfig{}, err
+	}
+	var c SimConfig
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return SimConfig{}, fmt.Errorf("simulation config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Sim is a simulated GPU node: a Source whose readings follow the configured load, an
+// Attributor that hands the devices to the configured pods, and a PodDirectory that
+// knows them. Its pods and load can change while it runs (SetConfig, or PUT on its
+// Handler), which is how the demo moves a workload. It is safe for concurrent use.
+type Sim struct {
+	node string
+	mu   sync.Mutex // guards cfg, devices, holders and tick
+	cfg  SimConfig
+	// devices lists the node's devices in a fixed order, and holders who holds each.
+	devices []simDevice
+	holders map[string]*SimPod
+	tick    uint64
+}
+
+type simDevice struct {
+	gpu     int
+	slice   int // -1 for a whole GPU
+	uuid    string
+	id      string // the device plugin id: the GPU UUID, or the MIG device's UUID
+	profile string
+	memory  uint64 // bytes
+}
+
+// NewSim builds a simulated node named node.
+func NewSim(node string, cfg SimConfig) (*Sim, error) {
+	s := &Sim{node: node}
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetConfig replaces the node's GPUs, pods and load.
+func (s *Sim) SetConfig(cfg SimConfig) error {
+	if cfg.GPUs <= 0 {
+		cfg.GPUs = 8
+	}
+	if cfg.GPUs > gpuscalerv1.MaxGPUs {
+		return fmt.Errorf("simulation: %d GPUs, at most %d", cfg.GPUs, gpuscalerv1.MaxGPUs)
+	}
+	if cfg.Model == "" {
+		cfg.Model = "Simulated NVIDIA H100 80GB HBM3"
+	}
+	if cfg.MemoryGiB <= 0 {
+		cfg.MemoryGiB = 80
+	}
+	devices := make([]simDevice, 0, cfg.GPUs)
+	byName := map[string]int{}
+	for i := range cfg.GPUs {
+		uuid := simUUID("GPU", s.node, i, -1)
+		slices := cfg.MIG[i]
+		if len(slices) == 0 {
+			byName[fmt.Sprint(i)] = len(devices)
+			devices = append(devices, simDevice{gpu: i, slice: -1, uuid: uuid, id: uuid, memory: uint64(cfg.MemoryGiB) << 30})
+			continue
+		}
+		for k, profile := range slices {
+			gb, err := migMemoryGB(profile)
+			if err != nil {
+				return fmt.Errorf("simulation: GPU %d slice %d: %w", i, k, err)
+			}
+			byName[fmt.Sprintf("%d/%d", i, k)] = len(devices)
+			devices = append(devices, simDevice{gpu: i, slice: k, uuid: uuid, id: simUUID("MIG", s.node, i, k), profile: profile, memory: uint64(gb) << 30})
+		}
+	}
+	for g := range cfg.MIG {
+		if g < 0 || g >= cfg.GPUs {
+			return fmt.Errorf("simulation: MIG slices for GPU %d, which this node of %d GPUs does not have", g, cfg.GPUs)
+		}
+	}
+	holders := map[string]*SimPod{}
+	for i := range cfg.Pods {
+		p := &cfg.Pods[i]
+		if err := gpuscalerv1.ValidateNamespace(p.Namespace); err != nil || p.Name == "" {
+			return fmt.Errorf("simulation: pod %q/%q: want a namespace and a name", p.Namespace, p.Name)
+		}
+		for _, name := range p.GPUs {
+			d, ok := byName[name]
+			if !ok {
+				return fmt.Errorf("simulation: pod %s/%s holds device %q, which this node does not have (want a GPU index, or GPU/slice in MIG mode)", p.Namespace, p.Name, name)
+			}
+			id := devices[d].id
+			if other := holders[id]; other != nil {
+				return fmt.Errorf("simulation: device %q is held by both %s/%s and %s/%s", name, other.Namespace, other.Name, p.Namespace, p.Name)
+			}
+			holders[id] = p
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg, s.devices, s.holders = cfg, devices, holders
+	return nil
+}
+
+// Config returns the current configuration.
+func (s *Sim) Config() SimConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+func (s *Sim) Name() string { return "sim" }
+
+// Collect returns each device's readings: a held device runs at its pod's utilisation
+// (or the node's) plus deterministic noise, a free one idles.
+func (s *Sim) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick++
+	out := make([]*gpuscalerv1.GPUSample, 0, len(s.devices))
+	for _, d := range s.devices {
+		util := 0.0
+		memShare := 0.01
+		if p := s.holders[d.id]; p != nil {
+			util = s.cfg.Util
+			if p.Util != nil {
+				util = *p.Util
+			}
+			memShare = 0.3 + 0.6*util/100
+		}
+		util = min(100, max(0, util+s.cfg.Jitter*s.noise(d, 0)))
+		g := &gpuscalerv1.GPUSample{
+			Uuid:               d.uuid,
+			Index:              uint32(d.gpu),
+			Model:              s.cfg.Model,
+			GpuUtil:            proto.Float64(math.Round(util*10) / 10),
+			SmActive:           proto.Float64(math.Round(util*8) / 10),
+			TensorActive:       proto.Float64(math.Round(util*5) / 10),
+			FbUsedBytes:        proto.Uint64(uint64(float64(d.memory) * min(1, max(0, memShare+0.02*s.noise(d, 1))))),
+			FbTotalBytes:       proto.Uint64(d.memory),
+			PowerWatts:         proto.Float64(math.Round(70 + 6*util)),
+			TemperatureCelsius: proto.Float64(math.Round(32 + 0.4*util)),
+		}
+		if d.slice >= 0 {
+			g.MigProfile, g.MigInstanceId, g.DeviceId = d.profile, proto.Uint32(uint32(d.slice+1)), d.id
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// noise is a deterministic value in [-1, 1] for a device, a channel and the current tick.
+func (s *Sim) noise(d simDevice, channel uint64) float64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d/%d", s.cfg.Seed, d.id, channel, s.tick)
+	return float64(h.Sum64()%20001)/10000 - 1
+}
+
+// Allocation hands the devices to the configured pods, as a kubelet would report it.
+func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := &Allocation{Holders: map[string]Holder{}}
+	for _, d := range s.devices {
+		dev := &gpuscalerv1.Device{Id: d.id, Resource: "nvidia.com/gpu"}
+		if d.profile != "" {
+			dev.Resource, dev.MigProfile = "nvidia.com/mig-"+d.profile, d.profile
+		}
+		a.Allocatable = append(a.Allocatable, dev)
+		if p := s.holders[d.id]; p != nil {
+			a.Allocated = append(a.Allocated, dev)
+			container := p.Container
+			if container == "" {
+				container = "main"
+			}
+			a.Holders[d.id] = Holder{Namespace: p.Namespace, Pod: p.Name, Container: container}
+		}
+	}
+	return a, nil
+}
+
+// Pod returns a configured pod's labels and owner.
+func (s *Sim) Pod(namespace, name string) (PodInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.cfg.Pods, func(p SimPod) bool { return p.Namespace == namespace && p.Name == name })
+	if i < 0 {
+		return PodInfo{}, false
+	}
+	p := s.cfg.Pods[i]
+	return PodInfo{UID: simUUID("pod", s.node, i, -1), Labels: p.Labels, OwnerKind: p.OwnerKind, OwnerName: p.OwnerName}, true
+}
+
+// Close does nothing: the simulation holds nothing.
+func (s *Sim) Close() error { return nil }
+
+// Handler serves the configuration: GET returns it as JSON, PUT replaces it with the
+// YAML or JSON in the body (a bad one changes nothing and answers 400 with the reason).
+func (s *Sim) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(s.Config())
+		case http.MethodPut:
+			data, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			var c SimConfig
+			if err := yaml.UnmarshalStrict(data, &c); err != nil {
+				http.Error(w, "simulation config: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			if err := s.SetConfig(c); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Allow", "GET, PUT")
+			http.Error(w, "GET or PUT", http.StatusMethodNotAllowed)
+		}
+	})
+}
+
+// simUUID makes a stable UUID-shaped id for a simulated device.
+func simUUID(prefix, node string, gpu, slice int) string {
+	h := fnv.New128a()
+	fmt.Fprintf(h, "%s/%d/%d", node, gpu, slice)
+	b := h.Sum(nil)
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", prefix, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// migMemoryGB reads the memory of a MIG profile name: 10 for "1g.10gb", "1c.3g.40gb"
+// or "1g.10gb+me".
+func migMemoryGB(profile string) (int, error) {
+	var slices, gb int
+	p := profile
+	if i := len(p) - len("+me"); i > 0 && p[i:] == "+me" {
+		p = p[:i]
+	}
+	if _, err := fmt.Sscanf(p, "%dg.%dgb", &slices, &gb); err != nil {
+		var c int
+		if _, err := fmt.Sscanf(p, "%dc.%dg.%dgb", &c, &slices, &gb); err != nil {
+			return 0, fmt.Errorf("MIG profile %q: want a name such as 1g.10gb", profile)
+		}
+	}
+	if slices <= 0 || gb <= 0 {
+		return 0, fmt.Errorf("MIG profile %q: want a name such as 1g.10gb", profile)
+	}
+	return gb, nil
+}
