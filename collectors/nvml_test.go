@@ -1,0 +1,825 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"google.golang.org/protobuf/proto"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// These tests read an 8×A100-SXM4-40GB server built from go-nvml's own moq mocks
+// (pkg/nvml/mock), modelled on its mock/dgxa100 server. dgxa100 itself is not used: it
+// imports github.com/google/uuid, which this module's go.sum does not carry, and it
+// models neither MIG device handles nor utilisation, power, temperature or events: a
+// moq mock panics on any method whose func is not set.
+
+const mockA100Memory = 40960 << 20 // bytes, as NVML reports an A100-SXM4-40GB
+
+// mockA100Profiles are an A100 40GB's GPU-instance profiles by nvml.GPU_INSTANCE_PROFILE_*
+// index, with the ids, slices and memory (MiB) NVML reports for them (nvidia-smi mig
+// -lgip). Unlike dgxa100's table, the ids are the real ones, which are not the indexes.
+var mockA100Profiles = map[int]nvml.GpuInstanceProfileInfo{
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE:      {Id: 19, SliceCount: 1, InstanceCount: 7, MemorySizeMB: 4864},
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: {Id: 20, SliceCount: 1, InstanceCount: 1, MemorySizeMB: 4864},
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: {Id: 15, SliceCount: 1, InstanceCount: 4, MemorySizeMB: 9856},
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE:      {Id: 14, SliceCount: 2, InstanceCount: 3, MemorySizeMB: 9856},
+	nvml.GPU_INSTANCE_PROFILE_3_SLICE:      {Id: 9, SliceCount: 3, InstanceCount: 2, MemorySizeMB: 19968},
+	nvml.GPU_INSTANCE_PROFILE_4_SLICE:      {Id: 5, SliceCount: 4, InstanceCount: 1, MemorySizeMB: 19968},
+	nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {Id: 0, SliceCount: 7, InstanceCount: 1, MemorySizeMB: 40192},
+}
+
+// mockNVMLNode is a mock NVML library with its GPUs and one event set.
+type mockNVMLNode struct {
+	lib  *mock.Interface
+	gpus []*mockNVMLGPU
+	set  *mock.EventSet
+
+	mu     sync.Mutex // guards queued
+	queued []nvml.EventData
+}
+
+type mockNVMLGPU struct {
+	*mock.Device
+	index   int
+	uuid    string
+	migMode int
+	migs    map[int]*mockNVMLMIG // by MIG device index
+}
+
+type mockNVMLMIG struct {
+	*mock.Device
+	uuid    string
+	gi      uint32
+	profile int // GPU_INSTANCE_PROFILE_* index
+}
+
+// newMockNVMLNode returns n A100s, each answering every reading Collect takes: GPU i
+// uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C.
+func newMockNVMLNode(n int) *mockNVMLNode {
+	node := &mockNVMLNode{}
+	node.set = &mock.EventSet{
+		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+			node.mu.Lock()
+			defer node.mu.Unlock()
+			if len(node.queued) == 0 {
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+			e := node.queued[0]
+			node.queued = node.queued[1:]
+			return e, nvml.SUCCESS
+		},
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+	}
+	for i := range n {
+		node.gpus = append(node.gpus, newMockNVMLGPU(i))
+	}
+	node.lib = &mock.Interface{
+		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, nvml.Return) { return len(node.gpus), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			if i < 0 || i >= len(node.gpus) {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return node.gpus[i], nvml.SUCCESS
+		},
+		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) { return node.set, nvml.SUCCESS },
+	}
+	return node
+}
+
+func newMockNVMLGPU(i int) *mockNVMLGPU {
+	g := &mockNVMLGPU{index: i, uuid: fmt.Sprintf("GPU-%08x-a100-4000-8000-%012x", i, i), migs: map[int]*mockNVMLMIG{}}
+	used := uint64(i) << 30
+	g.Device = &mock.Device{
+		GetUUIDFunc: func() (string, nvml.Return) { return g.uuid, nvml.SUCCESS },
+		GetNameFunc: func() (string, nvml.Return) { return "NVIDIA A100-SXM4-40GB", nvml.SUCCESS },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: mockA100Memory, Used: used, Free: mockA100Memory - used}, nvml.SUCCESS
+		},
+		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
+			if g.migMode == nvml.DEVICE_MIG_ENABLE {
+				return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED // as NVML answers in MIG mode
+			}
+			return nvml.Utilization{Gpu: uint32(10*i + 5), Memory: 1}, nvml.SUCCESS
+		},
+		GetPowerUsageFunc:        func() (uint32, nvml.Return) { return uint32(60000 + 1000*i), nvml.SUCCESS },
+		GetTemperatureFunc:       func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(30 + i), nvml.SUCCESS },
+		GetMigModeFunc:           func() (int, int, nvml.Return) { return g.migMode, g.migMode, nvml.SUCCESS },
+		RegisterEventsFunc:       func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
+		GetMigDeviceHandleByIndexFunc: func(j int) (nvml.Device, nvml.Return) {
+			if m, ok := g.migs[j]; ok {
+				return m, nvml.SUCCESS
+			}
+			return nil, nvml.ERROR_NOT_FOUND
+		},
+		GetGpuInstanceByIdFunc: func(id int) (nvml.GpuInstance, nvml.Return) {
+			for _, m := range g.migs {
+				if int(m.gi) == id {
+					info := nvml.GpuInstanceInfo{Device: g, Id: m.gi, ProfileId: mockA100Profiles[m.profile].Id}
+					return &mock.GpuInstance{GetInfoFunc: func() (nvml.GpuInstanceInfo, nvml.Return) { return info, nvml.SUCCESS }}, nvml.SUCCESS
+				}
+			}
+			return nil, nvml.ERROR_NOT_FOUND
+		},
+		GetGpuInstanceProfileInfoFunc: func(p int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+			if p < 0 || p >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+				return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
+			}
+			info, ok := mockA100Profiles[p]
+			if !ok {
+				return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+			}
+			return info, nvml.SUCCESS
+		},
+	}
+	return g
+}
+
+// addMIG puts MIG mode on and a MIG device at index slot: GPU instance gi of the
+// given profile, with a compute instance of ciSlices (0: the whole GPU instance),
+// using 1 GiB. Like a real MIG handle, it answers no utilisation, power or
+// temperature (the mock would panic if asked).
+func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) *mockNVMLMIG {
+	p := mockA100Profiles[profile]
+	if ciSlices == 0 {
+		ciSlices = p.SliceCount
+	}
+	m := &mockNVMLMIG{uuid: fmt.Sprintf("MIG-%08x-a100-4000-8000-%012x", g.index, slot), gi: gi, profile: profile}
+	m.Device = &mock.Device{
+		GetUUIDFunc:          func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
+		GetGpuInstanceIdFunc: func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
+		GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
+			return nvml.DeviceAttributes{
+				GpuInstanceSliceCount: p.SliceCount, ComputeInstanceSliceCount: ciSlices, MemorySizeMB: p.MemorySizeMB,
+			}, nvml.SUCCESS
+		},
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			total := p.MemorySizeMB << 20
+			return nvml.Memory{Total: total, Used: 1 << 30, Free: total - 1<<30}, nvml.SUCCESS
+		},
+	}
+	g.migMode = nvml.DEVICE_MIG_ENABLE
+	g.migs[slot] = m
+	return m
+}
+
+func (n *mockNVMLNode) queue(events ...nvml.EventData) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queued = append(n.queued, events...)
+}
+
+func (n *mockNVMLNode) source(t testing.TB) *nvmlSource {
+	t.Helper()
+	s, err := newNVMLSource(n.lib)
+	if err != nil {
+		t.Fatalf("newNVMLSource: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// wantGPU is the sample of mock GPU i, whole.
+func (n *mockNVMLNode) wantGPU(i int) *gpuscalerv1.GPUSample {
+	return &gpuscalerv1.GPUSample{
+		Uuid:               n.gpus[i].uuid,
+		Index:              uint32(i),
+		Model:              "NVIDIA A100-SXM4-40GB",
+		GpuUtil:            proto.Float64(float64(10*i + 5)),
+		FbUsedBytes:        proto.Uint64(uint64(i) << 30),
+		FbTotalBytes:       proto.Uint64(mockA100Memory),
+		PowerWatts:         proto.Float64(float64(60 + i)),
+		TemperatureCelsius: proto.Float64(float64(30 + i)),
+	}
+}
+
+// wantMIG is the sample of the MIG device at slot of mock GPU i, named profile.
+func (n *mockNVMLNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSample {
+	m := n.gpus[i].migs[slot]
+	return &gpuscalerv1.GPUSample{
+		Uuid:          n.gpus[i].uuid,
+		Index:         uint32(i),
+		Model:         "NVIDIA A100-SXM4-40GB",
+		DeviceId:      m.uuid,
+		MigProfile:    profile,
+		MigInstanceId: proto.Uint32(m.gi),
+		FbUsedBytes:   proto.Uint64(1 << 30),
+		FbTotalBytes:  proto.Uint64(mockA100Profiles[m.profile].MemorySizeMB << 20),
+	}
+}
+
+// collectValid collects once and checks the samples make a valid NodeReport.
+func collectValid(t testing.TB, s Source) []*gpuscalerv1.GPUSample {
+	t.Helper()
+	got, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: got}).Validate(); err != nil {
+		t.Fatalf("samples do not make a valid NodeReport: %v", err)
+	}
+	return got
+}
+
+func diffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("got %d samples, want %d", len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("sample %d:\ngot  %v\nwant %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestNVMLCollect(t *testing.T) {
+	wholeGPUs := func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+		var want []*gpuscalerv1.GPUSample
+		for i := range n.gpus {
+			want = append(want, n.wantGPU(i))
+		}
+		return want
+	}
+	notSupported := func(g *mockNVMLGPU) {
+		g.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED }
+		g.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		g.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		g.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
+	}
+	tests := map[string]struct {
+		setup func(n *mockNVMLNode)
+		want  func(n *mockNVMLNode) []*gpuscalerv1.GPUSample
+	}{
+		"eight whole GPUs": {
+			setup: func(*mockNVMLNode) {},
+			want:  wholeGPUs,
+		},
+		"MIG devices instead of their GPUs": {
+			setup: func(n *mockNVMLNode) {
+				n.gpus[1].addMIG(0, 0, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
+				n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+				n.gpus[3].addMIG(2, 5, nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0) // slot 1 empty
+				n.gpus[3].addMIG(3, 9, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 0)
+				n.gpus[3].addMIG(6, 13, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 0)
+				n.gpus[4].addMIG(1, 7, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0)
+				n.gpus[4].addMIG(4, 8, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0)
+				n.gpus[6].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+				n.gpus[6].addMIG(1, 2, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // one compute slice of three
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return []*gpuscalerv1.GPUSample{
+					n.wantGPU(0),
+					n.wantMIG(1, 0, "7g.40gb"),
+					n.wantGPU(2),
+					n.wantMIG(3, 0, "3g.20gb"),
+					n.wantMIG(3, 2, "2g.10gb"),
+					n.wantMIG(3, 3, "1g.10gb"),
+					n.wantMIG(3, 6, "1g.5gb+me"),
+					n.wantMIG(4, 1, "1g.5gb"),
+					n.wantMIG(4, 4, "1g.5gb"),
+					n.wantGPU(5),
+					n.wantMIG(6, 0, "4g.20gb"),
+					n.wantMIG(6, 1, "1c.3g.20gb"),
+					n.wantGPU(7),
+				}
+			},
+		},
+		"MIG mode without MIG devices reports the GPU": {
+			setup: func(n *mockNVMLNode) { n.gpus[2].migMode = nvml.DEVICE_MIG_ENABLE },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				want := wholeGPUs(n)
+				want[2].GpuUtil = nil
+				return want
+			},
+		},
+		"MIG mode not supported": {
+			setup: func(n *mockNVMLNode) {
+				for _, g := range n.gpus {
+					g.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+				}
+			},
+			want: wholeGPUs,
+		},
+		"MIG mode pending, not current": {
+			setup: func(n *mockNVMLNode) {
+				n.gpus[5].GetMigModeFunc = func() (int, int, nvml.Return) {
+					return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+				}
+			},
+			want: wholeGPUs,
+		},
+		"readings that fail are absent, not zero": {
+			setup: func(n *mockNVMLNode) {
+				notSupported(n.gpus[2])
+				n.gpus[4].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
+				n.gpus[6].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{Total: 1 << 30, Used: 2 << 30}, nvml.SUCCESS // read a moment apart
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				want := wholeGPUs(n)
+				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB"}
+				want[4].Model = ""
+				want[5].PowerWatts = nil
+				want[6].FbUsedBytes, want[6].FbTotalBytes = proto.Uint64(1<<30), proto.Uint64(1<<30)
+				return want
+			},
+		},
+		"MIG identity read another way, or in part": {
+			setup: func(n *mockNVMLNode) {
+				noAttrs := n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+				noAttrs.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
+					return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
+				}
+				noGI := n.gpus[3].addMIG(1, 13, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 0)
+				noGI.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+				noMemory := n.gpus[3].addMIG(2, 5, nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0)
+				noMemory.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
+				nothing := n.gpus[3].addMIG(3, 9, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0)
+				nothing.GetGpuInstanceIdFunc = noGI.GetGpuInstanceIdFunc
+				nothing.GetAttributesFunc = noAttrs.GetAttributesFunc
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				want := wholeGPUs(n)
+				noAttrs := n.wantMIG(3, 0, "3g.20gb") // from its GPU instance's profile
+				noGI := n.wantMIG(3, 1, "1g.5gb")     // from its attributes alone: no "+me"
+				noGI.MigInstanceId = nil
+				noMemory := n.wantMIG(3, 2, "2g.10gb")
+				noMemory.FbUsedBytes, noMemory.FbTotalBytes = nil, nil
+				nothing := n.wantMIG(3, 3, "")
+				nothing.MigInstanceId = nil
+				return append(want[:3], append([]*gpuscalerv1.GPUSample{noAttrs, noGI, noMemory, nothing}, want[4:]...)...)
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			tc.setup(n)
+			s := n.source(t)
+			want := tc.want(n)
+			for round := range 2 { // the second from what the first cached
+				got := collectValid(t, s)
+				if round == 0 {
+					diffSamples(t, got, want)
+				} else if !samplesEqual(got, want) {
+					t.Errorf("second Collect differs from the first")
+				}
+			}
+		})
+	}
+}
+
+func samplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestNVMLCollectErrors(t *testing.T) {
+	tests := map[string]struct {
+		setup   func(n *mockNVMLNode)
+		ctx     func() context.Context
+		wantIs  error
+		wantMsg string
+	}{
+		"GPU count": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "count GPUs",
+		},
+		"GPU handle": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 5 {
+						return nil, nvml.ERROR_UNKNOWN
+					}
+					return n.gpus[i], nvml.SUCCESS
+				}
+			},
+			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 5",
+		},
+		"GPU UUID": {
+			setup: func(n *mockNVMLNode) {
+				n.gpus[2].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+			},
+			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "GPU 2",
+		},
+		"MIG device count": {
+			setup: func(n *mockNVMLNode) {
+				n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
+				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3",
+		},
+		"MIG device handle": {
+			setup: func(n *mockNVMLNode) {
+				g := n.gpus[3]
+				g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
+					if j == 2 {
+						return nil, nvml.ERROR_UNKNOWN
+					}
+					if m, ok := g.migs[j]; ok {
+						return m, nvml.SUCCESS
+					}
+					return nil, nvml.ERROR_NOT_FOUND
+				}
+			},
+			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3: MIG device 2",
+		},
+		"MIG device UUID": {
+			setup: func(n *mockNVMLNode) {
+				m := n.gpus[7].addMIG(4, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+				m.GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+			},
+			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 7: MIG device 4",
+		},
+		"cancelled context": {
+			setup: func(*mockNVMLNode) {},
+			ctx: func() context.Context {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx
+			},
+			wantIs: context.Canceled,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			s := n.source(t)
+			tc.setup(n)
+			ctx := context.Background()
+			if tc.ctx != nil {
+				ctx = tc.ctx()
+			}
+			got, err := s.Collect(ctx)
+			if !errors.Is(err, tc.wantIs) {
+				t.Fatalf("got error %v, want one wrapping %v", err, tc.wantIs)
+			}
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("got error %q, want it to name %q", err, tc.wantMsg)
+			}
+			if got != nil {
+				t.Errorf("got %d samples with the error, want none", len(got))
+			}
+		})
+	}
+}
+
+func TestNVMLStart(t *testing.T) {
+	tests := map[string]struct {
+		setup         func(n *mockNVMLNode)
+		wantIs        []error
+		wantMsg       string
+		wantShutdowns int
+	}{
+		"no library": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
+			},
+			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_LIBRARY_NOT_FOUND},
+			wantMsg: "libnvidia-ml.so.1 not found",
+		},
+		"no driver": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }
+			},
+			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_DRIVER_NOT_LOADED},
+			wantMsg: "driver is not loaded",
+		},
+		"no permission": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_NO_PERMISSION }
+			},
+			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_NO_PERMISSION},
+			wantMsg: "/dev/nvidia",
+		},
+		"no GPU": {
+			setup:         func(n *mockNVMLNode) { n.gpus = nil },
+			wantIs:        []error{ErrNoGPUSource},
+			wantMsg:       "no GPU",
+			wantShutdowns: 1,
+		},
+		"GPU count fails": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			wantIs:        []error{nvml.ERROR_UNKNOWN},
+			wantMsg:       "count GPUs",
+			wantShutdowns: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			tc.setup(n)
+			s, err := newNVMLSource(n.lib)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("got no error")
+			}
+			for _, want := range tc.wantIs {
+				if !errors.Is(err, want) {
+					t.Errorf("got error %v, want one wrapping %v", err, want)
+				}
+			}
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("got error %q, want it to say %q", err, tc.wantMsg)
+			}
+			if got := len(n.lib.ShutdownCalls()); got != tc.wantShutdowns {
+				t.Errorf("got %d Shutdown calls, want %d", got, tc.wantShutdowns)
+			}
+		})
+	}
+}
+
+func TestNVMLClose(t *testing.T) {
+	n := newMockNVMLNode(8)
+	s, err := newNVMLSource(n.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name() != "nvml" {
+		t.Errorf("got name %q, want nvml", s.Name())
+	}
+	collectValid(t, s)
+	for range 2 {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	if got := len(n.lib.ShutdownCalls()); got != 1 {
+		t.Errorf("got %d Shutdown calls, want 1", got)
+	}
+	if got := len(n.set.FreeCalls()); got != 1 {
+		t.Errorf("got %d event set Free calls, want 1", got)
+	}
+	if _, err := s.Collect(context.Background()); err == nil {
+		t.Error("Collect after Close: got no error")
+	}
+
+	n = newMockNVMLNode(1)
+	n.lib.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
+	s, err = newNVMLSource(n.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); !errors.Is(err, nvml.ERROR_UNKNOWN) {
+		t.Errorf("Close: got %v, want the Shutdown error", err)
+	}
+}
+
+func TestNVMLXIDs(t *testing.T) {
+	n := newMockNVMLNode(8)
+	n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+	n.gpus[3].addMIG(1, 5, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+	s := n.source(t)
+	for i, g := range n.gpus {
+		calls := g.RegisterEventsCalls()
+		if len(calls) != 1 || calls[0].V != nvml.EventTypeXidCriticalError {
+			t.Errorf("GPU %d: got RegisterEvents calls %+v, want one for XID critical errors", i, calls)
+		}
+	}
+	xid := func(g *mockNVMLGPU, gi uint32) nvml.EventData {
+		return nvml.EventData{Device: g, EventType: nvml.EventTypeXidCriticalError, EventData: 79, GpuInstanceId: gi, ComputeInstanceId: gi}
+	}
+	lost := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }}
+	n.queue(
+		xid(n.gpus[0], nvmlNoInstance), xid(n.gpus[0], nvmlNoInstance),
+		xid(n.gpus[3], 1), xid(n.gpus[3], nvmlNoInstance),
+		nvml.EventData{Device: n.gpus[5], EventType: nvml.EventTypePState, GpuInstanceId: nvmlNoInstance},
+		nvml.EventData{Device: lost, EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance},
+		nvml.EventData{EventType: nvml.EventTypeXidCriticalError},
+	)
+	counts := func() map[string]uint64 {
+		m := map[string]uint64{}
+		for _, g := range collectValid(t, s) {
+			m[g.DeviceID()] = g.GetXidErrors()
+		}
+		return m
+	}
+	check := func(when string, got map[string]uint64, want map[string]uint64) {
+		t.Helper()
+		for id, w := range want {
+			if got[id] != w {
+				t.Errorf("%s: device %s: got %d XID errors, want %d", when, id, got[id], w)
+			}
+		}
+	}
+	want := map[string]uint64{
+		n.gpus[0].uuid: 2, n.gpus[1].uuid: 0, n.gpus[5].uuid: 0,
+		n.gpus[3].migs[0].uuid: 2, // its own and the GPU's
+		n.gpus[3].migs[1].uuid: 1, // the GPU's
+	}
+	check("first Collect", counts(), want)
+	check("second Collect", counts(), want) // counts persist
+
+	n.queue(xid(n.gpus[3], 5), xid(n.gpus[1], nvmlNoInstance))
+	want[n.gpus[3].migs[1].uuid]++
+	want[n.gpus[1].uuid]++
+	check("after more", counts(), want)
+
+	// A storm is taken a bounded batch per Collect.
+	for range nvmlMaxXIDEventsPerCollect + 10 {
+		n.queue(xid(n.gpus[7], nvmlNoInstance))
+	}
+	check("storm, first Collect", counts(), map[string]uint64{n.gpus[7].uuid: nvmlMaxXIDEventsPerCollect})
+	check("storm, second Collect", counts(), map[string]uint64{n.gpus[7].uuid: nvmlMaxXIDEventsPerCollect + 10})
+}
+
+func TestNVMLXIDsUnavailable(t *testing.T) {
+	tests := map[string]struct {
+		setup     func(n *mockNVMLNode)
+		wantFrees int
+	}{
+		"no event set": {
+			setup: func(n *mockNVMLNode) {
+				n.lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+			},
+		},
+		"no GPU can register": {
+			setup: func(n *mockNVMLNode) {
+				for _, g := range n.gpus {
+					g.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+				}
+			},
+			wantFrees: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			tc.setup(n)
+			s := n.source(t)
+			if got := len(n.set.FreeCalls()); got != tc.wantFrees {
+				t.Errorf("got %d event set Free calls, want %d", got, tc.wantFrees)
+			}
+			n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance})
+			for _, g := range collectValid(t, s) {
+				if g.GetXidErrors() != 0 {
+					t.Errorf("device %s: got %d XID errors, want 0", g.DeviceID(), g.GetXidErrors())
+				}
+			}
+			if got := len(n.set.WaitCalls()); got != 0 {
+				t.Errorf("got %d event set Wait calls, want none", got)
+			}
+		})
+	}
+}
+
+func TestNVMLMIGCache(t *testing.T) {
+	n := newMockNVMLNode(8)
+	m := n.gpus[2].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+	n.gpus[2].addMIG(1, 2, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+	s := n.source(t)
+	for range 3 {
+		collectValid(t, s)
+	}
+	if got := len(m.GetAttributesCalls()); got != 1 {
+		t.Errorf("got %d GetAttributes calls in 3 Collects, want 1 (the profile is cached)", got)
+	}
+	if got := len(m.GetMemoryInfoCalls()); got != 3 {
+		t.Errorf("got %d GetMemoryInfo calls in 3 Collects, want 3", got)
+	}
+	// Reconfigured: slot 0 now holds a new MIG device; the old one is forgotten.
+	n.gpus[2].addMIG(0, 3, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).uuid = "MIG-new"
+	got := collectValid(t, s)
+	if _, ok := s.migs[m.uuid]; ok {
+		t.Errorf("the destroyed MIG device %s is still cached", m.uuid)
+	}
+	if len(s.migs) != 2 {
+		t.Errorf("got %d cached MIG devices, want 2", len(s.migs))
+	}
+	if got[2].GetDeviceId() != "MIG-new" || got[2].GetMigProfile() != "1g.5gb" {
+		t.Errorf("got %v, want MIG-new, 1g.5gb", got[2])
+	}
+}
+
+func TestNVMLMIGProfile(t *testing.T) {
+	const a100_80, a30, h100 = 81920 << 20, 24576 << 20, 81559 << 20
+	tests := map[string]struct {
+		giProfile          int
+		giSlices, ciSlices uint32
+		memMiB, gpuBytes   uint64
+		want               string
+	}{
+		"A100 40GB 1g.5gb":       {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 4864, mockA100Memory, "1g.5gb"},
+		"A100 40GB 1g.5gb+me":    {nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 1, 4864, mockA100Memory, "1g.5gb+me"},
+		"A100 40GB 7g.40gb":      {nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 7, 40192, mockA100Memory, "7g.40gb"},
+		"A100 40GB 1c.3g.20gb":   {nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 1, 19968, mockA100Memory, "1c.3g.20gb"},
+		"A100 80GB 1g.10gb":      {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 9856, a100_80, "1g.10gb"},
+		"A100 80GB 3g.40gb":      {nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 3, 40192, a100_80, "3g.40gb"},
+		"A100 80GB 7g.80gb":      {nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 7, 80896, a100_80, "7g.80gb"},
+		"A30 1g.6gb":             {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 5952, a30, "1g.6gb"},
+		"A30 1g.6gb+me.all":      {nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 1, 1, 5952, a30, "1g.6gb+me.all"},
+		"A30 1g.6gb-me":          {nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, 1, 1, 5952, a30, "1g.6gb-me"},
+		"A30 1g.6gb+gfx":         {nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, 1, 1, 5952, a30, "1g.6gb+gfx"},
+		"H100 1g.10gb":           {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 9856, h100, "1g.10gb"},
+		"unknown profile index":  {-1, 2, 2, 9856, mockA100Memory, "2g.10gb"},
+		"unknown compute slices": {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 0, 9856, mockA100Memory, "2g.10gb"},
+		"no slices":              {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0, 0, 9856, mockA100Memory, ""},
+		"no memory":              {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 2, 0, mockA100Memory, ""},
+		"no GPU memory":          {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 2, 9856, 0, ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := nvmlMIGProfile(tc.giProfile, tc.giSlices, tc.ciSlices, tc.memMiB, tc.gpuBytes); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNVMLConcurrentCollect(t *testing.T) {
+	n := newMockNVMLNode(8)
+	n.gpus[4].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
+	s := n.source(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance})
+				if _, err := s.Collect(context.Background()); err != nil {
+					t.Errorf("Collect: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := collectValid(t, s)[0].GetXidErrors(); got != 80 {
+		t.Errorf("got %d XID errors, want 80", got)
+	}
+}
+
+// TestNewNVML starts the real library. Without libnvidia-ml.so.1 (any machine without
+// the NVIDIA driver) it must fail with ErrNoGPUSource; on a GPU node it must read them.
+func TestNewNVML(t *testing.T) {
+	s, err := NewNVML()
+	if err != nil {
+		if !errors.Is(err, ErrNoGPUSource) {
+			t.Fatalf("got error %v, want one wrapping ErrNoGPUSource", err)
+		}
+		t.Logf("no NVML here, as expected off a GPU node: %v", err)
+		return
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	got := collectValid(t, s)
+	if len(got) == 0 {
+		t.Fatal("NVML started but Collect returned no sample")
+	}
+	for _, g := range got {
+		t.Logf("%v", g)
+	}
+}
+
+func BenchmarkNVMLCollect(b *testing.B) {
+	benchmarks := map[string]func(n *mockNVMLNode){
+		"8 GPUs": func(*mockNVMLNode) {},
+		"8 GPUs, 7 MIG devices each": func(n *mockNVMLNode) {
+			for _, g := range n.gpus {
+				for slot := range 7 {
+					g.addMIG(slot, uint32(slot), nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0)
+				}
+			}
+		},
+	}
+	for name, setup := range benchmarks {
+		b.Run(name, func(b *testing.B) {
+			n := newMockNVMLNode(8)
+			setup(n)
+			s := n.source(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Collect(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
