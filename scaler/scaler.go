@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -245,20 +246,8 @@ func (s *Scaler) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchHealth(ctx, healthSrv) })
 	g.Go(func() error { return s.forgetLoop(ctx) })
 	if s.httpLis != nil {
-		httpSrv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
-			if err := httpSrv.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("HTTP server: %w", err)
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-ctx.Done()
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return httpSrv.Shutdown(shutdownCtx)
-		})
+		s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
+		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler()) })
 	}
 	return g.Wait()
 }
@@ -307,15 +296,6 @@ func (s *Scaler) forgetLoop(ctx context.Context) error {
 func (s *Scaler) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := s.readiness(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	serve.Probes(mux, s.readiness)
 	return mux
 }
