@@ -66,6 +66,10 @@ bench-smoke: build ## a small gpuscaler bench run, to check the command works
 	./bin/gpuscaler bench --log-level warn --nodes 100 --activations 100 --triggers 100 --calls 1000 \
 	  --rates 5000 --step 1s --memory-nodes 500 --out ""
 
+.PHONY: bench-collector
+bench-collector: build ## measure a running collector's CPU and RSS (sim source, 8 GPUs, 1 Hz, one minute)
+	./test/collector-footprint.sh 60
+
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## install pinned code generators into .bin
 

@@ -23,6 +23,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"scaler", "run the KEDA external scaler (with an embedded NATS server unless --nats-url is given)", runScaler},
+		{"collector", "read this node's GPUs and pods, and publish a NodeReport every interval", runCollector},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
 		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},
 		{"version", "print the version", runVersion},

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
+)
+
+const collectorAbout = `
+Runs on every GPU node (a DaemonSet). Every --interval it reads the node's GPUs, works out
+which pod holds each device and how many are free (the kubelet's pod-resources API), adds
+the pods' labels and owners (the Kubernetes API, this node's pods only), and publishes a
+NodeReport on gpuscaler.v1.node.<node>.
+
+GPU sources (--source):
+  auto      DCGM (embedded, or --dcgm-addr), else NVML; fails saying what it tried
+  dcgm      DCGM field watches through go-dcgm; libdcgm is loaded from the host
+  nvml      NVML, for nodes without DCGM
+  exporter  scrape an existing dcgm-exporter (--exporter-url); its pod labels are used
+            when the kubelet's socket is not reachable
+  sim       simulated GPUs and the pods holding them (--sim-gpus, --sim-config); change
+            them while it runs with PUT /sim on --http-addr
+
+Without Kubernetes API access it still publishes, with namespace/pod/container only.`
+
+func runCollector(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+	natsOpts := natsconn.Options{}
+	var (
+		cfg           gpucollectors.Config
+		srcCfg        = gpucollectors.SourceConfig{Kind: "auto"}
+		httpAddr      string
+		simGPUs       int
+		simConfigFile string
+		simSeed       uint64
+		socket        string
+		resources     string
+		kubeconfig    string
+	)
+	fs := newFlagSet("collector", "collector [flags]", collectorAbout, stdout)
+	fs.StringVar(&cfg.Node, "node", "", "this node's Kubernetes name; empty reads $NODE_NAME (the downward API), then the host name")
+	fs.DurationVar(&cfg.Interval, "interval", time.Second, "time between reports")
+	fs.StringVar(&cfg.CollectorID, "collector-id", "", "names this collector in its reports; empty reads $POD_NAME, then the host name")
+	fs.StringVar(&srcCfg.Kind, "source", "auto", "GPU source: "+strings.Join(gpucollectors.SourceKinds, ", "))
+	fs.StringVar(&srcCfg.DCGMAddr, "dcgm-addr", "", "a standalone nv-hostengine (host:port, or a unix socket path); empty runs DCGM's embedded host engine")
+	fs.StringVar(&srcCfg.ExporterURL, "exporter-url", "http://localhost:9400/metrics", "the dcgm-exporter /metrics URL the exporter source scrapes")
+	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
+	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods and load")
+	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
+	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
+	fs.StringVar(&resources, "resources", "nvidia.com/gpu,nvidia.com/mig-*", "comma-separated extended resources that are GPUs; a trailing * matches a prefix")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
+	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
+	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
+	newLogger := logFlags(fs, stderr)
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
+	}
+	log, err := newLogger()
+	if err != nil {
+		return err
+	}
+	cfg.Node = firstOf(cfg.Node, envOr(env, "NODE_NAME"), hostname())
+	cfg.CollectorID = firstOf(cfg.CollectorID, envOr(env, "POD_NAME"), hostname())
+	srcCfg.Every = cfg.Interval
+
+	var sim *gpucollectors.Sim
+	if srcCfg.Kind == "sim" {
+		simCfg := gpucollectors.SimConfig{GPUs: simGPUs, Util: 50, Jitter: 5}
+		if simConfigFile != "" {
+			if simCfg, err = gpucollectors.LoadSimConfig(simConfigFile); err != nil {
+				return err
+			}
+		}
+		if simCfg.Seed == 0 {
+			simCfg.Seed = simSeed
+		}
+		if sim, err = gpucollectors.NewSim(cfg.Node, simCfg); err != nil {
+			return err
+		}
+		srcCfg.Sim = sim
+	}
+	src, err := gpucollectors.OpenSource(srcCfg)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	log.Info("reading GPUs", "source", src.Name(), "node", cfg.Node, "interval", cfg.Interval)
+
+	g, ctx := errgroup.WithContext(ctx)
+	var (
+		attrib gpucollectors.Attributor
+		pods   gpucollectors.PodDirectory
+	)
+	if sim != nil {
+		attrib, pods = sim, sim
+	} else {
+		pr, err := gpucollectors.NewPodResources(gpucollectors.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		attrib = pr
+		if kubeconfig != "none" {
+			client, err := gpucollectors.NewInClusterOrKubeconfig(kubeconfig)
+			if err != nil {
+				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, and no node labels", "err", err)
+			} else {
+				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
+				labels := gpucollectors.NewNodeLabels(client, cfg.Node, 0, log.With("component", "node-labels"))
+				pods, cfg.NodeLabels = dir, labels.Labels
+				g.Go(func() error { return dir.Run(ctx) })
+				g.Go(func() error { return labels.Run(ctx) })
+			}
+		}
+	}
+
+	natsOpts.Name = "gpuscaler-collector-" + cfg.Node
+	natsOpts.Log = log.With("component", "nats")
+	natsOpts.RetryInitialConnect = true
+	nc, err := natsconn.Connect(ctx, natsOpts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c, err := gpucollectors.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
+	if err != nil {
+		return err
+	}
+	if httpAddr != "-" {
+		lis, err := net.Listen("tcp", httpAddr)
+		if err != nil {
+			return fmt.Errorf("HTTP listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		serve.Probes(mux, func() error {
+			if !nc.IsConnected() {
+				return errors.New("NATS is not connected")
+			}
+			return c.Ready()
+		})
+		if sim != nil {
+			mux.Handle("/sim", sim.Handler())
+		}
+		log.Info("serving metrics and probes", "httpAddr", lis.Addr().String())
+		g.Go(func() error { return serve.HTTP(ctx, lis, mux) })
+	}
+	g.Go(func() error { return c.Run(ctx) })
+	return g.Wait()
+}
+
+func firstOf(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func envOr(env envFunc, name string) string {
+	v, _ := env(name)
+	return v
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return strings.ToLower(h)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
