@@ -167,10 +167,18 @@ func (c *Collector) attribute(ctx context.Context, r *gpuscalerv1.NodeReport) {
 				}
 			}
 			r.Allocatable, r.Allocated = alloc.Allocatable, alloc.Allocated
+			known := make(map[string]bool, len(alloc.Allocatable))
+			for _, d := range alloc.Allocatable {
+				known[d.GetId()] = true
+			}
+			// The kubelet's word stands for the devices it knows: held by its holder, or
+			// free. A device it does not know (dcgm-exporter names no MIG device id) keeps
+			// the pod its source gave.
 			for _, g := range r.GetGpus() {
-				g.Pod = nil
 				if h, ok := alloc.Holders[g.DeviceID()]; ok {
 					g.Pod = &gpuscalerv1.PodRef{Namespace: h.Namespace, Name: h.Pod, Container: h.Container}
+				} else if known[g.DeviceID()] {
+					g.Pod = nil
 				}
 			}
 		}

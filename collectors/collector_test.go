@@ -221,3 +221,35 @@ func TestNewRejectsBadNode(t *testing.T) {
 		t.Fatal("New with node Bad_Node succeeded")
 	}
 }
+
+// partialKubelet knows GPU-2 only, and says pod ml/other holds it.
+type partialKubelet struct{}
+
+func (partialKubelet) Allocation(context.Context) (*Allocation, error) {
+	d := &gpuscalerv1.Device{Id: "GPU-2", Resource: "nvidia.com/gpu"}
+	return &Allocation{
+		Allocatable: []*gpuscalerv1.Device{d},
+		Allocated:   []*gpuscalerv1.Device{d},
+		Holders:     map[string]Holder{"GPU-2": {Namespace: "ml", Pod: "other", Container: "c"}},
+	}, nil
+}
+
+// TestKubeletWinsForTheDevicesItKnows: the kubelet's holder replaces the source's for a
+// device it knows; a device it does not know keeps the source's pod.
+func TestKubeletWinsForTheDevicesItKnows(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	c, err := New(Config{Node: "n1"}, exporterLike{}, partialKubelet{}, nil, natstest.Connect(t, ns.ClientURL()).Conn, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Report(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.GetGpus()[0].GetPod(); p.GetName() != "llm-0" {
+		t.Errorf("GPU-1, unknown to the kubelet: pod %v, want the source's llm-0", p)
+	}
+	if p := r.GetGpus()[1].GetPod(); p.GetName() != "other" || p.GetContainer() != "c" {
+		t.Errorf("GPU-2, held per the kubelet: pod %v, want ml/other", p)
+	}
+}

@@ -1,0 +1,1097 @@
+package collectors
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+const exporterTestdata = "testdata/dcgm-exporter"
+
+func exporterFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(exporterTestdata, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// exporterParseValid parses page, checks that the samples make a valid NodeReport and
+// that a second parse gives the same result, and returns what the first gave.
+func exporterParseValid(t testing.TB, page []byte) ([]*gpuscalerv1.GPUSample, []error) {
+	t.Helper()
+	got, problems := parseExporter(bytes.NewReader(page))
+	if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: got}).Validate(); err != nil {
+		t.Fatalf("samples do not validate: %v", err)
+	}
+	again, problems2 := parseExporter(bytes.NewReader(page))
+	if !exporterSamplesEqual(got, again) || len(problems) != len(problems2) {
+		t.Fatalf("a second parse differs: got %d samples and %d problems, then %d and %d",
+			len(got), len(problems), len(again), len(problems2))
+	}
+	exporterCheckLinesCostNothingElse(t, page, got, problems)
+	return got, problems
+}
+
+// exporterCheckLinesCostNothingElse checks that the lines the parser rejected cost nothing
+// but themselves: the page without them parses to the same samples, rejecting nothing.
+func exporterCheckLinesCostNothingElse(t testing.TB, page []byte, samples []*gpuscalerv1.GPUSample, problems []error) {
+	t.Helper()
+	if len(problems) > exporterMaxProblems {
+		return // not every rejected line is listed
+	}
+	rejected := map[int]bool{}
+	for _, p := range problems {
+		var le *exporterLineError
+		if errors.As(p, &le) {
+			rejected[le.Line] = true
+		}
+	}
+	if len(rejected) == 0 {
+		return
+	}
+	lines := bytes.Split(page, []byte("\n"))
+	for i := range lines {
+		if rejected[i+1] {
+			lines[i] = nil // blank, so the other lines keep their numbers
+		}
+	}
+	got, problems := parseExporter(bytes.NewReader(bytes.Join(lines, []byte("\n"))))
+	for _, p := range problems {
+		var le *exporterLineError
+		if errors.As(p, &le) {
+			t.Fatalf("without the rejected lines %v, line %d is rejected: %v", slices.Sorted(maps.Keys(rejected)), le.Line, p)
+		}
+	}
+	if !exporterSamplesEqual(got, samples) {
+		t.Fatalf("without the rejected lines %v the samples differ", slices.Sorted(maps.Keys(rejected)))
+	}
+}
+
+func exporterSamplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
+	return slices.EqualFunc(a, b, func(x, y *gpuscalerv1.GPUSample) bool { return proto.Equal(x, y) })
+}
+
+func exporterDiffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("got %d samples, want %d", len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("sample %d:\ngot  %s\nwant %s", i, prototext.Format(got[i]), prototext.Format(want[i]))
+		}
+	}
+	for i := len(want); i < len(got); i++ {
+		t.Errorf("extra sample %d: %s", i, prototext.Format(got[i]))
+	}
+}
+
+// exporterProblems splits problems into the line numbers the text parser rejected and the
+// messages of the others.
+func exporterProblems(t *testing.T, problems []error) (lines []int, others []string) {
+	t.Helper()
+	for _, p := range problems {
+		if p == nil {
+			t.Fatal("got a nil problem")
+		}
+		var le *exporterLineError
+		if errors.As(p, &le) {
+			lines = append(lines, le.Line)
+		} else {
+			others = append(others, p.Error())
+		}
+	}
+	return lines, others
+}
+
+// exporterMarkedLines returns the numbers of the lines that follow a "# rejected:" comment.
+func exporterMarkedLines(page []byte) []int {
+	var out []int
+	for i, l := range strings.Split(string(page), "\n") {
+		if strings.HasPrefix(l, "# rejected:") {
+			out = append(out, i+2)
+		}
+	}
+	return out
+}
+
+// exporterCheckOthers checks that each want is in exactly one problem and every problem
+// is wanted.
+func exporterCheckOthers(t *testing.T, others, want []string) {
+	t.Helper()
+	used := make([]bool, len(others))
+	for _, w := range want {
+		found := false
+		for i, o := range others {
+			if !used[i] && strings.Contains(o, w) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no problem mentions %q; got %q", w, others)
+		}
+	}
+	for i, o := range others {
+		if !used[i] {
+			t.Errorf("unexpected problem %q", o)
+		}
+	}
+}
+
+func pctOf(ratio float64) *float64 { return proto.Float64(ratio * 100) }
+
+func mib(n uint64) *uint64 { return proto.Uint64(n << 20) }
+
+func podOf(ns, name, container string) *gpuscalerv1.PodRef {
+	return &gpuscalerv1.PodRef{Namespace: ns, Name: name, Container: container}
+}
+
+func TestParseExporterCaptures(t *testing.T) {
+	h100 := []struct {
+		uuid  string
+		temp  float64
+		power float64
+	}{
+		{"GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005", 30, 113.611},
+		{"GPU-bc5610b9-79c8-fedd-8899-07539c7f868a", 29, 68.347},
+		{"GPU-fbc2c554-4d37-8938-0032-f923bad0f716", 26, 65.709},
+		{"GPU-a65a773d-52bb-bcc1-a8ee-f78c3faa2e2d", 29, 67.316},
+		{"GPU-82e45d1b-1618-559f-144c-eab51545030b", 28, 68.717},
+		{"GPU-39e28159-8c62-ee71-64db-b748edd61e15", 26, 65.742},
+		{"GPU-e64d69ca-b4b3-59b2-e78c-94f26c4db365", 28, 67.328},
+		{"GPU-04d228d3-3b5a-3534-f5cf-969706647d56", 26, 66.997},
+	}
+	var h100Want []*gpuscalerv1.GPUSample
+	for i, g := range h100 {
+		s := &gpuscalerv1.GPUSample{
+			Uuid: g.uuid, Index: uint32(i), Model: "NVIDIA H100 80GB HBM3",
+			GpuUtil: proto.Float64(0), PowerWatts: proto.Float64(g.power), TemperatureCelsius: proto.Float64(g.temp),
+		}
+		if i == 0 {
+			s.Pod = podOf("dynamo-workload", "vllm-agg-0-vllmdecodeworker-s65j5", "main")
+		}
+		h100Want = append(h100Want, s)
+	}
+
+	for name, tc := range map[string]struct {
+		file string
+		want []*gpuscalerv1.GPUSample
+	}{
+		// One GPU, HELP and TYPE lines, FB_RESERVED, pod labels with an empty pod_uid.
+		"linode RTX 4000 Ada with a pod": {
+			file: "linode-rtx4000ada-k8s-pod.prom",
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c", Index: 0, Model: "NVIDIA RTX 4000 Ada Generation",
+				GpuUtil: proto.Float64(0), TensorActive: pctOf(0),
+				FbUsedBytes: mib(1), FbTotalBytes: mib(1 + 20015 + 457),
+				PowerWatts: proto.Float64(40.979), TemperatureCelsius: proto.Float64(48),
+				Pod: podOf("default", "cuda-75454ffb9f-8ljq7", "cuda"),
+			}},
+		},
+		// Eight GPUs, no HELP or TYPE lines, no framebuffer fields, a pod on GPU 0 only.
+		"aicr eight H100, sampled": {
+			file: "aicr-h100-8gpu-k8s-pod-sampled.prom",
+			want: h100Want,
+		},
+		// A GPU in MIG mode with one instance in the excerpt, families not contiguous: the
+		// instance replaces the GPU and does not take its power, temperature or memory.
+		"NVIDIA docs A100 with a MIG slice": {
+			file: "nvidia-docs-a100-mig.prom",
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: "GPU-34319582-d595-d1c7-d1d2-179bcfa61660", Index: 0,
+				MigProfile: "1g.5gb", MigInstanceId: proto.Uint32(13),
+				DeviceId: "GPU-34319582-d595-d1c7-d1d2-179bcfa61660/gi13",
+				GpuUtil:  pctOf(0.995687), TensorActive: pctOf(0.930433),
+			}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, problems := exporterParseValid(t, exporterFixture(t, tc.file))
+			if len(problems) > 0 {
+				t.Errorf("got problems %v, want none", problems)
+			}
+			exporterDiffSamples(t, got, tc.want)
+		})
+	}
+}
+
+func TestParseExporterFixtures(t *testing.T) {
+	a100 := "NVIDIA A100-SXM4-80GB"
+	h100 := "NVIDIA H100 80GB HBM3"
+	l4 := "NVIDIA L4"
+	a10 := "NVIDIA A10"
+	mig0 := "GPU-2b7e8f90-3c4d-4e5f-8a6b-7c8d9e0f1a2b"
+	for name, tc := range map[string]struct {
+		file string
+		want []*gpuscalerv1.GPUSample
+		// wantOthers are problems other than rejected lines, one substring each; the
+		// rejected lines are those the fixture marks with a "# rejected:" comment.
+		wantOthers []string
+	}{
+		"whole GPUs with pods": {
+			file: "whole-gpus-pods.prom",
+			want: []*gpuscalerv1.GPUSample{
+				{
+					Uuid: "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31", Index: 0, Model: a100,
+					GpuUtil: proto.Float64(97), SmActive: pctOf(0.912345), TensorActive: pctOf(0.6123),
+					FbUsedBytes: mib(71234), FbTotalBytes: mib(81920),
+					PowerWatts: proto.Float64(387.412), TemperatureCelsius: proto.Float64(67),
+					Pod: podOf("ml-training", "llama-ft-worker-0", "trainer"),
+				},
+				{
+					Uuid: "GPU-8a41c0d2-77e3-4b5d-b0c9-5e2a9f61d804", Index: 1, Model: a100,
+					GpuUtil: proto.Float64(95), SmActive: pctOf(0.89765), TensorActive: pctOf(0.59876),
+					FbUsedBytes: mib(71010), FbTotalBytes: mib(81920),
+					PowerWatts: proto.Float64(379.118), TemperatureCelsius: proto.Float64(65),
+					Pod: podOf("ml-training", "llama-ft-worker-0", "trainer"),
+				},
+				{
+					Uuid: "GPU-c03e91b7-2d48-4f6a-8e15-93b7d4a0c2f9", Index: 2, Model: a100,
+					GpuUtil: proto.Float64(38), SmActive: pctOf(0.3012), TensorActive: pctOf(0.120045),
+					FbUsedBytes: mib(64120), FbTotalBytes: mib(81920),
+					PowerWatts: proto.Float64(162.55), TemperatureCelsius: proto.Float64(48),
+					XidErrors: 1, // the last XID was 31
+					Pod:       podOf("inference", "vllm-mistral-7b-6c9f8d7b5-x2kqp", "vllm"),
+				},
+				{
+					Uuid: "GPU-f1b2a3c4-5d6e-4f70-8a91-b2c3d4e5f607", Index: 3, Model: a100,
+					GpuUtil: proto.Float64(0), SmActive: pctOf(0), TensorActive: pctOf(0),
+					FbUsedBytes: mib(0), FbTotalBytes: mib(81920),
+					PowerWatts: proto.Float64(61.042), TemperatureCelsius: proto.Float64(31),
+				},
+			},
+		},
+		"MIG slices with pods": {
+			file: "mig-pods.prom",
+			want: []*gpuscalerv1.GPUSample{
+				{
+					Uuid: mig0, Index: 0, Model: h100, MigProfile: "3g.40gb", MigInstanceId: proto.Uint32(1), DeviceId: mig0 + "/gi1",
+					GpuUtil:  proto.Float64(100), // 1.0000001, clamped
+					SmActive: pctOf(0.88), TensorActive: pctOf(0.64),
+					FbUsedBytes: mib(38912), FbTotalBytes: mib(38912 + 1536),
+					Pod: podOf("inference", "llama-70b-0", "server"),
+				},
+				{
+					Uuid: mig0, Index: 0, Model: h100, MigProfile: "2g.20gb", MigInstanceId: proto.Uint32(5), DeviceId: mig0 + "/gi5",
+					GpuUtil: pctOf(0), SmActive: pctOf(0), TensorActive: pctOf(0),
+					FbUsedBytes: mib(0), FbTotalBytes: mib(19968),
+				},
+				{
+					Uuid: mig0, Index: 0, Model: h100, MigProfile: "1g.10gb", MigInstanceId: proto.Uint32(13), DeviceId: mig0 + "/gi13",
+					GpuUtil: pctOf(0.255), SmActive: pctOf(0.201), TensorActive: pctOf(0.0505),
+					FbUsedBytes: mib(6144), FbTotalBytes: mib(6144 + 3584),
+					Pod: podOf("inference", "embedder-5f7c9d-qwz8r", "embed"),
+				},
+				{
+					Uuid: "GPU-9e8d7c6b-5a49-4382-a716-05f4e3d2c1b0", Index: 1, Model: h100,
+					GpuUtil: proto.Float64(100), SmActive: pctOf(0.95), TensorActive: pctOf(0),
+					FbUsedBytes: mib(78560), FbTotalBytes: mib(78560 + 2410),
+					PowerWatts: proto.Float64(512.873), TemperatureCelsius: proto.Float64(58),
+					Pod: podOf("batch", "sdxl-render-28xkq", "worker"),
+				},
+			},
+		},
+		"empty and half-empty pod labels, old label names": {
+			file: "empty-pods.prom",
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: "GPU-0a1b2c3d-4e5f-4a6b-9c7d-8e9f0a1b2c3d", Index: 0, Model: l4, GpuUtil: proto.Float64(0), FbUsedBytes: mib(0), FbTotalBytes: mib(22478)},
+				{Uuid: "GPU-1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e", Index: 1, Model: l4, GpuUtil: proto.Float64(0), FbUsedBytes: mib(0), FbTotalBytes: mib(22478)},
+				{Uuid: "GPU-2c3d4e5f-6a7b-4c8d-9e0f-1a2b3c4d5e6f", Index: 2, Model: l4, GpuUtil: proto.Float64(12), FbUsedBytes: mib(3012), FbTotalBytes: mib(22478)},
+				{
+					Uuid: "GPU-3d4e5f6a-7b8c-4d9e-8f0a-2b3c4d5e6f70", Index: 3, Model: l4, GpuUtil: proto.Float64(64), FbUsedBytes: mib(9876), FbTotalBytes: mib(22478),
+					Pod: podOf("speech", "whisper-1", "asr"),
+				},
+			},
+		},
+		"missing fields": {
+			file: "missing-fields.prom",
+			want: []*gpuscalerv1.GPUSample{
+				// No gpu label: index 0, sorted by UUID among index 0.
+				{Uuid: "GPU-44f0e1d2-c3b4-4a59-8687-a9b8c7d6e5f4", Index: 0, TemperatureCelsius: proto.Float64(41)},
+				// No FB_FREE: no total. No GPU_UTIL: no util, though GR_ENGINE_ACTIVE is there.
+				{Uuid: "GPU-7f3a9c21-0b4d-4e8f-a1c2-3d4e5f6a7b8c", Index: 0, FbUsedBytes: mib(4120), PowerWatts: proto.Float64(33.12), TemperatureCelsius: proto.Float64(52)},
+				// No FB_USED: neither used nor total.
+				{Uuid: "GPU-1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5", Index: 1, GpuUtil: proto.Float64(5), TemperatureCelsius: proto.Float64(47)},
+				// GPU 2 has only a clock, which is not read: it is not reported.
+				// FB_TOTAL printed.
+				{
+					Uuid: "GPU-d4c3b2a1-9f8e-4d7c-a6b5-c4d3e2f1a0b9", Index: 3, GpuUtil: proto.Float64(0),
+					FbUsedBytes: mib(15000), FbTotalBytes: mib(15360), PowerWatts: proto.Float64(27.004), TemperatureCelsius: proto.Float64(39),
+				},
+			},
+			wantOthers: []string{"GPU-44f0e1d2-c3b4-4a59-8687-a9b8c7d6e5f4: no gpu label"},
+		},
+		"garbage lines": {
+			file: "garbage.prom",
+			want: []*gpuscalerv1.GPUSample{
+				{
+					Uuid: "GPU-a10a0c1e-2f3a-4b5c-8d6e-7f8091a2b3c4", Index: 0, Model: a10,
+					GpuUtil: proto.Float64(42), TensorActive: pctOf(0.25),
+					FbUsedBytes: mib(8190), FbTotalBytes: mib(8190 + 14338 + 494),
+					TemperatureCelsius: proto.Float64(55),
+					Pod:                podOf("team-a", "render-0", "app"),
+				},
+				{
+					Uuid: "GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c", Index: 1, Model: a10,
+					SmActive:           proto.Float64(100),
+					TemperatureCelsius: proto.Float64(61),
+					XidErrors:          1,
+				},
+			},
+			wantOthers: []string{
+				"DCGM_FI_DEV_FB_FREE of GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c: 1e+300 is beyond any framebuffer",
+				"DCGM_FI_DEV_GPU_TEMP of GPU-a10a0c1e-2f3a-4b5c-8d6e-7f8091a2b3c4: series repeated; the first value kept",
+				"DCGM_FI_DEV_GPU_TEMP of GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c: 2.147483632e+09 is DCGM's blank (no value)",
+				"DCGM_FI_DEV_POWER_USAGE of GPU-a10a0c1e-2f3a-4b5c-8d6e-7f8091a2b3c4: NaN is not a finite number",
+				"DCGM_FI_DEV_POWER_USAGE of GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c: +Inf is not a finite number",
+				"DCGM_FI_PROF_SM_ACTIVE of GPU-a10a0c1e-2f3a-4b5c-8d6e-7f8091a2b3c4: -0.5 is negative",
+				"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE of GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c: 37 is above a ratio of 1",
+				"DCGM_FI_DEV_GPU_TEMP series without a UUID label",
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			page := exporterFixture(t, tc.file)
+			got, problems := exporterParseValid(t, page)
+			exporterDiffSamples(t, got, tc.want)
+			lines, others := exporterProblems(t, problems)
+			if want := exporterMarkedLines(page); !slices.Equal(lines, want) {
+				t.Errorf("got rejected lines %v, want %v; problems: %v", lines, want, problems)
+			}
+			exporterCheckOthers(t, others, tc.wantOthers)
+		})
+	}
+}
+
+func TestParseExporterRules(t *testing.T) {
+	const u = `UUID="GPU-1"`
+	for name, tc := range map[string]struct {
+		page       string
+		want       []*gpuscalerv1.GPUSample
+		wantLines  []int
+		wantOthers []string
+	}{
+		"empty page":                    {page: ""},
+		"only comments and blank lines": {page: "# hello\n\n   \n# HELP x y\n"},
+		"last line without its newline": {
+			page: `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `} 50`,
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
+		},
+		"a quoted UTF-8 metric name": {
+			page: `{"DCGM_FI_DEV_GPU_TEMP",gpu="0",` + u + "} 50\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
+		},
+		"counter and untyped families read as gauges": {
+			page: "# TYPE DCGM_FI_DEV_GPU_TEMP counter\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 50\n" +
+				`DCGM_FI_DEV_POWER_USAGE{gpu="0",` + u + "} 70.5\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50), PowerWatts: proto.Float64(70.5)}},
+		},
+		"TYPE lines are not heeded": {
+			page: "# TYPE DCGM_FI_DEV_GPU_TEMP histogram\n" + `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 50\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
+		},
+		"a percentage a rounding error past 100 is clamped, further is dropped": {
+			page: `DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 100.05` + "\n" +
+				`DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-2"} 101` + "\n",
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: "GPU-1", GpuUtil: proto.Float64(100)},
+				{Uuid: "GPU-2", Index: 1},
+			},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_UTIL of GPU-2: 101 is above 100%"},
+		},
+		"FB_TOTAL below FB_USED caps used": {
+			page: `DCGM_FI_DEV_FB_USED{gpu="0",` + u + "} 100\n" + `DCGM_FI_DEV_FB_TOTAL{gpu="0",` + u + "} 90\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", FbUsedBytes: mib(90), FbTotalBytes: mib(90)}},
+		},
+		"FB_TOTAL of zero falls back to the sum": {
+			page: `DCGM_FI_DEV_FB_USED{gpu="0",` + u + "} 100\n" + `DCGM_FI_DEV_FB_FREE{gpu="0",` + u + "} 20\n" +
+				`DCGM_FI_DEV_FB_TOTAL{gpu="0",` + u + "} 0\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", FbUsedBytes: mib(100), FbTotalBytes: mib(120)}},
+		},
+		"FB_FREE alone gives no reading": {
+			page: `DCGM_FI_DEV_FB_FREE{gpu="0",` + u + "} 20\n" + `DCGM_FI_DEV_FB_RESERVED{gpu="0",` + u + "} 5\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1"}},
+		},
+		"fractional MiB": {
+			page: `DCGM_FI_DEV_FB_USED{gpu="0",` + u + "} 0.5\n" + `DCGM_FI_DEV_FB_FREE{gpu="0",` + u + "} 1.25\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", FbUsedBytes: proto.Uint64(1 << 19), FbTotalBytes: proto.Uint64(7 << 18)}},
+		},
+		"XID zero is none, any other number is one": {
+			page: `DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-1"} 0` + "\n" + `DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-2"} 79` + "\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1"}, {Uuid: "GPU-2", Index: 1, XidErrors: 1}},
+		},
+		"a MIG instance reads util from the graphics engine, not GPU_UTIL": {
+			page: `DCGM_FI_DEV_GPU_UTIL{gpu="0",` + u + `,GPU_I_PROFILE="1g.10gb",GPU_I_ID="7"} 50` + "\n" +
+				`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",` + u + `,GPU_I_PROFILE="1g.10gb",GPU_I_ID="7"} 0.2` + "\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", MigProfile: "1g.10gb", MigInstanceId: proto.Uint32(7), DeviceId: "GPU-1/gi7", GpuUtil: pctOf(0.2)}},
+		},
+		"a whole GPU does not read util from the graphics engine": {
+			page: `DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",` + u + "} 0.2\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1"}},
+		},
+		"MIG instances take the GPU's index and model, not its readings": {
+			page: `DCGM_FI_DEV_GPU_TEMP{gpu="3",` + u + `,modelName="NVIDIA A30"} 40` + "\n" +
+				`DCGM_FI_DEV_POWER_USAGE{gpu="3",` + u + `,modelName="NVIDIA A30"} 120` + "\n" +
+				`DCGM_FI_PROF_GR_ENGINE_ACTIVE{` + u + `,GPU_I_PROFILE="2g.12gb",GPU_I_ID="2"} 0.5` + "\n" +
+				`DCGM_FI_PROF_GR_ENGINE_ACTIVE{` + u + `,GPU_I_PROFILE="2g.12gb",GPU_I_ID="1"} 0.25` + "\n",
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: "GPU-1", Index: 3, Model: "NVIDIA A30", MigProfile: "2g.12gb", MigInstanceId: proto.Uint32(1), DeviceId: "GPU-1/gi1", GpuUtil: pctOf(0.25)},
+				{Uuid: "GPU-1", Index: 3, Model: "NVIDIA A30", MigProfile: "2g.12gb", MigInstanceId: proto.Uint32(2), DeviceId: "GPU-1/gi2", GpuUtil: pctOf(0.5)},
+			},
+		},
+		"GPU_I_ID that is not a number": {
+			page:       `DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",` + u + `,GPU_I_ID="x"} 0.5` + "\n",
+			wantOthers: []string{`DCGM_FI_PROF_GR_ENGINE_ACTIVE of GPU-1: GPU_I_ID "x" is not a GPU instance id`},
+		},
+		"gpu label that is not an index": {
+			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="zero",` + u + "} 50\n" + `DCGM_FI_DEV_POWER_USAGE{gpu="zero",` + u + "} 50\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", PowerWatts: proto.Float64(50), TemperatureCelsius: proto.Float64(50)}},
+			wantOthers: []string{`GPU-1: gpu label "zero" is not an index`},
+		},
+		"a namespace Kubernetes would not accept": {
+			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="Team_A",pod="p"} 50` + "\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
+			wantOthers: []string{"GPU-1: pod Team_A/p: "},
+		},
+		"a GPU shared by two pods keeps the first, quietly": {
+			page: `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="a",pod="p1",container="c"} 50` + "\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="a",pod="p2",container="c"} 50` + "\n",
+			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50), Pod: podOf("a", "p1", "c")}},
+		},
+		"a series repeated keeps the first value": {
+			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 50\n" + `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 51\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_TEMP of GPU-1: series repeated"},
+		},
+		"an invalid first value leaves room for a valid second": {
+			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} -3\n" + `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 51\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(51)}},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_TEMP of GPU-1: -3 is negative"},
+		},
+		"a whole GPU whose UUID is a MIG instance's device id": {
+			page: `DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1/gi1"} 50` + "\n" +
+				`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",` + u + `,GPU_I_ID="1"} 0.5` + "\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", MigInstanceId: proto.Uint32(1), DeviceId: "GPU-1/gi1", GpuUtil: pctOf(0.5)}},
+			wantOthers: []string{"GPU-1/gi1: device id GPU-1/gi1 taken by another device; dropped"},
+		},
+		"bad lines between good ones": {
+			page: "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 50` + "\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} ERROR - FAILED TO CONVERT TO STRING` + "\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-3"} 52` + "\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="3",UUID="GPU-4"}` + "\n" +
+				`DCGM_FI_DEV_GPU_TEMP{gpu="4",UUID="GPU-5"} 54` + "\n",
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)},
+				{Uuid: "GPU-3", Index: 2, TemperatureCelsius: proto.Float64(52)},
+				{Uuid: "GPU-5", Index: 4, TemperatureCelsius: proto.Float64(54)},
+			},
+			wantLines: []int{3, 5},
+		},
+		// Found by FuzzParseExporter: series are read family by family in name order
+		// over the whole page, not run by run.
+		"labels do not depend on where a bad line cuts the page": {
+			page: `DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",modelName="A"} 0` + "\nDCGM_FI_DEV_FB_USED\n" +
+				`DCGM_FI_DEV_FB_FREE{UUID="GPU-1",modelName="B"} 0` + "\n",
+			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", Model: "B", GpuUtil: proto.Float64(0)}},
+			wantLines:  []int{2},
+			wantOthers: []string{"GPU-1: no gpu label"},
+		},
+		"CRLF line ends": {
+			page: `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 50\r\n" + `DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} 51` + "\r\n",
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)},
+				{Uuid: "GPU-2", Index: 1, TemperatureCelsius: proto.Float64(51)},
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, problems := exporterParseValid(t, []byte(tc.page))
+			exporterDiffSamples(t, got, tc.want)
+			lines, others := exporterProblems(t, problems)
+			if !slices.Equal(lines, tc.wantLines) {
+				t.Errorf("got rejected lines %v, want %v; problems: %v", lines, tc.wantLines, problems)
+			}
+			exporterCheckOthers(t, others, tc.wantOthers)
+		})
+	}
+}
+
+func TestParseExporterBounds(t *testing.T) {
+	t.Run("more devices than a report holds", func(t *testing.T) {
+		var page strings.Builder
+		for i := range gpuscalerv1.MaxGPUs + 10 {
+			fmt.Fprintf(&page, "DCGM_FI_DEV_GPU_TEMP{gpu=\"%d\",UUID=\"GPU-%04d\"} 40\n", i, i)
+		}
+		got, problems := exporterParseValid(t, []byte(page.String()))
+		if len(got) != gpuscalerv1.MaxGPUs {
+			t.Errorf("got %d samples, want %d", len(got), gpuscalerv1.MaxGPUs)
+		}
+		if got[len(got)-1].GetIndex() != gpuscalerv1.MaxGPUs-1 {
+			t.Errorf("got last index %d, want %d", got[len(got)-1].GetIndex(), gpuscalerv1.MaxGPUs-1)
+		}
+		if len(problems) != 1 || !strings.Contains(problems[0].Error(), "the last 10 dropped") {
+			t.Errorf("got problems %v, want one about the 10 dropped", problems)
+		}
+	})
+	t.Run("problems past the limit are counted", func(t *testing.T) {
+		var page strings.Builder
+		for range exporterMaxProblems + 50 {
+			page.WriteString("DCGM_FI_DEV_GPU_TEMP{UUID=\"GPU-1\"} ERROR - FAILED TO CONVERT TO STRING\n")
+		}
+		page.WriteString("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-2\"} 40\n")
+		got, problems := exporterParseValid(t, []byte(page.String()))
+		if len(got) != 1 || got[0].GetUuid() != "GPU-2" {
+			t.Errorf("got %d samples, want GPU-2 alone", len(got))
+		}
+		if len(problems) != exporterMaxProblems+1 {
+			t.Fatalf("got %d problems, want %d", len(problems), exporterMaxProblems+1)
+		}
+		if got, want := problems[len(problems)-1].Error(), "50 more problems not listed"; got != want {
+			t.Errorf("got last problem %q, want %q", got, want)
+		}
+	})
+	t.Run("a long rejected line is quoted cut short", func(t *testing.T) {
+		line := "DCGM_FI_DEV_GPU_TEMP{UUID=\"" + strings.Repeat("x", 500) + "\"} ERROR\n"
+		_, problems := exporterParseValid(t, []byte(line))
+		var le *exporterLineError
+		if len(problems) != 1 || !errors.As(problems[0], &le) {
+			t.Fatalf("got problems %v, want one rejected line", problems)
+		}
+		if len(le.Text) != exporterMaxLineShown || le.Line != 1 {
+			t.Errorf("got line %d quoted in %d bytes, want line 1 in %d", le.Line, len(le.Text), exporterMaxLineShown)
+		}
+	})
+}
+
+func TestNewExporter(t *testing.T) {
+	for name, tc := range map[string]struct {
+		url     string
+		wantErr string
+	}{
+		"http":               {url: "http://127.0.0.1:9400/metrics"},
+		"https":              {url: "https://dcgm-exporter.gpu-operator.svc:9400/metrics"},
+		"empty":              {url: "", wantErr: `scheme "", want http or https`},
+		"no scheme":          {url: "localhost:9400/metrics", wantErr: `scheme "localhost", want http or https`},
+		"ftp":                {url: "ftp://host/metrics", wantErr: `scheme "ftp"`},
+		"no host":            {url: "http:///metrics", wantErr: "no host"},
+		"not a URL":          {url: "http://%zz", wantErr: "invalid URL escape"},
+		"password redacted":  {url: "ftp://user:secret@host/", wantErr: "user:xxxxx@host"},
+		"unix socket scheme": {url: "unix:///run/dcgm.sock", wantErr: `scheme "unix"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewExporter(tc.url, nil, 0)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+				if s.Name() != "exporter" {
+					t.Errorf("got name %q, want exporter", s.Name())
+				}
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: got %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+	t.Run("default client and timeout", func(t *testing.T) {
+		for _, tc := range []struct{ in, want time.Duration }{{0, exporterDefaultTimeout}, {-time.Second, exporterDefaultTimeout}, {3 * time.Second, 3 * time.Second}} {
+			s, err := NewExporter("http://localhost:9400/metrics", nil, tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := s.(*exporterSource)
+			if es.timeout != tc.want || es.client.Timeout != tc.want {
+				t.Errorf("timeout %v: got %v and client %v, want %v", tc.in, es.timeout, es.client.Timeout, tc.want)
+			}
+			if es.client.Transport == http.DefaultTransport {
+				t.Error("got the shared default transport, want one of its own")
+			}
+		}
+	})
+	t.Run("given client", func(t *testing.T) {
+		c := &http.Client{}
+		s, err := NewExporter("http://localhost:9400/metrics", c, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.(*exporterSource).client; got != c {
+			t.Errorf("got client %p, want the given %p", got, c)
+		}
+	})
+}
+
+// exporterServer serves handler and returns its /metrics URL.
+func exporterServer(t *testing.T, handler http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
+}
+
+func TestExporterCollect(t *testing.T) {
+	h100 := exporterFixture(t, "aicr-h100-8gpu-k8s-pod-sampled.prom")
+	garbage := exporterFixture(t, "garbage.prom")
+	serve := func(contentType string, body []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if contentType == "" {
+				w.Header()["Content-Type"] = nil // no sniffing
+			} else {
+				w.Header().Set("Content-Type", contentType)
+			}
+			_, _ = w.Write(body)
+		}
+	}
+	huge := bytes.Repeat([]byte("# padding to make the page longer than a dcgm-exporter's\n"), exporterMaxBody/56+1)
+	for name, tc := range map[string]struct {
+		handler  http.HandlerFunc
+		wantGPUs int
+		wantErr  string
+		wantIs   error
+	}{
+		"text format":                  {handler: serve("text/plain; version=0.0.4; charset=utf-8", h100), wantGPUs: 8},
+		"OpenMetrics content type":     {handler: serve("application/openmetrics-text; version=1.0.0; charset=utf-8", h100), wantGPUs: 8},
+		"no content type":              {handler: serve("", h100), wantGPUs: 8},
+		"bad lines cost only the line": {handler: serve("text/plain", garbage), wantGPUs: 2},
+		"gzip": {
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+					http.Error(w, "want gzip", http.StatusBadRequest)
+					return
+				}
+				w.Header().Set("Content-Type", "text/plain")
+				w.Header().Set("Content-Encoding", "gzip")
+				zw := gzip.NewWriter(w)
+				_, _ = zw.Write(h100)
+				_ = zw.Close()
+			},
+			wantGPUs: 8,
+		},
+		"server error": {
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "DCGM not ready", http.StatusServiceUnavailable)
+			},
+			wantErr: `status 503 Service Unavailable: "DCGM not ready"`,
+		},
+		"not found":        {handler: http.NotFound, wantErr: "status 404 Not Found"},
+		"an HTML page":     {handler: serve("text/html; charset=utf-8", []byte("<html><body>login</body></html>")), wantErr: `content type "text/html; charset=utf-8", want text/plain`},
+		"JSON":             {handler: serve("application/json", []byte(`{"gpus":[]}`)), wantErr: `content type "application/json"`},
+		"bad content type": {handler: serve("text/plain; ===", h100), wantErr: `content type "text/plain; ==="`},
+		"empty page":       {handler: serve("text/plain", nil), wantIs: ErrNoGPUSource, wantErr: "no GPU in a 0-byte page"},
+		"another exporter's page": {
+			handler: serve("text/plain", []byte("# TYPE node_load1 gauge\nnode_load1 0.42\nDCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT{nvswitch=\"0\"} 40\n")),
+			wantIs:  ErrNoGPUSource, wantErr: "no GPU in a",
+		},
+		"nothing but bad lines": {
+			handler: serve("text/plain", []byte("DCGM_FI_DEV_GPU_TEMP{UUID=\"GPU-1\"} ERROR - FAILED TO CONVERT TO STRING\n")),
+			wantIs:  ErrNoGPUSource, wantErr: `1 problems, the first: line 1`,
+		},
+		"page larger than allowed, length announced": {
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/plain")
+				w.Header().Set("Content-Length", strconv.Itoa(len(huge)))
+				_, _ = w.Write(huge)
+			},
+			wantErr: fmt.Sprintf("page of %d bytes, more than the %d allowed", len(huge), exporterMaxBody),
+		},
+		"page larger than allowed, streamed": {
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/plain")
+				w.(http.Flusher).Flush() // no Content-Length: chunked
+				_, _ = w.Write(huge)
+			},
+			wantErr: fmt.Sprintf("page longer than the %d bytes allowed", exporterMaxBody),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			url := exporterServer(t, tc.handler)
+			s, err := NewExporter(url, nil, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			got, err := s.Collect(t.Context())
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+				if len(got) != tc.wantGPUs {
+					t.Errorf("got %d samples, want %d", len(got), tc.wantGPUs)
+				}
+				if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: got}).Validate(); err != nil {
+					t.Errorf("samples do not validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), url) {
+				t.Errorf("error %q does not name the URL %s", err, url)
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("got error %v, want one wrapping %v", err, tc.wantIs)
+			}
+			if got != nil {
+				t.Errorf("got %d samples with the error, want none", len(got))
+			}
+		})
+	}
+}
+
+func TestExporterCollectTimeouts(t *testing.T) {
+	release := make(chan struct{})
+	url := exporterServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // runs before the server closes
+
+	t.Run("the caller's deadline", func(t *testing.T) {
+		s, err := NewExporter(url, nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		if _, err := s.Collect(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got error %v, want one wrapping context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("the source's timeout, with a client of the caller's", func(t *testing.T) {
+		s, err := NewExporter(url, &http.Client{}, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Collect(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got error %v, want one wrapping context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("the source's timeout, with its own client", func(t *testing.T) {
+		s, err := NewExporter(url, nil, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Collect(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got error %v, want one wrapping context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("a cancelled context", func(t *testing.T) {
+		s, err := NewExporter(url, nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := s.Collect(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("got error %v, want one wrapping context.Canceled", err)
+		}
+	})
+}
+
+func TestExporterCollectAfterClose(t *testing.T) {
+	page := exporterFixture(t, "linode-rtx4000ada-k8s-pod.prom")
+	url := exporterServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(page) })
+	s, err := NewExporter(url, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // the connection is reused, then dropped by Close
+		if got, err := s.Collect(t.Context()); err != nil || len(got) != 1 {
+			t.Fatalf("Collect %d: got %d samples and %v, want 1 and no error", i, len(got), err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: got %v, want nil", err)
+	}
+	if _, err := s.Collect(t.Context()); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Collect after Close: got %v, want an error saying the source is closed", err)
+	}
+}
+
+func TestExporterCollectRedactsPassword(t *testing.T) {
+	forbidden := exporterServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) })
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	for name, tc := range map[string]struct{ url, wantErr string }{
+		"a status":          {url: forbidden, wantErr: "status 403"},
+		"no server to talk": {url: gone.URL + "/metrics", wantErr: "connect"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewExporter(strings.Replace(tc.url, "http://", "http://scraper:s3cret@", 1), nil, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			_, err = s.Collect(t.Context())
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "scraper:") {
+				t.Errorf("error %q shows the password, or not the URL", err)
+			}
+		})
+	}
+}
+
+func FuzzParseExporter(f *testing.F) {
+	entries, err := os.ReadDir(exporterTestdata)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".prom") {
+			f.Add(exporterFixture(f, e.Name()))
+		}
+	}
+	f.Add([]byte(`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="1g.5gb",GPU_I_ID="3",namespace="a",pod="p"} 0.5`))
+	f.Add([]byte("DCGM_FI_DEV_FB_USED{UUID=\"GPU-1\"} 1e9\nDCGM_FI_DEV_FB_FREE{UUID=\"GPU-1\"} 4294967296\nDCGM_FI_DEV_FB_RESERVED{UUID=\"GPU-1\"} 4294967296\n"))
+	f.Fuzz(func(t *testing.T, page []byte) {
+		samples, problems := parseExporter(bytes.NewReader(page))
+		if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: samples}).Validate(); err != nil {
+			t.Fatalf("samples do not validate: %v", err)
+		}
+		if len(problems) > exporterMaxProblems+1 {
+			t.Fatalf("got %d problems, want at most %d", len(problems), exporterMaxProblems+1)
+		}
+		for _, p := range problems {
+			if p == nil {
+				t.Fatal("got a nil problem")
+			}
+		}
+		again, _ := parseExporter(bytes.NewReader(page))
+		if !exporterSamplesEqual(samples, again) {
+			t.Fatal("a second parse of the same page differs")
+		}
+		exporterCheckLinesCostNothingElse(t, page, samples, problems)
+	})
+}
+
+func TestExporterAppendLine(t *testing.T) {
+	for name, tc := range map[string]struct{ line, want string }{
+		"dcgm-exporter's labels": {
+			line: `DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",pci_bus_id="00000000:53:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n",DCGM_FI_DRIVER_VERSION="580.105.08",container="main",namespace="ns",pod="p",pod_uid=""} 30`,
+			want: `DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",container="main",namespace="ns",pod="p"} 30`,
+		},
+		"MIG and old pod labels": {
+			line: `DCGM_FI_DEV_FB_USED{device="nvidia0",GPU_I_PROFILE="1g.5gb",GPU_I_ID="13",pod_name="p",pod_namespace="ns",container_name="c"} 1`,
+			want: `DCGM_FI_DEV_FB_USED{GPU_I_PROFILE="1g.5gb",GPU_I_ID="13",pod_name="p",pod_namespace="ns",container_name="c"} 1`,
+		},
+		"blanks, a trailing comma, a timestamp": {
+			line: `DCGM_FI_DEV_FB_USED{ Hostname = "n" , UUID="GPU-1", } 1 1700000000000`,
+			want: `DCGM_FI_DEV_FB_USED{UUID="GPU-1"} 1 1700000000000`,
+		},
+		"escapes kept as they are": {
+			line: `DCGM_FI_DEV_FB_USED{err_msg="a \"quoted\" \\ word",modelName="A \"B\""} 1`,
+			want: `DCGM_FI_DEV_FB_USED{modelName="A \"B\""} 1`,
+		},
+		"no label read":    {line: `DCGM_FI_DEV_FB_USED{Hostname="n"} 1`, want: `DCGM_FI_DEV_FB_USED{} 1`},
+		"no labels at all": {line: `DCGM_FI_DEV_FB_USED 1`, want: `DCGM_FI_DEV_FB_USED 1`},
+		"a quoted name":    {line: `{"DCGM_FI_DEV_FB_USED",Hostname="n"} 1`, want: `{"DCGM_FI_DEV_FB_USED",Hostname="n"} 1`},
+		"a quoted label":   {line: `DCGM_FI_DEV_FB_USED{"host.name"="n",UUID="GPU-1"} 1`, want: `DCGM_FI_DEV_FB_USED{"host.name"="n",UUID="GPU-1"} 1`},
+		"cut short":        {line: `DCGM_FI_DEV_FB_USED{Hostname="n`, want: `DCGM_FI_DEV_FB_USED{Hostname="n`},
+		"no equals sign":   {line: `DCGM_FI_DEV_FB_USED{Hostname "n"} 1`, want: `DCGM_FI_DEV_FB_USED{Hostname "n"} 1`},
+		"no closing brace": {line: `DCGM_FI_DEV_FB_USED{UUID="GPU-1" Hostname="n"} 1`, want: `DCGM_FI_DEV_FB_USED{UUID="GPU-1" Hostname="n"} 1`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := string(exporterAppendLine([]byte("prefix\n"), []byte(tc.line))); got != "prefix\n"+tc.want {
+				t.Errorf("got  %s\nwant prefix\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzExporterAppendLine checks that dropping the labels the parser does not read changes
+// nothing else: a line expfmt accepts still parses, to the same family, value and
+// timestamp, with the labels read.
+func FuzzExporterAppendLine(f *testing.F) {
+	entries, err := os.ReadDir(exporterTestdata)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".prom") {
+			for _, line := range bytes.Split(exporterFixture(f, e.Name()), []byte("\n")) {
+				f.Add(line)
+			}
+		}
+	}
+	parse := func(line []byte) (*dto.MetricFamily, bool) {
+		text := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := text.TextToMetricFamilies(bytes.NewReader(append(line, '\n')))
+		if err != nil || len(fams) != 1 {
+			return nil, false
+		}
+		for _, mf := range fams {
+			return mf, len(mf.GetMetric()) == 1
+		}
+		return nil, false
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+		}
+		kept := exporterAppendLine(nil, line)
+		if bytes.IndexByte(kept, '\n') >= 0 {
+			t.Fatalf("%q became %q, with a newline", line, kept)
+		}
+		orig, ok := parse(line)
+		if !ok {
+			return
+		}
+		got, ok := parse(kept)
+		if !ok {
+			t.Fatalf("%q parses, %q does not", line, kept)
+		}
+		var want []*dto.LabelPair
+		for _, lp := range orig.GetMetric()[0].GetLabel() {
+			if exporterLabelsRead[lp.GetName()] {
+				want = append(want, lp)
+			}
+		}
+		om, gm := orig.GetMetric()[0], got.GetMetric()[0]
+		ov, _ := exporterValue(om)
+		gv, _ := exporterValue(gm)
+		switch {
+		case got.GetName() != orig.GetName():
+			t.Fatalf("%q: got family %q, want %q", kept, got.GetName(), orig.GetName())
+		case math.Float64bits(gv) != math.Float64bits(ov):
+			t.Fatalf("%q: got value %v, want %v", kept, gv, ov)
+		case gm.GetTimestampMs() != om.GetTimestampMs():
+			t.Fatalf("%q: got timestamp %d, want %d", kept, gm.GetTimestampMs(), om.GetTimestampMs())
+		case !slices.EqualFunc(gm.GetLabel(), want, func(a, b *dto.LabelPair) bool { return proto.Equal(a, b) }):
+			t.Fatalf("%q from %q: got labels %v, want %v", kept, line, gm.GetLabel(), want)
+		}
+	})
+}
+
+// exporterMoreFields are profiling and health fields a fuller dcgm-exporter
+// configuration adds to the linode capture's 24, for 40 in all; one of them is read.
+var exporterMoreFields = []string{
+	"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+	"DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_PROF_NVLINK_TX_BYTES",
+	"DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+	"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_RETIRED_SBE",
+	"DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_PCIE_LINK_GEN",
+	"DCGM_FI_DEV_PCIE_LINK_WIDTH",
+}
+
+// exporterFullPage makes a page of n GPUs with 40 fields: the linode capture's 24 and
+// exporterMoreFields, with HELP and TYPE lines, families contiguous as dcgm-exporter
+// prints them.
+func exporterFullPage(tb testing.TB, n int) []byte {
+	tb.Helper()
+	capture := string(exporterFixture(tb, "linode-rtx4000ada-k8s-pod.prom"))
+	var template string // the SM clock line, for the fields the capture lacks
+	for line := range strings.Lines(capture) {
+		if strings.HasPrefix(line, "DCGM_FI_DEV_SM_CLOCK{") {
+			template = line
+		}
+	}
+	for _, name := range exporterMoreFields {
+		capture += "# HELP " + name + " A field.\n# TYPE " + name + " gauge\n" +
+			strings.Replace(strings.Replace(template, "DCGM_FI_DEV_SM_CLOCK", name, 1), "} 2310", "} 0.5", 1)
+	}
+	var out bytes.Buffer
+	for line := range strings.Lines(capture) {
+		if strings.HasPrefix(line, "#") {
+			if !strings.HasPrefix(line, "# source:") {
+				out.WriteString(line)
+			}
+			continue
+		}
+		for i := range n {
+			l := strings.Replace(line, `gpu="0"`, fmt.Sprintf(`gpu="%d"`, i), 1)
+			l = strings.Replace(l, "GPU-a8394b51-c086-568a-9f1a-c1e1c934c4", fmt.Sprintf("GPU-a8394b51-c086-568a-9f1a-c1e1c934c%03d", i), 1)
+			l = strings.Replace(l, `device="nvidia0"`, fmt.Sprintf(`device="nvidia%d"`, i), 1)
+			out.WriteString(l)
+		}
+	}
+	return out.Bytes()
+}
+
+func TestExporterFullPage(t *testing.T) {
+	got, problems := exporterParseValid(t, exporterFullPage(t, 8))
+	if len(got) != 8 || len(problems) != 0 {
+		t.Fatalf("got %d samples and problems %v, want 8 and none", len(got), problems)
+	}
+	for i, g := range got {
+		if g.GetIndex() != uint32(i) || g.GetFbTotalBytes() != (1+20015+457)<<20 || g.GetSmActive() != 50 ||
+			g.GetPod().GetName() != "cuda-75454ffb9f-8ljq7" {
+			t.Errorf("sample %d: got %s", i, prototext.Format(g))
+		}
+	}
+}
+
+func BenchmarkParseExporter(b *testing.B) {
+	full := exporterFullPage(b, 8)
+	// The same page with every 25th sample's value printed as dcgm-exporter prints a
+	// field it cannot format.
+	var broken bytes.Buffer
+	n := 0
+	for line := range strings.Lines(string(full)) {
+		if !strings.HasPrefix(line, "#") {
+			if n++; n%25 == 0 {
+				line = line[:strings.LastIndexByte(line, ' ')+1] + "ERROR - FAILED TO CONVERT TO STRING\n"
+			}
+		}
+		broken.WriteString(line)
+	}
+	for _, bc := range []struct {
+		name string
+		page []byte
+	}{
+		{"h100-capture", exporterFixture(b, "aicr-h100-8gpu-k8s-pod-sampled.prom")},
+		{"8gpu-40fields", full},
+		{"8gpu-40fields-bad-lines", broken.Bytes()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.page)))
+			b.ReportAllocs()
+			for b.Loop() {
+				samples, _ := parseExporter(bytes.NewReader(bc.page))
+				if len(samples) != 8 {
+					b.Fatalf("got %d samples, want 8", len(samples))
+				}
+			}
+		})
+	}
+}
