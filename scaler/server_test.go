@@ -388,11 +388,19 @@ func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
 	s := startScaler(t, ns.ClientURL(), Config{})
 	newPublisher(t, ns.ClientURL()).queue("ml", "jobs", 1, 0)
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	// Wait through GetMetrics, so that the IsActive counts below are exactly the two calls
+	// made after: polling IsActive would count an Unavailable for each poll that came
+	// before the report was applied.
 	testkit.Eventually(t, 5*time.Second, func() bool {
-		resp, err := s.client.IsActive(t.Context(), r)
-		return err == nil && resp.GetResult()
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+		return err == nil && resp.GetMetricValues()[0].GetMetricValueFloat() == 1
 	})
-	_, _ = s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "absent"}))
+	if resp, err := s.client.IsActive(t.Context(), r); err != nil || !resp.GetResult() {
+		t.Fatalf("IsActive = %v, %v; want true", resp, err)
+	}
+	if _, err := s.client.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "absent"})); status.Code(err) != codes.Unavailable {
+		t.Fatalf("IsActive on an absent queue = %v; want Unavailable", err)
+	}
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + s.HTTPAddr().String() + path)
@@ -415,7 +423,7 @@ func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {
 		`gpuscaler_scaler_events_received_total{kind="queue"} 1`,
 		`gpuscaler_scaler_ready 1`,
 		`gpuscaler_scaler_nats_connected 1`,
-		`gpuscaler_scaler_rpc_duration_seconds_count{code="OK",method="IsActive"}`,
+		`gpuscaler_scaler_rpc_duration_seconds_count{code="OK",method="IsActive"} 1`,
 		`gpuscaler_scaler_rpc_duration_seconds_count{code="Unavailable",method="IsActive"} 1`,
 		`gpuscaler_scaler_replay_duration_seconds`,
 	} {
