@@ -1,0 +1,195 @@
+{{/* Names, labels and the NATS client settings the scaler and the collectors share. */}}
+
+{{- define "gpuscaler.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's base name: the scaler's Service, so scalerAddress is <fullname>.<namespace>.svc:<grpcPort>. */}}
+{{- define "gpuscaler.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuscaler.scaler.name" -}}{{ include "gpuscaler.fullname" . }}{{- end }}
+{{- define "gpuscaler.collector.name" -}}{{ include "gpuscaler.fullname" . | trunc 53 | trimSuffix "-" }}-collector{{- end }}
+{{- define "gpuscaler.nats.name" -}}{{ include "gpuscaler.fullname" . | trunc 58 | trimSuffix "-" }}-nats{{- end }}
+
+{{- define "gpuscaler.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "gpuscaler.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuscaler
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component: include "gpuscaler.selectorLabels" (list . "scaler") */}}
+{{- define "gpuscaler.selectorLabels" -}}
+{{- $top := index . 0 -}}
+app.kubernetes.io/name: {{ include "gpuscaler.name" $top }}
+app.kubernetes.io/instance: {{ $top.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "gpuscaler.componentLabels" -}}
+{{ include "gpuscaler.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "gpuscaler.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The NATS URLs the scaler and the collectors connect to. */}}
+{{- define "gpuscaler.natsURL" -}}
+{{- if .Values.nats.enabled -}}
+{{ if .Values.nats.tls.enabled }}tls{{ else }}nats{{ end }}://{{ include "gpuscaler.nats.name" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:4222
+{{- else -}}
+{{ required "nats.url is required when nats.enabled is false: the scaler and collectors need a NATS with JetStream" .Values.nats.url }}
+{{- end -}}
+{{- end }}
+
+{{/* The GPUSCALER stream's replicas. */}}
+{{- define "gpuscaler.streamReplicas" -}}
+{{- if .Values.scaler.streamReplicas -}}
+{{ .Values.scaler.streamReplicas }}
+{{- else if .Values.nats.enabled -}}
+{{ .Values.nats.replicas }}
+{{- else -}}
+1
+{{- end -}}
+{{- end }}
+
+{{/* NATS client flags: include "gpuscaler.natsArgs" . */}}
+{{- define "gpuscaler.natsArgs" -}}
+- --nats-url={{ include "gpuscaler.natsURL" . }}
+{{- if eq .Values.nats.auth.type "nkey" }}
+- --nats-nkey-seed=/etc/gpuscaler/nats-auth/nkey
+{{- else if eq .Values.nats.auth.type "creds" }}
+- --nats-creds=/etc/gpuscaler/nats-auth/creds
+{{- end }}
+{{- if .Values.nats.tls.enabled }}
+- --nats-tls-ca=/etc/gpuscaler/nats-tls/ca.crt
+{{- if .Values.nats.tls.clientCert }}
+- --nats-tls-cert=/etc/gpuscaler/nats-tls/tls.crt
+- --nats-tls-key=/etc/gpuscaler/nats-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* NATS secrets passed as environment (not flags, so they stay out of the process list):
+include "gpuscaler.natsEnv" (list . $secretName) */}}
+{{- define "gpuscaler.natsEnv" -}}
+{{- $top := index . 0 -}}
+{{- $secret := index . 1 -}}
+{{- if eq $top.Values.nats.auth.type "token" }}
+- name: GPUSCALER_NATS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: token
+{{- else if eq $top.Values.nats.auth.type "userPassword" }}
+- name: GPUSCALER_NATS_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: user
+- name: GPUSCALER_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: password
+{{- end }}
+{{- end }}
+
+{{- define "gpuscaler.natsVolumeMounts" -}}
+{{- if has .Values.nats.auth.type (list "nkey" "creds") }}
+- name: nats-auth
+  mountPath: /etc/gpuscaler/nats-auth
+  readOnly: true
+{{- end }}
+{{- if .Values.nats.tls.enabled }}
+- name: nats-tls
+  mountPath: /etc/gpuscaler/nats-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* include "gpuscaler.natsVolumes" (list . $secretName) */}}
+{{- define "gpuscaler.natsVolumes" -}}
+{{- $top := index . 0 -}}
+{{- $secret := index . 1 -}}
+{{- if has $top.Values.nats.auth.type (list "nkey" "creds") }}
+- name: nats-auth
+  secret:
+    secretName: {{ $secret }}
+    defaultMode: 0440
+    items:
+      - key: {{ $top.Values.nats.auth.type }}
+        path: {{ $top.Values.nats.auth.type }}
+{{- end }}
+{{- if $top.Values.nats.tls.enabled }}
+- name: nats-tls
+  secret:
+    secretName: {{ required "nats.tls.secretName is required when nats.tls.enabled is true" $top.Values.nats.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the scaler's NATS credentials; empty when auth.type is none. */}}
+{{- define "gpuscaler.natsAuthSecret" -}}
+{{- if ne .Values.nats.auth.type "none" -}}
+{{ required (printf "nats.auth.secretName is required with nats.auth.type %s" .Values.nats.auth.type) .Values.nats.auth.secretName }}
+{{- end -}}
+{{- end }}
+
+{{- define "gpuscaler.collectorNatsAuthSecret" -}}
+{{- if ne .Values.nats.auth.type "none" -}}
+{{ .Values.nats.auth.collectorSecretName | default (include "gpuscaler.natsAuthSecret" .) }}
+{{- end -}}
+{{- end }}
+
+{{/* Values that no schema can check: combinations. */}}
+{{- define "gpuscaler.validate" -}}
+{{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}
+{{- fail (printf "nats.auth.type %s needs an operator-mode NATS: use your own NATS (nats.enabled=false, nats.url), or token or userPassword with the bundled one" .Values.nats.auth.type) }}
+{{- end }}
+{{- if and .Values.nats.enabled .Values.nats.tls.enabled (not .Values.nats.tls.serverSecretName) }}
+{{- fail "nats.tls.serverSecretName is required when the bundled NATS serves TLS (nats.enabled and nats.tls.enabled)" }}
+{{- end }}
+{{- if and .Values.nats.enabled (eq (int .Values.nats.replicas) 2) }}
+{{- fail "nats.replicas 2 cannot survive losing one server (JetStream needs a majority): use 1, 3 or 5" }}
+{{- end }}
+{{- if and .Values.scaler.tls.enabled (not .Values.scaler.tls.secretName) }}
+{{- fail "scaler.tls.secretName is required when scaler.tls.enabled is true" }}
+{{- end }}
+{{- if and .Values.keda.clusterTriggerAuthentication.enabled (not .Values.keda.clusterTriggerAuthentication.secretName) }}
+{{- fail "keda.clusterTriggerAuthentication.secretName is required when it is enabled" }}
+{{- end }}
+{{- end }}
+
+{{/* A size such as 256Mi or 8Gi (or plain bytes) in bytes, for the NATS configuration. */}}
+{{- define "gpuscaler.bytes" -}}
+{{- $s := . | toString -}}
+{{- if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) -}}
+{{- $s = . | int64 | toString -}}
+{{- end -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $n := regexFind "^[0-9]+" $s -}}
+{{- $unit := trimPrefix $n $s -}}
+{{- if or (not $n) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%q is not a size: want a whole number with an optional Ki, Mi, Gi or Ti" $s) -}}
+{{- end -}}
+{{- mul (int64 $n) (index $units $unit) -}}
+{{- end }}
