@@ -1,0 +1,81 @@
+package keda
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pushTimeout is how long a push may take before the test gives up: generous, as the
+// latency is measured and logged, not asserted.
+const pushTimeout = 10 * time.Second
+
+// receive returns the next activation KEDA's push scaler delivers.
+func receive(t *testing.T, active <-chan bool) bool {
+	t.Helper()
+	select {
+	case v, ok := <-active:
+		if !ok {
+			t.Fatal("Run closed its channel, want it running")
+		}
+		return v
+	case <-time.After(pushTimeout):
+		t.Fatalf("no activation from Run within %s", pushTimeout)
+		return false
+	}
+}
+
+// TestPushActivation runs KEDA's external-push scaler as the operator does (Run with an
+// activity channel) and checks that a QueueReport making the queue active reaches the
+// channel as true, again after every dip to empty; and that no false is ever pushed
+// after the first message. It logs the latency from the moment NATS stored the report
+// to the moment Run delivered true, over several rounds.
+func TestPushActivation(t *testing.T) {
+	s := startScaler(t)
+	st := s.stream(t)
+	tr := trigger{namespace: "web", name: "inference", metadata: map[string]string{"queue": "requests", "queueTarget": "4"}}
+	active := s.push(t, tr)
+	// Opened before the queue ever reported: the current state, which is not active.
+	if got := receive(t, active); got {
+		t.Fatalf("first message on a queue that never reported: got %t, want false", got)
+	}
+
+	const rounds = 10
+	latencies := make([]time.Duration, 0, rounds)
+	for round := range rounds {
+		if round > 0 {
+			s.publishQueue(t, "web", "requests", 0, 0) // the queue empties: nothing is pushed
+		}
+		cmd := s.publishQueueCmd(t.Context(), "web", "requests", 1, 0)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		got := receive(t, active)
+		at := time.Now()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("round %d: %s: %v\n%s", round, strings.Join(cmd.Args, " "), err, out.String())
+		}
+		if !got {
+			t.Fatalf("round %d: got %t pushed, want true (the scaler sends no false after the first message)", round, got)
+		}
+		msg, err := st.GetMsg(t.Context(), parsePublished(t, out.String()))
+		if err != nil {
+			t.Fatalf("round %d: the report's stream message: %v", round, err)
+		}
+		latencies = append(latencies, at.Sub(msg.Time))
+	}
+	slices.Sort(latencies)
+	t.Logf("push latency, report stored in NATS → true from KEDA's Run (n=%d): p50 %v, max %v, all %v",
+		len(latencies), latencies[len(latencies)/2], latencies[len(latencies)-1], latencies)
+
+	// A stream opened while the queue is active starts with true: a KEDA operator that
+	// restarts, or reconnects to another replica, learns at once.
+	tr.name = "inference-2"
+	if got := receive(t, s.push(t, tr)); !got {
+		t.Errorf("first message on an active queue: got %t, want true", got)
+	}
+}
