@@ -1,0 +1,135 @@
+// Package cluster starts, on loopback, a real Kubernetes control plane (etcd,
+// kube-apiserver), KEDA's operator, a nats-server and gpuscaler, all from binaries it
+// builds through the Go module proxy and caches by version, and stops them all again.
+//
+// Nothing here fakes Kubernetes or KEDA: the only things missing are the parts that run
+// pods (kubelet, scheduler, controller manager), which scale-to-zero and scale-from-zero
+// do not need: KEDA's operator itself moves a workload between 0 and 1 replicas.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	kedaclient "github.com/kedacore/keda/v2/pkg/generated/clientset/versioned"
+)
+
+// Env is the whole running system.
+type Env struct {
+	Procs *Procs
+	CP    *ControlPlane
+	KEDA  *KEDA
+	NATS  *NATS
+	// G runs gpuscaler's binary; Scaler is the scaler every trigger points at.
+	G      *Gpuscaler
+	Scaler *Scaler
+
+	Kube    kubernetes.Interface
+	KEDACli kedaclient.Interface
+
+	// Dir is the run's folder (stores, certificates, logs).
+	Dir string
+}
+
+// Options say where things are.
+type Options struct {
+	// RepoRoot is the gpuscaler repository; E2ERoot the e2e module in it.
+	RepoRoot, E2ERoot string
+	// CacheDir caches built binaries (DefaultCacheDir).
+	CacheDir string
+	// Dir is the run's folder, made by the caller.
+	Dir string
+	// ScalerFlags are extra flags for gpuscaler scaler.
+	ScalerFlags []string
+	Log         io.Writer
+}
+
+// Binaries are the paths of everything the suite runs.
+type Binaries struct {
+	Etcd, APIServer, KEDAOperator, NATSServer, Gpuscaler string
+}
+
+// Build builds (or finds cached) every binary.
+func Build(ctx context.Context, o Options) (Binaries, error) {
+	b := &Builder{E2ERoot: o.E2ERoot, CacheDir: o.CacheDir, Log: o.Log}
+	var bins Binaries
+	var err error
+	if bins.Gpuscaler, err = BuildGpuscaler(ctx, o.RepoRoot, o.Dir, o.Log); err != nil {
+		return bins, err
+	}
+	for _, t := range []struct {
+		tool Tool
+		path *string
+	}{
+		{Etcd, &bins.Etcd},
+		{NATSServer, &bins.NATSServer},
+		{KubeAPIServer, &bins.APIServer},
+		{KEDAOperator, &bins.KEDAOperator},
+	} {
+		if *t.path, err = b.Build(ctx, t.tool); err != nil {
+			return bins, err
+		}
+	}
+	return bins, nil
+}
+
+// Start starts everything, in order, and returns once each part is ready. On an error
+// the parts already started are left to the caller's Procs.StopAll.
+func Start(ctx context.Context, ps *Procs, bins Binaries, o Options) (*Env, error) {
+	e := &Env{Procs: ps, Dir: o.Dir}
+	step := func(what string, f func() error) error {
+		start := time.Now()
+		if err := f(); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.Log, "e2e: %s ready in %s\n", what, time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	var err error
+	if err := step("etcd and kube-apiserver", func() error {
+		e.CP, err = StartControlPlane(ctx, ps, ControlPlaneOptions{EtcdBin: bins.Etcd, APIServerBin: bins.APIServer, Dir: o.Dir})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if e.Kube, err = kubernetes.NewForConfig(e.CP.Config); err != nil {
+		return nil, err
+	}
+	if e.KEDACli, err = kedaclient.NewForConfig(e.CP.Config); err != nil {
+		return nil, err
+	}
+	kedaDir, err := ModuleDir(ctx, o.E2ERoot, "github.com/kedacore/keda/v2")
+	if err != nil {
+		return nil, err
+	}
+	if err := step("KEDA CRDs and operator", func() error {
+		e.KEDA, err = StartKEDA(ctx, ps, e.CP, KEDAOptions{OperatorBin: bins.KEDAOperator, ModuleDir: kedaDir, Dir: o.Dir})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("nats-server", func() error {
+		e.NATS, err = StartNATS(ctx, ps, bins.NATSServer, o.Dir)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	simDir := filepath.Join(o.Dir, "sim")
+	if err := os.MkdirAll(simDir, 0o755); err != nil {
+		return nil, err
+	}
+	e.G = NewGpuscaler(ps, bins.Gpuscaler, e.NATS.URL, simDir)
+	if err := step("gpuscaler scaler", func() error {
+		e.Scaler, err = e.G.StartScaler(ctx, o.ScalerFlags...)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}

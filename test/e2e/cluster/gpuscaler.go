@@ -1,0 +1,207 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+)
+
+// Gpuscaler runs the product's binary as it runs in a cluster: the scaler, node
+// collectors (sim source) and one-shot queue reports.
+type Gpuscaler struct {
+	Bin     string
+	NATSURL string
+	procs   *Procs
+	dir     string
+}
+
+// NewGpuscaler returns a runner of bin against the NATS server at natsURL; dir holds its
+// files (simulation configs).
+func NewGpuscaler(ps *Procs, bin, natsURL, dir string) *Gpuscaler {
+	return &Gpuscaler{Bin: bin, NATSURL: natsURL, procs: ps, dir: dir}
+}
+
+// Scaler is a running gpuscaler scaler.
+type Scaler struct {
+	*Process
+	// GRPCAddr is what triggers name as scalerAddress; HTTPAddr serves /metrics, /readyz.
+	GRPCAddr, HTTPAddr string
+}
+
+// StartScaler starts `gpuscaler scaler` on NATS with extra flags and waits for /readyz.
+func (g *Gpuscaler) StartScaler(ctx context.Context, extra ...string) (*Scaler, error) {
+	grpcAddr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"scaler",
+		"--nats-url=" + g.NATSURL,
+		"--grpc-addr=" + grpcAddr,
+		"--http-addr=" + httpAddr,
+		"--log-level=debug",
+	}, extra...)
+	p, err := g.procs.Start("gpuscaler-scaler", g.Bin, args)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scaler{Process: p, GRPCAddr: grpcAddr, HTTPAddr: httpAddr}
+	err = Eventually(ctx, time.Minute, 100*time.Millisecond, "gpuscaler scaler ready", p, func(ctx context.Context) (bool, error) {
+		if err := httpOK(ctx, "http://"+httpAddr+"/readyz"); err != nil {
+			return false, Retry(err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// SimNode describes a simulated GPU node (gpuscaler's --sim-config, see collectors.SimConfig).
+type SimNode struct {
+	GPUs   int      `json:"gpus"`
+	Pods   []SimPod `json:"pods,omitempty"`
+	Util   float64  `json:"util,omitempty"`
+	Jitter float64  `json:"jitter"`
+}
+
+// SimPod is a pod holding simulated GPUs ("0", "1", ...).
+type SimPod struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	OwnerKind string            `json:"ownerKind,omitempty"`
+	OwnerName string            `json:"ownerName,omitempty"`
+	GPUs      []string          `json:"gpus"`
+	Util      *float64          `json:"util,omitempty"`
+}
+
+// Collector is a running gpuscaler collector with the sim source.
+type Collector struct {
+	*Process
+	Node     string
+	HTTPAddr string
+}
+
+// StartCollector starts `gpuscaler collector --source sim` for node, reporting every
+// interval, and waits for its /readyz (a report went out).
+func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode, interval time.Duration) (*Collector, error) {
+	cfg, err := yaml.Marshal(sim)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(g.dir, "sim-"+node+".yaml")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	httpAddr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := g.procs.Start("gpuscaler-collector-"+node, g.Bin, []string{"collector",
+		"--source=sim", "--sim-config=" + path, "--kubeconfig=none",
+		"--node=" + node, "--collector-id=e2e-" + node,
+		"--nats-url=" + g.NATSURL,
+		"--http-addr=" + httpAddr,
+		"--interval=" + interval.String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{Process: p, Node: node, HTTPAddr: httpAddr}
+	err = Eventually(ctx, 30*time.Second, 100*time.Millisecond, "collector "+node+" ready", p, func(ctx context.Context) (bool, error) {
+		if err := httpOK(ctx, "http://"+httpAddr+"/readyz"); err != nil {
+			return false, Retry(err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Report is one QueueReport.
+type Report struct {
+	Waiting, InFlight, Arrivals uint64
+}
+
+// PublishQueue runs `gpuscaler publish queue`, which returns once the GPUSCALER stream
+// has stored the report.
+func (g *Gpuscaler) PublishQueue(ctx context.Context, namespace, queue string, r Report) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, g.Bin, "publish", "queue",
+		"--nats-url="+g.NATSURL, "--namespace="+namespace, "--queue="+queue,
+		"--waiting="+strconv.FormatUint(r.Waiting, 10),
+		"--in-flight="+strconv.FormatUint(r.InFlight, 10),
+		"--arrivals="+strconv.FormatUint(r.Arrivals, 10),
+		"--producer-id=e2e",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("gpuscaler publish queue %s/%s: %w: %s", namespace, queue, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// SetSim replaces the simulated node's pods and load while the collector runs (PUT /sim).
+func (c *Collector) SetSim(ctx context.Context, sim SimNode) error {
+	body, err := yaml.Marshal(sim)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.HTTPAddr+"/sim", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("PUT /sim on %s: %s: %s", c.Node, resp.Status, msg)
+	}
+	return nil
+}
+
+// IsActive asks the scaler directly, with KEDA's generated externalscaler client, whether
+// the trigger with metadata is active for a ScaledObject namespace/name. Tests use it to
+// know the scaler has applied a report before they act on the cluster.
+func (s *Scaler) IsActive(ctx context.Context, namespace, name string, metadata map[string]string) (bool, error) {
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	resp, err := externalscaler.NewExternalScalerClient(conn).IsActive(ctx, &externalscaler.ScaledObjectRef{
+		Name: name, Namespace: namespace, ScalerMetadata: metadata,
+	})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetResult(), nil
+}

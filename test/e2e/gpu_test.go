@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+
+	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+)
+
+// (d) A podSelector GPU-utilisation trigger: sim collectors on two nodes report the GPUs
+// the workload's pods hold, and KEDA's metrics path (the operator's metrics service, which
+// KEDA's metrics API server forwards every HPA query to) serves the sum of their
+// utilisation per gpusPerReplica; KEDA's HPA carries the trigger's target; KEDA activates
+// the workload from zero on utilisation above activationGpuUtil and scales it back to zero
+// once its GPUs idle.
+func TestGPUUtilisationThroughKEDA(t *testing.T) {
+	ns := newNamespace(t, "gpu")
+	busy := func(u1, u2 float64) (cluster.SimNode, cluster.SimNode) {
+		a := cluster.SimNode{GPUs: 4, Jitter: 0, Pods: []cluster.SimPod{
+			{Namespace: ns, Name: "llm-0", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"0", "1"}, Util: f64p(u1)},
+			// Another workload's pod on the same node: not counted.
+			{Namespace: ns, Name: "embed-0", Labels: map[string]string{"app": "embed"}, GPUs: []string{"2"}, Util: f64p(99)},
+		}}
+		b := cluster.SimNode{GPUs: 2, Jitter: 0, Pods: []cluster.SimPod{
+			{Namespace: ns, Name: "llm-1", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"0"}, Util: f64p(u2)},
+		}}
+		return a, b
+	}
+	simA, simB := busy(80, 70)
+	colA := startCollector(t, "gpu-a-"+ns, simA)
+	colB := startCollector(t, "gpu-b-"+ns, simB)
+
+	createDeployment(t, ns, "llm", 0)
+	so := createScaledObject(t, scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
+		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "50", "activationGpuUtil", "20", "gpusPerReplica", "1")))
+	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != "s0-gpu-util" ||
+		m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != "50" {
+		t.Errorf("KEDA's HPA metrics %+v, want one external s0-gpu-util with averageValue 50", m)
+	}
+
+	// Average utilisation (80+80+70)/3 ≈ 77 % is above activationGpuUtil 20: KEDA
+	// activates the workload from zero on the polled IsActive.
+	waitReplicas(t, ns, "llm", 1, 30*time.Second)
+	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionTrue, "", 10*time.Second)
+
+	mc, err := env.KEDA.NewMetricsClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	// 80 + 80 + 70 over three GPUs, one GPU per replica: 230, so ⌈230/50⌉ = 5 replicas.
+	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 230", metricIs(mc, ns, "llm", "s0-gpu-util", 230))
+
+	t.Log("load changes on both nodes")
+	simA, simB = busy(40, 10)
+	if err := colA.SetSim(t.Context(), simA); err != nil {
+		t.Fatal(err)
+	}
+	if err := colB.SetSim(t.Context(), simB); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 90", metricIs(mc, ns, "llm", "s0-gpu-util", 90))
+
+	t.Log("the GPUs idle")
+	simA, simB = busy(2, 1)
+	if err := colA.SetSim(t.Context(), simA); err != nil {
+		t.Fatal(err)
+	}
+	if err := colB.SetSim(t.Context(), simB); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(t, ns, "llm", 0, time.Duration(testCooldown+testPolling)*time.Second+20*time.Second)
+	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionFalse, "", 10*time.Second)
+	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 5", metricIs(mc, ns, "llm", "s0-gpu-util", 5))
+}

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+
+	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+)
+
+// (c) Missing data is never a zero. When the producer of a running workload's queue goes
+// silent, its data turns stale after staleAfter, both IsActive and GetMetrics fail with
+// Unavailable, and KEDA must not scale the workload to zero, however long cooldownPeriod
+// has passed; the ScaledObject says its trigger is failing, and KEDA's event carries the
+// scaler's reason.
+func TestStaleQueueNeverScalesToZero(t *testing.T) {
+	ns := newNamespace(t, "stale")
+	createDeployment(t, ns, "inference", 0)
+	createScaledObject(t, scaledObject(ns, "inference", "inference", 0, 4, testPolling, testCooldown,
+		pushTrigger("queue", "requests", "staleAfter", "3s")))
+	p := startProducer(t, ns, "requests", cluster.Report{Waiting: 1})
+	waitReplicas(t, ns, "inference", 1, 30*time.Second)
+
+	t.Log("the producer stops (its last report: 1 waiting)")
+	p.Stop()
+	stopped := time.Now()
+	c := waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionFalse, "TriggerError", 30*time.Second)
+	t.Logf("%s after the producer stopped: Ready=%s %s: %s", time.Since(stopped).Round(time.Millisecond), c.Status, c.Reason, c.Message)
+	eventually(t, 20*time.Second, "KEDA's KEDAScalerFailed event carries gpuscaler's reason", func(ctx context.Context) (bool, string) {
+		notes, err := eventsFor(ctx, ns, "ScaledObject", "inference", "KEDAScalerFailed")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range notes {
+			if strings.Contains(n, "queue "+ns+"/requests") && strings.Contains(n, "staleAfter 3s") {
+				t.Logf("KEDA event: %s", n)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events %q", notes)
+	})
+	// Well past cooldownPeriod and staleAfter: still 1 replica.
+	consistently(t, time.Duration(3*testCooldown)*time.Second, "not scaled to zero on stale data", replicasAre(ns, "inference", 1))
+
+	t.Log("the producer is back with an empty queue: now KEDA may scale to zero")
+	startProducer(t, ns, "requests", cluster.Report{})
+	waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
+	waitReplicas(t, ns, "inference", 0, time.Duration(testCooldown+testPolling)*time.Second+20*time.Second)
+}
+
+// (c) with a GPU trigger and fallback: a collector holding the workload's GPUs stops, the
+// node's data turns stale, and after fallback.failureThreshold failed polls KEDA applies
+// the ScaledObject's fallback: the Fallback condition, the trigger's health Failing, and
+// the value its metrics service hands the HPA becomes fallback.replicas × target, so the
+// HPA sets fallback.replicas. The workload is not scaled to zero.
+func TestStaleGPUsFallBack(t *testing.T) {
+	ns := newNamespace(t, "fallback")
+	node := "gpu-" + ns
+	col := startCollector(t, node, cluster.SimNode{GPUs: 2, Jitter: 0, Pods: []cluster.SimPod{
+		{Namespace: ns, Name: "llm-0", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"0", "1"}, Util: f64p(90)},
+	}})
+	createDeployment(t, ns, "llm", 0)
+	so := scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
+		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "60", "gpusPerReplica", "1", "staleAfter", "3s"))
+	so.Spec.Fallback = &kedav1alpha1.Fallback{FailureThreshold: 2, Replicas: 5}
+	createScaledObject(t, so)
+	waitReplicas(t, ns, "llm", 1, 30*time.Second)
+
+	mc, err := env.KEDA.NewMetricsClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	// 2 GPUs at 90 %, one GPU per replica: 180, and the HPA would ask for ⌈180/60⌉ = 3.
+	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 180", metricIs(mc, ns, "llm", "s0-gpu-util", 180))
+
+	t.Logf("collector %s stops", node)
+	col.Stop()
+	stopped := time.Now()
+	c := waitCondition(t, ns, "llm", kedav1alpha1.ConditionFallback, metav1.ConditionTrue, "", 60*time.Second)
+	t.Logf("%s after the collector stopped: Fallback=%s %s: %s", time.Since(stopped).Round(time.Millisecond), c.Status, c.Reason, c.Message)
+	got, err := env.KEDACli.KedaV1alpha1().ScaledObjects(ns).Get(t.Context(), "llm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := got.Status.Health["s0-gpu-util"]
+	if !ok || h.Status != kedav1alpha1.HealthStatusFailing || h.NumberOfFailures == nil || *h.NumberOfFailures <= 2 {
+		t.Errorf("status.health[s0-gpu-util] = %+v, want Failing with more than 2 failures", h)
+	}
+	// fallback.replicas 5 × averageValue target 60: the HPA computes ⌈300/60⌉ = 5.
+	eventually(t, 20*time.Second, "KEDA serves the fallback value 5 × 60", metricIs(mc, ns, "llm", "s0-gpu-util", 300))
+	consistently(t, time.Duration(3*testCooldown)*time.Second, "not scaled to zero on stale GPU data", replicasAre(ns, "llm", 1))
+
+	t.Logf("collector %s is back", node)
+	startCollector(t, node, cluster.SimNode{GPUs: 2, Jitter: 0, Pods: []cluster.SimPod{
+		{Namespace: ns, Name: "llm-0", Labels: map[string]string{"app": "llm"}, GPUs: []string{"0", "1"}, Util: f64p(30)},
+	}})
+	waitCondition(t, ns, "llm", kedav1alpha1.ConditionFallback, metav1.ConditionFalse, "", 30*time.Second)
+	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 60 again", metricIs(mc, ns, "llm", "s0-gpu-util", 60))
+}
+
+// metricIs polls KEDA's metrics service for want.
+func metricIs(mc *cluster.MetricsClient, ns, so, metric string, want float64) func(ctx context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		v, err := mc.Get(ctx, ns, so, metric)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v == want, fmt.Sprintf("%s = %g", metric, v)
+	}
+}
