@@ -1,0 +1,343 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// scalerAddress is where the examples' triggers find the chart's scaler Service.
+const scalerAddress = Release + "." + Namespace + ".svc.cluster.local:9090"
+
+// example is one folder of examples/ with its objects decoded strictly.
+type example struct {
+	dir  string
+	objs []Object
+}
+
+func examples(t *testing.T) []example {
+	t.Helper()
+	base := filepath.Join(root(t), "examples")
+	byDir := map[string][]Object{}
+	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Dir(base), path)
+		objs, err := DecodeAll(rel, data)
+		if err != nil {
+			return err
+		}
+		byDir[filepath.Dir(rel)] = append(byDir[filepath.Dir(rel)], objs...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []example
+	for dir, objs := range byDir {
+		out = append(out, example{dir, objs})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].dir < out[j].dir })
+	if len(out) < 2 {
+		t.Fatalf("got example folders %v, want inference-scale-to-zero and training-queue at least", out)
+	}
+	return out
+}
+
+// TestExamples decodes every example object strictly into its Kubernetes or KEDA v2.21.0
+// type (in examples), and checks each folder holds together: KEDA's own validation passes,
+// triggers point at the chart's scaler, a scaleTargetRef, authenticationRef or namespace
+// named is in the folder, a podSelector selects the workload's pods.
+func TestExamples(t *testing.T) {
+	for _, ex := range examples(t) {
+		t.Run(ex.dir, func(t *testing.T) {
+			namespaces := map[string]bool{}
+			for _, ns := range all[*corev1.Namespace](ex.objs) {
+				namespaces[ns.Name] = true
+			}
+			for _, o := range ex.objs {
+				m, _ := meta.Accessor(o.Obj)
+				if ns := m.GetNamespace(); ns != "" && !namespaces[ns] {
+					t.Errorf("%s: got namespace %s, not created in %s (kubectl apply -f %s/ should work)", o.Source, ns, ex.dir, ex.dir)
+				}
+			}
+			for _, so := range all[*kedav1alpha1.ScaledObject](ex.objs) {
+				checkScaledObject(t, ex, so)
+			}
+			for _, sj := range all[*kedav1alpha1.ScaledJob](ex.objs) {
+				checkScaledJob(t, ex, sj)
+			}
+			for _, ta := range all[*kedav1alpha1.TriggerAuthentication](ex.objs) {
+				if _, err := ta.ValidateCreate(new(bool)); err != nil {
+					t.Errorf("TriggerAuthentication %s: KEDA's webhook rejects it: %v", ta.Name, err)
+				}
+			}
+		})
+	}
+}
+
+func checkScaledObject(t *testing.T, ex example, so *kedav1alpha1.ScaledObject) {
+	t.Helper()
+	where := "ScaledObject " + so.Name
+	for _, check := range []func(*kedav1alpha1.ScaledObject) error{
+		func(so *kedav1alpha1.ScaledObject) error { return kedav1alpha1.ValidateTriggers(so.Spec.Triggers) },
+		kedav1alpha1.CheckReplicaCountBoundsAreValid,
+		kedav1alpha1.CheckFallbackValid,
+	} {
+		if err := check(so); err != nil {
+			t.Errorf("%s: KEDA's validation rejects it: %v", where, err)
+		}
+	}
+	ref := so.Spec.ScaleTargetRef
+	var target *appsv1.Deployment
+	for _, d := range all[*appsv1.Deployment](ex.objs) {
+		if d.Name == ref.Name && d.Namespace == so.Namespace && (ref.Kind == "" || ref.Kind == "Deployment") {
+			target = d
+		}
+	}
+	if target == nil {
+		t.Fatalf("%s: got scaleTargetRef %s, want a Deployment of that name in %s", where, ref.Name, ex.dir)
+	}
+	for i, tr := range so.Spec.Triggers {
+		checkTrigger(t, ex, fmt.Sprintf("%s trigger %d", where, i), so.Namespace, tr)
+		if sel, ok := tr.Metadata["podSelector"]; ok {
+			s, err := labels.Parse(sel)
+			if err != nil || !s.Matches(labels.Set(target.Spec.Template.Labels)) {
+				t.Errorf("%s trigger %d: got podSelector %q (%v), want it to select %s's pods %v",
+					where, i, sel, err, target.Name, target.Spec.Template.Labels)
+			}
+		}
+	}
+}
+
+func checkScaledJob(t *testing.T, ex example, sj *kedav1alpha1.ScaledJob) {
+	t.Helper()
+	where := "ScaledJob " + sj.Name
+	if _, err := sj.ValidateCreate(new(bool)); err != nil {
+		t.Errorf("%s: KEDA's webhook rejects it: %v", where, err)
+	}
+	if len(sj.Spec.Triggers) != 1 {
+		t.Errorf("%s: got %d triggers, want one: KEDA divides a ScaledJob's first metric by the average target of all", where, len(sj.Spec.Triggers))
+	}
+	pod := sj.Spec.JobTargetRef.Template.Spec
+	for i, tr := range sj.Spec.Triggers {
+		checkTrigger(t, ex, fmt.Sprintf("%s trigger %d", where, i), sj.Namespace, tr)
+		if tr.Metadata["capacityAware"] != "true" {
+			continue
+		}
+		// The reported backlog counts running work; KEDA's default strategy subtracts
+		// running Jobs, accurate does not (examples/training-queue/README.md).
+		if s := sj.Spec.ScalingStrategy.Strategy; s != "" && s != "default" {
+			t.Errorf("%s: got scalingStrategy %q with capacityAware, want default", where, s)
+		}
+		gpus := pod.Containers[0].Resources.Limits["nvidia.com/gpu"]
+		if got := tr.Metadata["gpusPerReplica"]; got != gpus.String() {
+			t.Errorf("%s: got gpusPerReplica %q, want the Job's nvidia.com/gpu limit %s", where, got, gpus.String())
+		}
+		sel, err := labels.Parse(tr.Metadata["nodeSelector"])
+		if err != nil || !sel.Matches(labels.Set(pod.NodeSelector)) {
+			t.Errorf("%s: got trigger nodeSelector %q, want it to match the Job's nodeSelector %v", where, tr.Metadata["nodeSelector"], pod.NodeSelector)
+		}
+	}
+}
+
+func checkTrigger(t *testing.T, ex example, where, namespace string, tr kedav1alpha1.ScaleTriggers) {
+	t.Helper()
+	if tr.Type != "external" && tr.Type != "external-push" {
+		return
+	}
+	if got := tr.Metadata["scalerAddress"]; got != scalerAddress {
+		t.Errorf("%s: got scalerAddress %q, want the chart's Service %q", where, got, scalerAddress)
+	}
+	ref := tr.AuthenticationRef
+	if ref == nil || ref.Kind == "ClusterTriggerAuthentication" {
+		return
+	}
+	for _, ta := range all[*kedav1alpha1.TriggerAuthentication](ex.objs) {
+		if ta.Name != ref.Name || ta.Namespace != namespace {
+			continue
+		}
+		var params []string
+		for _, s := range ta.Spec.SecretTargetRef {
+			params = append(params, s.Parameter)
+		}
+		slices.Sort(params)
+		if want := []string{"caCert", "tlsClientCert", "tlsClientKey"}; !slices.Equal(params, want) {
+			t.Errorf("%s: got TriggerAuthentication %s parameters %v, want %v (what KEDA's external scaler reads)", where, ta.Name, params, want)
+		}
+		return
+	}
+	t.Errorf("%s: got authenticationRef %s, want a TriggerAuthentication of that name in %s", where, ref.Name, ex.dir)
+}
+
+// TestExampleTriggersAgainstScaler starts the gpuscaler binary and asks it, as KEDA does,
+// for the metric specs of every external trigger in the examples: their metadata must
+// be accepted, and give the metrics the READMEs describe.
+func TestExampleTriggersAgainstScaler(t *testing.T) {
+	want := map[string][]string{ // trigger name (or object name) -> metric names
+		"requests": {"queue-backlog"},
+		"gpu-util": {"gpu-util"},
+		"trainer":  {"queue-backlog"},
+	}
+	client := startScaler(t)
+	var seen []string
+	for _, ex := range examples(t) {
+		type ref struct {
+			name, namespace string
+			triggers        []kedav1alpha1.ScaleTriggers
+		}
+		var refs []ref
+		for _, so := range all[*kedav1alpha1.ScaledObject](ex.objs) {
+			refs = append(refs, ref{so.Name, so.Namespace, so.Spec.Triggers})
+		}
+		for _, sj := range all[*kedav1alpha1.ScaledJob](ex.objs) {
+			refs = append(refs, ref{sj.Name, sj.Namespace, sj.Spec.Triggers})
+		}
+		for _, r := range refs {
+			for i, tr := range r.triggers {
+				if tr.Type != "external" && tr.Type != "external-push" {
+					continue
+				}
+				name := cmpOr(tr.Name, r.name)
+				t.Run(ex.dir+"/"+r.name+"/"+strconv.Itoa(i), func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+					defer cancel()
+					resp, err := client.GetMetricSpec(ctx, &externalscaler.ScaledObjectRef{
+						Name: r.name, Namespace: r.namespace, ScalerMetadata: tr.Metadata,
+					})
+					if err != nil {
+						t.Fatalf("GetMetricSpec with %v: %v", tr.Metadata, err)
+					}
+					var got []string
+					for _, m := range resp.GetMetricSpecs() {
+						got = append(got, m.GetMetricName())
+					}
+					if !slices.Equal(got, want[name]) {
+						t.Errorf("got metrics %v, want %v", got, want[name])
+					}
+				})
+				seen = append(seen, name)
+			}
+		}
+	}
+	for name := range want {
+		if !slices.Contains(seen, name) {
+			t.Errorf("got no trigger %s in the examples, want it checked", name)
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// startScaler runs `gpuscaler scaler` with its embedded NATS on loopback, waits until it
+// is ready, and returns a client of its ExternalScaler service (KEDA's generated code).
+func startScaler(t *testing.T) externalscaler.ExternalScalerClient {
+	t.Helper()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, gpuscalerBinary(t), "scaler",
+		"--grpc-addr="+grpcAddr, "--http-addr="+httpAddr, "--embedded-nats-addr=127.0.0.1:0",
+		"--data-dir="+t.TempDir(), "--log-level=warn")
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("gpuscaler scaler output:\n%s", out.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("gpuscaler scaler exited: %v\n%s", err, out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gpuscaler scaler not ready in 30s:\n%s", out.String())
+		}
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return externalscaler.NewExternalScalerClient(conn)
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the child's output and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
