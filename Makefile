@@ -10,6 +10,9 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X github.com/gpuscaler/gpuscaler/internal/version.Version=$(VERSION) \
             -X github.com/gpuscaler/gpuscaler/internal/version.Commit=$(COMMIT)
+# go-nvml's header marks NVML calls deprecated that it still wraps: thousands of warnings
+# that would bury a real error in the build log.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # The same flags build the release image (Dockerfile) and the local binary.
 BUILDFLAGS := -trimpath -ldflags '$(LDFLAGS)'
 
@@ -30,7 +33,11 @@ build: ## build bin/gpuscaler
 	$(GO) build $(BUILDFLAGS) -o bin/gpuscaler ./cmd/gpuscaler
 
 .PHONY: run
-run: build ## run the scaler with an embedded NATS server
+run: build ## the demo: embedded NATS, simulated GPU nodes, the scaler, a bursty load and a live timeline (about a minute)
+	./bin/gpuscaler demo --chart demo.svg
+
+.PHONY: scaler
+scaler: build ## run the scaler alone, with an embedded NATS server
 	./bin/gpuscaler scaler
 
 .PHONY: test

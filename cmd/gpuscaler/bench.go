@@ -47,7 +47,7 @@ func runBench(ctx context.Context, args []string, env envFunc, stdout, stderr io
 	fs.BoolVar(&check, "check", false, "exit with status 1 when a target is missed")
 	fs.StringVar(&prof, "cpu-profile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fs.BoolVar(&cfg.StreamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
-	newLogger := logFlags(fs, stderr)
+	newLogger := logFlags(fs, stderr, "info")
 	if err := parseFlags(fs, args, env); err != nil {
 		return err
 	}

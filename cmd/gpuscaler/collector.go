@@ -66,7 +66,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
 	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
-	newLogger := logFlags(fs, stderr)
+	newLogger := logFlags(fs, stderr, "info")
 	if err := parseFlags(fs, args, env); err != nil {
 		return err
 	}

@@ -102,10 +102,11 @@ func natsFlags(fs *flag.FlagSet, o *natsconn.Options, urlHelp string) {
 	fs.StringVar(&o.TLSKeyFile, "nats-tls-key", "", "PEM key of --nats-tls-cert")
 }
 
-// logFlags adds --log-format and --log-level and returns a function that builds the logger.
-func logFlags(fs *flag.FlagSet, stderr io.Writer) func() (*slog.Logger, error) {
+// logFlags adds --log-format and --log-level (defaultLevel unless set) and returns a
+// function that builds the logger.
+func logFlags(fs *flag.FlagSet, stderr io.Writer, defaultLevel string) func() (*slog.Logger, error) {
 	format := fs.String("log-format", "text", "log format: text or json")
-	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	level := fs.String("log-level", defaultLevel, "log level: debug, info, warn or error")
 	return func() (*slog.Logger, error) {
 		var lvl slog.Level
 		if err := lvl.UnmarshalText([]byte(*level)); err != nil {

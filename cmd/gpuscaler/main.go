@@ -24,6 +24,7 @@ func commands() []command {
 	return []command{
 		{"scaler", "run the KEDA external scaler (with an embedded NATS server unless --nats-url is given)", runScaler},
 		{"collector", "read this node's GPUs and pods, and publish a NodeReport every interval", runCollector},
+		{"demo", "run everything on this machine with simulated GPUs and print a live timeline", runDemo},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
 		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},
 		{"version", "print the version", runVersion},

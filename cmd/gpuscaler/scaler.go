@@ -49,7 +49,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
 	fs.StringVar(&embeddedAddr, "embedded-nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens for collectors and producers")
 	fs.StringVar(&dataDir, "data-dir", "", "JetStream store of the embedded NATS server; empty means a temporary directory")
-	newLogger := logFlags(fs, stderr)
+	newLogger := logFlags(fs, stderr, "info")
 	if err := parseFlags(fs, args, env); err != nil {
 		return err
 	}

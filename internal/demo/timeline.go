@@ -1,0 +1,172 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// timeline prints one row per interval: the load, what the scaler says, what KEDA did
+// and why. Only the world goroutine writes it.
+type timeline struct {
+	out         io.Writer
+	start       time.Time
+	rows        []row
+	notes       []string        // since the last row
+	seen        map[string]bool // notes printed once
+	activations []activation
+
+	active    bool // the last poll's answer
+	activeErr error
+	jobValue  float64
+}
+
+type activation struct {
+	at      time.Time
+	latency time.Duration
+	via     string
+	push    time.Duration // the push's latency, 0 until it comes
+}
+
+type row struct {
+	at                       time.Duration
+	phase                    string
+	rate                     float64
+	backlog                  float64 // the scaler's queue-backlog
+	util                     float64 // average over the service's GPUs, -1 when it holds none
+	active, activeErr        bool
+	replicas, ready          int
+	jobsRunning, jobsPending int
+	jobQueue                 int
+	freeInf, freeTrain       int
+	why                      string
+}
+
+// Row is one timeline row, as the summary's JSON and the chart carry it.
+type Row struct {
+	Seconds     float64  `json:"t"`
+	Phase       string   `json:"phase"`
+	Rate        float64  `json:"requests_per_s"`
+	Backlog     float64  `json:"backlog"`
+	Util        *float64 `json:"gpu_util,omitempty"`
+	Active      bool     `json:"active"`
+	Replicas    int      `json:"replicas"`
+	Ready       int      `json:"ready"`
+	JobsRunning int      `json:"jobs_running"`
+	JobsPending int      `json:"jobs_pending"`
+	JobQueue    int      `json:"job_queue"`
+	Why         string   `json:"why,omitempty"`
+}
+
+func (r row) export() Row {
+	out := Row{Seconds: r.at.Seconds(), Phase: r.phase, Rate: r.rate, Backlog: r.backlog, Active: r.active,
+		Replicas: r.replicas, Ready: r.ready, JobsRunning: r.jobsRunning, JobsPending: r.jobsPending, JobQueue: r.jobQueue, Why: r.why}
+	if r.util >= 0 {
+		u := r.util
+		out.Util = &u
+	}
+	return out
+}
+
+// note records why something happened, for the next row.
+func (t *timeline) note(format string, args ...any) {
+	t.notes = append(t.notes, fmt.Sprintf(format, args...))
+}
+
+// noteOnce records a note only the first time it is seen (a trigger error repeats at
+// every poll).
+func (t *timeline) noteOnce(s string) {
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	if !t.seen[s] {
+		t.seen[s] = true
+		t.notes = append(t.notes, s)
+	}
+}
+
+const rowFormat = "%6s  %-9s %5s %8s %5s  %-6s %9s  %6s %5s  %9s  %s\n"
+
+func (t *timeline) printHeader() {
+	fmt.Fprintf(t.out, rowFormat, "time", "load", "req/s", "backlog", "util", "active", "replicas", "jobs", "queue", "free GPUs", "why")
+	fmt.Fprintf(t.out, rowFormat, "", "", "", "", "", "", "ready/all", "run", "jobs", "inf/train", "")
+}
+
+func (t *timeline) add(r row) {
+	r.why = strings.Join(t.notes, "; ")
+	t.notes = t.notes[:0]
+	t.rows = append(t.rows, r)
+	util := "-"
+	if r.util >= 0 {
+		util = fmt.Sprintf("%.0f%%", r.util)
+	}
+	active := "no"
+	switch {
+	case r.activeErr:
+		active = "error"
+	case r.active:
+		active = "yes"
+	}
+	jobs := fmt.Sprint(r.jobsRunning)
+	if r.jobsPending > 0 {
+		jobs += fmt.Sprintf("+%dp", r.jobsPending)
+	}
+	fmt.Fprintf(t.out, rowFormat, fmtClock(r.at), r.phase, fmt.Sprintf("%.0f", r.rate), fmtNum(r.backlog), util, active,
+		fmt.Sprintf("%d/%d", r.ready, r.replicas), jobs, fmt.Sprint(r.jobQueue), fmt.Sprintf("%d/%d", r.freeInf, r.freeTrain), r.why)
+}
+
+func printSummary(out io.Writer, s *Summary) {
+	fmt.Fprintln(out)
+	state := "summary"
+	if !s.Completed {
+		state = "summary (stopped early)"
+	}
+	fmt.Fprintf(out, "%s after %s\n", state, s.Duration.Round(100*time.Millisecond))
+	if len(s.Activations) == 0 {
+		fmt.Fprintln(out, "  activation      none: the service was never woken from zero")
+	}
+	for i, a := range s.Activations {
+		fmt.Fprintf(out, "  activation %d    first request queued at zero replicas → active (%s): %s", i+1, a.Via, fmtLatency(msDuration(a.Milliseconds)))
+		if a.Via != "push" && a.PushMilliseconds > 0 {
+			fmt.Fprintf(out, "; the push came %s after the request", fmtLatency(msDuration(a.PushMilliseconds)))
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintf(out, "  inference       %d requests served; queue wait p50 %.2fs, p99 %.2fs; peak %d replicas\n",
+		s.RequestsServed, s.RequestWaitP50, s.RequestWaitP99, s.PeakReplicas)
+	fmt.Fprintf(out, "  GPU-seconds     %.0f used; always on, %.0f sized for the burst (%d GPUs) or %.0f at the peak reached (%d GPUs)\n",
+		s.GPUSeconds, s.BurstSizedGPUSecs, s.BurstReplicas, s.AlwaysOnGPUSecs, s.PeakReplicas)
+	fmt.Fprintf(out, "  at zero         %.0fs of %.0fs (%.0f%%): no GPU held while there was nothing to do\n",
+		s.SecondsAtZero, s.Seconds, 100*s.SecondsAtZero/max(s.Seconds, 1e-9))
+	fmt.Fprintf(out, "  training        %d jobs queued, %d Jobs created, %d finished; at most %d running on %d GPUs (%d per Job), %d pending at most\n",
+		s.TrainingSubmitted, s.TrainingCreated, s.TrainingFinished, s.TrainingPeakRun, s.TrainingPoolGPUs, gpusPerJob, s.TrainingPeakPend)
+	if s.TrainingNoWork > 0 {
+		fmt.Fprintf(out, "                  %d Job(s) found the queue empty and exited: KEDA counted work that had just finished (reports are up to one interval old)\n", s.TrainingNoWork)
+	}
+}
+
+// quantile returns the q-quantile of ds in seconds, 0 when there are none.
+func quantile(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))].Seconds()
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+func fmtClock(d time.Duration) string {
+	s := int(d.Round(time.Second).Seconds())
+	return fmt.Sprintf("%d:%02d", s/60, s%60)
+}
+
+func fmtLatency(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
