@@ -165,6 +165,9 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}
 {{- fail (printf "nats.auth.type %s needs an operator-mode NATS: use your own NATS (nats.enabled=false, nats.url), or token or userPassword with the bundled one" .Values.nats.auth.type) }}
 {{- end }}
+{{- if and .Values.nats.enabled .Values.nats.auth.collectorSecretName }}
+{{- fail "nats.auth.collectorSecretName needs your own NATS: the bundled one has a single identity, nats.auth.secretName" }}
+{{- end }}
 {{- if and .Values.nats.enabled .Values.nats.tls.enabled (not .Values.nats.tls.serverSecretName) }}
 {{- fail "nats.tls.serverSecretName is required when the bundled NATS serves TLS (nats.enabled and nats.tls.enabled)" }}
 {{- end }}

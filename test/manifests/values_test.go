@@ -1,0 +1,81 @@
+package manifests
+
+import (
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestValuesRejected: values the chart cannot honour fail at render time with a message
+// that says what to do, rather than producing manifests that fail in the cluster.
+func TestValuesRejected(t *testing.T) {
+	chart := filepath.Join(root(t), ChartDir)
+	cases := map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"misspelt key": {
+			values: map[string]any{"scaler": map[string]any{"replica": 3}},
+			want:   "replica",
+		},
+		"external NATS without a URL": {
+			values: map[string]any{"nats": map[string]any{"enabled": false}},
+			want:   "nats.url is required",
+		},
+		"creds with the bundled NATS": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "creds", "secretName": "s"}}},
+			want:   "operator-mode NATS",
+		},
+		"auth without its Secret": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token"}}},
+			want:   "nats.auth.secretName is required",
+		},
+		"a collector identity with the bundled NATS": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token", "secretName": "s", "collectorSecretName": "c"}}},
+			want:   "nats.auth.collectorSecretName needs your own NATS",
+		},
+		"two NATS servers": {
+			values: map[string]any{"nats": map[string]any{"replicas": 2}},
+			want:   "nats.replicas 2",
+		},
+		"bundled NATS TLS without a server certificate": {
+			values: map[string]any{"nats": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "c"}}},
+			want:   "nats.tls.serverSecretName is required",
+		},
+		"client TLS without its Secret": {
+			values: map[string]any{"nats": map[string]any{"enabled": false, "url": "tls://n:4222", "tls": map[string]any{"enabled": true}}},
+			want:   "nats.tls.secretName is required",
+		},
+		"gRPC TLS without a Secret": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"enabled": true}}},
+			want:   "scaler.tls.secretName is required",
+		},
+		"unknown source": {
+			values: map[string]any{"collector": map[string]any{"source": "rocm"}},
+			want:   "source",
+		},
+		"duration without a unit": {
+			values: map[string]any{"scaler": map[string]any{"staleAfter": "30"}},
+			want:   "staleAfter",
+		},
+		"size in the wrong unit": {
+			values: map[string]any{"nats": map[string]any{"jetstream": map[string]any{"maxFileStore": "8GB"}}},
+			want:   "maxFileStore",
+		},
+		"ClusterTriggerAuthentication without a Secret": {
+			values: map[string]any{"keda": map[string]any{"clusterTriggerAuthentication": map[string]any{"enabled": true}}},
+			want:   "keda.clusterTriggerAuthentication.secretName is required",
+		},
+	}
+	for _, name := range slices.Sorted(maps.Keys(cases)) {
+		tc := cases[name]
+		t.Run(name, func(t *testing.T) {
+			_, err := Render(chart, tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
