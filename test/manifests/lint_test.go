@@ -1,0 +1,36 @@
+package manifests
+
+import (
+	"path/filepath"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+)
+
+// TestHelmLint runs `helm lint`'s checks (Helm's library at the pinned version) on the
+// chart with each case's values: Chart.yaml, the values schema, template rendering, the
+// objects' names and deprecated APIs. Warnings fail as errors do; hints (INFO) do not.
+func TestHelmLint(t *testing.T) {
+	r := root(t)
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			vals := map[string]any{}
+			if c.Values != "" {
+				v, err := chartutil.ReadValuesFile(filepath.Join(r, c.Values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				vals = v
+			}
+			for _, m := range lint.All(filepath.Join(r, ChartDir), vals, Namespace, true).Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+}
