@@ -2,6 +2,10 @@ module github.com/gpuscaler/gpuscaler/test/manifests
 
 go 1.26.0
 
+// KEDA v2.21.0 builds on k8s.io/* v0.36 and controller-runtime v0.24, so this module
+// stays there: Helm v3.21.4 and the Prometheus Operator's monitoring API v0.93.1 are the
+// newest that do not raise them. nats-server matches the bundled NATS image's version.
+// The main module (k8s.io/* v0.37) is never imported: its binary is built and run.
 require (
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/nats-io/nats-server/v2 v2.15.2
