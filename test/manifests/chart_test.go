@@ -291,6 +291,10 @@ func TestCollectorNode(t *testing.T) {
 				t.Errorf("got downward API env %v, want NODE_NAME=spec.nodeName and POD_NAME=metadata.name", env)
 			}
 			if slices.Contains(ctr.Args, "--source=sim") {
+				// The published sim manifest is for clusters without GPUs: every node.
+				if c.Name == "sim" && (len(pod.NodeSelector) > 0 || len(pod.Tolerations) > 0) {
+					t.Errorf("got nodeSelector %v and tolerations %v, want neither: the sim runs on every node", pod.NodeSelector, pod.Tolerations)
+				}
 				return
 			}
 			var tolerates bool
