@@ -1,20 +1,15 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -266,78 +261,13 @@ func cmpOr(a, b string) string {
 func startScaler(t *testing.T) externalscaler.ExternalScalerClient {
 	t.Helper()
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	var out syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, gpuscalerBinary(t), "scaler",
-		"--grpc-addr="+grpcAddr, "--http-addr="+httpAddr, "--embedded-nats-addr=127.0.0.1:0",
-		"--data-dir="+t.TempDir(), "--log-level=warn")
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("gpuscaler scaler output:\n%s", out.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("gpuscaler scaler exited: %v\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gpuscaler scaler not ready in 30s:\n%s", out.String())
-		}
-	}
+	runArgs(t, corev1.Container{Args: []string{"scaler", "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
+		"--embedded-nats-addr=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--log-level=warn"}}, nil, nil)
+	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return externalscaler.NewExternalScalerClient(conn)
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the child's output and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

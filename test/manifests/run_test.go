@@ -1,0 +1,164 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestSimManifestRuns runs the scaler and a collector with exactly the arguments the
+// published sim manifest (deploy/manifests/gpuscaler-sim.yaml) gives them, on this
+// machine: only the NATS URL, the listen addresses and the mounted file's path are
+// moved here. The collector's simulated GPUs must reach the scaler's state.
+func TestSimManifestRuns(t *testing.T) {
+	var sim Case
+	for _, c := range Cases {
+		if c.Name == "sim" {
+			sim = c
+		}
+	}
+	objs := caseObjects(t, sim)
+	scaler, _ := find[*appsv1.Deployment](objs, Release)
+	collector, ok := find[*appsv1.DaemonSet](objs, "")
+	if scaler == nil || !ok {
+		t.Fatal("got no scaler Deployment or collector DaemonSet")
+	}
+	simConfig, ok := find[*corev1.ConfigMap](objs, Release+"-collector-sim")
+	if !ok {
+		t.Fatal("got no sim ConfigMap")
+	}
+	confPath := filepath.Join(t.TempDir(), "sim.yaml")
+	if err := os.WriteFile(confPath, []byte(simConfig.Data["sim.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS not ready")
+	}
+
+	scalerHTTP := freeAddr(t)
+	moved := map[string]string{
+		"nats-url":   ns.ClientURL(),
+		"grpc-addr":  freeAddr(t),
+		"http-addr":  scalerHTTP,
+		"sim-config": confPath,
+	}
+	runArgs(t, scaler.Spec.Template.Spec.Containers[0], moved, nil)
+	waitHTTP(t, "http://"+scalerHTTP+"/readyz", func(string) bool { return true })
+
+	collectorHTTP := freeAddr(t)
+	moved["http-addr"] = collectorHTTP
+	runArgs(t, collector.Spec.Template.Spec.Containers[0], moved, []string{"NODE_NAME=kind-worker", "POD_NAME=gpuscaler-collector-abcde"})
+	waitHTTP(t, "http://"+collectorHTTP+"/readyz", func(string) bool { return true })
+
+	// The ConfigMap's node has 4 GPUs; the scaler holds them once the first report lands.
+	waitHTTP(t, "http://"+scalerHTTP+"/metrics", func(body string) bool {
+		return strings.Contains(body, `gpuscaler_scaler_state_entries{kind="gpu"} 4`)
+	})
+}
+
+// runArgs starts the gpuscaler binary with a container's args, each --flag in moved
+// given the value there instead, and the given environment.
+func runArgs(t *testing.T, ctr corev1.Container, moved map[string]string, env []string) {
+	t.Helper()
+	var args []string
+	for _, a := range ctr.Args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if v, ok := moved[name]; ok && strings.HasPrefix(a, "--") {
+			a = "--" + name + "=" + v
+		}
+		args = append(args, a)
+	}
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, gpuscalerBinary(t), args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("gpuscaler %s:\n%s", strings.Join(args, " "), out.String())
+		}
+	})
+}
+
+// waitHTTP polls url until it answers 200 with a body ok accepts, for up to 30 s.
+func waitHTTP(t *testing.T, url string, ok func(body string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = resp.Status + "\n" + string(b)
+			if resp.StatusCode == http.StatusOK && ok(string(b)) {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(last) > 2000 {
+		last = last[:2000]
+	}
+	t.Fatalf("GET %s: not what was awaited in 30s; last answer: %s", url, last)
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the child's output and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
