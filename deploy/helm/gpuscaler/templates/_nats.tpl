@@ -1,0 +1,46 @@
+{{/* The bundled NATS server's configuration; its checksum restarts the servers on a change. */}}
+{{- define "gpuscaler.natsConf" -}}
+{{- $name := include "gpuscaler.nats.name" . }}
+{{- $replicas := int .Values.nats.replicas -}}
+server_name: $POD_NAME
+port: 4222
+http_port: 8222
+pid_file: /var/run/nats/nats.pid
+# Finish in-flight work and hand clients to another server before stopping.
+lame_duck_duration: 30s
+lame_duck_grace_period: 10s
+jetstream {
+  store_dir: /data
+  max_memory_store: {{ include "gpuscaler.bytes" .Values.nats.jetstream.maxMemoryStore }}
+  max_file_store: {{ include "gpuscaler.bytes" .Values.nats.jetstream.maxFileStore }}
+}
+{{- if gt $replicas 1 }}
+cluster {
+  name: {{ $name }}
+  port: 6222
+  routes: [
+    {{- range $i := until $replicas }}
+    nats://{{ $name }}-{{ $i }}.{{ $name }}-headless.{{ $.Release.Namespace }}.svc.{{ $.Values.clusterDomain }}:6222
+    {{- end }}
+  ]
+}
+{{- end }}
+{{- if .Values.nats.tls.enabled }}
+tls {
+  cert_file: /etc/nats/tls/tls.crt
+  key_file: /etc/nats/tls/tls.key
+  ca_file: /etc/nats/tls/ca.crt
+  verify: {{ .Values.nats.tls.verifyClients }}
+}
+{{- end }}
+{{- if eq .Values.nats.auth.type "token" }}
+authorization {
+  token: $NATS_TOKEN
+}
+{{- else if eq .Values.nats.auth.type "userPassword" }}
+authorization {
+  user: $NATS_USER
+  password: $NATS_PASSWORD
+}
+{{- end }}
+{{- end }}
