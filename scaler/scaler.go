@@ -50,6 +50,11 @@ type Config struct {
 	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
 	// triggers name is fetched, however many triggers share it. Default 1s.
 	ConsumerRefresh time.Duration
+	// MaxConnectionAge is how long a client connection lives before the server asks the
+	// client to open a new one (GOAWAY). KEDA resolves the scaler's address again then,
+	// so replicas added behind a headless Service get calls within this time; streams
+	// open on the old connection are left to run. Default DefaultMaxConnectionAge.
+	MaxConnectionAge time.Duration
 	// Now tells time; nil means time.Now. Tests move it forward to make data stale. The
 	// scaler corrects it by the NATS server's clock, which stamps every report.
 	Now func() time.Time
@@ -58,6 +63,10 @@ type Config struct {
 	// default 5s. Tests shorten it.
 	streamCheckEvery time.Duration
 }
+
+// DefaultMaxConnectionAge is how long a KEDA connection lives before the scaler asks for
+// a new one (gRPC adds ±10% jitter).
+const DefaultMaxConnectionAge = 5 * time.Minute
 
 // Scaler is a configured scaler with its listeners bound. Run serves it.
 type Scaler struct {
@@ -206,10 +215,18 @@ func (s *Scaler) isFollowing() bool {
 func (s *Scaler) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 
+	maxAge := s.cfg.MaxConnectionAge
+	if maxAge <= 0 {
+		maxAge = DefaultMaxConnectionAge
+	}
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor),
 		// KEDA holds one connection per scaler address for as long as it runs; let it ping.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// KEDA's round-robin client resolves the address only when a connection ends:
+		// ending each after a while spreads its calls over replicas added since. The
+		// grace stays infinite, so a StreamIsActive stream is never cut.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: maxAge}),
 	}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(*s.tls))

@@ -19,8 +19,11 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -657,5 +660,61 @@ func TestNewRejectsMaxAgeNotAboveStaleAfter(t *testing.T) {
 	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc, testkit.Logger(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "stream-max-age 1m0s: want more than stale-after 1m0s") {
 		t.Fatalf("New with MaxAge = StaleAfter: error %v, want one naming both", err)
+	}
+}
+
+// connCounter counts the connections a client opened.
+type connCounter struct{ n atomic.Int32 }
+
+func (c *connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c *connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c *connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c *connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnBegin); ok {
+		c.n.Add(1)
+	}
+}
+
+// TestConnectionsAgeOutButStreamsStay checks MaxConnectionAge: the server ends a client's
+// connection after it (so KEDA resolves the address again and reaches replicas added
+// since), the client's calls go on over a new connection, and a StreamIsActive stream
+// opened on the old one still delivers.
+func TestConnectionsAgeOutButStreamsStay(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{MaxConnectionAge: 200 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 0, 0)
+
+	var conns connCounter
+	client := pb.NewExternalScalerClient(dial(t, s.GRPCAddr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(&conns)))
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	stream, err := client.StreamIsActive(t.Context(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := stream.Recv(); err != nil || first.GetResult() {
+		t.Fatalf("first message = %v, %v; want false", first, err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_, err := client.GetMetricSpec(t.Context(), r)
+		return err == nil && conns.n.Load() >= 2
+	})
+	pub.queue("ml", "jobs", 1, 0)
+	got := make(chan error, 1)
+	go func() {
+		resp, err := stream.Recv()
+		if err == nil && !resp.GetResult() {
+			err = errors.New("got false")
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("stream after the connection aged out: %v; want true", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no activation on the stream within 5s of the report")
 	}
 }

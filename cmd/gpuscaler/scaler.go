@@ -41,6 +41,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
 	fs.DurationVar(&cfg.ConsumerRefresh, "consumer-refresh", scaler.DefaultConsumerRefresh, "how often the info of a JetStream consumer named by stream+consumer triggers is fetched, however many triggers share it")
+	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", scaler.DefaultMaxConnectionAge, "how long a KEDA connection lives before the scaler asks for a new one, so KEDA resolves the address again and reaches replicas added since; open streams are not cut")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
 	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
