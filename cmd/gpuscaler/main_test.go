@@ -205,6 +205,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"stream-max-age":     "(default " + scaler.DefaultStreamMaxAge.String() + ")",
 		"stream-max-bytes":   "(default 1073741824)",
 		"consumer-refresh":   "(default 1s)",
+		"max-connection-age": "(default 5m0s)",
 		"stream-replicas":    "(default 1)",
 		"stream-memory":      "",
 		"nats-url":           "",
@@ -226,6 +227,22 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"producer-id": `(default "gpuscaler-publish")`,
 	}
 	nodeFlags := map[string]string{"file": ""}
+	demoFlags := map[string]string{
+		"duration":         "(default 1m0s)",
+		"nodes":            "(default 4)",
+		"gpus-per-node":    "(default 8)",
+		"seed":             "(default 1)",
+		"grpc-addr":        `(default "127.0.0.1:9090")`,
+		"http-addr":        `(default "127.0.0.1:8080")`,
+		"nats-addr":        `(default "127.0.0.1:4222")`,
+		"polling-interval": "(default 5s)",
+		"cooldown":         "(default 15s)",
+		"hpa-sync":         "(default 5s)",
+		"chart":            "",
+		"json":             "",
+		"log-format":       `(default "text")`,
+		"log-level":        `(default "warn")`,
+	}
 	for _, m := range []map[string]string{scalerFlags, publishFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
@@ -240,6 +257,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"publish queue": {[]string{"publish", "queue", "--help"}, "Usage: gpuscaler publish queue [flags]", []map[string]string{publishFlags, queueFlags}},
 		"publish node":  {[]string{"publish", "node", "--help"}, "Usage: gpuscaler publish node [flags]", []map[string]string{publishFlags, nodeFlags}},
 		"version":       {[]string{"version", "--help"}, "Usage: gpuscaler version", nil},
+		"demo":          {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -475,6 +493,8 @@ func TestCommandLineUsageErrors(t *testing.T) {
 		"scaler log level from env":     {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_LOG_LEVEL": "loud"}, want: []string{"--log-level", "loud"}},
 		"scaler stream-replicas":        {args: []string{"scaler", "--stream-replicas", "two"}, want: []string{"-stream-replicas"}},
 		"version unexpected argument":   {args: []string{"version", "now"}, want: []string{`unexpected argument "now"`}},
+		"demo one node":                 {args: []string{"demo", "--nodes", "1"}, want: []string{"nodes 1: want 2 to 64"}},
+		"demo too short":                {args: []string{"demo", "--duration", "1s"}, want: []string{"duration 1s: want at least 5s"}},
 		"publish without kind":          {args: []string{"publish"}, want: []string{"want 'publish queue' or 'publish node'"}},
 		"publish unknown kind":          {args: []string{"publish", "job"}, want: []string{"want 'publish queue' or 'publish node'"}},
 		"publish queue without waiting": {args: queue, want: []string{"--waiting"}},
