@@ -77,6 +77,18 @@ bench-smoke: build ## a small gpuscaler bench run, to check the command works
 bench-collector: build ## measure a running collector's CPU and RSS (sim source, 8 GPUs, 1 Hz, one minute)
 	./test/collector-footprint.sh 60
 
+.PHONY: manifests
+manifests: ## render deploy/manifests (and test/manifests' golden files) from the Helm chart
+	deploy/render.sh
+
+.PHONY: manifests-check
+manifests-check: ## fail when deploy/manifests is not what the chart renders
+	deploy/render.sh --check
+
+.PHONY: test-manifests
+test-manifests: build ## check the chart, manifests, examples and Dockerfile (strict Kubernetes/KEDA types, the binary's flags)
+	cd test/manifests && $(GO) vet ./... && GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler $(GO) test -count=1 ./...
+
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## install pinned code generators into .bin
 
