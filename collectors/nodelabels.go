@@ -8,14 +8,17 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
 )
 
+var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
 // NodeLabels keeps this node's Kubernetes labels, read every refresh with a GET of the
-// node (RBAC: get nodes). Capacity triggers' nodeSelector matches them. Without access
+// node's metadata (RBAC: get nodes). Capacity triggers' nodeSelector matches them. Without access
 // it says so once and reports no labels. It is safe for concurrent use.
 type NodeLabels struct {
-	client  kubernetes.Interface
+	client  metadata.Interface
 	node    string
 	refresh time.Duration
 	log     *slog.Logger
@@ -26,7 +29,7 @@ type NodeLabels struct {
 }
 
 // NewNodeLabels reads node's labels through client every refresh (default 5m) once Run.
-func NewNodeLabels(client kubernetes.Interface, node string, refresh time.Duration, log *slog.Logger) *NodeLabels {
+func NewNodeLabels(client metadata.Interface, node string, refresh time.Duration, log *slog.Logger) *NodeLabels {
 	if refresh <= 0 {
 		refresh = 5 * time.Minute
 	}
@@ -53,7 +56,7 @@ func (n *NodeLabels) Run(ctx context.Context) error {
 func (n *NodeLabels) read(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	node, err := n.client.CoreV1().Nodes().Get(ctx, n.node, metav1.GetOptions{})
+	node, err := n.client.Resource(nodesResource).Get(ctx, n.node, metav1.GetOptions{})
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err != nil {

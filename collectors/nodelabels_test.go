@@ -5,35 +5,40 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
+func testNodeMeta(name string, labels map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+	}
+}
+
 func TestNodeLabels(t *testing.T) {
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Labels: map[string]string{"pool": "a100"}}})
+	client := newFakeMetadataClient(testNodeMeta("gpu-1", map[string]string{"pool": "a100"}))
 	n := NewNodeLabels(client, "gpu-1", 10*time.Millisecond, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go n.Run(ctx)
 	testkit.Eventually(t, 5*time.Second, func() bool { return n.Labels()["pool"] == "a100" })
 
-	node, _ := client.CoreV1().Nodes().Get(t.Context(), "gpu-1", metav1.GetOptions{})
-	node.Labels["pool"] = "h100"
-	if _, err := client.CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+	nodes := client.Resource(nodesResource).(metadatafake.MetadataClient)
+	if _, err := nodes.UpdateFake(testNodeMeta("gpu-1", map[string]string{"pool": "h100"}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return n.Labels()["pool"] == "h100" })
 }
 
 func TestNodeLabelsForbidden(t *testing.T) {
-	client := fake.NewClientset()
+	client := newFakeMetadataClient()
 	client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "gpu-1", nil)
 	})

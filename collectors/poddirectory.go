@@ -11,14 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,10 +42,23 @@ const (
 	shutdownWait = 2 * time.Second
 )
 
+// podsResource is read, as every resource here, through the metadata client: only labels
+// and owner references are needed, and the client needs no Go types of the API groups,
+// so the binary links and initialises none of them.
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// ownerLookups are the kinds of pod controller whose own controller is looked up, and
+// the resource read to do it: a ReplicaSet's Deployment, a Job's CronJob.
+var ownerLookups = map[string]schema.GroupVersionResource{
+	"ReplicaSet": {Group: "apps", Version: "v1", Resource: "replicasets"},
+	"Job":        {Group: "batch", Version: "v1", Resource: "jobs"},
+}
+
 // KubePodDirectory is the PodDirectory of a node's pods, kept by a client-go informer that
-// lists and watches only the pods with spec.nodeName equal to the node: no cluster-wide
-// watch. It needs get, list and watch on pods, and get on ReplicaSets (apps) and Jobs
-// (batch) to name a Deployment or CronJob as a pod's owner.
+// lists and watches the metadata only (PartialObjectMetadata) of the pods with
+// spec.nodeName equal to the node: no cluster-wide watch, no specs or statuses. It needs
+// get, list and watch on pods, and get on ReplicaSets (apps) and Jobs (batch) to name a
+// Deployment or CronJob as a pod's owner.
 //
 // Without access to the API (no RBAC, no route to the API server) it keeps trying in the
 // background, says so once in the log, and knows no pod: reports then carry the
@@ -53,12 +66,11 @@ const (
 //
 // Pod never waits on the network. Its methods are safe for concurrent use.
 type KubePodDirectory struct {
-	client   kubernetes.Interface
+	client   metadata.Interface
 	node     string
 	selector string // spec.nodeName=<node>
 	log      *slog.Logger
-	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
+	informer cache.SharedIndexInformer // of *metav1.PartialObjectMetadata, slimmed
 	ownerTTL time.Duration
 
 	running  atomic.Bool // Run was called
@@ -89,7 +101,7 @@ type ownerEntry struct {
 
 // NewPodDirectory makes a KubePodDirectory for the pods of node, read through client. It
 // does nothing until Run.
-func NewPodDirectory(client kubernetes.Interface, node string, log *slog.Logger) *KubePodDirectory {
+func NewPodDirectory(client metadata.Interface, node string, log *slog.Logger) *KubePodDirectory {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -102,11 +114,21 @@ func NewPodDirectory(client kubernetes.Interface, node string, log *slog.Logger)
 		owners:       map[ownerKey]ownerEntry{},
 		lookupWarned: map[string]bool{},
 	}
-	d.factory = informers.NewSharedInformerFactoryWithOptions(client, defaultOwnerTTL,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	pods := client.Resource(podsResource).Namespace(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = d.selector
-		}))
-	d.informer = d.factory.Core().V1().Pods().Informer()
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = d.selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	// As client-go's own metadata informer does: the reflector streams its initial list
+	// (WatchListClient) only from a client that can.
+	d.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&metav1.PartialObjectMetadata{}, defaultOwnerTTL, cache.Indexers{})
 	// Both must be set before the informer starts; they fail only after.
 	_ = d.informer.SetTransform(slimPod)
 	_ = d.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
@@ -133,8 +155,12 @@ func (d *KubePodDirectory) Run(ctx context.Context) error {
 	d.mu.Unlock()
 
 	d.probe(ctx)
-	d.factory.StartWithContext(ctx)
-	defer d.shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		d.informer.RunWithContext(ctx)
+	}()
+	defer d.shutdown(stopped)
 	if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		d.log.Info("pod directory synced", "pods", len(d.informer.GetIndexer().ListKeys()))
 		<-ctx.Done()
@@ -142,20 +168,15 @@ func (d *KubePodDirectory) Run(ctx context.Context) error {
 	return nil
 }
 
-// shutdown waits for the informer's goroutines, which end with Run's context, but not
-// for long: while the API server refuses connections, client-go's reflector backs off
-// (up to 30 s) without watching the context, and a collector told to stop should not
+// shutdown waits for the informer, which ends with Run's context and closes stopped, but
+// not for long: while the API server refuses connections, client-go's reflector backs
+// off (up to 30 s) without watching the context, and a collector told to stop should not
 // wait for that.
-func (d *KubePodDirectory) shutdown() {
-	done := make(chan struct{})
-	go func() {
-		d.factory.Shutdown()
-		close(done)
-	}()
+func (d *KubePodDirectory) shutdown(stopped <-chan struct{}) {
 	t := time.NewTimer(shutdownWait)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-stopped:
 	case <-t.C:
 		d.log.Debug("pod informer still backing off; not waiting for it to stop")
 	}
@@ -167,7 +188,7 @@ func (d *KubePodDirectory) shutdown() {
 func (d *KubePodDirectory) probe(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := d.client.CoreV1().Pods("").List(pctx, metav1.ListOptions{FieldSelector: d.selector, Limit: 1})
+	_, err := d.client.Resource(podsResource).List(pctx, metav1.ListOptions{FieldSelector: d.selector, Limit: 1})
 	if err != nil && ctx.Err() == nil {
 		d.cannotRead(err)
 	}
@@ -204,7 +225,7 @@ func (d *KubePodDirectory) Pod(namespace, name string) (PodInfo, bool) {
 	if err != nil || !ok {
 		return PodInfo{}, false
 	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return PodInfo{}, false
 	}
@@ -226,25 +247,24 @@ func (d *KubePodDirectory) Pod(namespace, name string) (PodInfo, bool) {
 }
 
 // lookedUpOwner returns the key under which the owner of ref, a pod's controller, is
-// looked up: ReplicaSets (apps) and Jobs (batch). Any other controller is the top-level
-// owner itself.
+// looked up: ReplicaSets (apps) and Jobs (batch), as ownerLookups says. Any other
+// controller is the top-level owner itself.
 func lookedUpOwner(namespace string, ref *metav1.OwnerReference) (ownerKey, bool) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return ownerKey{}, false
 	}
-	switch {
-	case gv.Group == "apps" && ref.Kind == "ReplicaSet", gv.Group == "batch" && ref.Kind == "Job":
-		return ownerKey{Namespace: namespace, Kind: ref.Kind, Name: ref.Name}, true
+	if r, ok := ownerLookups[ref.Kind]; !ok || r.Group != gv.Group {
+		return ownerKey{}, false
 	}
-	return ownerKey{}, false
+	return ownerKey{Namespace: namespace, Kind: ref.Kind, Name: ref.Name}, true
 }
 
 // podSeen looks up the owner of the pod's ReplicaSet or Job unless it is known and
 // fresh. The informer calls it for each pod added or updated, and for every pod once
 // per resync period, one call at a time.
 func (d *KubePodDirectory) podSeen(ctx context.Context, obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return
 	}
@@ -302,10 +322,6 @@ func (d *KubePodDirectory) podSeen(ctx context.Context, obj any) {
 	}
 }
 
-// lookupResource names the resource, as an RBAC rule grants it, read to look up the
-// owner of each kind of controller.
-var lookupResource = map[string]string{"ReplicaSet": "replicasets (apps)", "Job": "jobs (batch)"}
-
 // errOwnerReplaced reports that a pod's ReplicaSet or Job was deleted and another made
 // under the same name.
 var errOwnerReplaced = errors.New("replaced by another object of the same name")
@@ -315,16 +331,7 @@ var errOwnerReplaced = errors.New("replaced by another object of the same name")
 func (d *KubePodDirectory) lookupOwner(ctx context.Context, key ownerKey, uid types.UID) (*metav1.OwnerReference, error) {
 	ctx, cancel := context.WithTimeout(ctx, ownerLookupTimeout)
 	defer cancel()
-	var (
-		obj metav1.Object
-		err error
-	)
-	switch key.Kind {
-	case "ReplicaSet":
-		obj, err = d.client.AppsV1().ReplicaSets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-	case "Job":
-		obj, err = d.client.BatchV1().Jobs(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-	}
+	obj, err := d.client.Resource(ownerLookups[key.Kind]).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +354,8 @@ func (d *KubePodDirectory) lookupFailed(key ownerKey, err error) {
 	}
 	args := []any{"namespace", key.Namespace, "name", key.Name, "err", err}
 	if apierrors.IsForbidden(err) {
-		args = append(args, "hint", "the collector's service account needs get on "+lookupResource[key.Kind])
+		r := ownerLookups[key.Kind]
+		args = append(args, "hint", "the collector's service account needs get on "+r.Resource+" ("+r.Group+")")
 	}
 	logf("cannot look up the owner of a pod's "+key.Kind+"; reporting the "+key.Kind+" as the pod's owner", args...)
 }
@@ -370,14 +378,14 @@ func (d *KubePodDirectory) watchError(err error) {
 	}
 }
 
-// slimPod keeps of a pod only what Pod reads, so the informer's cache holds a few
-// hundred bytes per pod rather than whole specs and statuses.
+// slimPod keeps of a pod's metadata only what Pod reads, so the informer's cache holds a
+// few hundred bytes per pod rather than its annotations and managed fields too.
 func slimPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	return &metav1.PartialObjectMetadata{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       pod.Namespace,
 			Name:            pod.Name,
@@ -386,13 +394,14 @@ func slimPod(obj any) (any, error) {
 			Labels:          pod.Labels,
 			OwnerReferences: pod.OwnerReferences,
 		},
-		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
 	}, nil
 }
 
-// NewInClusterOrKubeconfig returns a client for the Kubernetes API: from the pod's
-// service account when kubeconfig is empty, else from the kubeconfig file.
-func NewInClusterOrKubeconfig(kubeconfig string) (kubernetes.Interface, error) {
+// NewInClusterOrKubeconfig returns a metadata client for the Kubernetes API: from the
+// pod's service account when kubeconfig is empty, else from the kubeconfig file. It
+// reads any resource as PartialObjectMetadata: the API server sends only the objects'
+// metadata, in protobuf (or JSON, from a server that cannot), and nothing else.
+func NewInClusterOrKubeconfig(kubeconfig string) (metadata.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -409,11 +418,9 @@ func NewInClusterOrKubeconfig(kubeconfig string) (kubernetes.Interface, error) {
 		}
 	}
 	cfg.UserAgent = "gpuscaler-collector"
-	// Protobuf is cheaper than JSON to decode for pods; the API server has served it
-	// for built-in types since long ago.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	client, err := kubernetes.NewForConfig(cfg)
+	// The metadata client sets the content types itself: protobuf preferred, JSON
+	// accepted, and on each request the PartialObjectMetadata form.
+	client, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
 	}

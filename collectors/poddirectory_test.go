@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,17 +16,15 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/metadata"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -33,31 +32,40 @@ import (
 
 const thisNode = "gpu-node-1"
 
-var (
-	podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
-	podsGVK = corev1.SchemeGroupVersion.WithKind("Pod")
-)
+// nodeAnnotation carries a test pod's node. A pod's metadata has no spec.nodeName,
+// which the fake needs to honour the directory's field selector; the directory itself
+// never reads annotations, and keeps none.
+const nodeAnnotation = "test.gpuscaler.io/node-name"
 
 func controllerRef(apiVersion, kind, name string, uid types.UID) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: new(true)}
 }
 
-func testPod(namespace, name, node string, labels map[string]string, owners ...metav1.OwnerReference) *corev1.Pod {
-	return &corev1.Pod{
+// testObject returns the metadata of an object of kind, as the API server sends it to
+// the metadata client.
+func testObject(apiVersion, kind, namespace, name string, uid types.UID, owners ...metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace, Name: name, UID: types.UID("uid-" + name),
-			Labels: labels, OwnerReferences: owners,
+			Namespace: namespace, Name: name, UID: uid, OwnerReferences: owners,
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}},
 		},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 	}
 }
 
-func testReplicaSet(namespace, name string, uid types.UID, owners ...metav1.OwnerReference) *appsv1.ReplicaSet {
-	return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid, OwnerReferences: owners}}
+func testPod(namespace, name, node string, labels map[string]string, owners ...metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	pod := testObject("v1", "Pod", namespace, name, types.UID("uid-"+name), owners...)
+	pod.Labels = labels
+	pod.Annotations = map[string]string{nodeAnnotation: node}
+	return pod
 }
 
-func testJob(namespace, name string, uid types.UID, owners ...metav1.OwnerReference) *batchv1.Job {
-	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid, OwnerReferences: owners}}
+func testReplicaSet(namespace, name string, uid types.UID, owners ...metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	return testObject("apps/v1", "ReplicaSet", namespace, name, uid, owners...)
+}
+
+func testJob(namespace, name string, uid types.UID, owners ...metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	return testObject("batch/v1", "Job", namespace, name, uid, owners...)
 }
 
 var (
@@ -78,39 +86,52 @@ func testCluster() []runtime.Object {
 	}
 }
 
-// newFakeClientset returns client-go's fake clientset holding objs, made to honour field
-// selectors on pods as the API server does. The fake ignores field selectors (its List
-// filters by labels only, its Watch by nothing), so without this every pod of the
-// cluster would reach the informer.
-func newFakeClientset(objs ...runtime.Object) *fake.Clientset {
-	cs := fake.NewClientset(objs...)
-	podFields := func(p *corev1.Pod) fields.Set {
-		return fields.Set{"metadata.namespace": p.Namespace, "metadata.name": p.Name, "spec.nodeName": p.Spec.NodeName}
+// newFakeMetadataClient returns client-go's fake metadata client holding objs, made to
+// honour field selectors on pods as the API server does. The fake ignores field
+// selectors (its List filters by labels only, its Watch by nothing), so without this
+// every pod of the cluster would reach the informer.
+func newFakeMetadataClient(objs ...runtime.Object) *metadatafake.FakeMetadataClient {
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		panic(err)
 	}
-	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		la := a.(k8stesting.ListActionImpl)
-		obj, err := cs.Tracker().List(podsGVR, podsGVK, a.GetNamespace(), la.GetListOptions())
+	c := metadatafake.NewSimpleMetadataClient(scheme, objs...)
+	podFields := func(obj runtime.Object) fields.Set {
+		p, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return nil
+		}
+		return fields.Set{"metadata.namespace": p.Namespace, "metadata.name": p.Name, "spec.nodeName": p.Annotations[nodeAnnotation]}
+	}
+	tracked := k8stesting.ObjectReaction(c.Tracker())
+	c.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_, obj, err := tracked(a)
 		if err != nil {
 			return true, nil, err
 		}
-		list := obj.(*corev1.PodList)
-		sel := la.GetListRestrictions().Fields
-		list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !sel.Matches(podFields(&p)) })
+		list := obj.(*metav1.List)
+		sel := a.(k8stesting.ListActionImpl).GetListRestrictions().Fields
+		list.Items = slices.DeleteFunc(list.Items, func(item runtime.RawExtension) bool { return !sel.Matches(podFields(item.Object)) })
 		return true, list, nil
 	})
-	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+	c.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		wa := a.(k8stesting.WatchActionImpl)
-		w, err := cs.Tracker().Watch(podsGVR, a.GetNamespace(), wa.GetListOptions())
+		w, err := c.Tracker().Watch(podsResource, a.GetNamespace(), wa.GetListOptions())
 		if err != nil {
 			return true, nil, err
 		}
 		sel := wa.GetWatchRestrictions().Fields
 		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-			p, ok := e.Object.(*corev1.Pod)
-			return e, !ok || sel.Matches(podFields(p))
+			_, ok := e.Object.(*metav1.PartialObjectMetadata)
+			return e, !ok || sel.Matches(podFields(e.Object))
 		}), nil
 	})
-	return cs
+	return c
+}
+
+// podsIn returns the fake's pods of namespace, with the fake's create and update.
+func podsIn(c *metadatafake.FakeMetadataClient, namespace string) metadatafake.MetadataClient {
+	return c.Resource(podsResource).Namespace(namespace).(metadatafake.MetadataClient)
 }
 
 // runDirectory runs a PodDirectory for thisNode until the test ends, and checks that
@@ -129,7 +150,7 @@ func runDirectory(t *testing.T, d *KubePodDirectory) {
 }
 
 // countActions counts the client's calls with verb on resource.
-func countActions(cs *fake.Clientset, verb, resource string) int {
+func countActions(cs *metadatafake.FakeMetadataClient, verb, resource string) int {
 	n := 0
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == verb && a.GetResource().Resource == resource {
@@ -163,7 +184,7 @@ func TestPodDirectoryPods(t *testing.T) {
 		testPod("ml", "elsewhere", "gpu-node-2", map[string]string{"app": "web"}, webRS),
 		testPod("ml", "pending", "", map[string]string{"app": "web"}, webRS),
 	)
-	cs := newFakeClientset(objs...)
+	cs := newFakeMetadataClient(objs...)
 	d := NewPodDirectory(cs, thisNode, testkit.Logger(t))
 	if d.Synced() {
 		t.Errorf("Synced before Run: got true, want false")
@@ -227,7 +248,7 @@ func TestPodDirectoryPods(t *testing.T) {
 			default:
 				continue
 			}
-			if a.GetResource() != podsGVR {
+			if a.GetResource() != podsResource {
 				continue
 			}
 			n++
@@ -250,6 +271,17 @@ func TestPodDirectoryPods(t *testing.T) {
 		}
 	})
 
+	t.Run("the cache keeps only what Pod reads", func(t *testing.T) {
+		obj, ok, err := d.informer.GetIndexer().GetByKey("ml/web-7d9f-abcde")
+		if err != nil || !ok {
+			t.Fatalf("cached pod: got %v, %t, want it", err, ok)
+		}
+		pod := obj.(*metav1.PartialObjectMetadata)
+		if pod.Annotations != nil || pod.ManagedFields != nil {
+			t.Errorf("cached pod: got annotations %v and managed fields %v, want neither", pod.Annotations, pod.ManagedFields)
+		}
+	})
+
 	t.Run("labels are the caller's", func(t *testing.T) {
 		got, _ := d.Pod("ml", "bare")
 		got.Labels["team"] = "b"
@@ -264,20 +296,20 @@ func equalPodInfo(a, b PodInfo) bool {
 }
 
 func TestPodDirectoryFollowsChanges(t *testing.T) {
-	cs := newFakeClientset(testCluster()...)
+	cs := newFakeMetadataClient(testCluster()...)
 	d := NewPodDirectory(cs, thisNode, testkit.Logger(t))
 	runDirectory(t, d)
 	testkit.Eventually(t, 5*time.Second, d.Synced)
-	pods := cs.CoreV1().Pods("ml")
+	pods := podsIn(cs, "ml")
 	ctx := t.Context()
 
 	// The pod on the other node is created first: once a later pod of this node is
 	// known, the watch has passed it by.
-	if _, err := pods.Create(ctx, testPod("ml", "elsewhere", "gpu-node-2", nil), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.CreateFake(testPod("ml", "elsewhere", "gpu-node-2", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := testPod("ml", "web-7d9f-abcde", thisNode, map[string]string{"app": "web"}, webRS)
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := pods.CreateFake(pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool {
@@ -289,7 +321,7 @@ func TestPodDirectoryFollowsChanges(t *testing.T) {
 	}
 
 	pod.Labels = map[string]string{"app": "web", "track": "canary"}
-	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.UpdateFake(pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool {
@@ -310,7 +342,7 @@ func TestPodDirectoryFollowsChanges(t *testing.T) {
 }
 
 func TestPodDirectoryOwnerCacheExpires(t *testing.T) {
-	cs := newFakeClientset(append(testCluster(),
+	cs := newFakeMetadataClient(append(testCluster(),
 		testPod("ml", "web-7d9f-abcde", thisNode, nil, webRS))...)
 	d := NewPodDirectory(cs, thisNode, testkit.Logger(t))
 	d.ownerTTL = 0 // every owner looked up has expired at once
@@ -321,7 +353,7 @@ func TestPodDirectoryOwnerCacheExpires(t *testing.T) {
 	}
 
 	pod := testPod("ml", "web-7d9f-abcde", thisNode, map[string]string{"v": "2"}, webRS)
-	if _, err := cs.CoreV1().Pods("ml").Update(t.Context(), pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := podsIn(cs, "ml").UpdateFake(pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return countActions(cs, "get", "replicasets") == 2 })
@@ -331,14 +363,14 @@ func TestPodDirectoryOwnerCacheExpires(t *testing.T) {
 }
 
 func TestPodDirectoryOwnerLookupForbidden(t *testing.T) {
-	cs := newFakeClientset(append(testCluster(),
+	cs := newFakeMetadataClient(append(testCluster(),
 		testPod("ml", "web-7d9f-abcde", thisNode, nil, webRS),
 		testPod("ml", "web-7d9f-fghij", thisNode, nil, webRS),
 		testPod("ml", "orphan-rs-1", thisNode, nil, controllerRef("apps/v1", "ReplicaSet", "orphan-rs", "uid-rs-orphan")),
 		testPod("ml", "nightly-28999-x7k2p", thisNode, nil, nightlyJb),
 	)...)
 	cs.PrependReactor("get", "replicasets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(appsv1.Resource("replicasets"), a.(k8stesting.GetAction).GetName(), fmt.Errorf("RBAC: no"))
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "replicasets"}, a.(k8stesting.GetAction).GetName(), fmt.Errorf("RBAC: no"))
 	})
 	var logs testkit.SyncBuffer
 	d := NewPodDirectory(cs, thisNode, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -372,16 +404,16 @@ func TestPodDirectoryOwnerLookupForbidden(t *testing.T) {
 
 func TestPodDirectoryWithoutAPI(t *testing.T) {
 	tests := map[string]struct {
-		client func(t *testing.T) kubernetes.Interface
+		client func(t *testing.T) metadata.Interface
 		// retries: the informer's failed retries reach its error handler, which logs
 		// them at debug level. A refused connection is retried inside client-go.
 		retries, wantHint bool
 	}{
 		"pods forbidden": {
-			client: func(t *testing.T) kubernetes.Interface {
-				cs := newFakeClientset(testPod("ml", "bare", thisNode, nil))
+			client: func(t *testing.T) metadata.Interface {
+				cs := newFakeMetadataClient(testPod("ml", "bare", thisNode, nil))
 				cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "",
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
 						fmt.Errorf(`User "system:serviceaccount:gpuscaler:collector" cannot list resource "pods"`))
 				})
 				return cs
@@ -389,7 +421,7 @@ func TestPodDirectoryWithoutAPI(t *testing.T) {
 			retries: true, wantHint: true,
 		},
 		"API server unreachable": {
-			client: func(t *testing.T) kubernetes.Interface {
+			client: func(t *testing.T) metadata.Interface {
 				// Nothing listens there: every connection is refused.
 				cs, err := NewInClusterOrKubeconfig(writeKubeconfig(t, "http://"+testkit.FreeAddr(t)))
 				if err != nil {
@@ -399,7 +431,7 @@ func TestPodDirectoryWithoutAPI(t *testing.T) {
 			},
 		},
 		"API server failing": {
-			client: func(t *testing.T) kubernetes.Interface {
+			client: func(t *testing.T) metadata.Interface {
 				api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					http.Error(w, "etcd is down", http.StatusServiceUnavailable)
 				}))
@@ -481,24 +513,25 @@ users:
 }
 
 func TestPodDirectoryClientConfig(t *testing.T) {
-	var userAgent atomic.Value
+	var userAgent, accept atomic.Value
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		userAgent.Store(r.UserAgent())
+		accept.Store(r.Header.Get("Accept"))
 		if r.URL.Path != "/api/v1/namespaces/ml/pods/bare" {
 			http.NotFound(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"bare","namespace":"ml","uid":"uid-bare"}}`)
+		fmt.Fprint(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"bare","namespace":"ml","uid":"uid-bare"}}`)
 	}))
 	t.Cleanup(api.Close)
 
 	t.Run("kubeconfig", func(t *testing.T) {
-		cs, err := NewInClusterOrKubeconfig(writeKubeconfig(t, api.URL))
+		client, err := NewInClusterOrKubeconfig(writeKubeconfig(t, api.URL))
 		if err != nil {
 			t.Fatalf("got %v, want a client", err)
 		}
-		pod, err := cs.CoreV1().Pods("ml").Get(t.Context(), "bare", metav1.GetOptions{})
+		pod, err := client.Resource(podsResource).Namespace("ml").Get(t.Context(), "bare", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("get pod: %v", err)
 		}
@@ -507,6 +540,11 @@ func TestPodDirectoryClientConfig(t *testing.T) {
 		}
 		if got := userAgent.Load(); got != "gpuscaler-collector" {
 			t.Errorf("user agent: got %v, want gpuscaler-collector", got)
+		}
+		// Metadata only, protobuf preferred.
+		const want = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+		if got, _ := accept.Load().(string); !strings.HasPrefix(got, want) {
+			t.Errorf("Accept: got %q, want %q first", got, want)
 		}
 	})
 
@@ -526,5 +564,30 @@ func TestPodDirectoryClientConfig(t *testing.T) {
 				t.Errorf("got %v, want an error with %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestBinaryLinksNoTypedClient guards the collector's footprint: the gpuscaler binary
+// reads the Kubernetes API through the metadata client only. client-go's typed
+// clientset and informers would link and initialise every API group's types, which
+// doubles the memory the collector's package initialisation touches.
+func TestBinaryLinksNoTypedClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool:", err)
+	}
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", "../cmd/gpuscaler").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for pkg := range strings.SplitSeq(string(out), "\n") {
+		for _, banned := range []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/api/"} {
+			if strings.HasPrefix(pkg, banned) {
+				t.Errorf("gpuscaler links %s, want no package under %s", pkg, banned)
+			}
+		}
 	}
 }

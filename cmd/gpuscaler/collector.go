@@ -24,8 +24,8 @@ import (
 const collectorAbout = `
 Runs on every GPU node (a DaemonSet). Every --interval it reads the node's GPUs, works out
 which pod holds each device and how many are free (the kubelet's pod-resources API), adds
-the pods' labels and owners (the Kubernetes API, this node's pods only), and publishes a
-NodeReport on gpuscaler.v1.node.<node>.
+the pods' labels and owners (the Kubernetes API: metadata only, of this node's pods only),
+and publishes a NodeReport on gpuscaler.v1.node.<node>.
 
 GPU sources (--source):
   auto      DCGM (embedded, or --dcgm-addr), else NVML; fails saying what it tried
