@@ -373,6 +373,20 @@ func watchDeployments(t *testing.T, ns string, names ...string) *deploymentWatch
 	return dw
 }
 
+// discard drops the changes seen so far.
+func (dw *deploymentWatch) discard() {
+	for {
+		select {
+		case _, ok := <-dw.events:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
 // waitFor returns when the watch saw Deployment name reach want replicas.
 func (dw *deploymentWatch) waitFor(t *testing.T, name string, want int32, timeout time.Duration) time.Time {
 	t.Helper()

@@ -141,6 +141,17 @@ func TestWakeLatency(t *testing.T) {
 		case <-t.Context().Done():
 			t.Fatal(t.Context().Err())
 		}
+		// Both at 0 and nothing stale in the watch: the next changes are this run's.
+		for _, d := range []string{"push-stream", "keda-jetstream"} {
+			if n, err := replicas(t.Context(), ns, d); err != nil {
+				t.Fatal(err)
+			} else if n != 0 {
+				// KEDA's poll caught a message of an earlier run: put it back.
+				setReplicas(t, ns, d, 0)
+				waitReplicas(t, ns, d, 0, 10*time.Second)
+			}
+		}
+		dw.discard()
 		if _, err := js.Publish(t.Context(), subjectOf(ns), []byte("job")); err != nil {
 			t.Fatal(err)
 		}

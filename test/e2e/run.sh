@@ -23,8 +23,10 @@ export GPUSCALER_E2E_CACHE
 mkdir -p "$GPUSCALER_E2E_CACHE"
 
 start=$(date +%s)
+echo "=== e2e: vet ($(date -u +%H:%M:%S))"
+go vet ./...
 echo "=== e2e: build what the cache ($GPUSCALER_E2E_CACHE) lacks ($(date -u +%H:%M:%S))"
-go test -p 2 -count=1 -timeout 80m -run '^$' . -args -build-only
+go test -p 2 -count=1 -v -timeout 80m -run '^$' . -args -build-only
 built=$(date +%s)
 
 echo "=== e2e: tests ($(date -u +%H:%M:%S))"

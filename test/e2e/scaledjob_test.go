@@ -32,7 +32,12 @@ func TestCapacityAwareScaledJob(t *testing.T) {
 	colB := startCollector(t, "cap-b-"+ns, node(2, "0", "1")) // 0 free
 	startProducer(t, ns, "train", cluster.Report{Waiting: 10, Arrivals: 10})
 
-	createScaledJob(t, ns, "train-capped", pollTrigger("queue", "train", "capacityAware", "true", "gpusPerReplica", "1"))
+	// Capacity counts the free GPUs of every node that reported within staleAfter, and
+	// earlier tests' nodes report no more: wait until their last reports have aged out
+	// and the scaler counts only this test's nodes.
+	capped := pollTrigger("queue", "train", "capacityAware", "true", "gpusPerReplica", "1", "staleAfter", "3s")
+	eventually(t, 30*time.Second, "the scaler caps the backlog at 3", backlogIs(ns, "train-capped", capped.Metadata, 3))
+	createScaledJob(t, ns, "train-capped", capped)
 	createScaledJob(t, ns, "train-uncapped", pollTrigger("queue", "train"))
 
 	eventually(t, 30*time.Second, "uncapped ScaledJob creates 10 Jobs", jobsAre(ns, "train-uncapped", 10))
@@ -44,6 +49,7 @@ func TestCapacityAwareScaledJob(t *testing.T) {
 	if err := colB.SetSim(t.Context(), node(2)); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 30*time.Second, "the scaler caps the backlog at 5", backlogIs(ns, "train-capped", capped.Metadata, 5))
 	eventually(t, 30*time.Second, "capped ScaledJob creates 2 more Jobs", jobsAre(ns, "train-capped", 5))
 	consistently(t, 5*time.Second, "no more than 5 Jobs for 5 free GPUs", jobsAtMost(ns, "train-capped", 5))
 }
@@ -92,5 +98,16 @@ func jobsAtMost(ns, sj string, limit int) func(ctx context.Context) (bool, strin
 			return false, err.Error()
 		}
 		return n <= limit, fmt.Sprintf("%d Jobs", n)
+	}
+}
+
+// backlogIs polls gpuscaler's queue-backlog for a trigger, as KEDA would read it.
+func backlogIs(ns, name string, meta map[string]string, want float64) func(ctx context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		v, err := env.Scaler.Metric(ctx, ns, name, meta, "queue-backlog")
+		if err != nil {
+			return false, err.Error()
+		}
+		return v == want, fmt.Sprintf("queue-backlog %g", v)
 	}
 }

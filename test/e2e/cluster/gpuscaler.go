@@ -205,3 +205,26 @@ func (s *Scaler) IsActive(ctx context.Context, namespace, name string, metadata 
 	}
 	return resp.GetResult(), nil
 }
+
+// Metric asks the scaler directly for a trigger's metric (such as "queue-backlog"), as
+// KEDA's GetMetrics call would.
+func (s *Scaler) Metric(ctx context.Context, namespace, name string, metadata map[string]string, metric string) (float64, error) {
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	resp, err := externalscaler.NewExternalScalerClient(conn).GetMetrics(ctx, &externalscaler.GetMetricsRequest{
+		ScaledObjectRef: &externalscaler.ScaledObjectRef{Name: name, Namespace: namespace, ScalerMetadata: metadata},
+		MetricName:      metric,
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range resp.GetMetricValues() {
+		if v.GetMetricName() == metric {
+			return v.GetMetricValueFloat(), nil
+		}
+	}
+	return 0, fmt.Errorf("no %s in the scaler's answer", metric)
+}
