@@ -11,7 +11,6 @@ export PATH="$PATH:/usr/local/go/bin"
 
 echo "== keda conformance: modules"
 go mod download
-go mod verify >/dev/null
 
 echo "== keda conformance: gofmt and vet"
 out=$(gofmt -l .)
