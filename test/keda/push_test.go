@@ -79,3 +79,30 @@ func TestPushActivation(t *testing.T) {
 		t.Errorf("first message on an active queue: got %t, want true", got)
 	}
 }
+
+// TestPushAcrossScalerRestart stops the scaler under KEDA's running push scaler and starts
+// it again on the same address and NATS store, as a rolling update does. KEDA's Run
+// reconnects on its own and gets true at once: the restarted scaler has read the last
+// report of every queue back from the stream before it answers.
+func TestPushAcrossScalerRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startScaler(t, "--data-dir", dataDir)
+	tr := trigger{namespace: "web", name: "inference", metadata: map[string]string{"queue": "requests"}}
+	s.publishQueue(t, "web", "requests", 2, 0)
+	waitMetric(t, s, tr, "s0-queue-backlog", 2000)
+	active := s.push(t, tr)
+	if got := receive(t, active); !got {
+		t.Fatalf("first message on an active queue: got %t, want true", got)
+	}
+
+	stopped := time.Now()
+	if killed := s.stop(); killed || s.waitErr != nil {
+		t.Fatalf("scaler stop: killed %t, exit %v; want a clean exit on SIGTERM", killed, s.waitErr)
+	}
+	startScaler(t, "--data-dir", dataDir, "--grpc-addr", s.grpcAddr)
+	if got := receive(t, active); !got {
+		t.Fatalf("first message after the restart: got %t, want true (the queue's report is still fresh)", got)
+	}
+	t.Logf("KEDA's push scaler got true from the restarted scaler %v after the old one was stopped (KEDA retries a stream after 2 s)",
+		time.Since(stopped).Round(time.Millisecond))
+}
