@@ -107,6 +107,48 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestPartlyUnknownTrigger checks a trigger with a queue and a podSelector while no GPU
+// node has reported, as KEDA's scale loop sees it (GetMetricsAndActivity per metric,
+// each calling IsActive): an active queue keeps the trigger active and its backlog
+// readable, the GPU metric errors, and an empty queue gives an error instead of
+// inactive, so KEDA does not scale to zero on what it cannot see.
+func TestPartlyUnknownTrigger(t *testing.T) {
+	s := startScaler(t)
+	s.publishQueue(t, "ml", "busy", 4, 0)
+	s.publishQueue(t, "ml", "idle", 0, 0)
+	waitMetric(t, s, trigger{namespace: "ml", metadata: map[string]string{"queue": "busy"}}, "s0-queue-backlog", 4000)
+	waitMetric(t, s, trigger{namespace: "ml", metadata: map[string]string{"queue": "idle"}}, "s0-queue-backlog", 0)
+
+	tests := map[string]struct {
+		queue      string
+		metric     string
+		wantMilli  int64
+		wantActive bool
+		wantMsg    string // when Unavailable
+	}{
+		"backlog of an active queue": {queue: "busy", metric: "s0-queue-backlog", wantMilli: 4000, wantActive: true},
+		"GPU utilisation":            {queue: "busy", metric: "s0-gpu-util", wantMsg: "no node report"},
+		"backlog of an empty queue":  {queue: "idle", metric: "s0-queue-backlog", wantMsg: "no node report"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sc := s.external(t, trigger{namespace: "ml", metadata: map[string]string{
+				"queue": tc.queue, "podSelector": "app=llm", "gpuUtilTarget": "70"}})
+			got, active, err := metric(t, sc, tc.metric)
+			if tc.wantMsg != "" {
+				if err := checkStatus(err, codes.Unavailable, tc.wantMsg); err != nil {
+					t.Errorf("GetMetricsAndActivity(%q) gave %dm, active %t: %v", tc.metric, got, active, err)
+				}
+				return
+			}
+			if err != nil || got != tc.wantMilli || active != tc.wantActive {
+				t.Errorf("got %s %dm active %t error %v, want %dm active %t and no error",
+					tc.metric, got, active, err, tc.wantMilli, tc.wantActive)
+			}
+		})
+	}
+}
+
 // TestStaleQueue checks that a queue whose producer went silent for longer than the
 // trigger's staleAfter is Unavailable to KEDA, not a zero, and fresh again on the next
 // report.
