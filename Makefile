@@ -74,8 +74,9 @@ bench-smoke: build ## a small gpuscaler bench run, to check the command works
 	  --rates 5000 --step 1s --memory-nodes 500 --out ""
 
 .PHONY: bench-collector
-bench-collector: build ## measure a running collector's CPU and RSS (sim source, 8 GPUs, 1 Hz, one minute)
+bench-collector: build ## measure a running collector's CPU and RSS (sim source, 8 GPUs, 1 Hz, one minute), with the binary cached and cold
 	./test/collector-footprint.sh 60
+	./test/collector-footprint.sh --cold 60
 
 .PHONY: manifests
 manifests: ## render deploy/manifests (and test/manifests' golden files) from the Helm chart
