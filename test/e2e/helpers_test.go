@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -442,4 +443,13 @@ func eventsFor(ctx context.Context, ns, kind, name, reason string) ([]string, er
 		}
 	}
 	return notes, nil
+}
+
+func splitAddr(t *testing.T, addr string) (string, string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, port
 }

@@ -40,6 +40,10 @@ func TestWakeLatency(t *testing.T) {
 	pollRuns := envInt(t, "GPUSCALER_E2E_POLL_RUNS", 4)
 	ns := newNamespace(t, "latency")
 	js, stream, cons := newWorkQueue(t, ns)
+	// The producer is up and its queue empty before KEDA first polls it: a trigger with no
+	// data at KEDA's first poll starts with its push stream broken (see
+	// TestWakeAfterProducerOutage).
+	p := startProducer(t, ns, "bench", cluster.Report{})
 	for _, d := range []string{"push-queue", "push-stream", "keda-jetstream"} {
 		createDeployment(t, ns, d, 0)
 	}
@@ -58,8 +62,6 @@ func TestWakeLatency(t *testing.T) {
 		},
 	}))
 
-	// The producer is up and its queue empty before the runs start.
-	p := startProducer(t, ns, "bench", cluster.Report{})
 	queueMeta := scalerMetadata("queue", "bench")
 	streamMeta := scalerMetadata("stream", stream, "consumer", cons)
 	waitInactive(t, ns, "push-queue", queueMeta)
