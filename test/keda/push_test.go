@@ -29,9 +29,10 @@ func receive(t *testing.T, active <-chan bool) bool {
 
 // TestPushActivation runs KEDA's external-push scaler as the operator does (Run with an
 // activity channel) and checks that a QueueReport making the queue active reaches the
-// channel as true, again after every dip to empty; and that no false is ever pushed
-// after the first message. It logs the latency from the moment NATS stored the report
-// to the moment Run delivered true, over several rounds.
+// channel as true, again after every dip to empty; that no false is ever pushed after
+// the first message, and nothing for reports that change no activity. It logs the
+// latency from the moment NATS stored the report to the moment Run delivered true, over
+// several rounds.
 func TestPushActivation(t *testing.T) {
 	s := startScaler(t)
 	st := s.stream(t)
@@ -46,7 +47,10 @@ func TestPushActivation(t *testing.T) {
 	latencies := make([]time.Duration, 0, rounds)
 	for round := range rounds {
 		if round > 0 {
-			s.publishQueue(t, "web", "requests", 0, 0) // the queue empties: nothing is pushed
+			// More work on an active queue, then none: neither pushes anything. A push
+			// for either would be received below before the next report was stored.
+			s.publishQueue(t, "web", "requests", 2, 0)
+			s.publishQueue(t, "web", "requests", 0, 0)
 		}
 		cmd := s.publishQueueCmd(t.Context(), "web", "requests", 1, 0)
 		var out bytes.Buffer
@@ -66,7 +70,11 @@ func TestPushActivation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: the report's stream message: %v", round, err)
 		}
-		latencies = append(latencies, at.Sub(msg.Time))
+		latency := at.Sub(msg.Time)
+		if latency <= 0 {
+			t.Fatalf("round %d: true received %v before the report that makes the queue active was stored: a push for an earlier report", round, -latency)
+		}
+		latencies = append(latencies, latency)
 	}
 	slices.Sort(latencies)
 	t.Logf("push latency, report stored in NATS → true from KEDA's Run (n=%d): p50 %v, max %v, all %v",
