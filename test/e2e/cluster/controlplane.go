@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -241,11 +240,4 @@ func lastLines(s string, n int) string {
 		}
 	}
 	return s
-}
-
-// hostPort splits "127.0.0.1:1234" into its parts.
-func hostPort(addr string) (string, int) {
-	h, p, _ := net.SplitHostPort(addr)
-	n, _ := strconv.Atoi(p)
-	return h, n
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,25 +172,4 @@ func CreateNamespace(ctx context.Context, kc kubernetes.Interface, name string) 
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	return nil
-}
-
-// OperatorLogContains reports whether the operator logged a line holding every one of parts.
-func (k *KEDA) OperatorLogContains(parts ...string) bool {
-	data, err := os.ReadFile(k.Operator.LogPath)
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		ok := true
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
 }

@@ -107,14 +107,6 @@ func (p *Process) Stop() {
 	})
 }
 
-// Kill ends the process group at once with SIGKILL, as a crash would, and waits.
-func (p *Process) Kill() {
-	p.once.Do(func() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	})
-}
-
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
 	select {
