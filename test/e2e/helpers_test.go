@@ -233,6 +233,28 @@ func pushTrigger(kv ...string) kedav1alpha1.ScaleTriggers {
 	return kedav1alpha1.ScaleTriggers{Type: "external-push", Metadata: scalerMetadata(kv...)}
 }
 
+// backend is a scaler with the runner that publishes to its NATS server.
+type backend struct {
+	name string
+	g    *cluster.Gpuscaler
+	s    *cluster.Scaler
+}
+
+// backends are the two ways the scaler runs: on a NATS server, and with its embedded one.
+func backends() []backend {
+	return []backend{
+		{name: "nats-server", g: env.G, s: env.Scaler},
+		{name: "embedded NATS", g: env.GEmbedded, s: env.Embedded},
+	}
+}
+
+// pushTrigger is gpuscaler's external-push trigger on this backend's scaler.
+func (b backend) pushTrigger(kv ...string) kedav1alpha1.ScaleTriggers {
+	tr := pushTrigger(kv...)
+	tr.Metadata["scalerAddress"] = b.s.GRPCAddr
+	return tr
+}
+
 // pollTrigger is gpuscaler's external (polled) trigger with metadata.
 func pollTrigger(kv ...string) kedav1alpha1.ScaleTriggers {
 	return kedav1alpha1.ScaleTriggers{Type: "external", Metadata: scalerMetadata(kv...)}
@@ -250,6 +272,7 @@ func scalerMetadata(kv ...string) map[string]string {
 // once on each change, and every second as a heartbeat (silence means gone).
 type producer struct {
 	t         *testing.T
+	g         *cluster.Gpuscaler
 	ns, queue string
 	mu        sync.Mutex // guards report
 	report    cluster.Report
@@ -259,8 +282,14 @@ type producer struct {
 
 func startProducer(t *testing.T, ns, queue string, r cluster.Report) *producer {
 	t.Helper()
-	p := &producer{t: t, ns: ns, queue: queue, report: r, stop: make(chan struct{}), done: make(chan struct{})}
-	if err := env.G.PublishQueue(t.Context(), ns, queue, r); err != nil {
+	return startProducerOn(t, env.G, ns, queue, r)
+}
+
+// startProducerOn is startProducer publishing through g (to its NATS server).
+func startProducerOn(t *testing.T, g *cluster.Gpuscaler, ns, queue string, r cluster.Report) *producer {
+	t.Helper()
+	p := &producer{t: t, g: g, ns: ns, queue: queue, report: r, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := g.PublishQueue(t.Context(), ns, queue, r); err != nil {
 		t.Fatal(err)
 	}
 	go p.heartbeat()
@@ -281,7 +310,7 @@ func (p *producer) heartbeat() {
 			r := p.report
 			p.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := env.G.PublishQueue(ctx, p.ns, p.queue, r); err != nil {
+			if err := p.g.PublishQueue(ctx, p.ns, p.queue, r); err != nil {
 				p.t.Logf("producer heartbeat: %v", err)
 			}
 			cancel()
@@ -302,7 +331,7 @@ func (p *producer) SetErr(r cluster.Report) error {
 	p.mu.Lock()
 	p.report = r
 	p.mu.Unlock()
-	return env.G.PublishQueue(p.t.Context(), p.ns, p.queue, r)
+	return p.g.PublishQueue(p.t.Context(), p.ns, p.queue, r)
 }
 
 // Stop ends the heartbeat: the producer is gone. Calling it again does nothing.

@@ -26,9 +26,13 @@ type Env struct {
 	CP    *ControlPlane
 	KEDA  *KEDA
 	NATS  *NATS
-	// G runs gpuscaler's binary; Scaler is the scaler every trigger points at.
+	// G runs gpuscaler's binary against NATS; Scaler is the scaler most triggers point at.
 	G      *Gpuscaler
 	Scaler *Scaler
+	// Embedded is a second scaler as `make run` starts it, with its own embedded NATS
+	// server (no --nats-url); GEmbedded publishes to that server.
+	Embedded  *Scaler
+	GEmbedded *Gpuscaler
 
 	Kube    kubernetes.Interface
 	KEDACli kedaclient.Interface
@@ -127,6 +131,12 @@ func Start(ctx context.Context, ps *Procs, bins Binaries, o Options) (*Env, erro
 	e.G = NewGpuscaler(ps, bins.Gpuscaler, e.NATS.URL, simDir)
 	if err := step("gpuscaler scaler", func() error {
 		e.Scaler, err = e.G.StartScaler(ctx, o.ScalerFlags...)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("gpuscaler scaler with embedded NATS", func() error {
+		e.Embedded, e.GEmbedded, err = StartEmbeddedScaler(ctx, ps, bins.Gpuscaler, o.Dir)
 		return err
 	}); err != nil {
 		return nil, err

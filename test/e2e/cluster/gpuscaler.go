@@ -44,6 +44,32 @@ type Scaler struct {
 
 // StartScaler starts `gpuscaler scaler` on NATS with extra flags and waits for /readyz.
 func (g *Gpuscaler) StartScaler(ctx context.Context, extra ...string) (*Scaler, error) {
+	return g.startScaler(ctx, "gpuscaler-scaler", append([]string{"--nats-url=" + g.NATSURL}, extra...))
+}
+
+// StartEmbeddedScaler starts `gpuscaler scaler` with no --nats-url, so that it runs its
+// own NATS server, and returns it with a runner publishing to that server.
+func StartEmbeddedScaler(ctx context.Context, ps *Procs, bin, dir string) (*Scaler, *Gpuscaler, error) {
+	natsAddr, err := FreeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	simDir := filepath.Join(dir, "sim-embedded")
+	if err := os.MkdirAll(simDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	g := NewGpuscaler(ps, bin, "nats://"+natsAddr, simDir)
+	s, err := g.startScaler(ctx, "gpuscaler-scaler-embedded", []string{
+		"--embedded-nats-addr=" + natsAddr,
+		"--data-dir=" + filepath.Join(dir, "embedded-nats"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, g, nil
+}
+
+func (g *Gpuscaler) startScaler(ctx context.Context, name string, flags []string) (*Scaler, error) {
 	grpcAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
@@ -53,12 +79,11 @@ func (g *Gpuscaler) StartScaler(ctx context.Context, extra ...string) (*Scaler, 
 		return nil, err
 	}
 	args := append([]string{"scaler",
-		"--nats-url=" + g.NATSURL,
 		"--grpc-addr=" + grpcAddr,
 		"--http-addr=" + httpAddr,
 		"--log-level=debug",
-	}, extra...)
-	p, err := g.procs.Start("gpuscaler-scaler", g.Bin, args)
+	}, flags...)
+	p, err := g.procs.Start(name, g.Bin, args)
 	if err != nil {
 		return nil, err
 	}
