@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +18,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	v2 "k8s.io/api/autoscaling/v2"
+)
+
+// The NATS contract (DESIGN.md, "Events"), spelt out here because this module talks to
+// gpuscaler only as its users do and does not import it.
+const (
+	streamName        = "GPUSCALER"
+	nodeSubjectPrefix = "gpuscaler.v1.node."
 )
 
 // startTimeout bounds how long a scaler or collector may take to come up. Generous: the
@@ -34,8 +39,9 @@ type scalerProc struct {
 }
 
 // startScaler runs `gpuscaler scaler` on loopback with free ports (port 0 everywhere),
-// an embedded NATS server storing into a fresh directory, and extra flags; it returns once
-// the scaler logs that it is ready (NATS connected, state restored, gRPC serving).
+// an embedded NATS server storing into a fresh directory, and extra flags (given last, so
+// they override these); it returns once the scaler logs that it is ready (NATS
+// connected, state restored, gRPC serving).
 func startScaler(t *testing.T, extra ...string) *scalerProc {
 	t.Helper()
 	args := append([]string{"scaler",
@@ -45,10 +51,10 @@ func startScaler(t *testing.T, extra ...string) *scalerProc {
 	}, extra...)
 	p := startProcess(t, "scaler", true, args...)
 	ready := p.waitLog(t, "ready", startTimeout)
-	nats := p.waitLog(t, "started embedded NATS with JetStream", startTimeout)
+	embedded := p.waitLog(t, "started embedded NATS with JetStream", startTimeout)
 	s := &scalerProc{process: p}
 	s.grpcAddr, _ = ready["grpcAddr"].(string)
-	s.natsURL, _ = nats["url"].(string)
+	s.natsURL, _ = embedded["url"].(string)
 	if s.grpcAddr == "" || s.natsURL == "" {
 		t.Fatalf("got grpcAddr %q and NATS url %q from the scaler's logs, want both", s.grpcAddr, s.natsURL)
 	}
@@ -102,9 +108,9 @@ func (s *scalerProc) stream(t *testing.T) jetstream.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(t.Context(), "GPUSCALER")
+	st, err := js.Stream(t.Context(), streamName)
 	if err != nil {
-		t.Fatalf("stream GPUSCALER: %v", err)
+		t.Fatalf("stream %s: %v", streamName, err)
 	}
 	return st
 }
@@ -135,10 +141,7 @@ func (s *scalerProc) startCollectors(t *testing.T, nodes map[string]simNode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join(dir, name+".json")
-		if err := os.WriteFile(file, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		file := writeFile(t, dir, name+".json", string(data))
 		startProcess(t, "collector "+name, true, "collector", "--source", "sim", "--sim-config", file,
 			"--node", name, "--collector-id", "keda-conformance-"+name, "--interval", "250ms",
 			"--kubeconfig", "none", "--http-addr", "-", "--nats-url", s.natsURL, "--log-format", "json")
@@ -146,7 +149,7 @@ func (s *scalerProc) startCollectors(t *testing.T, nodes map[string]simNode) {
 	st := s.stream(t)
 	for name := range nodes {
 		eventually(t, startTimeout, func() error {
-			_, err := st.GetLastMsgForSubject(t.Context(), "gpuscaler.v1.node."+name)
+			_, err := st.GetLastMsgForSubject(t.Context(), nodeSubjectPrefix+name)
 			return err
 		})
 	}
