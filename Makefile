@@ -90,6 +90,10 @@ manifests-check: ## fail when deploy/manifests is not what the chart renders
 test-manifests: build ## check the chart, manifests, examples and Dockerfile (strict Kubernetes/KEDA types, the binary's flags)
 	cd test/manifests && $(GO) vet ./... && GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler $(GO) test -count=1 ./...
 
+.PHONY: test-keda
+test-keda: build ## KEDA v2.21.0's own client (external, external-push) against bin/gpuscaler (test/keda; a cold first run compiles KEDA, ~13 min)
+	GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler ./test/keda/run.sh
+
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## install pinned code generators into .bin
 

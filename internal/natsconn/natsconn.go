@@ -85,7 +85,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		nats.RetryOnFailedConnect(opts.RetryInitialConnect),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			c.setDown(false)
-			log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+			log.Info("connected to NATS", "url", opts.connectedURL(nc))
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			c.setDown(true)
@@ -95,7 +95,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.setDown(false)
-			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			log.Info("reconnected to NATS", "url", opts.connectedURL(nc))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
@@ -132,7 +132,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		}
 		c.Conn = r.nc
 		if !opts.RetryInitialConnect {
-			log.Info("connected to NATS", "url", r.nc.ConnectedUrlRedacted())
+			log.Info("connected to NATS", "url", opts.connectedURL(r.nc))
 		}
 		return c, nil
 	}
@@ -221,4 +221,14 @@ func redact(urls string) string {
 		parts[i] = rest
 	}
 	return strings.Join(parts, ",")
+}
+
+// connectedURL names the server nc is connected to for the logs. An in-process
+// connection has no URL of its own: nats.go reports its default URL there, which would
+// point a reader at the wrong port.
+func (o Options) connectedURL(nc *nats.Conn) string {
+	if o.InProcess != nil {
+		return "in-process"
+	}
+	return nc.ConnectedUrlRedacted()
 }
