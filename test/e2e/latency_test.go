@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
@@ -86,34 +85,11 @@ func TestWakeLatency(t *testing.T) {
 	t.Logf("push, producer queue: %d runs", pushRuns)
 	for i := range pushRuns {
 		spaceRuns(t)
-		// The event is the first report with work that NATS delivers after the change;
-		// heartbeats of the empty queue may come before it, those of the last run are
-		// dropped here.
-		for {
-			if n, _, err := reports.Pending(); err != nil {
-				t.Fatal(err)
-			} else if n == 0 {
-				break
-			}
-			if _, err := reports.NextMsg(time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
+		// The event is the first report with work that NATS delivers after the change.
+		dropPending(t, reports)
 		published := make(chan error, 1)
 		go func() { published <- p.SetErr(cluster.Report{Waiting: 1, Arrivals: 1}) }()
-		var event time.Time
-		for event.IsZero() {
-			msg, err := reports.NextMsg(10 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			at := time.Now()
-			if waiting, err := queueReportWaiting(msg.Data); err != nil {
-				t.Fatal(err)
-			} else if waiting > 0 {
-				event = at
-			}
-		}
+		event := nextReportWithWork(t, reports)
 		if err := <-published; err != nil {
 			t.Fatal(err)
 		}
@@ -251,35 +227,6 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want a count", name, v)
 	}
 	return n
-}
-
-// queueReportWaiting reads the waiting count (field 3 of gpuscaler.v1.QueueReport in
-// proto/gpuscaler/v1/events.proto) from an encoded report. The e2e module does not import
-// the main module's generated code (see README.md), so it reads the one field it needs.
-func queueReportWaiting(b []byte) (uint64, error) {
-	var waiting uint64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == 3 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			waiting = v
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return waiting, nil
 }
 
 // scalerFor returns the scaler a trigger's scalerAddress names.
