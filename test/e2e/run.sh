@@ -31,7 +31,7 @@ built=$(date +%s)
 
 echo "=== e2e: tests ($(date -u +%H:%M:%S))"
 status=0
-go test -p 2 -count=1 -timeout 25m -v "$@" . || status=$?
+go test -p 2 -count=1 -timeout 25m -v . "$@" || status=$?
 end=$(date +%s)
 echo "=== e2e: builds $((built - start)) s, tests $((end - built)) s, total $((end - start)) s (exit $status)"
 exit $status
