@@ -94,6 +94,10 @@ test-manifests: build ## check the chart, manifests, examples and Dockerfile (st
 test-keda: build ## KEDA v2.21.0's own client (external, external-push) against bin/gpuscaler (test/keda; a cold first run compiles KEDA, ~13 min)
 	GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler ./test/keda/run.sh
 
+.PHONY: e2e
+e2e: ## end-to-end against a real etcd, kube-apiserver and KEDA operator on loopback (builds and caches them: ~19 min cold, ~5 warm)
+	./test/e2e/run.sh
+
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## install pinned code generators into .bin
 
