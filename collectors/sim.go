@@ -39,6 +39,8 @@ type SimConfig struct {
 	Util      float64          `json:"util,omitempty"`
 	Jitter    float64          `json:"jitter,omitempty"`
 	Seed      uint64           `json:"seed,omitempty"`
+	// NodeLabels are the simulated node's Kubernetes labels, for capacity nodeSelectors.
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
 }
 
 // SimPod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
@@ -160,6 +162,13 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 	defer s.mu.Unlock()
 	s.cfg, s.devices, s.holders = cfg, devices, holders
 	return nil
+}
+
+// Labels returns the simulated node's labels, as the Collector's NodeLabels wants them.
+func (s *Sim) Labels() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.NodeLabels
 }
 
 // Config returns the current configuration.

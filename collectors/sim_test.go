@@ -165,6 +165,12 @@ func TestSimHandlerAndFile(t *testing.T) {
 	if samples[1].GetGpuUtil() != 55 {
 		t.Fatalf("after PUT, GPU 1 util %v, want 55", samples[1].GetGpuUtil())
 	}
+	if code := put("gpus: 2\nnodeLabels: {pool: a100}\npods: [{namespace: ml, name: p, gpus: [\"1\"], util: 55}]\n"); code != http.StatusNoContent {
+		t.Fatalf("PUT with node labels: %d", code)
+	}
+	if got := s.Labels()["pool"]; got != "a100" {
+		t.Fatalf("after PUT, node label pool = %q, want a100", got)
+	}
 	if code := put("gpus: 2\npods: [{namespace: ml, name: p, gpus: [\"5\"]}]\n"); code != http.StatusBadRequest {
 		t.Fatalf("PUT of a bad config: %d, want 400", code)
 	}

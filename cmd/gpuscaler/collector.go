@@ -59,7 +59,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&srcCfg.DCGMAddr, "dcgm-addr", "", "a standalone nv-hostengine (host:port, or a unix socket path); empty runs DCGM's embedded host engine")
 	fs.StringVar(&srcCfg.ExporterURL, "exporter-url", "http://localhost:9400/metrics", "the dcgm-exporter /metrics URL the exporter source scrapes")
 	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
-	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods and load")
+	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods, load and node labels")
 	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
 	fs.StringVar(&resources, "resources", "nvidia.com/gpu,nvidia.com/mig-*", "comma-separated extended resources that are GPUs; a trailing * matches a prefix")
@@ -107,7 +107,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		pods   gpucollectors.PodDirectory
 	)
 	if sim != nil {
-		attrib, pods = sim, sim
+		attrib, pods, cfg.NodeLabels = sim, sim, sim.Labels
 	} else {
 		pr, err := gpucollectors.NewPodResources(gpucollectors.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
 		if err != nil {
