@@ -195,17 +195,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stop()
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return s.Run(gctx) })
+	// fail stops what runs so far and returns err with whatever stopping it returned.
+	fail := func(err error) (*Summary, error) {
+		stop()
+		return nil, errors.Join(err, g.Wait())
+	}
 	select {
 	case <-s.Ready():
 	case <-gctx.Done():
-		stop()
-		return nil, errors.Join(g.Wait(), ctx.Err())
+		return fail(ctx.Err())
 	}
 
 	cl, err := newCluster(cfg.Nodes, cfg.GPUsPerNode, cfg.Seed)
 	if err != nil {
-		stop()
-		return nil, errors.Join(err, g.Wait())
+		return fail(err)
 	}
 	for _, n := range cl.nodes {
 		labels := map[string]string{"pool": n.pool}
@@ -213,23 +216,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			NodeLabels: func() map[string]string { return labels }},
 			n.sim, n.sim, n.sim, worldConn.Conn, log.With("component", "collector", "node", n.name), prometheus.NewRegistry())
 		if err != nil {
-			stop()
-			return nil, errors.Join(err, g.Wait())
+			return fail(err)
 		}
 		g.Go(func() error { return c.Run(gctx) })
 	}
 
 	conn, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		stop()
-		return nil, errors.Join(err, g.Wait())
+		return fail(err)
 	}
 	defer conn.Close()
 
 	w, err := newWorld(cfg, cl, worldConn, pb.NewExternalScalerClient(conn))
 	if err != nil {
-		stop()
-		return nil, errors.Join(err, g.Wait())
+		return fail(err)
 	}
 	printHeader(cfg, s, ns.ClientURL())
 	sum, runErr := w.run(gctx)
@@ -431,7 +431,7 @@ loop:
 		if !now.Before(nextPoll) {
 			nextPoll = now.Add(cfg.Timing.PollingInterval)
 			w.drainPushes()
-			w.pollScaledObject(ctx, now)
+			w.pollScaledObject(ctx)
 			w.pollScaledJob(ctx, now)
 		}
 		if !now.Before(nextHPA) {
@@ -487,12 +487,11 @@ func (w *world) onActivation(now time.Time, active bool, err error, via string) 
 	}
 }
 
-func (w *world) pollScaledObject(ctx context.Context, now time.Time) {
+func (w *world) pollScaledObject(ctx context.Context) {
 	callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := w.client.IsActive(callCtx, w.ref("so"))
-	w.tl.active, w.tl.activeErr = resp.GetResult(), err
-	w.onActivation(time.Now(), resp.GetResult(), err, "poll")
+	w.onActivation(time.Now(), resp.GetResult(), err, "poll") // stamped when the answer came
 }
 
 // pollScaledJob is KEDA's ScaledJob loop: IsActive, then the first metric's value, then
@@ -515,7 +514,6 @@ func (w *world) pollScaledJob(ctx context.Context, now time.Time) {
 		return
 	}
 	value := m.GetMetricValues()[0].GetMetricValueFloat()
-	w.tl.jobValue = value
 	unfinished := len(w.train.jobs)
 	n := JobsToCreate(act.GetResult(), value, spec.GetTargetSizeFloat(), trainingMaxJobs, unfinished)
 	if n > 0 {

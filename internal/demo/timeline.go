@@ -17,10 +17,6 @@ type timeline struct {
 	notes       []string        // since the last row
 	seen        map[string]bool // notes printed once
 	activations []activation
-
-	active    bool // the last poll's answer
-	activeErr error
-	jobValue  float64
 }
 
 type activation struct {
