@@ -209,6 +209,17 @@ func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// waitHTTPOK waits until GET url answers 200 (a process's /readyz), failing early if p
+// exits.
+func waitHTTPOK(ctx context.Context, timeout, interval time.Duration, what string, p *Process, url string) error {
+	return Eventually(ctx, timeout, interval, what, p, func(ctx context.Context) (bool, error) {
+		if err := httpOK(ctx, url); err != nil {
+			return false, Retry(err)
+		}
+		return true, nil
+	})
+}
+
 // httpOK reports whether GET url answers 200.
 func httpOK(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

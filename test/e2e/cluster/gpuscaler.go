@@ -88,12 +88,7 @@ func (g *Gpuscaler) startScaler(ctx context.Context, name string, flags []string
 		return nil, err
 	}
 	s := &Scaler{Process: p, GRPCAddr: grpcAddr, HTTPAddr: httpAddr}
-	err = Eventually(ctx, time.Minute, 100*time.Millisecond, "gpuscaler scaler ready", p, func(ctx context.Context) (bool, error) {
-		if err := httpOK(ctx, "http://"+httpAddr+"/readyz"); err != nil {
-			return false, Retry(err)
-		}
-		return true, nil
-	})
+	err = waitHTTPOK(ctx, time.Minute, 100*time.Millisecond, "gpuscaler scaler ready", p, "http://"+httpAddr+"/readyz")
 	if err != nil {
 		p.Stop()
 		return nil, err
@@ -153,12 +148,7 @@ func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode
 		return nil, err
 	}
 	c := &Collector{Process: p, Node: node, HTTPAddr: httpAddr}
-	err = Eventually(ctx, 30*time.Second, 100*time.Millisecond, "collector "+node+" ready", p, func(ctx context.Context) (bool, error) {
-		if err := httpOK(ctx, "http://"+httpAddr+"/readyz"); err != nil {
-			return false, Retry(err)
-		}
-		return true, nil
-	})
+	err = waitHTTPOK(ctx, 30*time.Second, 100*time.Millisecond, "collector "+node+" ready", p, "http://"+httpAddr+"/readyz")
 	if err != nil {
 		p.Stop()
 		return nil, err

@@ -100,12 +100,7 @@ func StartKEDA(ctx context.Context, ps *Procs, cp *ControlPlane, o KEDAOptions) 
 	if err != nil {
 		return nil, err
 	}
-	err = Eventually(ctx, 2*time.Minute, 200*time.Millisecond, "KEDA operator ready", k.Operator, func(ctx context.Context) (bool, error) {
-		if err := httpOK(ctx, "http://"+probeAddr+"/readyz"); err != nil {
-			return false, Retry(err)
-		}
-		return true, nil
-	})
+	err = waitHTTPOK(ctx, 2*time.Minute, 200*time.Millisecond, "KEDA operator ready", k.Operator, "http://"+probeAddr+"/readyz")
 	if err != nil {
 		return nil, err
 	}
