@@ -66,6 +66,38 @@ func TestNodeReportValidate(t *testing.T) {
 		}, wantErr: "labels, more than 128"},
 		"label value too long": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Labels["app"] = strings.Repeat("v", 64) }, wantErr: "is not a Kubernetes label"},
 		"empty label key":      {mutate: func(r *NodeReport) { r.Gpus[0].Pod.Labels[""] = "v" }, wantErr: "is not a Kubernetes label"},
+		"shared device with its pods": {mutate: func(r *NodeReport) {
+			r.Gpus[0].Shared = true
+			r.Gpus[0].Pod.GpuUtil = proto.Float64(30)
+			r.Gpus[0].OtherPods = []*PodRef{{Namespace: "ml", Name: "llm-1", GpuUtil: proto.Float64(50)}, {Namespace: "other", Name: "llm-0", LabelsUnknown: true}}
+		}},
+		"other pods without pod": {mutate: func(r *NodeReport) {
+			r.Gpus[1].OtherPods = []*PodRef{{Namespace: "ml", Name: "llm-1"}}
+		}, wantErr: "gpus[1]: other_pods without pod"},
+		"pod listed twice": {mutate: func(r *NodeReport) {
+			r.Gpus[0].OtherPods = []*PodRef{{Namespace: "ml", Name: "llm-1"}, {Namespace: "ml", Name: "llm-0"}}
+		}, wantErr: "pod ml/llm-0 is listed twice"},
+		"other pod invalid": {mutate: func(r *NodeReport) {
+			r.Gpus[0].OtherPods = []*PodRef{{Namespace: "ml"}}
+		}, wantErr: "pod: name is required"},
+		"pod util over 100": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.GpuUtil = proto.Float64(101) }, wantErr: "pod ml/llm-0: gpu_util 101 is outside 0–100"},
+		"too many pods on a device": {mutate: func(r *NodeReport) {
+			for i := range MaxPodsPerGPU {
+				r.Gpus[0].OtherPods = append(r.Gpus[0].OtherPods, &PodRef{Namespace: "ml", Name: fmt.Sprintf("p%d", i)})
+			}
+		}, wantErr: "257 pods on one device, more than 256"},
+		"unattributed device": {mutate: func(r *NodeReport) {
+			r.Unattributed = []*UnattributedDevice{{Id: "nvidia9", Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "ml", Name: "x"}, Reason: "no GPU with index 9"}}
+		}},
+		"unattributed without pod": {mutate: func(r *NodeReport) {
+			r.Unattributed = []*UnattributedDevice{{Id: "nvidia9", Resource: "nvidia.com/gpu"}}
+		}, wantErr: "unattributed[0]: the pod holding device nvidia9 is required"},
+		"unattributed without id": {mutate: func(r *NodeReport) {
+			r.Unattributed = []*UnattributedDevice{{Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "ml", Name: "x"}}}
+		}, wantErr: "unattributed[0]: device id and resource are required"},
+		"unattributed pod invalid": {mutate: func(r *NodeReport) {
+			r.Unattributed = []*UnattributedDevice{{Id: "x", Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "Bad_NS", Name: "x"}}}
+		}, wantErr: "unattributed[0]: pod: invalid name"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -53,7 +53,11 @@ type NodeReport struct {
 	// The allocatable devices that are allocated to pods now. Free = allocatable - allocated.
 	Allocated []*Device `protobuf:"bytes,8,rep,name=allocated,proto3" json:"allocated,omitempty"`
 	// One sample per device the source measured.
-	Gpus          []*GPUSample `protobuf:"bytes,9,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Gpus []*GPUSample `protobuf:"bytes,9,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// Allocated devices the collector could not match to a sample in gpus: an id in a form
+	// it does not know, or one naming a GPU the source did not measure. Their pods' GPU
+	// readings are unknown, which the scaler answers as Unavailable, never as idle.
+	Unattributed  []*UnattributedDevice `protobuf:"bytes,10,rep,name=unattributed,proto3" json:"unattributed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -151,6 +155,85 @@ func (x *NodeReport) GetGpus() []*GPUSample {
 	return nil
 }
 
+func (x *NodeReport) GetUnattributed() []*UnattributedDevice {
+	if x != nil {
+		return x.Unattributed
+	}
+	return nil
+}
+
+// UnattributedDevice is an allocated device whose GPU the collector could not find.
+type UnattributedDevice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id and resource as the kubelet reports them.
+	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Resource string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The pod holding it (namespace and name at least; labels when known).
+	Pod *PodRef `protobuf:"bytes,3,opt,name=pod,proto3" json:"pod,omitempty"`
+	// Why it could not be matched, for the operator.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnattributedDevice) Reset() {
+	*x = UnattributedDevice{}
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnattributedDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnattributedDevice) ProtoMessage() {}
+
+func (x *UnattributedDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnattributedDevice.ProtoReflect.Descriptor instead.
+func (*UnattributedDevice) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UnattributedDevice) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UnattributedDevice) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *UnattributedDevice) GetPod() *PodRef {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *UnattributedDevice) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Device is one unit the kubelet's device plugin hands to a pod.
 type Device struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -161,14 +244,16 @@ type Device struct {
 	Resource string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	// The MIG profile ("1g.10gb") for a slice, empty for a whole GPU. Filled also when the
 	// MIG "single" strategy offers slices as nvidia.com/gpu.
-	MigProfile    string `protobuf:"bytes,3,opt,name=mig_profile,json=migProfile,proto3" json:"mig_profile,omitempty"`
+	MigProfile string `protobuf:"bytes,3,opt,name=mig_profile,json=migProfile,proto3" json:"mig_profile,omitempty"`
+	// The device's GPU is unhealthy (see GPUSample.unhealthy): it never counts as free.
+	Unhealthy     bool `protobuf:"varint,4,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +265,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +278,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Device) GetId() string {
@@ -215,6 +300,13 @@ func (x *Device) GetMigProfile() string {
 		return x.MigProfile
 	}
 	return ""
+}
+
+func (x *Device) GetUnhealthy() bool {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return false
 }
 
 // GPUSample is one device's readings: a whole GPU, or one MIG instance.
@@ -246,15 +338,29 @@ type GPUSample struct {
 	// XID errors the collector has seen on this device since it started.
 	XidErrors uint64 `protobuf:"varint,14,opt,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
 	// The pod the device is allocated to; absent when the device is free or its owner is
-	// unknown.
-	Pod           *PodRef `protobuf:"bytes,15,opt,name=pod,proto3" json:"pod,omitempty"`
+	// unknown. On a shared device (time-slicing, MPS, GKE sharing) the first of its pods,
+	// by namespace and name; other_pods holds the rest.
+	Pod *PodRef `protobuf:"bytes,15,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The further pods holding a shared device, after pod. A receiver that reads pod alone
+	// (before this field) sees one of them, as it always did.
+	OtherPods []*PodRef `protobuf:"bytes,16,rep,name=other_pods,json=otherPods,proto3" json:"other_pods,omitempty"`
+	// The device is offered as several replicas (time-slicing or MPS through NVIDIA's
+	// device plugin, GKE's sharing): several pods may run on it, and every reading above
+	// is the whole device's. A pod's own share, where measured, is in its PodRef.
+	Shared bool `protobuf:"varint,17,opt,name=shared,proto3" json:"shared,omitempty"`
+	// Why the device is unhealthy (lost, fallen off the bus, a critical XID, every reading
+	// failing); empty when healthy. An unhealthy device's readings are what could still be
+	// read, and it never counts as free capacity.
+	Unhealthy string `protobuf:"bytes,18,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// The number of the last critical XID error seen on the device, 0 when none.
+	LastXid       uint32 `protobuf:"varint,19,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +372,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +385,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GPUSample) GetUuid() string {
@@ -387,6 +493,34 @@ func (x *GPUSample) GetPod() *PodRef {
 	return nil
 }
 
+func (x *GPUSample) GetOtherPods() []*PodRef {
+	if x != nil {
+		return x.OtherPods
+	}
+	return nil
+}
+
+func (x *GPUSample) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *GPUSample) GetUnhealthy() string {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return ""
+}
+
+func (x *GPUSample) GetLastXid() uint32 {
+	if x != nil {
+		return x.LastXid
+	}
+	return 0
+}
+
 // PodRef names the pod (and container) that holds a device, with what a podSelector
 // matches on.
 type PodRef struct {
@@ -399,15 +533,23 @@ type PodRef struct {
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The pod's top-level owner: a Deployment rather than its ReplicaSet ("Deployment",
 	// "StatefulSet", "Job", …), empty for a bare pod or when unknown.
-	OwnerKind     string `protobuf:"bytes,6,opt,name=owner_kind,json=ownerKind,proto3" json:"owner_kind,omitempty"`
-	OwnerName     string `protobuf:"bytes,7,opt,name=owner_name,json=ownerName,proto3" json:"owner_name,omitempty"`
+	OwnerKind string `protobuf:"bytes,6,opt,name=owner_kind,json=ownerKind,proto3" json:"owner_kind,omitempty"`
+	OwnerName string `protobuf:"bytes,7,opt,name=owner_name,json=ownerName,proto3" json:"owner_name,omitempty"`
+	// The collector could not read the pod's labels (no API access, its pod informer not
+	// yet synced, a pod created a moment ago): a podSelector cannot tell whether the pod
+	// is selected, so the scaler answers Unavailable for its namespace's GPU triggers.
+	LabelsUnknown bool `protobuf:"varint,8,opt,name=labels_unknown,json=labelsUnknown,proto3" json:"labels_unknown,omitempty"`
+	// On a shared device, this pod's own utilisation of it in percent, measured from the
+	// device's per-process samples (NVML) for the pod's processes; absent when not
+	// measured, and then the device's figure is split evenly among its pods.
+	GpuUtil       *float64 `protobuf:"fixed64,9,opt,name=gpu_util,json=gpuUtil,proto3,oneof" json:"gpu_util,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodRef) Reset() {
 	*x = PodRef{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +561,7 @@ func (x *PodRef) String() string {
 func (*PodRef) ProtoMessage() {}
 
 func (x *PodRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +574,7 @@ func (x *PodRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodRef.ProtoReflect.Descriptor instead.
 func (*PodRef) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PodRef) GetNamespace() string {
@@ -484,6 +626,20 @@ func (x *PodRef) GetOwnerName() string {
 	return ""
 }
 
+func (x *PodRef) GetLabelsUnknown() bool {
+	if x != nil {
+		return x.LabelsUnknown
+	}
+	return false
+}
+
+func (x *PodRef) GetGpuUtil() float64 {
+	if x != nil && x.GpuUtil != nil {
+		return *x.GpuUtil
+	}
+	return 0
+}
+
 // QueueReport is a producer's view of one queue. A producer publishes one at once when the
 // queue goes from empty to non-empty, and one every interval otherwise, empty or not:
 // silence means the producer is gone, not that the queue is empty.
@@ -511,7 +667,7 @@ type QueueReport struct {
 
 func (x *QueueReport) Reset() {
 	*x = QueueReport{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +679,7 @@ func (x *QueueReport) String() string {
 func (*QueueReport) ProtoMessage() {}
 
 func (x *QueueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +692,7 @@ func (x *QueueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReport.ProtoReflect.Descriptor instead.
 func (*QueueReport) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueReport) GetNamespace() string {
@@ -599,7 +755,7 @@ var File_gpuscaler_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x03\n" +
+	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x04\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12;\n" +
@@ -612,15 +768,23 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"nodeLabels\x126\n" +
 	"\vallocatable\x18\a \x03(\v2\x14.gpuscaler.v1.DeviceR\vallocatable\x122\n" +
 	"\tallocated\x18\b \x03(\v2\x14.gpuscaler.v1.DeviceR\tallocated\x12+\n" +
-	"\x04gpus\x18\t \x03(\v2\x17.gpuscaler.v1.GPUSampleR\x04gpus\x1a=\n" +
+	"\x04gpus\x18\t \x03(\v2\x17.gpuscaler.v1.GPUSampleR\x04gpus\x12D\n" +
+	"\funattributed\x18\n" +
+	" \x03(\v2 .gpuscaler.v1.UnattributedDeviceR\funattributed\x1a=\n" +
 	"\x0fNodeLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x12UnattributedDevice\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12&\n" +
+	"\x03pod\x18\x03 \x01(\v2\x14.gpuscaler.v1.PodRefR\x03pod\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"s\n" +
 	"\x06Device\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1f\n" +
 	"\vmig_profile\x18\x03 \x01(\tR\n" +
-	"migProfile\"\xa7\x05\n" +
+	"migProfile\x12\x1c\n" +
+	"\tunhealthy\x18\x04 \x01(\bR\tunhealthy\"\xad\x06\n" +
 	"\tGPUSample\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
@@ -640,7 +804,12 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x13temperature_celsius\x18\r \x01(\x01H\aR\x12temperatureCelsius\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"xid_errors\x18\x0e \x01(\x04R\txidErrors\x12&\n" +
-	"\x03pod\x18\x0f \x01(\v2\x14.gpuscaler.v1.PodRefR\x03podB\x12\n" +
+	"\x03pod\x18\x0f \x01(\v2\x14.gpuscaler.v1.PodRefR\x03pod\x123\n" +
+	"\n" +
+	"other_pods\x18\x10 \x03(\v2\x14.gpuscaler.v1.PodRefR\totherPods\x12\x16\n" +
+	"\x06shared\x18\x11 \x01(\bR\x06shared\x12\x1c\n" +
+	"\tunhealthy\x18\x12 \x01(\tR\tunhealthy\x12\x19\n" +
+	"\blast_xid\x18\x13 \x01(\rR\alastXidB\x12\n" +
 	"\x10_mig_instance_idB\v\n" +
 	"\t_gpu_utilB\f\n" +
 	"\n" +
@@ -649,7 +818,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x0e_fb_used_bytesB\x11\n" +
 	"\x0f_fb_total_bytesB\x0e\n" +
 	"\f_power_wattsB\x16\n" +
-	"\x14_temperature_celsius\"\x9d\x02\n" +
+	"\x14_temperature_celsius\"\xf1\x02\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -659,10 +828,13 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"owner_kind\x18\x06 \x01(\tR\townerKind\x12\x1d\n" +
 	"\n" +
-	"owner_name\x18\a \x01(\tR\townerName\x1a9\n" +
+	"owner_name\x18\a \x01(\tR\townerName\x12%\n" +
+	"\x0elabels_unknown\x18\b \x01(\bR\rlabelsUnknown\x12\x1e\n" +
+	"\bgpu_util\x18\t \x01(\x01H\x00R\agpuUtil\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
+	"\t_gpu_util\"\x8e\x02\n" +
 	"\vQueueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -687,31 +859,35 @@ func file_gpuscaler_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_events_proto_rawDescData
 }
 
-var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_gpuscaler_v1_events_proto_goTypes = []any{
 	(*NodeReport)(nil),            // 0: gpuscaler.v1.NodeReport
-	(*Device)(nil),                // 1: gpuscaler.v1.Device
-	(*GPUSample)(nil),             // 2: gpuscaler.v1.GPUSample
-	(*PodRef)(nil),                // 3: gpuscaler.v1.PodRef
-	(*QueueReport)(nil),           // 4: gpuscaler.v1.QueueReport
-	nil,                           // 5: gpuscaler.v1.NodeReport.NodeLabelsEntry
-	nil,                           // 6: gpuscaler.v1.PodRef.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*UnattributedDevice)(nil),    // 1: gpuscaler.v1.UnattributedDevice
+	(*Device)(nil),                // 2: gpuscaler.v1.Device
+	(*GPUSample)(nil),             // 3: gpuscaler.v1.GPUSample
+	(*PodRef)(nil),                // 4: gpuscaler.v1.PodRef
+	(*QueueReport)(nil),           // 5: gpuscaler.v1.QueueReport
+	nil,                           // 6: gpuscaler.v1.NodeReport.NodeLabelsEntry
+	nil,                           // 7: gpuscaler.v1.PodRef.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_gpuscaler_v1_events_proto_depIdxs = []int32{
-	7, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
-	5, // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
-	1, // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
-	1, // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
-	2, // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
-	3, // 5: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
-	6, // 6: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
-	7, // 7: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	8,  // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
+	6,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
+	2,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
+	2,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
+	3,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
+	1,  // 5: gpuscaler.v1.NodeReport.unattributed:type_name -> gpuscaler.v1.UnattributedDevice
+	4,  // 6: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
+	4,  // 7: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
+	4,  // 8: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
+	7,  // 9: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
+	8,  // 10: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_events_proto_init() }
@@ -719,14 +895,15 @@ func file_gpuscaler_v1_events_proto_init() {
 	if File_gpuscaler_v1_events_proto != nil {
 		return
 	}
-	file_gpuscaler_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
+	file_gpuscaler_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
+	file_gpuscaler_v1_events_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_events_proto_rawDesc), len(file_gpuscaler_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -13,7 +13,11 @@ var ErrInvalidEvent = errors.New("invalid event")
 // Bounds of a NodeReport. MaxGPUs is far above any node built (8 GPUs, each split into at
 // most 7 MIG instances); the label bounds are Kubernetes' own.
 const (
-	MaxGPUs          = 256
+	MaxGPUs = 256
+	// MaxPodsPerGPU bounds the pods one shared device lists. NVIDIA's device plugin allows
+	// any replica count, but a GPU shared by more than a few dozen pods is not a layout
+	// anyone runs; 256 keeps a hostile report small.
+	MaxPodsPerGPU    = 256
 	MaxPodLabels     = 128
 	maxLabelKeyLen   = 317 // a 253-byte prefix, '/', a 63-byte name
 	maxLabelValueLen = 63
@@ -21,8 +25,10 @@ const (
 
 // Validate reports whether r is a well-formed NodeReport: a valid node name, and per
 // device a UUID, percentages within 0–100, finite readings, framebuffer used no larger
-// than total, device ids unique, and a namespace and name on every attributed pod. A
-// receiver drops a report that fails, whole: half a node's GPUs would be a false picture.
+// than total, device ids unique, a namespace and name on every attributed pod and no pod
+// listed twice on one device, and an id, resource and pod on every unattributed device.
+// A receiver drops a report that fails, whole: half a node's GPUs would be a false
+// picture.
 func (r *NodeReport) Validate() error {
 	if err := ValidateNodeName(r.GetNode()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -43,6 +49,20 @@ func (r *NodeReport) Validate() error {
 			return fmt.Errorf("%w: node %s: gpus[%d]: device %s appears twice", ErrInvalidEvent, r.GetNode(), i, id)
 		}
 		seen[id] = struct{}{}
+	}
+	if n := len(r.GetUnattributed()); n > MaxGPUs {
+		return fmt.Errorf("%w: node %s reports %d unattributed devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
+	}
+	for i, u := range r.GetUnattributed() {
+		if u.GetId() == "" || u.GetResource() == "" {
+			return fmt.Errorf("%w: node %s: unattributed[%d]: device id and resource are required", ErrInvalidEvent, r.GetNode(), i)
+		}
+		if u.GetPod() == nil {
+			return fmt.Errorf("%w: node %s: unattributed[%d]: the pod holding device %s is required", ErrInvalidEvent, r.GetNode(), i, u.GetId())
+		}
+		if err := u.GetPod().validate(); err != nil {
+			return fmt.Errorf("%w: node %s: unattributed[%d]: %w", ErrInvalidEvent, r.GetNode(), i, err)
+		}
 	}
 	for _, list := range []struct {
 		name    string
@@ -106,21 +126,68 @@ func (g *GPUSample) validate() error {
 	if g.FbUsedBytes != nil && g.FbTotalBytes != nil && g.GetFbUsedBytes() > g.GetFbTotalBytes() {
 		return fmt.Errorf("fb_used_bytes %d exceeds fb_total_bytes %d", g.GetFbUsedBytes(), g.GetFbTotalBytes())
 	}
-	if p := g.GetPod(); p != nil {
-		if err := ValidateNamespace(p.GetNamespace()); err != nil {
-			return fmt.Errorf("pod: %w", err)
+	if len(g.GetOtherPods()) > 0 && g.GetPod() == nil {
+		return errors.New("other_pods without pod: the first pod goes in pod")
+	}
+	if n := len(g.GetOtherPods()) + 1; n > MaxPodsPerGPU {
+		return fmt.Errorf("%d pods on one device, more than %d", n, MaxPodsPerGPU)
+	}
+	var first podKey
+	var seen map[podKey]struct{}
+	for i, p := range g.Pods() {
+		if err := p.validate(); err != nil {
+			return err
 		}
-		if p.GetName() == "" {
-			return errors.New("pod: name is required")
-		}
-		if n := len(p.GetLabels()); n > MaxPodLabels {
-			return fmt.Errorf("pod %s/%s: %d labels, more than %d", p.GetNamespace(), p.GetName(), n, MaxPodLabels)
-		}
-		for k, v := range p.GetLabels() {
-			if k == "" || len(k) > maxLabelKeyLen || len(v) > maxLabelValueLen {
-				return fmt.Errorf("pod %s/%s: label %.40q=%.40q is not a Kubernetes label (key 1 to %d bytes, value at most %d)",
-					p.GetNamespace(), p.GetName(), k, v, maxLabelKeyLen, maxLabelValueLen)
+		k := podKey{p.GetNamespace(), p.GetName()}
+		switch {
+		case i == 0:
+			first = k
+		case i == 1:
+			seen = map[podKey]struct{}{first: {}}
+			fallthrough
+		default:
+			if _, dup := seen[k]; dup {
+				return fmt.Errorf("pod %s/%s is listed twice", k.namespace, k.name)
 			}
+			seen[k] = struct{}{}
+		}
+	}
+	return nil
+}
+
+type podKey struct{ namespace, name string }
+
+// Pods returns every pod holding the device: Pod, then OtherPods; nil when none does.
+func (g *GPUSample) Pods() []*PodRef {
+	if g.GetPod() == nil {
+		return nil
+	}
+	if len(g.GetOtherPods()) == 0 {
+		return []*PodRef{g.GetPod()}
+	}
+	return append([]*PodRef{g.GetPod()}, g.GetOtherPods()...)
+}
+
+// Healthy reports whether the device is healthy: its Unhealthy reason is empty.
+func (g *GPUSample) Healthy() bool { return g.GetUnhealthy() == "" }
+
+func (p *PodRef) validate() error {
+	if err := ValidateNamespace(p.GetNamespace()); err != nil {
+		return fmt.Errorf("pod: %w", err)
+	}
+	if p.GetName() == "" {
+		return errors.New("pod: name is required")
+	}
+	if p.GpuUtil != nil && !(*p.GpuUtil >= 0 && *p.GpuUtil <= 100) {
+		return fmt.Errorf("pod %s/%s: gpu_util %v is outside 0–100", p.GetNamespace(), p.GetName(), *p.GpuUtil)
+	}
+	if n := len(p.GetLabels()); n > MaxPodLabels {
+		return fmt.Errorf("pod %s/%s: %d labels, more than %d", p.GetNamespace(), p.GetName(), n, MaxPodLabels)
+	}
+	for k, v := range p.GetLabels() {
+		if k == "" || len(k) > maxLabelKeyLen || len(v) > maxLabelValueLen {
+			return fmt.Errorf("pod %s/%s: label %.40q=%.40q is not a Kubernetes label (key 1 to %d bytes, value at most %d)",
+				p.GetNamespace(), p.GetName(), k, v, maxLabelKeyLen, maxLabelValueLen)
 		}
 	}
 	return nil
