@@ -30,7 +30,25 @@ type Source interface {
 	// that knows it (dcgm-exporter's pod labels); attribution from the kubelet replaces it.
 	Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error)
 	// Close releases what the source holds. Collect must not be called after.
+	//
+	// A device the source sees but cannot read, or that reports a failure (lost, fallen
+	// off the bus, a critical XID), is still returned, with Unhealthy saying why and
+	// LastXid when known, so its pods' readings are known to be missing; the other
+	// devices' samples are unaffected. Collect fails only when it can read nothing.
 	Close() error
+}
+
+// PodUsageSource is a Source that also measures how much of a device each pod uses:
+// NVML's per-process utilisation samples, with each process's pod found through its
+// cgroup. The Collector asks it after each Collect and gives the figures to the pods it
+// attributes to the device (PodRef.gpu_util), which matters on shared devices.
+type PodUsageSource interface {
+	Source
+	// PodUsage returns, by device id (GPUSample.DeviceID), the utilisation in percent
+	// (0 to 100) of each pod that ran on the device during the last Collect, by pod UID.
+	// A device absent from the map was not measured; a pod absent from a device's map
+	// did not use it. The map is the caller's.
+	PodUsage() map[string]map[string]float64
 }
 
 // Holder names the pod and container a device is allocated to.
