@@ -353,7 +353,11 @@ type GPUSample struct {
 	// read, and it never counts as free capacity.
 	Unhealthy string `protobuf:"bytes,18,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	// The number of the last critical XID error seen on the device, 0 when none.
-	LastXid       uint32 `protobuf:"varint,19,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
+	LastXid uint32 `protobuf:"varint,19,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
+	// The GPU's minor number: N of /dev/nvidiaN, which GKE's device plugin ("nvidiaN") and
+	// NVIDIA's DRA driver ("gpu-N") name devices by. Usually equal to index, not always.
+	// Absent when the source cannot read it. For a MIG instance, its parent GPU's.
+	Minor         *uint32 `protobuf:"varint,20,opt,name=minor,proto3,oneof" json:"minor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +521,13 @@ func (x *GPUSample) GetUnhealthy() string {
 func (x *GPUSample) GetLastXid() uint32 {
 	if x != nil {
 		return x.LastXid
+	}
+	return 0
+}
+
+func (x *GPUSample) GetMinor() uint32 {
+	if x != nil && x.Minor != nil {
+		return *x.Minor
 	}
 	return 0
 }
@@ -784,7 +795,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1f\n" +
 	"\vmig_profile\x18\x03 \x01(\tR\n" +
 	"migProfile\x12\x1c\n" +
-	"\tunhealthy\x18\x04 \x01(\bR\tunhealthy\"\xad\x06\n" +
+	"\tunhealthy\x18\x04 \x01(\bR\tunhealthy\"\xd2\x06\n" +
 	"\tGPUSample\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
@@ -809,7 +820,8 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"other_pods\x18\x10 \x03(\v2\x14.gpuscaler.v1.PodRefR\totherPods\x12\x16\n" +
 	"\x06shared\x18\x11 \x01(\bR\x06shared\x12\x1c\n" +
 	"\tunhealthy\x18\x12 \x01(\tR\tunhealthy\x12\x19\n" +
-	"\blast_xid\x18\x13 \x01(\rR\alastXidB\x12\n" +
+	"\blast_xid\x18\x13 \x01(\rR\alastXid\x12\x19\n" +
+	"\x05minor\x18\x14 \x01(\rH\bR\x05minor\x88\x01\x01B\x12\n" +
 	"\x10_mig_instance_idB\v\n" +
 	"\t_gpu_utilB\f\n" +
 	"\n" +
@@ -818,7 +830,8 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x0e_fb_used_bytesB\x11\n" +
 	"\x0f_fb_total_bytesB\x0e\n" +
 	"\f_power_wattsB\x16\n" +
-	"\x14_temperature_celsius\"\xf1\x02\n" +
+	"\x14_temperature_celsiusB\b\n" +
+	"\x06_minor\"\xf1\x02\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

@@ -316,6 +316,13 @@ func (m *GPUSample) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Minor != nil {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.Minor))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xa0
+	}
 	if m.LastXid != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.LastXid))
 		i--
@@ -831,6 +838,9 @@ func (m *GPUSample) SizeVT() (n int) {
 	}
 	if m.LastXid != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.LastXid))
+	}
+	if m.Minor != nil {
+		n += 2 + protohelpers.SizeOfVarint(uint64(*m.Minor))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2193,6 +2203,26 @@ func (m *GPUSample) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 20:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Minor", wireType)
+			}
+			var v uint32
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Minor = &v
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
