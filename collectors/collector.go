@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -132,7 +134,9 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 	if c.cfg.NodeLabels != nil {
 		r.NodeLabels = c.cfg.NodeLabels()
 	}
-	c.attribute(ctx, r)
+	if err := c.attribute(ctx, r); err != nil {
+		return nil, err
+	}
 	if err := r.Validate(); err != nil {
 		c.metrics.errors.WithLabelValues("invalid").Inc()
 		return nil, err
@@ -141,58 +145,69 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 	return r, nil
 }
 
-// attribute fills each sample's pod, and the report's allocatable and allocated
-// devices, from the kubelet; then pod labels and owners from the pod directory. Without
-// the kubelet, the source's own pod names (dcgm-exporter's labels) stand.
-func (c *Collector) attribute(ctx context.Context, r *gpuscalerv1.NodeReport) {
+// attribute fills each sample's pods, the report's allocatable, allocated and
+// unattributed devices from the kubelet (see attribute in attribution.go); then the
+// pods' labels and owners from the pod directory, and their own use of shared devices
+// from the source when it measures that. A pod whose labels the directory does not know
+// is marked LabelsUnknown: the scaler cannot tell whether a podSelector selects it.
+//
+// When the kubelet cannot be asked, the report stands on the source's own pod names
+// (dcgm-exporter's labels) if it gave any; a source that names no pod (DCGM, NVML) would
+// give a report whose busy GPUs look free and unheld, so the cycle fails instead: the
+// node's last report goes stale, and the scaler answers Unavailable for its pods.
+func (c *Collector) attribute(ctx context.Context, r *gpuscalerv1.NodeReport) error {
 	if c.attrib != nil {
 		alloc, err := c.attrib.Allocation(ctx)
 		if err != nil {
 			c.metrics.errors.WithLabelValues("attribution").Inc()
-			c.warnEvery("attribution", fmt.Errorf("%w; reports carry the GPU source's own pod names, if any", err))
+			if !slices.ContainsFunc(r.GetGpus(), func(g *gpuscalerv1.GPUSample) bool { return g.GetPod() != nil }) {
+				return fmt.Errorf("attribute GPUs to pods: %w", err)
+			}
+			c.warnEvery("attribution", fmt.Errorf("%w; reports carry the GPU source's own pod names", err))
 		} else {
-			// Under the MIG "single" strategy slices are offered as nvidia.com/gpu: learn
-			// their profile from the samples.
-			profiles := map[string]string{}
-			for _, g := range r.GetGpus() {
-				if g.GetMigProfile() != "" {
-					profiles[g.DeviceID()] = g.GetMigProfile()
-				}
+			for _, id := range attribute(r, alloc) {
+				c.metrics.errors.WithLabelValues("attribution").Inc()
+				c.warnEvery("attribution-id:"+id, fmt.Errorf("device id %q is in no form the collector knows; its pod's GPU readings are reported unknown", id))
 			}
-			for _, list := range [][]*gpuscalerv1.Device{alloc.Allocatable, alloc.Allocated} {
-				for _, d := range list {
-					if d.GetMigProfile() == "" && profiles[d.GetId()] != "" {
-						d.MigProfile = profiles[d.GetId()]
-					}
-				}
-			}
-			r.Allocatable, r.Allocated = alloc.Allocatable, alloc.Allocated
-			known := make(map[string]bool, len(alloc.Allocatable))
-			for _, d := range alloc.Allocatable {
-				known[d.GetId()] = true
-			}
-			// The kubelet's word stands for the devices it knows: held by its holder, or
-			// free. A device it does not know (dcgm-exporter names no MIG device id) keeps
-			// the pod its source gave.
-			for _, g := range r.GetGpus() {
-				if h, ok := alloc.Holders[g.DeviceID()]; ok {
-					g.Pod = &gpuscalerv1.PodRef{Namespace: h.Namespace, Name: h.Pod, Container: h.Container}
-				} else if known[g.DeviceID()] {
-					g.Pod = nil
-				}
+			for _, u := range r.GetUnattributed() {
+				c.warnEvery("unattributed:"+u.GetId(), fmt.Errorf("device %s (%s) of pod %s/%s matches no GPU the source measured: %s",
+					u.GetId(), u.GetResource(), u.GetPod().GetNamespace(), u.GetPod().GetName(), u.GetReason()))
 			}
 		}
 	}
-	if c.pods == nil {
-		return
+	var usage map[string]map[string]float64
+	if u, ok := c.source.(PodUsageSource); ok {
+		usage = u.PodUsage()
 	}
 	for _, g := range r.GetGpus() {
-		if p := g.GetPod(); p != nil {
-			if info, ok := c.pods.Pod(p.GetNamespace(), p.GetName()); ok {
-				p.Uid, p.Labels, p.OwnerKind, p.OwnerName = info.UID, info.Labels, info.OwnerKind, info.OwnerName
+		pods := g.Pods()
+		for _, p := range pods {
+			c.describe(p)
+		}
+		// A pod's own figure is kept only when every pod of the device has one: a
+		// partial split would pass for the whole device's use.
+		if m, ok := usage[g.DeviceID()]; ok && len(pods) > 0 && !slices.ContainsFunc(pods, func(p *gpuscalerv1.PodRef) bool { return p.GetUid() == "" }) {
+			for _, p := range pods {
+				p.GpuUtil = proto.Float64(min(100, max(0, m[p.GetUid()])))
 			}
 		}
 	}
+	for _, u := range r.GetUnattributed() {
+		c.describe(u.GetPod())
+	}
+	return nil
+}
+
+// describe fills a pod's UID, labels and owner from the pod directory, or marks its
+// labels unknown.
+func (c *Collector) describe(p *gpuscalerv1.PodRef) {
+	if c.pods != nil {
+		if info, ok := c.pods.Pod(p.GetNamespace(), p.GetName()); ok {
+			p.Uid, p.Labels, p.OwnerKind, p.OwnerName = info.UID, info.Labels, info.OwnerKind, info.OwnerName
+			return
+		}
+	}
+	p.LabelsUnknown = len(p.GetLabels()) == 0
 }
 
 // flushPending publishes the held report if NATS is connected.

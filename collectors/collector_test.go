@@ -230,7 +230,7 @@ func (partialKubelet) Allocation(context.Context) (*Allocation, error) {
 	return &Allocation{
 		Allocatable: []*gpuscalerv1.Device{d},
 		Allocated:   []*gpuscalerv1.Device{d},
-		Holders:     map[string]Holder{"GPU-2": {Namespace: "ml", Pod: "other", Container: "c"}},
+		Holders:     map[string][]Holder{"GPU-2": {{Namespace: "ml", Pod: "other", Container: "c"}}},
 	}, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collectors/deviceid"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -32,12 +33,19 @@ const (
 )
 
 // DefaultPodResources are the resources counted when PodResourcesConfig.Resources is
-// empty: whole NVIDIA GPUs and MIG slices offered under the "mixed" strategy.
-var DefaultPodResources = []string{"nvidia.com/gpu", "nvidia.com/mig-*"}
+// empty: whole NVIDIA GPUs, their shared replicas under the name the device plugin's
+// renameByDefault gives them (nvidia.com/gpu.shared; NVIDIA/k8s-device-plugin
+// api/config/v1/resources.go DefaultSharedRename), and MIG slices offered under the
+// "mixed" strategy, shared or not (nvidia.com/mig-1g.10gb, nvidia.com/mig-1g.10gb.shared).
+var DefaultPodResources = []string{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"}
 
 // migResourcePrefix starts the resource name of a MIG slice under the NVIDIA device
-// plugin's "mixed" strategy; the rest is the profile: nvidia.com/mig-1g.10gb.
-const migResourcePrefix = "nvidia.com/mig-"
+// plugin's "mixed" strategy; the rest is the profile: nvidia.com/mig-1g.10gb, or
+// nvidia.com/mig-1g.10gb.shared for its replicas (sharedResourceSuffix).
+const (
+	migResourcePrefix    = "nvidia.com/mig-"
+	sharedResourceSuffix = ".shared"
+)
 
 // podResourcesMaxMsg bounds a kubelet answer. gRPC's default of 4 MiB can be too
 // little for List on a node with many pods (each reports its CPU ids and memory too);
@@ -244,13 +252,16 @@ func allocatableUnsupported(err error) bool {
 }
 
 // buildAllocation joins the kubelet's allocatable devices and its per-container
-// assignments into an Allocation, keeping only the resources match counts. Allocatable
-// and Allocated are sorted by resource, then id; Allocated holds the same *Device
-// values as Allocatable. A device held by several containers (the kubelet hands an init
-// container's devices on to the app containers of its pod) is allocated once, to the
-// first container listed: the kubelet lists regular containers before sidecars.
+// assignments into an Allocation, keeping only the resources match counts, and the GPUs
+// of NVIDIA's DRA driver that claims give containers. Allocatable and Allocated are
+// sorted by resource, then id; Allocated holds the same *Device values as Allocatable.
+// A device held by several containers of one pod (the kubelet hands an init container's
+// devices on to the app containers of its pod) is held once by that pod, in the first
+// container listed: the kubelet lists regular containers before sidecars. A device that
+// several pods hold (which a device plugin does not do, but a kubelet's list may show
+// across a pod's restart) lists every pod.
 func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*podresourcesv1.PodResources, match resourceMatcher) *Allocation {
-	a := &Allocation{Holders: map[string]Holder{}}
+	a := &Allocation{Holders: map[string][]Holder{}}
 	byID := map[string]*gpuscalerv1.Device{}
 	add := func(resource, id string) *gpuscalerv1.Device {
 		if d, ok := byID[id]; ok {
@@ -269,18 +280,38 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 			add(cd.GetResourceName(), id)
 		}
 	}
+	type claimKey struct{ pod, device string }
+	claimed := map[claimKey]bool{}
 	for _, pod := range pods {
 		for _, c := range pod.GetContainers() {
+			h := Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
 			for _, cd := range c.GetDevices() {
 				if !match.matches(cd.GetResourceName()) {
 					continue
 				}
 				for _, id := range cd.GetDeviceIds() {
-					if _, held := a.Holders[id]; held {
+					holders, held := a.Holders[id]
+					if slices.ContainsFunc(holders, h.samePod) {
 						continue
 					}
-					a.Holders[id] = Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
-					a.Allocated = append(a.Allocated, add(cd.GetResourceName(), id))
+					a.Holders[id] = append(holders, h)
+					if !held {
+						a.Allocated = append(a.Allocated, add(cd.GetResourceName(), id))
+					}
+				}
+			}
+			for _, dr := range c.GetDynamicResources() {
+				for _, cr := range dr.GetClaimResources() {
+					if cr.GetDriverName() != deviceid.NVIDIADRADriver || cr.GetDeviceName() == "" {
+						continue // not a GPU: NICs, compute-domain channels, …
+					}
+					cl := Claim{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName(), Holder: h}
+					k := claimKey{pod.GetNamespace() + "/" + pod.GetName(), cl.ID()}
+					if claimed[k] {
+						continue
+					}
+					claimed[k] = true
+					a.Claims = append(a.Claims, cl)
 				}
 			}
 		}
@@ -294,14 +325,18 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 }
 
 // migProfile is the MIG profile a resource name offers ("1g.10gb" for
-// nvidia.com/mig-1g.10gb), or "" for any other resource.
+// nvidia.com/mig-1g.10gb and nvidia.com/mig-1g.10gb.shared), or "" for any other
+// resource.
 func migProfile(resource string) string {
 	profile, ok := strings.CutPrefix(resource, migResourcePrefix)
 	if !ok {
 		return ""
 	}
-	return profile
+	return strings.TrimSuffix(profile, sharedResourceSuffix)
 }
+
+// samePod reports whether h and o are holds of one pod.
+func (h Holder) samePod(o Holder) bool { return h.Namespace == o.Namespace && h.Pod == o.Pod }
 
 // resourceMatcher says whether a resource name is counted: equal to one of exact, or
 // starting with one of prefixes.

@@ -30,6 +30,11 @@ import (
 //	  - {namespace: ml, name: tiny-0, labels: {app: tiny}, gpus: ["7/0"]}  # slice 0 of GPU 7
 //	util: 50                  # default utilisation of pods that set none
 //	jitter: 5                 # ± percent of noise, deterministic with seed
+//	replicas: 4               # time-slicing: each whole GPU offered as 4 replicas
+//
+// With replicas above 1, each whole GPU is offered as that many devices "<uuid>::<n>",
+// as NVIDIA's device plugin does for time-slicing and MPS; up to that many pods may name
+// the same GPU, and it runs at the sum of their utilisations (at most 100%).
 type SimConfig struct {
 	GPUs      int              `json:"gpus"`
 	Model     string           `json:"model,omitempty"`
@@ -41,6 +46,9 @@ type SimConfig struct {
 	Seed      uint64           `json:"seed,omitempty"`
 	// NodeLabels are the simulated node's Kubernetes labels, for capacity nodeSelectors.
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// Replicas shares each whole GPU among up to this many pods (time-slicing); 0 or 1
+	// does not share.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // SimPod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
@@ -78,9 +86,10 @@ type Sim struct {
 	node string
 	mu   sync.Mutex // guards cfg, devices, holders and tick
 	cfg  SimConfig
-	// devices lists the node's devices in a fixed order, and holders who holds each.
+	// devices lists the node's devices in a fixed order, and holders who holds each, in
+	// the order of the configuration (replica n of a shared GPU goes to its n-th pod).
 	devices []simDevice
-	holders map[string]*SimPod
+	holders map[string][]*SimPod
 	tick    uint64
 }
 
@@ -135,12 +144,15 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 			devices = append(devices, simDevice{gpu: i, slice: k, uuid: uuid, id: simUUID("MIG", s.node, i, k), profile: profile, memory: uint64(gb) << 30})
 		}
 	}
+	if cfg.Replicas < 0 || cfg.Replicas > gpuscalerv1.MaxPodsPerGPU {
+		return fmt.Errorf("simulation: replicas %d: want 0 to %d", cfg.Replicas, gpuscalerv1.MaxPodsPerGPU)
+	}
 	for g := range cfg.MIG {
 		if g < 0 || g >= cfg.GPUs {
 			return fmt.Errorf("simulation: MIG slices for GPU %d, which this node of %d GPUs does not have", g, cfg.GPUs)
 		}
 	}
-	holders := map[string]*SimPod{}
+	holders := map[string][]*SimPod{}
 	for i := range cfg.Pods {
 		p := &cfg.Pods[i]
 		if err := gpuscalerv1.ValidateNamespace(p.Namespace); err != nil || p.Name == "" {
@@ -152,10 +164,16 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 				return fmt.Errorf("simulation: pod %s/%s holds device %q, which this node does not have (want a GPU index, or GPU/slice in MIG mode)", p.Namespace, p.Name, name)
 			}
 			id := devices[d].id
-			if other := holders[id]; other != nil {
-				return fmt.Errorf("simulation: device %q is held by both %s/%s and %s/%s", name, other.Namespace, other.Name, p.Namespace, p.Name)
+			others := holders[id]
+			switch {
+			case slices.Contains(others, p):
+				return fmt.Errorf("simulation: pod %s/%s names device %q twice", p.Namespace, p.Name, name)
+			case len(others) > 0 && (devices[d].slice >= 0 || cfg.Replicas < 2):
+				return fmt.Errorf("simulation: device %q is held by both %s/%s and %s/%s (set replicas to share whole GPUs)", name, others[0].Namespace, others[0].Name, p.Namespace, p.Name)
+			case len(others) >= cfg.Replicas && cfg.Replicas >= 2:
+				return fmt.Errorf("simulation: GPU %q is shared by more than its %d replicas", name, cfg.Replicas)
 			}
-			holders[id] = p
+			holders[id] = append(others, p)
 		}
 	}
 	s.mu.Lock()
@@ -193,11 +211,11 @@ func (s *Sim) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	for _, d := range s.devices {
 		util := 0.0
 		memShare := 0.01
-		if p := s.holders[d.id]; p != nil {
-			util = s.cfg.Util
-			if p.Util != nil {
-				util = *p.Util
+		if pods := s.holders[d.id]; len(pods) > 0 {
+			for _, p := range pods {
+				util += s.podUtil(p)
 			}
+			util = min(100, util)
 			memShare = 0.3 + 0.6*util/100
 		}
 		util = min(100, max(0, util+s.cfg.Jitter*s.noise(d, 0)))
@@ -221,6 +239,39 @@ func (s *Sim) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	return out, nil
 }
 
+// podUtil is a pod's configured utilisation, or the node's. s.mu must be held.
+func (s *Sim) podUtil(p *SimPod) float64 {
+	if p.Util != nil {
+		return *p.Util
+	}
+	return s.cfg.Util
+}
+
+// PodUsage gives each pod's own utilisation of a shared GPU, as NVML's per-process
+// samples would: its configured figure, without noise.
+func (s *Sim) PodUsage() map[string]map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[string]float64{}
+	for _, d := range s.devices {
+		pods := s.holders[d.id]
+		if len(pods) < 2 {
+			continue
+		}
+		m := make(map[string]float64, len(pods))
+		for _, p := range pods {
+			m[s.podUID(p)] = min(100, s.podUtil(p))
+		}
+		out[d.id] = m
+	}
+	return out
+}
+
+// podUID is a configured pod's UID. s.mu must be held.
+func (s *Sim) podUID(p *SimPod) string {
+	return simUUID("pod", s.node, slices.IndexFunc(s.cfg.Pods, func(q SimPod) bool { return q.Namespace == p.Namespace && q.Name == p.Name }), -1)
+}
+
 // noise is a deterministic value in [-1, 1] for a device, a channel and the current tick.
 func (s *Sim) noise(d simDevice, channel uint64) float64 {
 	h := fnv.New64a()
@@ -235,20 +286,33 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := &Allocation{Holders: map[string]Holder{}}
+	a := &Allocation{Holders: map[string][]Holder{}}
 	for _, d := range s.devices {
-		dev := &gpuscalerv1.Device{Id: d.id, Resource: "nvidia.com/gpu"}
-		if d.profile != "" {
-			dev.Resource, dev.MigProfile = "nvidia.com/mig-"+d.profile, d.profile
+		pods := s.holders[d.id]
+		replicas := 1
+		if d.slice < 0 && s.cfg.Replicas >= 2 {
+			replicas = s.cfg.Replicas
 		}
-		a.Allocatable = append(a.Allocatable, dev)
-		if p := s.holders[d.id]; p != nil {
+		for n := range replicas {
+			dev := &gpuscalerv1.Device{Id: d.id, Resource: "nvidia.com/gpu"}
+			if replicas > 1 {
+				// NVIDIA/k8s-device-plugin internal/rm/devices.go NewAnnotatedID.
+				dev.Id = fmt.Sprintf("%s::%d", d.id, n)
+			}
+			if d.profile != "" {
+				dev.Resource, dev.MigProfile = "nvidia.com/mig-"+d.profile, d.profile
+			}
+			a.Allocatable = append(a.Allocatable, dev)
+			if n >= len(pods) {
+				continue
+			}
+			p := pods[n]
 			a.Allocated = append(a.Allocated, dev)
 			container := p.Container
 			if container == "" {
 				container = "main"
 			}
-			a.Holders[d.id] = Holder{Namespace: p.Namespace, Pod: p.Name, Container: container}
+			a.Holders[dev.Id] = []Holder{{Namespace: p.Namespace, Pod: p.Name, Container: container}}
 		}
 	}
 	return a, nil
@@ -263,7 +327,7 @@ func (s *Sim) Pod(namespace, name string) (PodInfo, bool) {
 		return PodInfo{}, false
 	}
 	p := s.cfg.Pods[i]
-	return PodInfo{UID: simUUID("pod", s.node, i, -1), Labels: p.Labels, OwnerKind: p.OwnerKind, OwnerName: p.OwnerName}, true
+	return PodInfo{UID: s.podUID(&s.cfg.Pods[i]), Labels: p.Labels, OwnerKind: p.OwnerKind, OwnerName: p.OwnerName}, true
 }
 
 // Close does nothing: the simulation holds nothing.

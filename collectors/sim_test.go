@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestSimCollectAndAllocation(t *testing.T) {
 	if len(a.Allocatable) != 10 || len(a.Allocated) != 5 {
 		t.Fatalf("allocatable %d, allocated %d; want 10 and 5", len(a.Allocatable), len(a.Allocated))
 	}
-	if h := a.Holders[slice.GetDeviceId()]; h != (Holder{Namespace: "ml", Pod: "tiny-0", Container: "main"}) {
+	if h := a.Holders[slice.GetDeviceId()]; !slices.Equal(h, []Holder{{Namespace: "ml", Pod: "tiny-0", Container: "main"}}) {
 		t.Errorf("holder of slice 7/0: %+v", h)
 	}
 	if a.Allocatable[7].GetResource() != "nvidia.com/mig-1g.10gb" || a.Allocatable[7].GetMigProfile() != "1g.10gb" {

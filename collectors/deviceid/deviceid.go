@@ -242,16 +242,17 @@ func number(s string) (int, bool) {
 	return n, true
 }
 
-// isUUIDBody reports whether s is the part of an NVIDIA UUID after "GPU-" or "MIG-": hex
-// digits and dashes, starting and ending with a hex digit. The exact grouping is not
-// checked: NVML documents the UUID as an opaque string of that alphabet.
+// isUUIDBody reports whether s can be the part of an NVIDIA UUID after "GPU-" or "MIG-":
+// letters, digits and dashes, starting and ending with a letter or digit. NVML documents
+// the UUID as an opaque string (real ones are hex in 8-4-4-4-12 groups), so the grouping
+// is not checked; what is refused is what no UUID holds: '/', ':', space, ….
 func isUUIDBody(s string) bool {
-	if len(s) < 8 || s[0] == '-' || s[len(s)-1] == '-' {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
 		return false
 	}
 	for _, c := range []byte(s) {
 		switch {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F', c == '-':
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-':
 		default:
 			return false
 		}

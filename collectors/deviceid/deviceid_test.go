@@ -62,7 +62,7 @@ func TestParseRejects(t *testing.T) {
 	for _, id := range []string{
 		"", "0", "1:0", // k8s-device-plugin's index strategy reaches only the container's env, never the kubelet
 		"all", // WSL's single device: no GPU to name
-		"GPU-", "GPU-xyz-12345", "GPU-1234567-", "MIG-", "MIG-not-a-uuid",
+		"GPU-", "GPU--1", "GPU-1234567-", "GPU-a/b", "GPU-a b", "MIG-", "MIG-not_a_uuid",
 		"MIG-" + gpuUUID, "MIG-" + gpuUUID + "/3", "MIG-" + gpuUUID + "/a/0", "MIG-" + gpuUUID + "/3/0/1",
 		gpuUUID + "::", gpuUUID + "::x", gpuUUID + "::-1", gpuUUID + "::01", "::1", gpuUUID + "::1::2",
 		"nvidia", "nvidiax", "nvidia01", "nvidia0/", "nvidia0/gi", "nvidia0/gix", "nvidia0/vgpu", "nvidia0/vgpu1/vgpu2",

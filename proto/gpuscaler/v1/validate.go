@@ -83,13 +83,14 @@ func (r *NodeReport) Validate() error {
 }
 
 // Profile returns the device's MIG profile: MigProfile, or, when that is empty, what a
-// "nvidia.com/mig-<profile>" resource name says (the mixed strategy); "" for a whole GPU.
+// "nvidia.com/mig-<profile>" resource name says (the mixed strategy), without the
+// ".shared" suffix of a shared slice's replicas; "" for a whole GPU.
 func (d *Device) Profile() string {
 	if p := d.GetMigProfile(); p != "" {
 		return p
 	}
 	if p, ok := strings.CutPrefix(d.GetResource(), "nvidia.com/mig-"); ok {
-		return p
+		return strings.TrimSuffix(p, ".shared")
 	}
 	return ""
 }
