@@ -31,7 +31,9 @@ const (
 
 // labSource returns fixed samples: GPU 0 whole, GPU 1 in MIG mode with two 1g.10gb
 // instances (GPU instance ids 7 and 8), minor numbers equal to indices.
-type labSource struct{ samples func() []*gpuscalerv1.GPUSample }
+type labSource struct {
+	samples func() []*gpuscalerv1.GPUSample
+}
 
 func (labSource) Name() string { return "nvml" }
 func (labSource) Close() error { return nil }
