@@ -94,7 +94,7 @@ func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 type stateCollector struct{ state *State }
 
 var stateEntriesDesc = prometheus.NewDesc("gpuscaler_scaler_state_entries",
-	"Entries the scaler holds, by kind (node, gpu, queue).", []string{"kind"}, nil)
+	"Entries the scaler holds, by kind (node, gpu, queue, and node_tombstone: forgotten nodes whose pods keep their triggers Unavailable).", []string{"kind"}, nil)
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateEntriesDesc }
 
@@ -103,6 +103,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(nodes), "node")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(gpus), "gpu")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(queues), "queue")
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(c.state.Tombstones()), "node_tombstone")
 }
 
 func boolFloat(b bool) float64 {

@@ -186,24 +186,30 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	}
 
 	var (
-		gpus, pods      int
+		gpus            float64 // GPUs the selected pods hold: a shared device in part
+		pods            int
 		utilSum, memSum float64
-		nodePods        []string // the matching pods of one node: a pod never spans nodes
-		// The first node (by name) found stale or missing a figure: maps iterate in
-		// random order, and every call and replica should name the same one.
-		stale, noUtil, noMem culprit
+		nodePods        []string // the selected pods of one node: a pod never spans nodes
+		// The first node (by name) found stale, holding a pod it cannot describe, or
+		// missing a figure: maps iterate in random order, and every call and replica
+		// should name the same one.
+		stale, unknown, noUtil, noMem culprit
 	)
 	for e := range s.byNamespace[t.Namespace] {
 		nodePods = nodePods[:0]
 		for _, v := range e.gpusOf(t.Namespace) {
-			if !t.PodSelector.Matches(v.labels) {
+			if !v.labelsUnknown && !t.PodSelector.Matches(v.labels) {
 				continue
 			}
 			if now.Sub(e.stored) > t.StaleAfter {
 				stale.consider(e, v)
 				break
 			}
-			gpus++
+			if v.labelsUnknown || v.unattributed != "" {
+				unknown.consider(e, v)
+				continue
+			}
+			gpus += v.share
 			if !slices.Contains(nodePods, v.pod) {
 				nodePods = append(nodePods, v.pod)
 				pods++
@@ -220,35 +226,58 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 			}
 		}
 	}
-	if stale.e != nil {
-		e, v := stale.e, stale.v
+	if e, v := stale.e, stale.v; e != nil {
 		fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
 			ErrUnavailable, e.report.GetNode(), stamp(e.stored), now.Sub(e.stored).Round(time.Second), t.StaleAfter,
-			e.report.GetGpus()[v.index].DeviceID(), t.Namespace, v.pod, t.PodSelector.String()))
+			v.device, t.Namespace, v.pod, t.PodSelector.String()))
 		return
+	}
+	if e, v := unknown.e, unknown.v; e != nil {
+		if v.unattributed != "" {
+			fail(fmt.Errorf("%w: pod %s/%s on node %s holds device %s, which its collector could not match to a GPU (%s), so its GPU readings are unknown",
+				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), v.device, v.unattributed))
+		} else {
+			fail(fmt.Errorf("%w: pod %s/%s on node %s holds GPU %s, but its collector could not read the pod's labels (no API access, or its pod informer not yet synced), so podSelector %q cannot tell whether it selects it",
+				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), v.device, t.PodSelector.String()))
+		}
+		return
+	}
+	if pods == 0 {
+		if err := s.tombstoned(t); err != nil {
+			fail(err)
+			return
+		}
 	}
 	var utilErr, memErr error
 	if e, v := noUtil.e, noUtil.v; e != nil {
-		utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; its collector's source (%s) cannot measure it",
-			ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod, e.report.GetSource())
+		why := fmt.Sprintf("its collector's source (%s) cannot measure it", e.report.GetSource())
+		if v.unhealthy != "" {
+			why = "the GPU is unhealthy: " + v.unhealthy
+		}
+		utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; %s",
+			ErrUnavailable, v.device, e.report.GetNode(), t.Namespace, v.pod, why)
 	}
 	if e, v := noMem.e, noMem.v; e != nil {
-		memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size",
-			ErrUnavailable, e.report.GetGpus()[v.index].DeviceID(), e.report.GetNode(), t.Namespace, v.pod)
+		why := ""
+		if v.unhealthy != "" {
+			why = "; the GPU is unhealthy: " + v.unhealthy
+		}
+		memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size%s",
+			ErrUnavailable, v.device, e.report.GetNode(), t.Namespace, v.pod, why)
 	}
 
 	perReplica := float64(t.GPUsPerReplica)
 	if perReplica == 0 {
 		perReplica = 1
 		if pods > 0 {
-			perReplica = float64(gpus) / float64(pods)
+			perReplica = gpus / float64(pods)
 		}
 	}
 	r.gpuUtil.value, r.gpuUtil.err = utilSum/perReplica, utilErr
 	r.gpuMemory.value, r.gpuMemory.err = memSum/perReplica, memErr
 	if t.ActivateOnUtil {
 		r.gpuActiveErr = utilErr
-		r.gpuActive = utilErr == nil && gpus > 0 && utilSum/float64(gpus) > t.ActivationGPUUtil
+		r.gpuActive = utilErr == nil && gpus > 0 && utilSum/gpus > t.ActivationGPUUtil
 	} else {
 		r.gpuActive = gpus > 0
 	}
@@ -260,14 +289,37 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	}
 }
 
-// culprit remembers the GPU an error will name: the first by node name, then by index.
+// tombstoned fails with ErrUnavailable when a forgotten node's last report had a pod that
+// t's podSelector selects: t then selects no live pod, and reading the forgotten pods'
+// absence as an idle workload would be a silent zero. s.mu must be held.
+func (s *State) tombstoned(t *Trigger) error {
+	var found culprit
+	for e := range s.tombsByNS[t.Namespace] {
+		for _, v := range e.gpusOf(t.Namespace) {
+			if v.labelsUnknown || t.PodSelector.Matches(v.labels) {
+				found.consider(e, v)
+				break
+			}
+		}
+	}
+	e, v := found.e, found.v
+	if e == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: node %s last reported at %s and was forgotten at %s (the stream's max age), when it held GPU %s of pod %s/%s, which podSelector %q selects; no live pod is selected since. This clears when the node reports again, a selected pod reports from a live node, or %s after it was forgotten",
+		ErrUnavailable, e.report.GetNode(), stamp(e.stored), stamp(e.forgotten), v.device, t.Namespace, v.pod, t.PodSelector.String(), s.tombstoneTTL)
+}
+
+// culprit remembers the GPU an error will name: the first by node name, then by device
+// and pod.
 type culprit struct {
 	e *nodeEntry
 	v gpuView
 }
 
 func (c *culprit) consider(e *nodeEntry, v gpuView) {
-	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() || (e == c.e && v.index < c.v.index) {
+	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() ||
+		(e == c.e && (v.device < c.v.device || (v.device == c.v.device && v.pod < c.v.pod))) {
 		c.e, c.v = e, v
 	}
 }

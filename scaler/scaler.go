@@ -47,6 +47,10 @@ type Config struct {
 	// StaleAfter is staleAfter for triggers that give none, and how long the NATS
 	// connection may be down before /readyz fails. Default DefaultStaleAfter.
 	StaleAfter time.Duration
+	// NodeTombstoneTTL is how long a node forgotten after Stream.MaxAge keeps the
+	// triggers that selected its pods, and select no live pod, Unavailable. Zero means
+	// DefaultNodeTombstoneTTL; negative keeps no tombstones.
+	NodeTombstoneTTL time.Duration
 	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
 	// triggers name is fetched, however many triggers share it. Default 1s.
 	ConsumerRefresh time.Duration
@@ -130,6 +134,9 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		clock: clock,
 		state: NewState(clock.Now),
 		ready: make(chan struct{}),
+	}
+	if cfg.NodeTombstoneTTL != 0 {
+		s.state.SetNodeTombstoneTTL(cfg.NodeTombstoneTTL)
 	}
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)

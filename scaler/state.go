@@ -31,6 +31,14 @@ type State struct {
 	gpus       int
 	// queues holds the latest report per namespace/queue.
 	queues map[queueKey]*queueEntry
+	// tombstones holds nodes forgotten (Forget) while their last report had pods holding
+	// GPUs, by node name, and tombsByNS indexes them as byNamespace indexes nodes: a
+	// trigger that selected those pods, and now selects no live pod, answers Unavailable
+	// rather than reading their absence as an idle workload. A tombstone goes when its node
+	// reports again, after tombstoneTTL, or, oldest first, past maxTombstones.
+	tombstones   map[string]*nodeEntry
+	tombsByNS    map[string]map[*nodeEntry]struct{}
+	tombstoneTTL time.Duration
 	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
@@ -43,6 +51,9 @@ type nodeEntry struct {
 	report *gpuscalerv1.NodeReport
 	// stored is when NATS stored the report: the one clock every scaler replica shares.
 	stored time.Time
+	// forgotten is when Forget dropped the node and kept it as a tombstone; zero for a
+	// live node. Written under State.mu before the entry becomes a tombstone.
+	forgotten time.Time
 	// namespaces of the pods that hold the node's GPUs, without repeats, and for each the
 	// GPUs its pods hold, flattened for reading: a read walks one array rather than
 	// chasing pointers through protobuf messages scattered over the heap.
@@ -52,15 +63,34 @@ type nodeEntry struct {
 	free map[string]int
 }
 
-// gpuView is what a podSelector trigger reads of one GPU held by a pod.
+// gpuView is what a podSelector trigger reads of one pod's hold on one device. A device
+// held by several pods (shared by time-slicing, MPS or GKE sharing) gives each a view
+// with its share of the device:
+//   - share is the pod's part of the device in GPUs: 1 over the number of pods holding
+//     it (1 for a device held by one pod);
+//   - util is the pod's own utilisation where the collector measured every pod's
+//     (PodRef.gpu_util), else the device's utilisation times share: a shared device's
+//     figure split evenly among its pods;
+//   - memPct is the device's framebuffer use times share.
+//
+// Summed over a trigger's pods, a device then counts once, whole, when the trigger
+// selects all its pods, and in part when it shares the device with other workloads.
 type gpuView struct {
 	labels  labels.Set // the pod's labels
 	pod     string     // the pod's name
-	util    float64    // GPU utilisation, percent; valid when hasUtil
-	memPct  float64    // framebuffer used, percent of total; valid when hasMem
+	share   float64    // GPUs this hold stands for, 0 < share <= 1
+	util    float64    // utilisation in GPU-percent (percent times share); valid when hasUtil
+	memPct  float64    // framebuffer used in GPU-percent; valid when hasMem
 	hasUtil bool
 	hasMem  bool
-	index   int // in report.Gpus, for messages
+	// labelsUnknown says the collector could not read the pod's labels: no podSelector
+	// can tell whether it selects the pod.
+	labelsUnknown bool
+	// unattributed is why the pod holds a device the collector could not match to a GPU
+	// (then the view stands for no GPU: share and readings are zero); "" otherwise.
+	unattributed string
+	device       string // the device id, for messages
+	unhealthy    string // why the device is unhealthy, "" when healthy; for messages
 }
 
 // gpusOf returns the GPUs held by pods of namespace ns.
@@ -88,8 +118,13 @@ func NewState(now func() time.Time) *State {
 		started:     now(),
 		nodes:       make(map[string]*nodeEntry),
 		byNamespace: make(map[string]map[*nodeEntry]struct{}),
+		tombstones:  make(map[string]*nodeEntry),
+		tombsByNS:   make(map[string]map[*nodeEntry]struct{}),
 		queues:      make(map[queueKey]*queueEntry),
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
+		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
+		// keeps the production default.
+		tombstoneTTL: DefaultNodeTombstoneTTL,
 	}
 }
 
@@ -126,58 +161,105 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	if old != nil {
 		s.unindex(old)
 	}
+	if tomb := s.tombstones[r.GetNode()]; tomb != nil {
+		s.bury(tomb)
+	}
 	s.nodes[r.GetNode()] = e
 	s.gpus += len(r.GetGpus())
+	index(s.byNamespace, e)
+	if stored.After(s.newestNode) {
+		s.newestNode = stored
+	}
+}
+
+// index adds e to a namespace index.
+func index(m map[string]map[*nodeEntry]struct{}, e *nodeEntry) {
 	for _, ns := range e.namespaces {
-		set := s.byNamespace[ns]
+		set := m[ns]
 		if set == nil {
 			set = make(map[*nodeEntry]struct{})
-			s.byNamespace[ns] = set
+			m[ns] = set
 		}
 		set[e] = struct{}{}
 	}
-	if stored.After(s.newestNode) {
-		s.newestNode = stored
+}
+
+// unindexFrom removes e from a namespace index.
+func unindexFrom(m map[string]map[*nodeEntry]struct{}, e *nodeEntry) {
+	for _, ns := range e.namespaces {
+		set := m[ns]
+		delete(set, e)
+		if len(set) == 0 {
+			delete(m, ns)
+		}
 	}
 }
 
 // unindex removes e from the namespace index and the GPU count. s.mu must be held.
 func (s *State) unindex(e *nodeEntry) {
 	s.gpus -= len(e.report.GetGpus())
-	for _, ns := range e.namespaces {
-		set := s.byNamespace[ns]
-		delete(set, e)
-		if len(set) == 0 {
-			delete(s.byNamespace, ns)
-		}
-	}
+	unindexFrom(s.byNamespace, e)
 }
 
-// indexNamespaces groups the node's GPUs by the namespace of the pod holding them.
+// bury drops a tombstone. s.mu must be held.
+func (s *State) bury(tomb *nodeEntry) {
+	delete(s.tombstones, tomb.report.GetNode())
+	unindexFrom(s.tombsByNS, tomb)
+}
+
+// indexNamespaces groups the node's pods' holds on devices by the pods' namespace: the
+// devices matched to GPUs (see gpuView for a shared device's split) and those the
+// collector could not match.
 func (e *nodeEntry) indexNamespaces() {
-	for i, g := range e.report.GetGpus() {
-		p := g.GetPod()
-		if p == nil {
-			continue
-		}
-		j := slices.Index(e.namespaces, p.GetNamespace())
+	add := func(ns string, v gpuView) {
+		j := slices.Index(e.namespaces, ns)
 		if j < 0 {
 			j = len(e.namespaces)
-			e.namespaces = append(e.namespaces, p.GetNamespace())
+			e.namespaces = append(e.namespaces, ns)
 			e.nsGPUs = append(e.nsGPUs, nil)
-		}
-		v := gpuView{labels: p.GetLabels(), pod: p.GetName(), index: i}
-		if g.GpuUtil != nil {
-			v.util, v.hasUtil = g.GetGpuUtil(), true
-		}
-		if g.FbUsedBytes != nil && g.GetFbTotalBytes() > 0 {
-			v.memPct, v.hasMem = 100*float64(g.GetFbUsedBytes())/float64(g.GetFbTotalBytes()), true
 		}
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
+	for _, g := range e.report.GetGpus() {
+		pods := g.Pods()
+		if len(pods) == 0 {
+			continue
+		}
+		share := 1 / float64(len(pods))
+		// A pod's own figure counts only on a shared device, and only when every pod of
+		// the device has one: a partial split would pass for the whole device's use.
+		own := g.GetShared() && !slices.ContainsFunc(pods, func(p *gpuscalerv1.PodRef) bool { return p.GpuUtil == nil })
+		var memPct float64
+		hasMem := g.FbUsedBytes != nil && g.GetFbTotalBytes() > 0
+		if hasMem {
+			memPct = 100 * float64(g.GetFbUsedBytes()) / float64(g.GetFbTotalBytes())
+		}
+		for _, p := range pods {
+			v := gpuView{labels: p.GetLabels(), pod: p.GetName(), share: share, labelsUnknown: p.GetLabelsUnknown(), device: g.DeviceID(), unhealthy: g.GetUnhealthy()}
+			switch {
+			case own:
+				v.util, v.hasUtil = p.GetGpuUtil(), true
+			case g.GpuUtil != nil:
+				v.util, v.hasUtil = g.GetGpuUtil()*share, true
+			}
+			if hasMem {
+				v.memPct, v.hasMem = memPct*share, true
+			}
+			add(p.GetNamespace(), v)
+		}
+	}
+	for _, u := range e.report.GetUnattributed() {
+		p := u.GetPod()
+		reason := u.GetReason()
+		if reason == "" {
+			reason = "no reason given"
+		}
+		add(p.GetNamespace(), gpuView{labels: p.GetLabels(), pod: p.GetName(), labelsUnknown: p.GetLabelsUnknown(), unattributed: reason, device: u.GetId()})
+	}
 }
 
-// countFree counts the node's free devices by MIG profile.
+// countFree counts the node's free devices by MIG profile. A device of an unhealthy GPU
+// is never free: a replica placed there would not run.
 func (e *nodeEntry) countFree() {
 	allocated := make(map[string]struct{}, len(e.report.GetAllocated()))
 	for _, d := range e.report.GetAllocated() {
@@ -185,25 +267,66 @@ func (e *nodeEntry) countFree() {
 	}
 	e.free = make(map[string]int, 1)
 	for _, d := range e.report.GetAllocatable() {
-		if _, taken := allocated[d.GetId()]; !taken {
+		if _, taken := allocated[d.GetId()]; !taken && !d.GetUnhealthy() {
 			e.free[d.Profile()]++
 		}
 	}
 }
 
+// Defaults of the tombstones Forget keeps.
+const (
+	// DefaultNodeTombstoneTTL is how long a forgotten node's pods keep the triggers that
+	// selected them, and select no live pod, Unavailable.
+	DefaultNodeTombstoneTTL = time.Hour
+	// maxTombstones bounds the forgotten nodes kept: each holds its last report, a few
+	// KiB for 8 GPUs, so at most some tens of MiB.
+	maxTombstones = 4096
+)
+
+// SetNodeTombstoneTTL sets how long Forget keeps a forgotten node's pods as tombstones;
+// zero or less keeps none. The default is DefaultNodeTombstoneTTL.
+func (s *State) SetNodeTombstoneTTL(ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tombstoneTTL = max(ttl, 0)
+}
+
 // Forget drops nodes and queues whose latest report NATS stored before cutoff: the stream
 // has dropped them too (its MaxAge), so a restarted replica would not know them either.
-// It returns how many entries it dropped.
+// A node whose last report had pods holding GPUs is kept as a tombstone (see
+// State.tombstones); tombstones older than the TTL are dropped. It returns how many
+// live entries it dropped.
 func (s *State) Forget(cutoff time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	for _, tomb := range s.tombstones {
+		if now.Sub(tomb.forgotten) >= s.tombstoneTTL {
+			s.bury(tomb)
+		}
+	}
 	n := 0
 	for name, e := range s.nodes {
 		if e.stored.Before(cutoff) {
 			s.unindex(e)
 			delete(s.nodes, name)
 			n++
+			if len(e.namespaces) > 0 && s.tombstoneTTL > 0 {
+				e.forgotten = now
+				s.tombstones[name] = e
+				index(s.tombsByNS, e)
+			}
 		}
+	}
+	for len(s.tombstones) > maxTombstones {
+		var oldest *nodeEntry
+		for _, tomb := range s.tombstones {
+			if oldest == nil || tomb.forgotten.Before(oldest.forgotten) ||
+				(tomb.forgotten.Equal(oldest.forgotten) && tomb.report.GetNode() < oldest.report.GetNode()) {
+				oldest = tomb
+			}
+		}
+		s.bury(oldest)
 	}
 	if len(s.nodes) == 0 {
 		s.newestNode = time.Time{}
@@ -219,6 +342,13 @@ func (s *State) Forget(cutoff time.Time) int {
 
 // Applied returns how many events have been applied since the State was made.
 func (s *State) Applied() uint64 { return s.applied.Load() }
+
+// Tombstones reports how many forgotten nodes are kept as tombstones.
+func (s *State) Tombstones() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.tombstones)
+}
 
 // Size reports how many nodes, GPU samples and queues the state holds.
 func (s *State) Size() (nodes, gpus, queues int) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		embeddedAddr  string
 		dataDir       string
 		streamMaxAge  = scaler.DefaultStreamMaxAge
+		tombstoneTTL  = scaler.DefaultNodeTombstoneTTL
 		staleAfter    = scaler.DefaultStaleAfter
 		streamReplica = 1
 		streamMemory  bool
@@ -44,6 +46,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", scaler.DefaultMaxConnectionAge, "how long a KEDA connection lives before the scaler asks for a new one, so KEDA resolves the address again and reaches replicas added since; open streams are not cut")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
+	fs.DurationVar(&tombstoneTTL, "node-tombstone-ttl", tombstoneTTL, "how long a node forgotten after --stream-max-age keeps the podSelector triggers that selected its pods, and select no live pod, Unavailable rather than reading them as idle; 0 keeps none")
 	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
 	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
 	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
@@ -59,6 +62,14 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	cfg.StaleAfter = staleAfter
+	switch {
+	case tombstoneTTL < 0:
+		return usageError{fmt.Errorf("--node-tombstone-ttl %s: want a duration, or 0 to keep no tombstones", tombstoneTTL)}
+	case tombstoneTTL == 0:
+		cfg.NodeTombstoneTTL = -1
+	default:
+		cfg.NodeTombstoneTTL = tombstoneTTL
+	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
 
 	natsOpts.Name = "gpuscaler-scaler"
