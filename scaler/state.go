@@ -36,9 +36,10 @@ type State struct {
 	// trigger that selected those pods, and now selects no live pod, answers Unavailable
 	// rather than reading their absence as an idle workload. A tombstone goes when its node
 	// reports again, after tombstoneTTL, or, oldest first, past maxTombstones.
-	tombstones   map[string]*nodeEntry
-	tombsByNS    map[string]map[*nodeEntry]struct{}
-	tombstoneTTL time.Duration
+	tombstones    map[string]*nodeEntry
+	tombsByNS     map[string]map[*nodeEntry]struct{}
+	tombstoneTTL  time.Duration
+	maxTombstones int // defaultMaxTombstones; tests lower it
 	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
@@ -124,7 +125,8 @@ func NewState(now func() time.Time) *State {
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
 		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
 		// keeps the production default.
-		tombstoneTTL: DefaultNodeTombstoneTTL,
+		tombstoneTTL:  DefaultNodeTombstoneTTL,
+		maxTombstones: defaultMaxTombstones,
 	}
 }
 
@@ -278,9 +280,9 @@ const (
 	// DefaultNodeTombstoneTTL is how long a forgotten node's pods keep the triggers that
 	// selected them, and select no live pod, Unavailable.
 	DefaultNodeTombstoneTTL = time.Hour
-	// maxTombstones bounds the forgotten nodes kept: each holds its last report, a few
+	// defaultMaxTombstones bounds the forgotten nodes kept: each holds its last report, a few
 	// KiB for 8 GPUs, so at most some tens of MiB.
-	maxTombstones = 4096
+	defaultMaxTombstones = 4096
 )
 
 // SetNodeTombstoneTTL sets how long Forget keeps a forgotten node's pods as tombstones;
@@ -318,7 +320,7 @@ func (s *State) Forget(cutoff time.Time) int {
 			}
 		}
 	}
-	for len(s.tombstones) > maxTombstones {
+	for len(s.tombstones) > s.maxTombstones {
 		var oldest *nodeEntry
 		for _, tomb := range s.tombstones {
 			if oldest == nil || tomb.forgotten.Before(oldest.forgotten) ||
