@@ -62,7 +62,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods, load and node labels")
 	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
-	fs.StringVar(&resources, "resources", "nvidia.com/gpu,nvidia.com/mig-*", "comma-separated extended resources that are GPUs; a trailing * matches a prefix")
+	fs.StringVar(&resources, "resources", strings.Join(gpucollectors.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
 	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
@@ -118,7 +118,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		if kubeconfig != "none" {
 			client, err := gpucollectors.NewInClusterOrKubeconfig(kubeconfig)
 			if err != nil {
-				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, and no node labels", "err", err)
+				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, and no node labels; podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
 				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
 				labels := gpucollectors.NewNodeLabels(client, cfg.Node, 0, log.With("component", "node-labels"))

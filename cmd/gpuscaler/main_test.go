@@ -203,6 +203,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"tls-client-ca":      "",
 		"stale-after":        "(default 30s)",
 		"stream-max-age":     "(default " + scaler.DefaultStreamMaxAge.String() + ")",
+		"node-tombstone-ttl": "(default " + scaler.DefaultNodeTombstoneTTL.String() + ")",
 		"stream-max-bytes":   "(default 1073741824)",
 		"consumer-refresh":   "(default 1s)",
 		"max-connection-age": "(default 5m0s)",
