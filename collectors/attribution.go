@@ -146,8 +146,11 @@ func attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string)
 
 type podName struct{ namespace, name string }
 
-// sampleIndex finds the sample a parsed device id names.
+// sampleIndex finds the sample a parsed device id names. Only byDevice is built up
+// front: the UUID forms are what most nodes use; the maps for the other forms are built
+// on their first use.
 type sampleIndex struct {
+	samples  []*gpuscalerv1.GPUSample
 	byDevice map[string]*gpuscalerv1.GPUSample // by DeviceID: GPU and MIG device UUIDs
 	byGI     map[uuidGI]*gpuscalerv1.GPUSample // MIG samples by GPU UUID and GPU instance id
 	byMinor  map[uint32]*gpuscalerv1.GPUSample // whole GPUs by minor number (or index, see attribute)
@@ -163,33 +166,41 @@ type uuidGI struct {
 type minorGI struct{ minor, gi uint32 }
 
 func newSampleIndex(samples []*gpuscalerv1.GPUSample) *sampleIndex {
-	ix := &sampleIndex{
-		byDevice: make(map[string]*gpuscalerv1.GPUSample, len(samples)),
-		byGI:     map[uuidGI]*gpuscalerv1.GPUSample{},
-		byMinor:  make(map[uint32]*gpuscalerv1.GPUSample, len(samples)),
-		byMinGI:  map[minorGI]*gpuscalerv1.GPUSample{},
-		inMIG:    map[uint32]bool{},
-	}
-	haveMinor := slices.ContainsFunc(samples, func(g *gpuscalerv1.GPUSample) bool { return g.Minor != nil })
+	ix := &sampleIndex{samples: samples, byDevice: make(map[string]*gpuscalerv1.GPUSample, len(samples))}
 	for _, g := range samples {
 		ix.byDevice[g.DeviceID()] = g
+	}
+	return ix
+}
+
+// indexInstances builds byGI.
+func (ix *sampleIndex) indexInstances() {
+	ix.byGI = map[uuidGI]*gpuscalerv1.GPUSample{}
+	for _, g := range ix.samples {
+		if g.MigInstanceId != nil {
+			ix.byGI[uuidGI{g.GetUuid(), g.GetMigInstanceId()}] = g
+		}
+	}
+}
+
+// indexMinors builds byMinor, byMinGI and inMIG.
+func (ix *sampleIndex) indexMinors() {
+	ix.byMinor, ix.byMinGI, ix.inMIG = map[uint32]*gpuscalerv1.GPUSample{}, map[minorGI]*gpuscalerv1.GPUSample{}, map[uint32]bool{}
+	haveMinor := slices.ContainsFunc(ix.samples, func(g *gpuscalerv1.GPUSample) bool { return g.Minor != nil })
+	for _, g := range ix.samples {
 		minor, hasMinor := g.GetIndex(), !haveMinor
 		if g.Minor != nil {
 			minor, hasMinor = g.GetMinor(), true
 		}
-		if g.MigInstanceId != nil {
-			ix.byGI[uuidGI{g.GetUuid(), g.GetMigInstanceId()}] = g
-			if hasMinor {
-				ix.byMinGI[minorGI{minor, g.GetMigInstanceId()}] = g
-				ix.inMIG[minor] = true
-			}
-			continue
-		}
-		if hasMinor && g.DeviceID() == g.GetUuid() {
+		switch {
+		case !hasMinor:
+		case g.MigInstanceId != nil:
+			ix.byMinGI[minorGI{minor, g.GetMigInstanceId()}] = g
+			ix.inMIG[minor] = true
+		case g.DeviceID() == g.GetUuid():
 			ix.byMinor[minor] = g
 		}
 	}
-	return ix
 }
 
 // find returns the sample ref names, or nil and why none is.
@@ -199,9 +210,18 @@ func (ix *sampleIndex) find(ref deviceid.Ref) (*gpuscalerv1.GPUSample, string) {
 	case deviceid.GPUUUID, deviceid.MIGUUID:
 		g = ix.byDevice[ref.UUID]
 	case deviceid.MIGInstance:
+		if ix.byGI == nil {
+			ix.indexInstances()
+		}
 		if g = ix.byGI[uuidGI{ref.UUID, ref.GI}]; g == nil {
 			g = ix.byDevice["MIG-"+ref.UUID+fmt.Sprintf("/%d/%d", ref.GI, ref.CI)]
 		}
+	case deviceid.Minor, deviceid.MinorGI:
+		if ix.byMinor == nil {
+			ix.indexMinors()
+		}
+	}
+	switch ref.Kind {
 	case deviceid.Minor:
 		g = ix.byMinor[ref.Minor]
 		if g == nil && ix.inMIG[ref.Minor] {

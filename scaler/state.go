@@ -223,20 +223,24 @@ func (e *nodeEntry) indexNamespaces() {
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
 	for _, g := range e.report.GetGpus() {
-		pods := g.Pods()
-		if len(pods) == 0 {
+		n := g.NumPods()
+		if n == 0 {
 			continue
 		}
-		share := 1 / float64(len(pods))
+		share := 1 / float64(n)
 		// A pod's own figure counts only on a shared device, and only when every pod of
 		// the device has one: a partial split would pass for the whole device's use.
-		own := g.GetShared() && !slices.ContainsFunc(pods, func(p *gpuscalerv1.PodRef) bool { return p.GpuUtil == nil })
+		own := g.GetShared()
+		for i := 0; own && i < n; i++ {
+			own = g.PodAt(i).GpuUtil != nil
+		}
 		var memPct float64
 		hasMem := g.FbUsedBytes != nil && g.GetFbTotalBytes() > 0
 		if hasMem {
 			memPct = 100 * float64(g.GetFbUsedBytes()) / float64(g.GetFbTotalBytes())
 		}
-		for _, p := range pods {
+		for i := range n {
+			p := g.PodAt(i)
 			v := gpuView{labels: p.GetLabels(), pod: p.GetName(), share: share, labelsUnknown: p.GetLabelsUnknown(), device: g.DeviceID(), unhealthy: g.GetUnhealthy()}
 			switch {
 			case own:

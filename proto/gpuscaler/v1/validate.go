@@ -169,6 +169,23 @@ func (g *GPUSample) Pods() []*PodRef {
 	return append([]*PodRef{g.GetPod()}, g.GetOtherPods()...)
 }
 
+// NumPods returns how many pods hold the device: 0 without Pod, else 1 + len(OtherPods).
+func (g *GPUSample) NumPods() int {
+	if g.GetPod() == nil {
+		return 0
+	}
+	return 1 + len(g.GetOtherPods())
+}
+
+// PodAt returns the i-th pod holding the device (0 ≤ i < NumPods): Pod, then OtherPods.
+// With NumPods it walks the pods without the slice Pods allocates.
+func (g *GPUSample) PodAt(i int) *PodRef {
+	if i == 0 {
+		return g.GetPod()
+	}
+	return g.GetOtherPods()[i-1]
+}
+
 // Healthy reports whether the device is healthy: its Unhealthy reason is empty.
 func (g *GPUSample) Healthy() bool { return g.GetUnhealthy() == "" }
 
