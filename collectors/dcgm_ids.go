@@ -145,9 +145,9 @@ func (n *nvmlIdentifier) Close() error {
 
 // dcgmLegacyMIGID is the device plugin's legacy id of a MIG device,
 // "MIG-<parent GPU UUID>/<gi>/<ci>" (NVIDIA/k8s-device-plugin api/config/v1/replicas.go,
-// IsMigUUID): the id the source gives a MIG device whose UUID NVML could not tell. It is
-// unique on the node, and what older device plugins (MIG strategy "mixed" before driver
-// R470) hand the kubelet.
+// IsMigUUID, which accepts both forms): the id the source gives a MIG device whose UUID
+// NVML could not tell. It is unique on the node, so the NodeReport stays valid, and it
+// names the same device as the modern "MIG-<uuid>" form does.
 func dcgmLegacyMIGID(gpuUUID string, gi, ci uint) string {
 	return fmt.Sprintf("MIG-%s/%d/%d", gpuUUID, gi, ci)
 }
