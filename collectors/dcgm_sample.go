@@ -1,0 +1,188 @@
+package collectors
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// dcgmReading is what one device's field values say of it.
+type dcgmReading struct {
+	sample *gpuscalerv1.GPUSample // its identity and readings; XIDs and health are added by the source
+	// readable says at least one base field has a value.
+	readable bool
+	// failure says why the values show the device failed ("GPU is lost
+	// (DCGM_ST_GPU_IS_LOST)"); "" when they do not.
+	failure string
+	// goneWhy says why the values show DCGM no longer knows or watches the entity; ""
+	// when they do not. The source then rediscovers.
+	goneWhy string
+	// xid is the XID field's value, when it has one.
+	xid    dcgmValue
+	hasXID bool
+}
+
+// dcgmRead builds a device's sample from its field values (nil when DCGM gave none) and
+// says what they show of its health. It is pure: XID counting and the health decisions
+// that need other devices or time are the source's.
+func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
+	r := dcgmReading{sample: dcgmIdentity(d)}
+	for _, field := range dcgmBaseFields {
+		v, ok := f[field]
+		if !ok {
+			continue
+		}
+		if !v.Blank {
+			r.readable = true
+		}
+		if v.Status == 0 {
+			continue
+		}
+		kind, _ := dcgmClassify(v.Status, true, "")
+		switch {
+		case errors.Is(kind, errDCGMGPULost), errors.Is(kind, errDCGMResetRequired):
+			if r.failure == "" {
+				r.failure = fmt.Sprintf("%s (%s)", kind, dcgmStatusName(v.Status))
+			}
+		case errors.Is(kind, errDCGMEntityGone):
+			if r.goneWhy == "" {
+				r.goneWhy = fmt.Sprintf("DCGM no longer knows or watches it (%s)", dcgmStatusName(v.Status))
+			}
+		}
+	}
+	if len(f) == 0 {
+		// DCGM answers every (entity, field) pair asked (dcgmEntitiesGetLatestValues); no
+		// value at all is an entity it no longer has.
+		r.goneWhy = "DCGM gave no value for it"
+	}
+	if r.readable {
+		r.goneWhy = "" // a value that reads wins over one that says the entity is gone
+	}
+
+	get := func(field uint16) (float64, bool) {
+		v, ok := f[field]
+		if !ok || v.Blank || math.IsNaN(v.Value) || math.IsInf(v.Value, 0) || v.Value < 0 {
+			return 0, false
+		}
+		return v.Value, true
+	}
+	pct := func(ratio float64) *float64 { return proto.Float64(min(100, ratio*100)) }
+	g := r.sample
+	if d.inst != nil {
+		// GPU util is not defined on a MIG instance: use graphics-engine activity, a
+		// profiling field, absent when the profiling module refuses.
+		if v, ok := get(dcgmFieldGREngineActive); ok {
+			g.GpuUtil = pct(v)
+		}
+	} else if v, ok := get(dcgmFieldGPUUtil); ok {
+		g.GpuUtil = proto.Float64(min(100, v))
+	}
+	if v, ok := get(dcgmFieldSMActive); ok {
+		g.SmActive = pct(v)
+	}
+	if v, ok := get(dcgmFieldPipeTensorActive); ok {
+		g.TensorActive = pct(v)
+	}
+	used, hasUsed := get(dcgmFieldFBUsed)
+	if hasUsed {
+		g.FbUsedBytes = proto.Uint64(uint64(used) << 20)
+	}
+	total, hasTotal := get(dcgmFieldFBTotal)
+	if free, ok := get(dcgmFieldFBFree); (!hasTotal || total == 0) && ok && hasUsed {
+		total, hasTotal = used+free, true
+	}
+	if hasTotal && total > 0 {
+		g.FbTotalBytes = proto.Uint64(uint64(total) << 20)
+		if d.inst != nil {
+			g.MigProfile = migProfileName(d.inst.Slices, total)
+		}
+	}
+	if g.FbUsedBytes != nil && g.FbTotalBytes != nil && *g.FbUsedBytes > *g.FbTotalBytes {
+		g.FbUsedBytes = proto.Uint64(*g.FbTotalBytes) // a total read a moment apart from used
+	}
+	if v, ok := get(dcgmFieldPower); ok {
+		g.PowerWatts = proto.Float64(v)
+	}
+	if v, ok := get(dcgmFieldGPUTemp); ok {
+		g.TemperatureCelsius = proto.Float64(v)
+	}
+	if x, ok := f[dcgmFieldXID]; ok && !x.Blank {
+		r.xid, r.hasXID = x, true
+	}
+	return r
+}
+
+// dcgmIdentity is a device's sample with its identity alone.
+func dcgmIdentity(d dcgmDevice) *gpuscalerv1.GPUSample {
+	g := &gpuscalerv1.GPUSample{Uuid: d.gpu.UUID, Index: uint32(d.gpu.ID), Model: d.gpu.Model, DeviceId: d.deviceID}
+	if d.minor != nil {
+		g.Minor = proto.Uint32(*d.minor)
+	}
+	if d.inst != nil {
+		g.MigInstanceId = proto.Uint32(uint32(d.inst.InstanceID))
+	}
+	return g
+}
+
+// dcgmXIDState is one device's XID history. DCGM reports the last XID's number, with
+// the time it was sampled; a new sample time with a non-zero number is one more XID.
+//
+// Health: NVIDIA's device plugin marks a device unhealthy on any critical XID and keeps
+// it so until the plugin restarts (k8s-device-plugin internal/rm/health.go). A
+// collector that did so would hold a GPU out of the scaler's sight forever after one
+// recoverable fault, so the source reports a device unhealthy for a hold period
+// (DCGMConfig.XIDHold, 5 min by default) after its last critical XID, and healthy
+// after, while LastXid keeps the number.
+type dcgmXIDState struct {
+	count  uint64    // XIDs seen, critical or not
+	lastTS int64     // DCGM's sample time of the last one
+	last   uint32    // the last critical XID's number, 0 when none
+	at     time.Time // when the source saw the last critical XID
+}
+
+// observe records the XID field's value v (ok: it has one) read at now.
+func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
+	if !ok || v.Value <= 0 || v.TS == x.lastTS {
+		return
+	}
+	x.lastTS = v.TS
+	x.count++
+	if n := uint32(min(v.Value, math.MaxUint32)); dcgmCriticalXID(n) {
+		x.last, x.at = n, now
+	}
+}
+
+// holding reports whether the last critical XID is less than hold old.
+func (x *dcgmXIDState) holding(now time.Time, hold time.Duration) bool {
+	return x != nil && x.last != 0 && now.Sub(x.at) < hold
+}
+
+// dcgmCriticalXID reports whether an XID marks a device unhealthy, as NVIDIA's device
+// plugin decides by default: every XID but the application errors 13 (graphics engine
+// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
+// cleanup), 68 (video processor exception) and 109 (context switch timeout)
+// (k8s-device-plugin internal/rm/health.go, getDisabledHealthCheckXids).
+func dcgmCriticalXID(xid uint32) bool {
+	switch xid {
+	case 0, 13, 31, 43, 45, 68, 109:
+		return false
+	}
+	return true
+}
+
+// migProfileName names a MIG profile as NVIDIA's device plugin does, "<slices>g.<GB>gb",
+// from its compute slices and framebuffer in MiB, the size rounded up to whole GB as the
+// device plugin rounds a profile's memory (an A100 80GB's 3g.40gb slice has 40192 MiB,
+// 39.25 GiB). DCGM does not give the profile's name; this is checked against A100 and
+// H100 sizes, not yet on hardware.
+func migProfileName(slices uint, fbTotalMiB float64) string {
+	if slices == 0 || fbTotalMiB <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%dg.%dgb", slices, int(math.Ceil(fbTotalMiB/1024)))
+}
