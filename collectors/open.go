@@ -3,8 +3,11 @@ package collectors
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // SourceConfig says which GPU source to open and how.
@@ -19,6 +22,17 @@ type SourceConfig struct {
 	ExporterURL string
 	// Sim is the simulated node the sim source reads.
 	Sim *Sim
+	// Log receives a source's notices (DCGM's lost connection, refused profiling
+	// fields, …); nil discards them.
+	Log *slog.Logger
+	// Registerer takes a source's own metrics (DCGM's unsupported fields); nil registers
+	// none.
+	Registerer prometheus.Registerer
+}
+
+// dcgmConfig is the DCGMConfig cfg gives.
+func (cfg SourceConfig) dcgmConfig() DCGMConfig {
+	return DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every, Log: cfg.Log, Registerer: cfg.Registerer}
 }
 
 // SourceKinds lists the values of SourceConfig.Kind.
@@ -29,7 +43,7 @@ var SourceKinds = []string{"auto", "dcgm", "nvml", "exporter", "sim"}
 func OpenSource(cfg SourceConfig) (Source, error) {
 	switch cfg.Kind {
 	case "", "auto":
-		d, dcgmErr := NewDCGM(DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every})
+		d, dcgmErr := NewDCGM(cfg.dcgmConfig())
 		if dcgmErr == nil {
 			return d, nil
 		}
@@ -41,7 +55,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 			"--source exporter to read an existing dcgm-exporter, or --source sim for simulated GPUs", ErrNoGPUSource,
 			unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr))
 	case "dcgm":
-		return NewDCGM(DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every})
+		return NewDCGM(cfg.dcgmConfig())
 	case "nvml":
 		return NewNVML()
 	case "exporter":

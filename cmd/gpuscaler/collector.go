@@ -94,6 +94,9 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		}
 		srcCfg.Sim = sim
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srcCfg.Log, srcCfg.Registerer = log.With("component", "source"), reg
 	src, err := gpucollectors.OpenSource(srcCfg)
 	if err != nil {
 		return err
@@ -138,8 +141,6 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	}
 	defer nc.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := gpucollectors.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
 	if err != nil {
 		return err
