@@ -7,6 +7,7 @@ package collectors
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,6 +180,7 @@ const (
 	exporterPower                               // DCGM_FI_DEV_POWER_USAGE
 	exporterTemp                                // DCGM_FI_DEV_GPU_TEMP
 	exporterXID                                 // DCGM_FI_DEV_XID_ERRORS
+	exporterMinor                               // DCGM_FI_DEV_GPU_MINOR_NUMBER, not a reading: see parseExporter
 	exporterFieldCount
 )
 
@@ -192,6 +194,7 @@ const (
 	exporterWatts
 	exporterCelsius
 	exporterXIDNumber // the last XID's number
+	exporterMinorNumber
 )
 
 // exporterFields maps the metric names the parser reads to what they hold. The lines of
@@ -211,7 +214,28 @@ var exporterFields = map[string]struct {
 	"DCGM_FI_DEV_POWER_USAGE":         {exporterPower, exporterWatts},
 	"DCGM_FI_DEV_GPU_TEMP":            {exporterTemp, exporterCelsius},
 	"DCGM_FI_DEV_XID_ERRORS":          {exporterXID, exporterXIDNumber},
+	// Printed only when the exporter's counters CSV lists it as a gauge; DCGM's field is
+	// DCGM_FI_DEV_GPU_MINOR_NUMBER, and DCGM_FI_DEV_MINOR_NUMBER its older name, which
+	// dcgm-exporter still accepts (go-dcgm GetFieldID reads both tables).
+	"DCGM_FI_DEV_GPU_MINOR_NUMBER": {exporterMinor, exporterMinorNumber},
+	"DCGM_FI_DEV_MINOR_NUMBER":     {exporterMinor, exporterMinorNumber},
 }
+
+// exporterMinorLabels are the labels that carry a GPU's minor number when the exporter's
+// counters CSV lists the field as a label ("label" type, as DCGM_FI_DRIVER_VERSION in the
+// default CSV): dcgm-exporter names the label after the field as the CSV spells it.
+var exporterMinorLabels = [...]string{"DCGM_FI_DEV_GPU_MINOR_NUMBER", "DCGM_FI_DEV_MINOR_NUMBER"}
+
+// exporterApplicationXIDs are the XIDs NVIDIA's device plugin ignores by default because
+// they are the application's fault and leave the GPU healthy (k8s-device-plugin
+// internal/rm/health.go, getDisabledHealthCheckXids): graphics engine exception (13),
+// GPU memory page fault (31), GPU stopped processing (43), preemptive cleanup (45),
+// video processor exception (68), context switch timeout (109). Every other XID marks
+// the device unhealthy there, and here.
+var exporterApplicationXIDs = map[uint32]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}
+
+// exporterCriticalXID reports whether XID x, 0 for none, makes a device unhealthy.
+func exporterCriticalXID(x uint32) bool { return x != 0 && !exporterApplicationXIDs[x] }
 
 // Bounds past which a reading is not a measurement. DCGM marks "no value" with blank
 // sentinels (2147483632 for 32-bit integers, 2^47 for doubles) that an exporter may print
@@ -260,8 +284,12 @@ func (u exporterUnit) check(v float64) (float64, string) {
 			return 0, "beyond any GPU's temperature"
 		}
 	case exporterXIDNumber:
-		if v >= exporterMaxXID {
+		if v >= exporterMaxXID || v != math.Trunc(v) {
 			return 0, "not an XID number"
+		}
+	case exporterMinorNumber:
+		if v > math.MaxUint32 || v != math.Trunc(v) {
+			return 0, "not a minor number"
 		}
 	}
 	return v, ""
@@ -300,6 +328,27 @@ type exporterDeviceKey struct {
 // exporterPodLabels are a series' pod labels.
 type exporterPodLabels struct{ namespace, name, container string }
 
+// held reports whether the labels name a pod; labels printed empty, or half empty, do
+// not. A series that names no pod is the device's own.
+func (l exporterPodLabels) held() bool { return l.namespace != "" && l.name != "" }
+
+// exporterPodKey names a pod: a device lists a pod once, whatever its containers.
+type exporterPodKey struct{ namespace, name string }
+
+// exporterSeries tells apart the series a device has of one field: dcgm-exporter prints
+// a field once per pod holding the device, and once per replica (vgpu) each holds.
+type exporterSeries struct {
+	pod  exporterPodLabels
+	vgpu string
+}
+
+// exporterSeriesID is a series of the page, for finding it again.
+type exporterSeriesID struct {
+	key    exporterDeviceKey
+	field  exporterField
+	series exporterSeries
+}
+
 // exporterDevice gathers one device's series.
 type exporterDevice struct {
 	key      exporterDeviceKey
@@ -307,12 +356,30 @@ type exporterDevice struct {
 	model    string
 	index    uint32
 	hasIndex bool
-	badIndex bool              // a gpu label that is no index was reported
-	firstPod exporterPodLabels // the first series' pod labels, to tell duplicates from sharing
-	pod      *gpuscalerv1.PodRef
-	badPod   bool // a pod whose namespace is invalid was reported
-	value    [exporterFieldCount]float64
-	has      [exporterFieldCount]bool
+	badIndex bool // a gpu label that is no index was reported
+	minor    uint32
+	hasMinor bool
+	badMinor bool // a minor number that is none was reported
+	// pods holds the pods the series name, each with one of its containers; badPods the
+	// ones with an invalid namespace, reported once. lastPod skips both maps while the
+	// series name the pod the last one did.
+	pods     map[exporterPodKey]string
+	badPods  map[exporterPodKey]bool
+	lastPod  exporterPodLabels
+	replicas bool // a series names the replica (vgpu) of the device its pod holds
+	// Per field: the reading, and the raw value it was read from, to compare copies with.
+	value [exporterFieldCount]float64
+	raw   [exporterFieldCount]float64
+	has   [exporterFieldCount]bool
+	// own: the reading is from a series without pod labels, the device's own, which per-pod
+	// series never replace.
+	own [exporterFieldCount]bool
+	// The first series of each field and how many series there were, to find repeats.
+	first  [exporterFieldCount]exporterSeries
+	series [exporterFieldCount]int
+	// The first disagreement between per-pod copies of a field, reported unless the
+	// device's own series of the field shows they were per-pod figures.
+	disagree [exporterFieldCount]error
 }
 
 func (d *exporterDevice) String() string {
@@ -329,6 +396,7 @@ type exporterParser struct {
 	lines    []exporterLine           // where each kept line is in the page
 	series   map[string][]*dto.Metric // the samples parsed, by family in page order
 	devices  map[exporterDeviceKey]*exporterDevice
+	seen     map[exporterSeriesID]bool // the series of fields with several, see repeat
 	problems []error
 	unlisted int // problems past exporterMaxProblems
 }
@@ -358,24 +426,47 @@ type exporterParser struct {
 // in the page is reported as its instances and not itself (the Source contract), and its
 // own series (power, temperature, whole-GPU framebuffer) are not copied to them: they
 // measure the GPU, not the slice, and a sum over slices would count them several times.
-// The instances take the GPU's index and model when their series lack them.
+// The instances take the GPU's index, model and minor number when their series lack them.
 //
 // Labels: Index from gpu, Model from modelName, MigProfile from GPU_I_PROFILE,
 // MigInstanceId from GPU_I_ID. Hostname is not read: the collector names its node. The
 // first series of a device that carries a label sets it, taking the families in name
 // order and each in page order, so the result does not depend on where bad lines fall.
 //
+// Minor: the minor number, from DCGM's DCGM_FI_DEV_GPU_MINOR_NUMBER (or its older name
+// DCGM_FI_DEV_MINOR_NUMBER), printed only when the exporter's counters CSV lists it, as a
+// label on every series ("label" type) or as a series of its own ("gauge"); read like the
+// labels above, and absent without it. A value that is no uint32 is a problem and leaves
+// Minor absent. A MIG instance's is its GPU's: DCGM reads the field from the parent GPU
+// for an instance (DcgmCacheManager::SetPracticalEntityInfo), and an instance without it
+// takes its GPU's. The device label ("nvidia0") is not the minor number and is not
+// read: dcgm-exporter prints "nvidia" and DCGM's GPU id, the gpu label's number, which
+// DCGM assigns in NVML's enumeration order, not the driver's /dev/nvidiaN order.
+//
 // DeviceId: dcgm-exporter does not give a MIG device's "MIG-…" UUID, yet NodeReport needs
 // the devices' ids unique, so a MIG instance's DeviceId is "<GPU UUID>/gi<GPU_I_ID>". It
 // keeps the slices of one GPU apart and matches no device plugin id. A whole GPU's
 // DeviceId is empty (its UUID).
 //
-// Pod: namespace, pod and container (pod_namespace, pod_name and container_name, which
-// dcgm-exporter's --use-old-namespace prints, when those are absent) give Pod when
-// namespace and pod are both non-empty and the namespace is a valid one; otherwise Pod is
-// nil. The exporter knows no pod labels or owner, so those stay empty. On a GPU shared by
-// several pods the exporter prints each series once per pod: the first pod is kept, and
-// the other copies of the readings are not duplicates.
+// Pods: namespace, pod and container (pod_namespace, pod_name and container_name, which
+// dcgm-exporter's --use-old-namespace prints, when those are absent) name a pod when
+// namespace and pod are both non-empty; a pod whose namespace is invalid is a problem and
+// is left out. Every pod a device's series name is kept: Pod is the first by namespace and
+// name, OtherPods the rest in that order, at most MaxPodsPerGPU in all (the first by
+// name; the others are a problem), each once with the first of its containers by name.
+// The exporter knows no pod labels, UID or owner, so those stay empty.
+//
+// Sharing: with --kubernetes-virtual-gpus, dcgm-exporter's PodMapper prints each series
+// of a device once per pod holding one of its replicas (the kubelet's "<UUID>::<n>"
+// ids, GKE's "/vgpu<n>"), with the replica number in a vgpu label; without it, it names
+// only one pod per device, the last the kubelet lists. Shared is set when a device has
+// more than one pod, or a vgpu label says it is offered as replicas. The copies of a
+// reading printed for each pod are the same device reading: copies that disagree are a
+// problem, and the first in page order is kept. Since dcgm-exporter 4.8.2 (its #594,
+// per-process metrics for time-sharing and MIG), that mode also prints
+// DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED once without pod labels, the device's own
+// reading, and once per pod with the share of that pod's processes; the reading is then
+// the one without pod labels, and the per-pod figures are not read.
 //
 // Readings, in GPUSample's units, each absent when the page has no valid one:
 //   - GpuUtil: DCGM_FI_DEV_GPU_UTIL (percent) on a whole GPU; on a MIG instance, where DCGM
@@ -392,10 +483,21 @@ type exporterParser struct {
 //     as used; else, without reserved, used + free (older exporters, whose used included
 //     reserved); else absent. Used is capped at a printed total, read a moment apart.
 //   - PowerWatts: DCGM_FI_DEV_POWER_USAGE, W. TemperatureCelsius: DCGM_FI_DEV_GPU_TEMP, °C.
-//   - XidErrors: DCGM_FI_DEV_XID_ERRORS is the number of the last XID error DCGM saw on the
-//     device since the exporter started (0 for none), not a count. One page cannot count
-//     XIDs, so XidErrors is 1 when that number is non-zero, else 0: "at least one XID",
-//     over the exporter's lifetime rather than the collector's. It never grows past 1.
+//   - LastXid, Unhealthy, XidErrors: DCGM_FI_DEV_XID_ERRORS is the number of the last XID
+//     error DCGM saw on the device (0 for none), not a count, and a whole number below
+//     DCGM's blank. LastXid is that number. When it is not one of the application errors
+//     NVIDIA's device plugin ignores (exporterApplicationXIDs), the device is unhealthy:
+//     Unhealthy is "XID <n>". On a MIG instance an XID of the whole GPU (the GPU's own
+//     series) counts too, unless the instance's own is critical ("XID <n> on the GPU"):
+//     it applies to every instance, as the device plugin applies an event without
+//     instance ids to every MIG device of the GPU. One page cannot count XIDs, so
+//     XidErrors is 1 when LastXid is non-zero, else 0; it never grows past 1.
+//     The number stays: DCGM keeps a field's last sample until a newer one comes (it
+//     ages samples out only when it stores one), so the last XID stays on the page, and
+//     the device unhealthy, until another XID replaces it or DCGM's host engine (in the
+//     exporter, or nv-hostengine) restarts, however long ago it came and whatever was
+//     done to the GPU since. NVIDIA's device plugin does not bring a device back to
+//     healthy either. The parser is pure and knows no time: it cannot age the XID out.
 func parseExporter(r io.Reader) ([]*gpuscalerv1.GPUSample, []error) {
 	var buf bytes.Buffer
 	if l, ok := r.(interface{ Len() int }); ok {
@@ -492,8 +594,9 @@ func exporterMetricName(line []byte) []byte {
 // step); see parseExporter.
 var exporterLabelsRead = map[string]bool{
 	"gpu": true, "UUID": true, "modelName": true, "GPU_I_PROFILE": true, "GPU_I_ID": true,
-	"namespace": true, "pod": true, "container": true,
+	"namespace": true, "pod": true, "container": true, "vgpu": true,
 	"pod_namespace": true, "pod_name": true, "container_name": true,
+	exporterMinorLabels[0]: true, exporterMinorLabels[1]: true,
 }
 
 // exporterAppendLine appends a sample line to dst without the labels the parser does not
@@ -667,8 +770,9 @@ func (p *exporterParser) read() {
 
 // exporterLabels are the labels of one series that the parser reads.
 type exporterLabels struct {
-	gpu, uuid, model, profile, gi string
-	pod, oldPod                   exporterPodLabels
+	gpu, uuid, model, profile, gi, vgpu string
+	minor, minorName                    string // a minor number label and its name
+	pod, oldPod                         exporterPodLabels
 }
 
 func (p *exporterParser) family(name string, field exporterField, unit exporterUnit, series []*dto.Metric) {
@@ -686,6 +790,8 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 				l.profile = v
 			case "GPU_I_ID":
 				l.gi = v
+			case "vgpu":
+				l.vgpu = v
 			case "namespace":
 				l.pod.namespace = v
 			case "pod":
@@ -698,6 +804,10 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 				l.oldPod.name = v
 			case "container_name":
 				l.oldPod.container = v
+			case exporterMinorLabels[0], exporterMinorLabels[1]:
+				if l.minor == "" {
+					l.minor, l.minorName = v, lp.GetName()
+				}
 			}
 		}
 		if l.pod == (exporterPodLabels{}) {
@@ -718,31 +828,85 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 		}
 		d := p.devices[key]
 		if d == nil {
-			d = &exporterDevice{key: key, firstPod: l.pod}
+			d = &exporterDevice{key: key}
 			p.devices[key] = d
 		}
 		p.label(d, &l)
 		v, ok := exporterValue(m)
-		switch {
-		case !ok:
+		if !ok {
 			p.problem(fmt.Errorf("%s of %s: no sample value; skipped", name, d))
-		case d.has[field]:
-			// The same series again is a fault; another pod's copy is how the exporter
-			// shows a shared GPU.
-			if l.pod == d.firstPod {
-				p.problem(fmt.Errorf("%s of %s: series repeated; the first value kept", name, d))
+			continue
+		}
+		if field == exporterMinor {
+			p.minorSeries(d, name, v, unit)
+			continue
+		}
+		own := !l.pod.held()
+		repeated := p.repeat(d, field, exporterSeries{pod: l.pod, vgpu: l.vgpu})
+		switch {
+		case d.has[field] && repeated:
+			p.problem(fmt.Errorf("%s of %s: series repeated; the first value kept", name, d))
+		case d.has[field] && d.own[field]:
+			// The device's own series is read. A series for a pod beside it is that pod's
+			// own figure: dcgm-exporter's per-process GPU_UTIL and FB_USED on a shared GPU
+			// (see parseExporter), not the device's.
+		case d.has[field] && !own:
+			// Another pod's copy of the reading: the same device read once, so the same
+			// value, or the page is not what the exporter read.
+			if v != d.raw[field] && d.disagree[field] == nil {
+				d.disagree[field] = fmt.Errorf("%s of %s: the copies for its pods disagree, %v for pod %s/%s and %v before; the first kept",
+					name, d, v, l.pod.namespace, l.pod.name, d.raw[field])
 			}
-		default:
+		default: // the first valid series, or the device's own after a pod's copy
 			if got, why := unit.check(v); why != "" {
 				p.problem(fmt.Errorf("%s of %s: %v is %s; dropped", name, d, v, why))
 			} else {
-				d.value[field], d.has[field] = got, true
+				d.value[field], d.raw[field], d.has[field], d.own[field] = got, v, true, own
 			}
 		}
 	}
 }
 
-// label fills what the device still lacks from one series' labels.
+// repeat notes series s of d's field f and reports whether the page had it before. Most
+// fields of most devices have one series; the set is kept only for those with several.
+func (p *exporterParser) repeat(d *exporterDevice, f exporterField, s exporterSeries) bool {
+	switch d.series[f] {
+	case 0:
+		d.first[f], d.series[f] = s, 1
+		return false
+	case 1:
+		if s == d.first[f] {
+			return true
+		}
+		if p.seen == nil {
+			p.seen = make(map[exporterSeriesID]bool)
+		}
+		p.seen[exporterSeriesID{d.key, f, d.first[f]}] = true
+	}
+	id := exporterSeriesID{d.key, f, s}
+	if p.seen[id] {
+		return true
+	}
+	p.seen[id] = true
+	d.series[f]++
+	return false
+}
+
+// minorSeries takes a minor number printed as a series, as a label: the first series
+// that has one sets it.
+func (p *exporterParser) minorSeries(d *exporterDevice, name string, v float64, unit exporterUnit) {
+	if d.hasMinor || d.badMinor {
+		return
+	}
+	if got, why := unit.check(v); why != "" {
+		d.badMinor = true
+		p.problem(fmt.Errorf("%s of %s: %v is %s; no minor number reported", name, d, v, why))
+	} else {
+		d.minor, d.hasMinor = uint32(got), true
+	}
+}
+
+// label fills what the device still lacks from one series' labels, and adds its pod.
 func (p *exporterParser) label(d *exporterDevice, l *exporterLabels) {
 	if !d.hasIndex && !d.badIndex && l.gpu != "" {
 		if i, err := strconv.ParseUint(l.gpu, 10, 32); err == nil {
@@ -752,20 +916,54 @@ func (p *exporterParser) label(d *exporterDevice, l *exporterLabels) {
 			p.problem(fmt.Errorf("%s: gpu label %q is not an index", d, l.gpu))
 		}
 	}
+	if !d.hasMinor && !d.badMinor && l.minor != "" {
+		if m, err := strconv.ParseUint(l.minor, 10, 32); err == nil {
+			d.minor, d.hasMinor = uint32(m), true
+		} else {
+			d.badMinor = true
+			p.problem(fmt.Errorf("%s: %s label %q is not a minor number; none reported", d, l.minorName, l.minor))
+		}
+	}
 	if d.model == "" {
 		d.model = l.model
 	}
 	if d.profile == "" && d.key.mig {
 		d.profile = l.profile
 	}
-	if d.pod == nil && !d.badPod && l.pod.namespace != "" && l.pod.name != "" {
-		if err := gpuscalerv1.ValidateNamespace(l.pod.namespace); err != nil {
-			d.badPod = true
-			p.problem(fmt.Errorf("%s: pod %s/%s: %w; no pod reported", d, l.pod.namespace, l.pod.name, err))
-		} else {
-			d.pod = &gpuscalerv1.PodRef{Namespace: l.pod.namespace, Name: l.pod.name, Container: l.pod.container}
-		}
+	if l.vgpu != "" {
+		d.replicas = true
 	}
+	if l.pod.held() && l.pod != d.lastPod {
+		d.lastPod = l.pod
+		p.pod(d, l.pod)
+	}
+}
+
+// pod adds a pod holding the device. Of a pod's containers, the first by name is kept
+// (an empty one last), so the result does not depend on the page's order.
+func (p *exporterParser) pod(d *exporterDevice, l exporterPodLabels) {
+	k := exporterPodKey{l.namespace, l.name}
+	if c, ok := d.pods[k]; ok {
+		if c == "" || (l.container != "" && l.container < c) {
+			d.pods[k] = l.container
+		}
+		return
+	}
+	if d.badPods[k] {
+		return
+	}
+	if err := gpuscalerv1.ValidateNamespace(l.namespace); err != nil {
+		if d.badPods == nil {
+			d.badPods = make(map[exporterPodKey]bool)
+		}
+		d.badPods[k] = true
+		p.problem(fmt.Errorf("%s: pod %s/%s: %w; not reported", d, l.namespace, l.name, err))
+		return
+	}
+	if d.pods == nil {
+		d.pods = make(map[exporterPodKey]string, 1)
+	}
+	d.pods[k] = l.container
 }
 
 // exporterValue returns a series' sample value: dcgm-exporter types its families gauge or
@@ -805,6 +1003,9 @@ func (p *exporterParser) samples() []*gpuscalerv1.GPUSample {
 				if d.model == "" {
 					d.model = gpu.model
 				}
+				if !d.hasMinor && gpu.hasMinor {
+					d.minor, d.hasMinor = gpu.minor, true
+				}
 			}
 		}
 	}
@@ -821,6 +1022,13 @@ func (p *exporterParser) samples() []*gpuscalerv1.GPUSample {
 			return cmpOrder(a.key.gi < b.key.gi)
 		}
 	})
+	for _, d := range devs {
+		for f, err := range d.disagree {
+			if err != nil && !d.own[f] {
+				p.problem(err)
+			}
+		}
+	}
 	if len(devs) > gpuscalerv1.MaxGPUs {
 		p.problem(fmt.Errorf("%d devices, more than the %d a report holds; the last %d dropped",
 			len(devs), gpuscalerv1.MaxGPUs, len(devs)-gpuscalerv1.MaxGPUs))
@@ -858,7 +1066,11 @@ func cmpOrder(aFirst bool) int {
 
 func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
 	get := func(f exporterField) (float64, bool) { return d.value[f], d.has[f] }
-	g := &gpuscalerv1.GPUSample{Uuid: d.key.uuid, Index: d.index, Model: d.model, Pod: d.pod}
+	g := &gpuscalerv1.GPUSample{Uuid: d.key.uuid, Index: d.index, Model: d.model}
+	if d.hasMinor {
+		g.Minor = proto.Uint32(d.minor)
+	}
+	p.pods(d, g)
 	util := exporterGPUUtil
 	if d.key.mig {
 		g.MigProfile = d.profile
@@ -901,10 +1113,51 @@ func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
 	if v, ok := get(exporterTemp); ok {
 		g.TemperatureCelsius = proto.Float64(v)
 	}
-	if v, ok := get(exporterXID); ok && v != 0 {
+	var own, whole uint32 // the device's last XID, and its GPU's for a MIG instance
+	if v, ok := get(exporterXID); ok {
+		own = uint32(v)
+	}
+	if gpu := p.devices[exporterDeviceKey{uuid: d.key.uuid}]; d.key.mig && gpu != nil && gpu.has[exporterXID] {
+		whole = uint32(gpu.value[exporterXID])
+	}
+	switch {
+	case exporterCriticalXID(own):
+		g.LastXid, g.Unhealthy = own, fmt.Sprintf("XID %d", own)
+	case exporterCriticalXID(whole):
+		g.LastXid, g.Unhealthy = whole, fmt.Sprintf("XID %d on the GPU", whole)
+	case own != 0:
+		g.LastXid = own
+	default:
+		g.LastXid = whole
+	}
+	if g.LastXid != 0 {
 		g.XidErrors = 1
 	}
 	return g
+}
+
+// pods sets the sample's pods, sorted by namespace and name, and Shared.
+func (p *exporterParser) pods(d *exporterDevice, g *gpuscalerv1.GPUSample) {
+	g.Shared = len(d.pods) > 1 || d.replicas
+	if len(d.pods) == 0 {
+		return
+	}
+	keys := slices.SortedFunc(maps.Keys(d.pods), func(a, b exporterPodKey) int {
+		return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.name, b.name))
+	})
+	if len(keys) > gpuscalerv1.MaxPodsPerGPU {
+		p.problem(fmt.Errorf("%s: %d pods, more than the %d a sample holds; the last %d by name dropped",
+			d, len(keys), gpuscalerv1.MaxPodsPerGPU, len(keys)-gpuscalerv1.MaxPodsPerGPU))
+		keys = keys[:gpuscalerv1.MaxPodsPerGPU]
+	}
+	refs := make([]*gpuscalerv1.PodRef, len(keys))
+	for i, k := range keys {
+		refs[i] = &gpuscalerv1.PodRef{Namespace: k.namespace, Name: k.name, Container: d.pods[k]}
+	}
+	g.Pod = refs[0]
+	if len(refs) > 1 {
+		g.OtherPods = refs[1:]
+	}
 }
 
 // exporterBytes converts MiB, at most 3 × exporterMaxMiB, to bytes.

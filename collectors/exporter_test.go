@@ -197,6 +197,9 @@ func TestParseExporterCaptures(t *testing.T) {
 		h100Want = append(h100Want, s)
 	}
 
+	// The captures are exporters without --kubernetes-virtual-gpus or a minor number
+	// field, with XID 0 throughout: every sample is healthy, unshared, with one pod at
+	// most and no Minor, whatever their device="nvidiaN" labels say.
 	for name, tc := range map[string]struct {
 		file string
 		want []*gpuscalerv1.GPUSample
@@ -274,8 +277,8 @@ func TestParseExporterFixtures(t *testing.T) {
 					GpuUtil: proto.Float64(38), SmActive: pctOf(0.3012), TensorActive: pctOf(0.120045),
 					FbUsedBytes: mib(64120), FbTotalBytes: mib(81920),
 					PowerWatts: proto.Float64(162.55), TemperatureCelsius: proto.Float64(48),
-					XidErrors: 1, // the last XID was 31
-					Pod:       podOf("inference", "vllm-mistral-7b-6c9f8d7b5-x2kqp", "vllm"),
+					XidErrors: 1, LastXid: 31, // a GPU memory page fault: the application's, not the GPU's
+					Pod: podOf("inference", "vllm-mistral-7b-6c9f8d7b5-x2kqp", "vllm"),
 				},
 				{
 					Uuid: "GPU-f1b2a3c4-5d6e-4f70-8a91-b2c3d4e5f607", Index: 3, Model: a100,
@@ -359,7 +362,7 @@ func TestParseExporterFixtures(t *testing.T) {
 					Uuid: "GPU-a10b9e8d-7c6b-4a59-9483-72615f4e3d2c", Index: 1, Model: a10,
 					SmActive:           proto.Float64(100),
 					TemperatureCelsius: proto.Float64(61),
-					XidErrors:          1,
+					XidErrors:          1, LastXid: 43, // GPU stopped processing: an application error
 				},
 			},
 			wantOthers: []string{
@@ -441,10 +444,6 @@ func TestParseExporterRules(t *testing.T) {
 			page: `DCGM_FI_DEV_FB_USED{gpu="0",` + u + "} 0.5\n" + `DCGM_FI_DEV_FB_FREE{gpu="0",` + u + "} 1.25\n",
 			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", FbUsedBytes: proto.Uint64(1 << 19), FbTotalBytes: proto.Uint64(7 << 18)}},
 		},
-		"XID zero is none, any other number is one": {
-			page: `DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-1"} 0` + "\n" + `DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-2"} 79` + "\n",
-			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1"}, {Uuid: "GPU-2", Index: 1, XidErrors: 1}},
-		},
 		"a MIG instance reads util from the graphics engine, not GPU_UTIL": {
 			page: `DCGM_FI_DEV_GPU_UTIL{gpu="0",` + u + `,GPU_I_PROFILE="1g.10gb",GPU_I_ID="7"} 50` + "\n" +
 				`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",` + u + `,GPU_I_PROFILE="1g.10gb",GPU_I_ID="7"} 0.2` + "\n",
@@ -477,11 +476,6 @@ func TestParseExporterRules(t *testing.T) {
 			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="Team_A",pod="p"} 50` + "\n",
 			want:       []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50)}},
 			wantOthers: []string{"GPU-1: pod Team_A/p: "},
-		},
-		"a GPU shared by two pods keeps the first, quietly": {
-			page: `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="a",pod="p1",container="c"} 50` + "\n" +
-				`DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + `,namespace="a",pod="p2",container="c"} 50` + "\n",
-			want: []*gpuscalerv1.GPUSample{{Uuid: "GPU-1", TemperatureCelsius: proto.Float64(50), Pod: podOf("a", "p1", "c")}},
 		},
 		"a series repeated keeps the first value": {
 			page:       `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 50\n" + `DCGM_FI_DEV_GPU_TEMP{gpu="0",` + u + "} 51\n",
@@ -557,6 +551,26 @@ func TestParseExporterBounds(t *testing.T) {
 		}
 		if len(problems) != 1 || !strings.Contains(problems[0].Error(), "the last 10 dropped") {
 			t.Errorf("got problems %v, want one about the 10 dropped", problems)
+		}
+	})
+	t.Run("more pods on a device than a sample holds", func(t *testing.T) {
+		var page strings.Builder
+		for i := range gpuscalerv1.MaxPodsPerGPU + 5 {
+			// Descending names: the pods kept are the first by name, not by page order.
+			fmt.Fprintf(&page, "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-1\",container=\"c\",namespace=\"ns\",pod=\"p-%04d\",vgpu=\"%d\"} 40\n",
+				gpuscalerv1.MaxPodsPerGPU+4-i, i)
+		}
+		got, problems := exporterParseValid(t, []byte(page.String()))
+		if len(got) != 1 {
+			t.Fatalf("got %d samples, want 1", len(got))
+		}
+		pods := got[0].Pods()
+		if len(pods) != gpuscalerv1.MaxPodsPerGPU || pods[0].GetName() != "p-0000" || pods[len(pods)-1].GetName() != fmt.Sprintf("p-%04d", gpuscalerv1.MaxPodsPerGPU-1) {
+			t.Errorf("got %d pods from %s to %s, want %d from p-0000 to p-%04d", len(pods), pods[0].GetName(), pods[len(pods)-1].GetName(),
+				gpuscalerv1.MaxPodsPerGPU, gpuscalerv1.MaxPodsPerGPU-1)
+		}
+		if len(problems) != 1 || !strings.Contains(problems[0].Error(), "GPU-1: 261 pods, more than the 256 a sample holds; the last 5 by name dropped") {
+			t.Errorf("got problems %v, want one about the 5 pods dropped", problems)
 		}
 	})
 	t.Run("problems past the limit are counted", func(t *testing.T) {
@@ -884,6 +898,21 @@ func FuzzParseExporter(f *testing.F) {
 	}
 	f.Add([]byte(`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="1g.5gb",GPU_I_ID="3",namespace="a",pod="p"} 0.5`))
 	f.Add([]byte("DCGM_FI_DEV_FB_USED{UUID=\"GPU-1\"} 1e9\nDCGM_FI_DEV_FB_FREE{UUID=\"GPU-1\"} 4294967296\nDCGM_FI_DEV_FB_RESERVED{UUID=\"GPU-1\"} 4294967296\n"))
+	// A GPU shared by two pods under --kubernetes-virtual-gpus, with process metrics
+	// (see TestParseExporterSharedGPU), one pod holding two replicas, copies that
+	// disagree, and a minor number label.
+	const g = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31"
+	f.Add([]byte(dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g, "", `DCGM_FI_DEV_MINOR_NUMBER="1"`, "87") +
+		dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g, "", podAttrs("a", "p1", "c", "u1", "0"), "62") +
+		dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g, "", podAttrs("a", "p2", "c", "u2", "1"), "25") +
+		dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g, "", podAttrs("a", "p1", "c", "u1", "0"), "61") +
+		dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g, "", podAttrs("a", "p1", "c", "u1", "3"), "61") +
+		dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g, "", podAttrs("a", "p2", "c", "u2", "1"), "62")))
+	// A MIG instance shared by two pods, XIDs on the GPU and the instance, a minor gauge.
+	f.Add([]byte(dcgmLine("DCGM_FI_DEV_XID_ERRORS", 0, g, "", `err_code="79",err_msg="x"`, "79") +
+		dcgmLine("DCGM_FI_DEV_GPU_MINOR_NUMBER", 0, g, "", "", "2") +
+		dcgmLine("DCGM_FI_DEV_XID_ERRORS", 0, g, `GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"`, podAttrs("a", "p1", "c", "", "0"), "13") +
+		dcgmLine("DCGM_FI_DEV_XID_ERRORS", 0, g, `GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"`, podAttrs("b", "p2", "c", "", "1"), "13")))
 	f.Fuzz(func(t *testing.T, page []byte) {
 		samples, problems := parseExporter(bytes.NewReader(page))
 		if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: samples}).Validate(); err != nil {
@@ -1093,5 +1122,370 @@ func BenchmarkParseExporter(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// dcgmLine is one series as dcgm-exporter prints it, with the labels of the captures in
+// their order (linode-rtx4000ada-k8s-pod.prom; nvidia-docs-a100-mig.prom for a MIG
+// instance's GPU_I_PROFILE and GPU_I_ID after modelName): gpu, UUID, pci_bus_id, device,
+// modelName, [mig], Hostname, the label fields (DCGM_FI_DRIVER_VERSION), then extra: more
+// label fields and the attributes the pod mapper adds, in name order (container,
+// namespace, pod, pod_uid, vgpu).
+func dcgmLine(field string, gpu int, uuid, mig, extra, value string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `%s{gpu="%d",UUID="%s",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",modelName="NVIDIA A100-SXM4-80GB",`,
+		field, gpu, uuid, 0x17+gpu, gpu)
+	if mig != "" {
+		b.WriteString(mig + ",")
+	}
+	b.WriteString(`Hostname="gpu-node-3",DCGM_FI_DRIVER_VERSION="580.95.05"`)
+	if extra != "" {
+		b.WriteString("," + extra)
+	}
+	fmt.Fprintf(&b, "} %s\n", value)
+	return b.String()
+}
+
+// podAttrs are the pod mapper's attributes for one pod (kubernetes.go, PodMapper.Process:
+// container, namespace, pod, and pod_uid with --kubernetes-enable-pod-uid; vgpu when the
+// kubelet's device id names a replica).
+func podAttrs(ns, pod, container, uid, vgpu string) string {
+	a := fmt.Sprintf(`container=%q,namespace=%q,pod=%q,pod_uid=%q`, container, ns, pod, uid)
+	if vgpu != "" {
+		a += fmt.Sprintf(`,vgpu=%q`, vgpu)
+	}
+	return a
+}
+
+// exporterCheckCase parses page and checks the samples and the problems (one substring
+// each), none of them rejected lines.
+func exporterCheckCase(t *testing.T, page string, want []*gpuscalerv1.GPUSample, wantOthers []string) {
+	t.Helper()
+	got, problems := exporterParseValid(t, []byte(page))
+	exporterDiffSamples(t, got, want)
+	lines, others := exporterProblems(t, problems)
+	if len(lines) > 0 {
+		t.Errorf("got rejected lines %v, want none; problems: %v", lines, problems)
+	}
+	exporterCheckOthers(t, others, wantOthers)
+}
+
+// On a GPU shared through the device plugin's replicas, dcgm-exporter started with
+// --kubernetes-virtual-gpus prints every series of a device once per pod holding one of
+// its replicas. NVIDIA/dcgm-exporter internal/pkg/transformation/kubernetes.go:
+// toDeviceToSharingPods maps a kubelet device id "<GPU UUID>::<n>" (NVIDIA's device
+// plugin, time-slicing or MPS) to the GPU UUID, "nvidia<i>/vgpu<n>" (GKE) to "nvidia<i>",
+// a MIG id "MIG-<uuid>[::<n>]" to "<gpu index>-<GPU_I_ID>" (deviceinfo
+// GetGPUInstanceIdentifier), the key a MIG series has (collector.Metric.GetIDOfType), and
+// getSharedGPU takes <n> as the pod's VGPU; PodMapper.Process then deep-copies each
+// series once per pod of its device, adding container, namespace, pod (pod_uid) and vgpu,
+// and keeps the unlabelled series only for a device no pod holds. Without the flag,
+// toDeviceToPod keeps one pod per device (a map, the last pod listed wins).
+// Since dcgm-exporter 4.8.2 (#594), Process also prints DCGM_FI_DEV_GPU_UTIL and
+// DCGM_FI_DEV_FB_USED of a held device unlabelled, and once per pod with that pod's
+// processes' SM utilisation or memory (createPerProcessMetrics, process_metrics.go
+// isPerProcessMetric), 0 for a pod without processes.
+func TestParseExporterSharedGPU(t *testing.T) {
+	const g0, g1 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31", "GPU-8a41c0d2-77e3-4b5d-b0c9-5e2a9f61d804"
+	a100 := "NVIDIA A100-SXM4-80GB"
+	p1 := podAttrs("inference", "chat-7b-0", "server", "", "0")
+	p2 := podAttrs("batch", "embedder-1", "embed", "", "1")
+	p3 := podAttrs("inference", "chat-7b-1", "server", "", "2")
+	// Each series printed for pods, in the order the kubelet lists them.
+	perPod := func(field string, gpu int, uuid, mig, value string, pods ...string) string {
+		var b strings.Builder
+		for _, p := range pods {
+			b.WriteString(dcgmLine(field, gpu, uuid, mig, p, value))
+		}
+		return b.String()
+	}
+	for name, tc := range map[string]struct {
+		page       string
+		want       []*gpuscalerv1.GPUSample
+		wantOthers []string
+	}{
+		"three pods on a time-sliced GPU, a free GPU beside it": {
+			page: perPod("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "61", p1, p2, p3) + dcgmLine("DCGM_FI_DEV_GPU_TEMP", 1, g1, "", "", "33") +
+				perPod("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", "87", p1, p2, p3) + dcgmLine("DCGM_FI_DEV_GPU_UTIL", 1, g1, "", "", "0") +
+				perPod("DCGM_FI_DEV_POWER_USAGE", 0, g0, "", "301.5", p1, p2, p3),
+			want: []*gpuscalerv1.GPUSample{
+				{
+					Uuid: g0, Model: a100, GpuUtil: proto.Float64(87), PowerWatts: proto.Float64(301.5), TemperatureCelsius: proto.Float64(61),
+					Pod:       podOf("batch", "embedder-1", "embed"), // sorted by namespace and name, not page order
+					OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server"), podOf("inference", "chat-7b-1", "server")},
+					Shared:    true,
+				},
+				{Uuid: g1, Index: 1, Model: a100, GpuUtil: proto.Float64(0), TemperatureCelsius: proto.Float64(33)},
+			},
+		},
+		"pod labels under --use-old-namespace's names": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", `container_name="a",pod_name="p2",pod_namespace="ns",vgpu="1"`, "61") +
+				dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", `container_name="a",pod_name="p1",pod_namespace="ns",vgpu="0"`, "61"),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61),
+				Pod: podOf("ns", "p1", "a"), OtherPods: []*gpuscalerv1.PodRef{podOf("ns", "p2", "a")}, Shared: true,
+			}},
+		},
+		// A container asking for two nvidia.com/gpu may get two replicas of one GPU:
+		// getSharedGPU gives each its own VGPU, so each series comes twice for one pod.
+		"one pod holding two replicas of a GPU is one pod, and shared": {
+			page: perPod("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "61", p1, podAttrs("inference", "chat-7b-0", "server", "", "3")),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61), Pod: podOf("inference", "chat-7b-0", "server"), Shared: true,
+			}},
+		},
+		"a pod whose two containers share a GPU is listed once, with the first container": {
+			page: perPod("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "61",
+				podAttrs("ns", "p", "sidecar", "", "0"), podAttrs("ns", "p", "", "", "2"), podAttrs("ns", "p", "main", "", "1")),
+			want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61), Pod: podOf("ns", "p", "main"), Shared: true}},
+		},
+		// Without --kubernetes-virtual-gpus the exporter names one pod, and prints no vgpu:
+		// nothing says the GPU is shared (the kubelet's replica ids do, to the collector).
+		"one pod and no vgpu label is not shared": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", podAttrs("ns", "p", "c", "", ""), "61"),
+			want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61), Pod: podOf("ns", "p", "c")}},
+		},
+		"copies that disagree keep the first in page order": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", p3, "61") + dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", p1, "62") +
+				dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", p2, "63"),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61),
+				Pod:       podOf("batch", "embedder-1", "embed"),
+				OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server"), podOf("inference", "chat-7b-1", "server")},
+				Shared:    true,
+			}},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_TEMP of " + g0 + ": the copies for its pods disagree, 62 for pod inference/chat-7b-0 and 61 before; the first kept"},
+		},
+		"a series repeated for the same pod and replica is a fault": {
+			page: perPod("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "61", p1, p2, p1),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61),
+				Pod: podOf("batch", "embedder-1", "embed"), OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server")}, Shared: true,
+			}},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_TEMP of " + g0 + ": series repeated; the first value kept"},
+		},
+		"an invalid copy leaves room for a valid one": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", p1, "NaN") + dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", p2, "61"),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(61),
+				Pod: podOf("batch", "embedder-1", "embed"), OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server")}, Shared: true,
+			}},
+			wantOthers: []string{"DCGM_FI_DEV_GPU_TEMP of " + g0 + ": NaN is not a finite number"},
+		},
+		"a pod with an invalid namespace is left out, the others kept": {
+			page: perPod("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "61", podAttrs("Team_A", "p", "c", "", "0"), p1) +
+				perPod("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", "10", podAttrs("Team_A", "p", "c", "", "0"), p1),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, GpuUtil: proto.Float64(10), TemperatureCelsius: proto.Float64(61),
+				Pod: podOf("inference", "chat-7b-0", "server"), Shared: true,
+			}},
+			wantOthers: []string{g0 + ": pod Team_A/p: "}, // once, not once per series
+		},
+		"process metrics: the unlabelled GPU_UTIL and FB_USED are the device's, the per-pod ones not read": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", "", "87") +
+				dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", podAttrs("inference", "chat-7b-0", "server", "0b5c6e1a", "0"), "62") +
+				dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", podAttrs("batch", "embedder-1", "embed", "7d41f0c2", "1"), "0") +
+				dcgmLine("DCGM_FI_DEV_FB_USED", 0, g0, "", "", "30210") +
+				dcgmLine("DCGM_FI_DEV_FB_USED", 0, g0, "", podAttrs("inference", "chat-7b-0", "server", "0b5c6e1a", "0"), "24576") +
+				dcgmLine("DCGM_FI_DEV_FB_USED", 0, g0, "", podAttrs("batch", "embedder-1", "embed", "7d41f0c2", "1"), "5120") +
+				perPod("DCGM_FI_DEV_FB_FREE", 0, g0, "", "50000", podAttrs("inference", "chat-7b-0", "server", "0b5c6e1a", "0"), podAttrs("batch", "embedder-1", "embed", "7d41f0c2", "1")),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, GpuUtil: proto.Float64(87), FbUsedBytes: mib(30210), FbTotalBytes: mib(80210),
+				Pod: podOf("batch", "embedder-1", "embed"), OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server")}, Shared: true,
+			}},
+		},
+		"process metrics: the unlabelled series wins wherever it is in the page": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", podAttrs("inference", "chat-7b-0", "server", "0b5c6e1a", "0"), "62") +
+				dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", podAttrs("batch", "embedder-1", "embed", "7d41f0c2", "1"), "25") +
+				dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g0, "", "", "87"),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, GpuUtil: proto.Float64(87),
+				Pod: podOf("batch", "embedder-1", "embed"), OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server")}, Shared: true,
+			}},
+		},
+		// A MIG replica id "MIG-<uuid>::<n>" maps to the instance's "<gpu>-<GPU_I_ID>",
+		// so the instance's series are copied per pod; the GPU's own are not.
+		"pods sharing a MIG instance": {
+			page: dcgmLine("DCGM_FI_DEV_GPU_TEMP", 0, g0, "", "", "44") +
+				perPod("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0, g0, `GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"`, "0.25", p2, p1) +
+				dcgmLine("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0, g0, `GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"`, podAttrs("ns", "solo", "c", "", ""), "0.5"),
+			want: []*gpuscalerv1.GPUSample{
+				{
+					Uuid: g0, Model: a100, MigProfile: "3g.40gb", MigInstanceId: proto.Uint32(1), DeviceId: g0 + "/gi1",
+					GpuUtil: pctOf(0.5), Pod: podOf("ns", "solo", "c"),
+				},
+				{
+					Uuid: g0, Model: a100, MigProfile: "3g.40gb", MigInstanceId: proto.Uint32(2), DeviceId: g0 + "/gi2",
+					GpuUtil: pctOf(0.25), Pod: podOf("batch", "embedder-1", "embed"), OtherPods: []*gpuscalerv1.PodRef{podOf("inference", "chat-7b-0", "server")}, Shared: true,
+				},
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
+	}
+}
+
+// dcgm-exporter's device label is "nvidia" and DCGM's GPU id, the gpu label's number
+// (NVIDIA/dcgm-exporter internal/pkg/collector/gpu_collector.go toMetric and
+// base_collector.go createMetric: GPUDevice: fmt.Sprintf("nvidia%d", mi.DeviceInfo.GPU);
+// go-dcgm pkg/dcgm/device_info.go getDeviceInfo sets Device.GPU to the gpuId), and DCGM
+// numbers GPUs in NVML's enumeration order (NVIDIA/DCGM dcgmlib/src/DcgmCacheManager.cpp,
+// detectedGpus[i].gpuId = i; GPUs attached later get the next ids), not by minor number.
+// The minor number is DCGM field 55, DCGM_FI_DEV_GPU_MINOR_NUMBER ("Device node minor
+// number /dev/nvidia#", DCGM_FI_DEV_MINOR_NUMBER before; nvmlDeviceGetMinorNumber in
+// DcgmCacheManager.cpp), entity level GPU (dcgm_fields.cpp), which a counters CSV may
+// list as a label (dcgm-exporter counter_config.go; a label named after the field, as
+// DCGM_FI_DRIVER_VERSION in every capture) or as a gauge.
+func TestParseExporterMinor(t *testing.T) {
+	const g0, g1 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31", "GPU-8a41c0d2-77e3-4b5d-b0c9-5e2a9f61d804"
+	a100 := "NVIDIA A100-SXM4-80GB"
+	temp := func(gpu int, uuid, extra string) string {
+		return dcgmLine("DCGM_FI_DEV_GPU_TEMP", gpu, uuid, "", extra, "40")
+	}
+	for name, tc := range map[string]struct {
+		page       string
+		want       []*gpuscalerv1.GPUSample
+		wantOthers []string
+	}{
+		"the device label is not read as the minor number": {
+			page: temp(0, g0, ""),
+			want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(40)}},
+		},
+		"a minor number label that differs from the index": {
+			page: temp(0, g0, `DCGM_FI_DEV_MINOR_NUMBER="1"`) + temp(1, g1, `DCGM_FI_DEV_MINOR_NUMBER="0"`),
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(40), Minor: proto.Uint32(1)},
+				{Uuid: g1, Index: 1, Model: a100, TemperatureCelsius: proto.Float64(40), Minor: proto.Uint32(0)},
+			},
+		},
+		"the field's current name": {
+			page: temp(0, g0, `DCGM_FI_DEV_GPU_MINOR_NUMBER="3"`),
+			want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(40), Minor: proto.Uint32(3)}},
+		},
+		"a gauge": {
+			page: temp(0, g0, "") + dcgmLine("DCGM_FI_DEV_GPU_MINOR_NUMBER", 0, g0, "", "", "2") + dcgmLine("DCGM_FI_DEV_MINOR_NUMBER", 1, g1, "", "", "5"),
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(40), Minor: proto.Uint32(2)},
+				{Uuid: g1, Index: 1, Model: a100, Minor: proto.Uint32(5)},
+			},
+		},
+		"a MIG instance takes its GPU's": {
+			page: temp(0, g0, `DCGM_FI_DEV_MINOR_NUMBER="4"`) +
+				dcgmLine("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0, g0, `GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"`, "", "0.5"),
+			want: []*gpuscalerv1.GPUSample{{
+				Uuid: g0, Model: a100, MigProfile: "1g.10gb", MigInstanceId: proto.Uint32(9), DeviceId: g0 + "/gi9",
+				GpuUtil: pctOf(0.5), Minor: proto.Uint32(4),
+			}},
+		},
+		"malformed labels leave it absent": {
+			page: temp(0, g0, `DCGM_FI_DEV_MINOR_NUMBER="nvidia0"`) + temp(1, g1, `DCGM_FI_DEV_MINOR_NUMBER="4294967296"`) +
+				temp(2, "GPU-3", `DCGM_FI_DEV_MINOR_NUMBER="-1"`) +
+				// Not read again after the first: a later good label does not make it known.
+				dcgmLine("DCGM_FI_DEV_POWER_USAGE", 0, g0, "", `DCGM_FI_DEV_MINOR_NUMBER="0"`, "60"),
+			want: []*gpuscalerv1.GPUSample{
+				{Uuid: g0, Model: a100, TemperatureCelsius: proto.Float64(40), PowerWatts: proto.Float64(60)},
+				{Uuid: g1, Index: 1, Model: a100, TemperatureCelsius: proto.Float64(40)},
+				{Uuid: "GPU-3", Index: 2, Model: a100, TemperatureCelsius: proto.Float64(40)},
+			},
+			wantOthers: []string{
+				g0 + `: DCGM_FI_DEV_MINOR_NUMBER label "nvidia0" is not a minor number`,
+				g1 + `: DCGM_FI_DEV_MINOR_NUMBER label "4294967296" is not a minor number`,
+				`GPU-3: DCGM_FI_DEV_MINOR_NUMBER label "-1" is not a minor number`,
+			},
+		},
+		"malformed gauges leave it absent": {
+			page: dcgmLine("DCGM_FI_DEV_MINOR_NUMBER", 0, g0, "", "", "1.5") + dcgmLine("DCGM_FI_DEV_MINOR_NUMBER", 1, g1, "", "", "2147483632"),
+			want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100}, {Uuid: g1, Index: 1, Model: a100}},
+			wantOthers: []string{
+				"DCGM_FI_DEV_MINOR_NUMBER of " + g0 + ": 1.5 is not a minor number",
+				"DCGM_FI_DEV_MINOR_NUMBER of " + g1 + ": 2.147483632e+09 is DCGM's blank",
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
+	}
+}
+
+// DCGM_FI_DEV_XID_ERRORS is "Value of the last XID error encountered" (NVIDIA/dcgm-exporter
+// etc/default-counters.csv), printed with err_code and err_msg (gpu_collector.go toMetric).
+// NVIDIA/k8s-device-plugin internal/rm/health.go: getDisabledHealthCheckXids ignores XIDs
+// 13, 31, 43, 45, 68 and 109 as application errors; checkHealth marks the device unhealthy
+// for any other ("XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy."),
+// and, on a MIG device, for an event of its GPU and compute instance or of the whole GPU
+// (instance ids 0xFFFFFFFF). DCGM keeps an XID without instance ids on the GPU and one
+// with them on the instance (NVIDIA/DCGM DcgmCacheManager.cpp RecordXidForGpu,
+// RecordXidForGpuInstance), and dcgm-exporter prints each on its own series.
+func TestParseExporterXID(t *testing.T) {
+	const g0 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31"
+	a100 := "NVIDIA A100-SXM4-80GB"
+	xid := func(gpu int, uuid, mig string, n int) string {
+		return dcgmLine("DCGM_FI_DEV_XID_ERRORS", gpu, uuid, mig, fmt.Sprintf(`err_code="%d",err_msg="text"`, n), strconv.Itoa(n))
+	}
+	whole := func(n int) *gpuscalerv1.GPUSample {
+		g := &gpuscalerv1.GPUSample{Uuid: g0, Model: a100, LastXid: uint32(n)}
+		if n != 0 {
+			g.XidErrors = 1
+		}
+		return g
+	}
+	unhealthy := func(g *gpuscalerv1.GPUSample, why string) *gpuscalerv1.GPUSample { g.Unhealthy = why; return g }
+	mig := func(gi uint32, last uint32, why string) *gpuscalerv1.GPUSample {
+		g := &gpuscalerv1.GPUSample{
+			Uuid: g0, Model: a100, MigProfile: "3g.40gb", MigInstanceId: proto.Uint32(gi), DeviceId: fmt.Sprintf("%s/gi%d", g0, gi),
+			GpuUtil: pctOf(0.5), LastXid: last, Unhealthy: why,
+		}
+		if last != 0 {
+			g.XidErrors = 1
+		}
+		return g
+	}
+	slice := func(gi int) string { return fmt.Sprintf(`GPU_I_PROFILE="3g.40gb",GPU_I_ID="%d"`, gi) }
+	engine := func(gi int) string { return dcgmLine("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0, g0, slice(gi), "", "0.5") }
+	cases := map[string]struct {
+		page       string
+		want       []*gpuscalerv1.GPUSample
+		wantOthers []string
+	}{
+		"none":                              {page: xid(0, g0, "", 0), want: []*gpuscalerv1.GPUSample{whole(0)}},
+		"79, fallen off the bus: unhealthy": {page: xid(0, g0, "", 79), want: []*gpuscalerv1.GPUSample{unhealthy(whole(79), "XID 79")}},
+		"48, double-bit ECC: unhealthy":     {page: xid(0, g0, "", 48), want: []*gpuscalerv1.GPUSample{unhealthy(whole(48), "XID 48")}},
+		"not a whole number": {
+			page: dcgmLine("DCGM_FI_DEV_XID_ERRORS", 0, g0, "", "", "79.5"), want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100}},
+			wantOthers: []string{"DCGM_FI_DEV_XID_ERRORS of " + g0 + ": 79.5 is not an XID number; dropped"},
+		},
+		"DCGM's blank": {
+			page: dcgmLine("DCGM_FI_DEV_XID_ERRORS", 0, g0, "", "", "2147483632"), want: []*gpuscalerv1.GPUSample{{Uuid: g0, Model: a100}},
+			wantOthers: []string{"DCGM_FI_DEV_XID_ERRORS of " + g0 + ": 2.147483632e+09 is DCGM's blank"},
+		},
+		"the GPU's critical XID makes every instance unhealthy": {
+			page: xid(0, g0, "", 79) + engine(1) + engine(2) + xid(0, g0, slice(1), 0),
+			want: []*gpuscalerv1.GPUSample{mig(1, 79, "XID 79 on the GPU"), mig(2, 79, "XID 79 on the GPU")},
+		},
+		"an instance's critical XID is its own": {
+			page: xid(0, g0, "", 0) + engine(1) + engine(2) + xid(0, g0, slice(2), 94),
+			want: []*gpuscalerv1.GPUSample{mig(1, 0, ""), mig(2, 94, "XID 94")},
+		},
+		"an instance's application error, the GPU's critical XID": {
+			page: xid(0, g0, "", 79) + engine(1) + xid(0, g0, slice(1), 13),
+			want: []*gpuscalerv1.GPUSample{mig(1, 79, "XID 79 on the GPU")},
+		},
+		"an instance's critical XID beside the GPU's": {
+			page: xid(0, g0, "", 79) + engine(1) + xid(0, g0, slice(1), 94),
+			want: []*gpuscalerv1.GPUSample{mig(1, 94, "XID 94")},
+		},
+		"the GPU's application error: instances healthy": {
+			page: xid(0, g0, "", 31) + engine(1) + engine(2) + xid(0, g0, slice(2), 43),
+			want: []*gpuscalerv1.GPUSample{mig(1, 31, ""), mig(2, 43, "")},
+		},
+	}
+	for _, n := range []int{13, 31, 43, 45, 68, 109} {
+		cases[fmt.Sprintf("%d, an application error: healthy", n)] = struct {
+			page       string
+			want       []*gpuscalerv1.GPUSample
+			wantOthers []string
+		}{page: xid(0, g0, "", n), want: []*gpuscalerv1.GPUSample{whole(n)}}
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
 	}
 }
