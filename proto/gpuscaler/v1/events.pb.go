@@ -352,7 +352,8 @@ type GPUSample struct {
 	// failing); empty when healthy. An unhealthy device's readings are what could still be
 	// read, and it never counts as free capacity.
 	Unhealthy string `protobuf:"bytes,18,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
-	// The number of the last critical XID error seen on the device, 0 when none.
+	// The number of the last XID error seen on the device, critical or not (an
+	// application XID such as 13 or 43 leaves the device healthy); 0 when none.
 	LastXid uint32 `protobuf:"varint,19,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
 	// The GPU's minor number: N of /dev/nvidiaN, which GKE's device plugin ("nvidiaN") and
 	// NVIDIA's DRA driver ("gpu-N") name devices by. Usually equal to index, not always.
