@@ -52,17 +52,26 @@ type mockNVMLGPU struct {
 	uuid    string
 	migMode int
 	migs    map[int]*mockNVMLMIG // by MIG device index
+	// processes is the driver's buffer of per-process samples, which
+	// GetProcessUtilization answers from as NVML does: those after the timestamp it is
+	// given, or ERROR_NOT_FOUND.
+	processes []nvml.ProcessUtilizationSample
+	since     []uint64 // the timestamps GetProcessUtilization was asked with
 }
 
 type mockNVMLMIG struct {
 	*mock.Device
 	uuid    string
-	gi      uint32
+	gi, ci  uint32
 	profile int // GPU_INSTANCE_PROFILE_* index
 }
 
+// mockMinor is the minor number (/dev/nvidiaN) of mock GPU i: not i, as on hosts where
+// NVML's PCI order and the driver's numbering differ, so a test cannot pass on the index.
+func mockMinor(i int) uint32 { return uint32(i ^ 1) }
+
 // newMockNVMLNode returns n A100s, each answering every reading Collect takes: GPU i
-// uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C.
+// uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C, and has no process sample.
 func newMockNVMLNode(n int) *mockNVMLNode {
 	node := &mockNVMLNode{}
 	node.set = &mock.EventSet{
@@ -111,9 +120,23 @@ func newMockNVMLGPU(i int) *mockNVMLGPU {
 			}
 			return nvml.Utilization{Gpu: uint32(10*i + 5), Memory: 1}, nvml.SUCCESS
 		},
-		GetPowerUsageFunc:        func() (uint32, nvml.Return) { return uint32(60000 + 1000*i), nvml.SUCCESS },
-		GetTemperatureFunc:       func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(30 + i), nvml.SUCCESS },
-		GetMigModeFunc:           func() (int, int, nvml.Return) { return g.migMode, g.migMode, nvml.SUCCESS },
+		GetMinorNumberFunc: func() (int, nvml.Return) { return int(mockMinor(i)), nvml.SUCCESS },
+		GetPowerUsageFunc:  func() (uint32, nvml.Return) { return uint32(60000 + 1000*i), nvml.SUCCESS },
+		GetTemperatureFunc: func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(30 + i), nvml.SUCCESS },
+		GetMigModeFunc:     func() (int, int, nvml.Return) { return g.migMode, g.migMode, nvml.SUCCESS },
+		GetProcessUtilizationFunc: func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			g.since = append(g.since, since)
+			var out []nvml.ProcessUtilizationSample
+			for _, p := range g.processes {
+				if p.TimeStamp > since {
+					out = append(out, p)
+				}
+			}
+			if len(out) == 0 {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			return out, nvml.SUCCESS
+		},
 		RegisterEventsFunc:       func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
 		GetMigDeviceHandleByIndexFunc: func(j int) (nvml.Device, nvml.Return) {
@@ -147,8 +170,8 @@ func newMockNVMLGPU(i int) *mockNVMLGPU {
 
 // addMIG puts MIG mode on and a MIG device at index slot: GPU instance gi of the
 // given profile, with a compute instance of ciSlices (0: the whole GPU instance),
-// using 1 GiB. Like a real MIG handle, it answers no utilisation, power or
-// temperature (the mock would panic if asked).
+// using 1 GiB. Like a real MIG handle, it answers no utilisation, power, temperature
+// or per-process samples (the mock would panic if asked).
 func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) *mockNVMLMIG {
 	p := mockA100Profiles[profile]
 	if ciSlices == 0 {
@@ -156,8 +179,9 @@ func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) 
 	}
 	m := &mockNVMLMIG{uuid: fmt.Sprintf("MIG-%08x-a100-4000-8000-%012x", g.index, slot), gi: gi, profile: profile}
 	m.Device = &mock.Device{
-		GetUUIDFunc:          func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
-		GetGpuInstanceIdFunc: func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
+		GetUUIDFunc:              func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
+		GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
+		GetComputeInstanceIdFunc: func() (int, nvml.Return) { return int(m.ci), nvml.SUCCESS },
 		GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
 			return nvml.DeviceAttributes{
 				GpuInstanceSliceCount: p.SliceCount, ComputeInstanceSliceCount: ciSlices, MemorySizeMB: p.MemorySizeMB,
@@ -181,7 +205,12 @@ func (n *mockNVMLNode) queue(events ...nvml.EventData) {
 
 func (n *mockNVMLNode) source(t testing.TB) *nvmlSource {
 	t.Helper()
-	s, err := newNVMLSource(n.lib)
+	return n.sourceWith(t, NVMLConfig{})
+}
+
+func (n *mockNVMLNode) sourceWith(t testing.TB, cfg NVMLConfig) *nvmlSource {
+	t.Helper()
+	s, err := newNVMLSource(n.lib, cfg)
 	if err != nil {
 		t.Fatalf("newNVMLSource: %v", err)
 	}
@@ -195,6 +224,7 @@ func (n *mockNVMLNode) wantGPU(i int) *gpuscalerv1.GPUSample {
 		Uuid:               n.gpus[i].uuid,
 		Index:              uint32(i),
 		Model:              "NVIDIA A100-SXM4-40GB",
+		Minor:              proto.Uint32(mockMinor(i)),
 		GpuUtil:            proto.Float64(float64(10*i + 5)),
 		FbUsedBytes:        proto.Uint64(uint64(i) << 30),
 		FbTotalBytes:       proto.Uint64(mockA100Memory),
@@ -210,6 +240,7 @@ func (n *mockNVMLNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSamp
 		Uuid:          n.gpus[i].uuid,
 		Index:         uint32(i),
 		Model:         "NVIDIA A100-SXM4-40GB",
+		Minor:         proto.Uint32(mockMinor(i)),
 		DeviceId:      m.uuid,
 		MigProfile:    profile,
 		MigInstanceId: proto.Uint32(m.gi),
@@ -323,17 +354,19 @@ func TestNVMLCollect(t *testing.T) {
 			setup: func(n *mockNVMLNode) {
 				notSupported(n.gpus[2])
 				n.gpus[4].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
+				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+				n.gpus[7].GetMinorNumberFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 				n.gpus[6].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 					return nvml.Memory{Total: 1 << 30, Used: 2 << 30}, nvml.SUCCESS // read a moment apart
 				}
 			},
 			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
 				want := wholeGPUs(n)
-				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB"}
+				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB", Minor: proto.Uint32(mockMinor(2))}
 				want[4].Model = ""
 				want[5].PowerWatts = nil
 				want[6].FbUsedBytes, want[6].FbTotalBytes = proto.Uint64(1<<30), proto.Uint64(1<<30)
+				want[7].Minor = nil
 				return want
 			},
 		},
@@ -394,7 +427,10 @@ func samplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
 	return true
 }
 
+// TestNVMLCollectErrors: Collect fails only when NVML can read nothing: the count, or
+// every GPU. One GPU failing is TestNVMLUnreadable's.
 func TestNVMLCollectErrors(t *testing.T) {
+	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	tests := map[string]struct {
 		setup   func(n *mockNVMLNode)
 		ctx     func() context.Context
@@ -407,52 +443,36 @@ func TestNVMLCollectErrors(t *testing.T) {
 			},
 			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "count GPUs",
 		},
-		"GPU handle": {
+		"no GPU any more": {
+			setup:   func(n *mockNVMLNode) { n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS } },
+			wantMsg: "no GPU",
+		},
+		"every GPU lost": {
 			setup: func(n *mockNVMLNode) {
-				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-					if i == 5 {
-						return nil, nvml.ERROR_UNKNOWN
-					}
-					return n.gpus[i], nvml.SUCCESS
+				for _, g := range n.gpus {
+					g.GetUUIDFunc = lost
 				}
 			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 5",
+			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "none of the 8 GPUs could be read (GPU 0: GetUUID",
 		},
-		"GPU UUID": {
+		"every handle lost": {
 			setup: func(n *mockNVMLNode) {
-				n.gpus[2].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+				n.lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 			},
-			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "GPU 2",
+			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "DeviceGetHandleByIndex",
 		},
-		"MIG device count": {
+		"every GPU failing one way or another": {
 			setup: func(n *mockNVMLNode) {
-				n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
-				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
-			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3",
-		},
-		"MIG device handle": {
-			setup: func(n *mockNVMLNode) {
-				g := n.gpus[3]
-				g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
-				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
-					if j == 2 {
-						return nil, nvml.ERROR_UNKNOWN
-					}
-					if m, ok := g.migs[j]; ok {
-						return m, nvml.SUCCESS
-					}
-					return nil, nvml.ERROR_NOT_FOUND
+				n.gpus[0].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
+				n.gpus[1].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
+				n.gpus[2].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+				}
+				for _, g := range n.gpus[3:] {
+					g.GetUUIDFunc = lost
 				}
 			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3: MIG device 2",
-		},
-		"MIG device UUID": {
-			setup: func(n *mockNVMLNode) {
-				m := n.gpus[7].addMIG(4, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
-				m.GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 7: MIG device 4",
+			wantIs: nvml.ERROR_RESET_REQUIRED, wantMsg: "GPU 0: GetMemoryInfo",
 		},
 		"cancelled context": {
 			setup: func(*mockNVMLNode) {},
@@ -474,8 +494,11 @@ func TestNVMLCollectErrors(t *testing.T) {
 				ctx = tc.ctx()
 			}
 			got, err := s.Collect(ctx)
-			if !errors.Is(err, tc.wantIs) {
-				t.Fatalf("got error %v, want one wrapping %v", err, tc.wantIs)
+			if err == nil {
+				t.Fatalf("got %d samples and no error, want an error", len(got))
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("got error %v, want one wrapping %v", err, tc.wantIs)
 			}
 			if !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Errorf("got error %q, want it to name %q", err, tc.wantMsg)
@@ -534,7 +557,7 @@ func TestNVMLStart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n := newMockNVMLNode(8)
 			tc.setup(n)
-			s, err := newNVMLSource(n.lib)
+			s, err := newNVMLSource(n.lib, NVMLConfig{})
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("got no error")
@@ -556,7 +579,7 @@ func TestNVMLStart(t *testing.T) {
 
 func TestNVMLClose(t *testing.T) {
 	n := newMockNVMLNode(8)
-	s, err := newNVMLSource(n.lib)
+	s, err := newNVMLSource(n.lib, NVMLConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +604,7 @@ func TestNVMLClose(t *testing.T) {
 
 	n = newMockNVMLNode(1)
 	n.lib.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
-	s, err = newNVMLSource(n.lib)
+	s, err = newNVMLSource(n.lib, NVMLConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,10 +720,10 @@ func TestNVMLMIGCache(t *testing.T) {
 		collectValid(t, s)
 	}
 	if got := len(m.GetAttributesCalls()); got != 1 {
-		t.Errorf("got %d GetAttributes calls in 3 Collects, want 1 (the profile is cached)", got)
+		t.Errorf("got %d GetAttributes calls in start-up and 3 Collects, want 1 (the profile is cached)", got)
 	}
-	if got := len(m.GetMemoryInfoCalls()); got != 3 {
-		t.Errorf("got %d GetMemoryInfo calls in 3 Collects, want 3", got)
+	if got := len(m.GetMemoryInfoCalls()); got != 4 {
+		t.Errorf("got %d GetMemoryInfo calls in start-up and 3 Collects, want 4", got)
 	}
 	// Reconfigured: slot 0 now holds a new MIG device; the old one is forgotten.
 	n.gpus[2].addMIG(0, 3, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).uuid = "MIG-new"
@@ -775,7 +798,7 @@ func TestNVMLConcurrentCollect(t *testing.T) {
 // TestNewNVML starts the real library. Without libnvidia-ml.so.1 (any machine without
 // the NVIDIA driver) it must fail with ErrNoGPUSource; on a GPU node it must read them.
 func TestNewNVML(t *testing.T) {
-	s, err := NewNVML()
+	s, err := NewNVML(NVMLConfig{})
 	if err != nil {
 		if !errors.Is(err, ErrNoGPUSource) {
 			t.Fatalf("got error %v, want one wrapping ErrNoGPUSource", err)

@@ -19,6 +19,8 @@ type SourceConfig struct {
 	ExporterURL string
 	// Sim is the simulated node the sim source reads.
 	Sim *Sim
+	// NVML configures the NVML source (auto falling back to it, or nvml).
+	NVML NVMLConfig
 }
 
 // SourceKinds lists the values of SourceConfig.Kind.
@@ -33,7 +35,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 		if dcgmErr == nil {
 			return d, nil
 		}
-		n, nvmlErr := NewNVML()
+		n, nvmlErr := NewNVML(cfg.NVML)
 		if nvmlErr == nil {
 			return n, nil
 		}
@@ -43,7 +45,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 	case "dcgm":
 		return NewDCGM(DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every})
 	case "nvml":
-		return NewNVML()
+		return NewNVML(cfg.NVML)
 	case "exporter":
 		return NewExporter(cfg.ExporterURL, nil, max(cfg.Every, time.Second))
 	case "sim":
