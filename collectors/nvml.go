@@ -95,7 +95,8 @@ type nvmlSource struct {
 	migs map[string]*nvmlMIG
 	gen  uint64 // counts Collects, to tell which migs entries the latest one saw
 	// lastSeen is, by GPU UUID, the NVML timestamp of the newest per-process sample
-	// taken, where the next GetProcessUtilization starts.
+	// taken, where the next GetProcessUtilization starts; absent before NVML first
+	// answered for the GPU.
 	lastSeen map[string]uint64
 	// usage is the per-process utilisation the latest Collect measured, by device id
 	// then PID; a device absent was not measured.
@@ -999,8 +1000,9 @@ func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMI
 // buffer of per-process samples with CPU timestamps in microseconds; asked with the
 // newest timestamp seen so far it returns those after it, or ERROR_NOT_FOUND when
 // there are none. So:
-//   - the first answer covers the whole buffer, a window of unknown length: it only
-//     sets where the next window starts, and the GPU is unmeasured this once;
+//   - the first answer with samples covers the whole buffer, a window of unknown
+//     length: it only sets where the next window starts, and the GPU is unmeasured
+//     this once. (After a first answer of none, every later sample is new.)
 //   - no sample means no process ran on the GPU in the window, but only if the GPU
 //     itself reads idle: the driver samples on its own period, and a window between two
 //     of its samples is empty while the GPU is busy. No sample on a GPU that reads busy
@@ -1010,12 +1012,13 @@ func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMI
 //
 // NOT_SUPPORTED (older GPUs, vGPU) or any other failure leaves the GPU unmeasured.
 func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64) nvml.Return {
-	since := s.lastSeen[uuid]
+	since, started := s.lastSeen[uuid]
 	samples, ret := dev.GetProcessUtilization(since)
 	switch {
 	case ret == nvml.ERROR_NOT_FOUND,
 		// go-nvml answers an empty buffer this way too.
 		(ret == nvml.SUCCESS || ret == nvml.ERROR_INSUFFICIENT_SIZE) && len(samples) == 0:
+		s.lastSeen[uuid] = since
 		if util != nil && *util == 0 {
 			s.usage[uuid] = map[uint32]float64{}
 		}
@@ -1040,7 +1043,7 @@ func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64
 		byPID[p.Pid] = a
 	}
 	s.lastSeen[uuid] = latest
-	if since == 0 {
+	if !started {
 		return nvml.SUCCESS
 	}
 	if len(byPID) == 0 {

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -844,5 +846,378 @@ func BenchmarkNVMLCollect(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestNVMLUnreadable: a GPU or MIG device NVML cannot read is reported unhealthy, its
+// readings absent, under the identity it had before, and the others report as usual.
+// A GPU that fell off the bus (XID 79) answers NVML_ERROR_GPU_IS_LOST to every call
+// on it, its handle included (nvml.h: "The target GPU has fallen off the bus or has
+// otherwise become inaccessible"); one that needs a reset, NVML_ERROR_RESET_REQUIRED.
+func TestNVMLUnreadable(t *testing.T) {
+	const (
+		lostUUID = "NVML GetUUID: GPU is lost (ERROR_GPU_IS_LOST)"
+		model    = "NVIDIA A100-SXM4-40GB"
+	)
+	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	bare := func(n *mockNVMLNode, i int, reason string) *gpuscalerv1.GPUSample {
+		return &gpuscalerv1.GPUSample{Uuid: n.gpus[i].uuid, Index: uint32(i), Model: model, Minor: proto.Uint32(mockMinor(i)), Unhealthy: reason}
+	}
+	bareMIG := func(n *mockNVMLNode, i, slot int, profile, reason string) *gpuscalerv1.GPUSample {
+		g := n.wantMIG(i, slot, profile)
+		g.FbUsedBytes, g.FbTotalBytes, g.Unhealthy = nil, nil, reason
+		return g
+	}
+	replace := func(want []*gpuscalerv1.GPUSample, i int, with ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
+		return append(append(append([]*gpuscalerv1.GPUSample{}, want[:i]...), with...), want[i+1:]...)
+	}
+	wholeGPUs := func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+		var want []*gpuscalerv1.GPUSample
+		for i := range n.gpus {
+			want = append(want, n.wantGPU(i))
+		}
+		return want
+	}
+	twoMIGs := func(n *mockNVMLNode) {
+		n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+		n.gpus[3].addMIG(1, 5, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+	}
+	withMIGs := func(n *mockNVMLNode, migs ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
+		return replace(wholeGPUs(n), 3, migs...)
+	}
+	tests := map[string]struct {
+		before, after    func(n *mockNVMLNode) // before the source starts, and after
+		want             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample
+		wantUnidentified float64
+		check            func(t *testing.T, n *mockNVMLNode)
+	}{
+		"UUID lost": {
+			after: func(n *mockNVMLNode) { n.gpus[2].GetUUIDFunc = lost },
+			want:  func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return replace(wholeGPUs(n), 2, bare(n, 2, lostUUID)) },
+		},
+		"handle lost": {
+			after: func(n *mockNVMLNode) {
+				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 5 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return n.gpus[i], nvml.SUCCESS
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 5, bare(n, 5, "NVML DeviceGetHandleByIndex: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"utilisation lost: the readings before are dropped, those after not asked": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[1].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 1, bare(n, 1, "NVML GetUtilizationRates: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+			check: func(t *testing.T, n *mockNVMLNode) {
+				if got := len(n.gpus[1].GetPowerUsageCalls()); got != 1 {
+					t.Errorf("got %d GetPowerUsage calls, want 1 (start-up's): a lost GPU is not asked further", got)
+				}
+			},
+		},
+		"memory needs a reset": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[7].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 7, bare(n, 7, "NVML GetMemoryInfo: GPU needs a reset (ERROR_RESET_REQUIRED)"))
+			},
+		},
+		"MIG mode lost": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[0].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 0, bare(n, 0, "NVML GetMigMode: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"process samples lost": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[4].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+					return nil, nvml.ERROR_GPU_IS_LOST
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 4, bare(n, 4, "NVML GetProcessUtilization: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"every reading fails": {
+			after: func(n *mockNVMLNode) {
+				g := n.gpus[3]
+				g.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
+				g.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_UNKNOWN }
+				g.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+				g.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_TIMEOUT }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 3, bare(n, 3, "NVML: every reading failed: GetMemoryInfo: unknown error (ERROR_UNKNOWN); "+
+					"GetUtilizationRates: unknown error (ERROR_UNKNOWN); GetTemperature: timed out (ERROR_TIMEOUT)"))
+			},
+		},
+		"XID 79, then lost": {
+			after: func(n *mockNVMLNode) {
+				n.queue(nvml.EventData{Device: n.gpus[4], EventType: nvml.EventTypeXidCriticalError, EventData: 79,
+					GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+				n.gpus[4].GetUUIDFunc = lost // the event's device too: it is found by its handle
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				g := bare(n, 4, lostUUID)
+				g.LastXid, g.XidErrors = 79, 1
+				return replace(wholeGPUs(n), 4, g)
+			},
+		},
+		"never identified: left out and counted": {
+			before: func(n *mockNVMLNode) { n.gpus[6].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 6)
+			},
+			wantUnidentified: 1,
+		},
+		"never a handle: left out and counted": {
+			before: func(n *mockNVMLNode) {
+				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 0 || i == 1 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return n.gpus[i], nvml.SUCCESS
+				}
+			},
+			want:             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return wholeGPUs(n)[2:] },
+			wantUnidentified: 2,
+		},
+		"a lost GPU's MIG devices": {
+			before: twoMIGs,
+			after:  func(n *mockNVMLNode) { n.gpus[3].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), bareMIG(n, 3, 1, "3g.20gb", lostUUID))
+			},
+		},
+		"MIG devices that cannot be counted": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				const why = "NVML GetMaxMigDeviceCount: unknown error (ERROR_UNKNOWN)"
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", why), bareMIG(n, 3, 1, "3g.20gb", why))
+			},
+		},
+		"one MIG device without a handle": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				g := n.gpus[3]
+				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
+					if j == 1 {
+						return nil, nvml.ERROR_UNKNOWN
+					}
+					if m, ok := g.migs[j]; ok {
+						return m, nvml.SUCCESS
+					}
+					return nil, nvml.ERROR_NOT_FOUND
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"),
+					bareMIG(n, 3, 1, "3g.20gb", "NVML GetMigDeviceHandleByIndex: unknown error (ERROR_UNKNOWN)"))
+			},
+		},
+		"one MIG device's UUID lost": {
+			before: twoMIGs,
+			after:  func(n *mockNVMLNode) { n.gpus[3].migs[0].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), n.wantMIG(3, 1, "3g.20gb"))
+			},
+		},
+		"one MIG device's memory lost": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].migs[1].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), bareMIG(n, 3, 1, "3g.20gb", "NVML GetMemoryInfo: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"a MIG device never identified": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].addMIG(4, 9, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).GetUUIDFunc = lost
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), n.wantMIG(3, 1, "3g.20gb"))
+			},
+			wantUnidentified: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			if tc.before != nil {
+				tc.before(n)
+			}
+			s := n.source(t)
+			if tc.after != nil {
+				tc.after(n)
+			}
+			want := tc.want(n)
+			for round := range 2 { // the second from what the first remembered
+				got := collectValid(t, s)
+				if round == 0 {
+					diffSamples(t, got, want)
+				} else if !samplesEqual(got, want) {
+					t.Errorf("second Collect differs from the first")
+				}
+			}
+			if got := testutil.ToFloat64(s.metrics.unidentified); got != tc.wantUnidentified {
+				t.Errorf("got %v unidentified devices, want %v", got, tc.wantUnidentified)
+			}
+			if tc.check != nil {
+				tc.check(t, n)
+			}
+		})
+	}
+}
+
+// TestNVMLCriticalXID follows NVIDIA's device plugin (k8s-device-plugin
+// internal/rm/health.go, getDisabledHealthCheckXids): XIDs 13, 31, 43, 45, 68 and 109
+// are application errors that leave the GPU healthy; any other XidCriticalError marks
+// the device unhealthy.
+func TestNVMLCriticalXID(t *testing.T) {
+	for _, xid := range []uint64{13, 31, 43, 45, 68, 109} {
+		if nvmlCriticalXID(xid) {
+			t.Errorf("XID %d: got critical, want an application error", xid)
+		}
+	}
+	// 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high
+	// single-bit ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP.
+	for _, xid := range []uint64{8, 32, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120} {
+		if !nvmlCriticalXID(xid) {
+			t.Errorf("XID %d: got an application error, want critical", xid)
+		}
+	}
+}
+
+// TestNVMLXIDHealth: a critical XID makes the device it concerns unhealthy "XID <n>"
+// for the hold after the last one, and its LastXid the last one's number. For MIG, an
+// event concerns a MIG device when its GPU and compute instances match or are
+// 0xFFFFFFFF (k8s-device-plugin internal/rm/health.go, runEventMonitor).
+func TestNVMLXIDHealth(t *testing.T) {
+	n := newMockNVMLNode(4)
+	g := n.gpus[2]
+	a := g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 0
+	b := g.addMIG(1, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 1
+	b.ci = 1
+	c := g.addMIG(2, 2, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0) // GPU instance 2, compute instance 0
+	s := n.source(t)
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
+
+	xid := func(dev nvml.Device, xid uint64, gi, ci uint32) nvml.EventData {
+		return nvml.EventData{Device: dev, EventType: nvml.EventTypeXidCriticalError, EventData: xid, GpuInstanceId: gi, ComputeInstanceId: ci}
+	}
+	const all = nvmlNoInstance
+	type health struct {
+		unhealthy string
+		lastXID   uint32
+	}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		events  []nvml.EventData
+		want    map[string]health // by device id; the others healthy, with no XID
+	}{
+		{
+			name:   "a critical XID and an application one",
+			events: []nvml.EventData{xid(n.gpus[0], 48, all, all), xid(n.gpus[1], 13, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+		},
+		{
+			name: "just inside the hold", advance: DefaultNVMLXIDHold - time.Second,
+			want: map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+		},
+		{
+			name: "the hold is over: healthy, the last XID kept", advance: time.Second,
+			want: map[string]health{n.gpus[0].uuid: {"", 48}},
+		},
+		{
+			name:   "another XID",
+			events: []nvml.EventData{xid(n.gpus[0], 94, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 94", 94}},
+		},
+		{
+			name: "a later XID holds from its own time", advance: 3 * time.Minute,
+			events: []nvml.EventData{xid(n.gpus[0], 63, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+		},
+		{
+			name: "past the first hold, within the second", advance: 3 * time.Minute,
+			want: map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+		},
+		{
+			name: "one MIG device's compute instance", advance: 10 * time.Minute,
+			events: []nvml.EventData{xid(g, 94, 1, 1)},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+		},
+		{
+			name:   "an application error on a MIG device",
+			events: []nvml.EventData{xid(g, 43, 2, 0)},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+		},
+		{
+			name: "the whole MIG-mode GPU", advance: time.Minute,
+			events: []nvml.EventData{xid(g, 48, all, all)},
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 48", 48},
+			},
+		},
+		{
+			name:   "a GPU instance, every compute instance of it",
+			events: []nvml.EventData{xid(g, 74, 2, all)},
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 74", 74},
+			},
+		},
+		{
+			name: "all held over", advance: DefaultNVMLXIDHold,
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"", 48}, b.uuid: {"", 48}, c.uuid: {"", 74},
+			},
+		},
+	}
+	for _, step := range steps {
+		clock = clock.Add(step.advance)
+		n.queue(step.events...)
+		for _, got := range collectValid(t, s) {
+			want := step.want[got.DeviceID()]
+			if got.GetUnhealthy() != want.unhealthy || got.GetLastXid() != want.lastXID {
+				t.Errorf("%s: device %s: got unhealthy %q, last XID %d; want %q, %d",
+					step.name, got.DeviceID(), got.GetUnhealthy(), got.GetLastXid(), want.unhealthy, want.lastXID)
+			}
+		}
+	}
+}
+
+func TestNVMLXIDHoldConfig(t *testing.T) {
+	n := newMockNVMLNode(1)
+	s := n.sourceWith(t, NVMLConfig{XIDHold: time.Minute})
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
+	n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+	for _, step := range []struct {
+		advance time.Duration
+		want    string
+	}{{0, "XID 48"}, {time.Minute - time.Second, "XID 48"}, {time.Second, ""}} {
+		clock = clock.Add(step.advance)
+		if got := collectValid(t, s)[0].GetUnhealthy(); got != step.want {
+			t.Errorf("%v after: got unhealthy %q, want %q", clock.Sub(time.Unix(1_700_000_000, 0)), got, step.want)
+		}
 	}
 }
