@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +17,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
@@ -1219,5 +1226,133 @@ func TestNVMLXIDHoldConfig(t *testing.T) {
 		if got := collectValid(t, s)[0].GetUnhealthy(); got != step.want {
 			t.Errorf("%v after: got unhealthy %q, want %q", clock.Sub(time.Unix(1_700_000_000, 0)), got, step.want)
 		}
+	}
+}
+
+// TestNVMLPodUsage: a time-sliced GPU's per-process samples, each process mapped to its
+// pod through a fake host /proc, give each pod's share; a GPU whose figures would be
+// incomplete or whose window says nothing is left out (unmeasured), never reported as
+// unused. NVML's contract (nvml.h, nvmlDeviceGetProcessUtilization): samples newer than
+// lastSeenTimeStamp, ERROR_NOT_FOUND when there are none.
+func TestNVMLPodUsage(t *testing.T) {
+	const (
+		podA, podB          = cgUID, cgUID2
+		a1, a2, b1          = 1001, 1002, 2001 // processes of pod A (systemd driver) and pod B (cgroupfs)
+		hostProc, exited    = 3001, 4242
+		before, t1, t2, t3  = 100, 200, 300, 400 // NVML sample timestamps (µs)
+		idleGPU, busyGPU    = 1, 2
+		unreadGPU, hostGPU  = 3, 4
+		unsupportedGPU      = 5
+		migGPU, cappedGPU   = 6, 7
+		timeSliced          = 0
+		startupStaleProcess = 999
+	)
+	root := t.TempDir()
+	writeProcCgroup(t, root, a1, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID+".scope\n")
+	writeProcCgroup(t, root, a2, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID[1:]+"0.scope\n")
+	writeProcCgroup(t, root, b1, "0::/kubepods/besteffort/pod"+cgUID2+"/"+cgCID+"\n")
+	writeProcCgroup(t, root, hostProc, "0::/system.slice/xorg.service\n")
+
+	sample := func(pid uint32, ts uint64, sm uint32) nvml.ProcessUtilizationSample {
+		return nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2}
+	}
+	n := newMockNVMLNode(8)
+	// Before start-up: the driver's buffer holds a sample of a process long gone.
+	n.gpus[timeSliced].processes = []nvml.ProcessUtilizationSample{sample(startupStaleProcess, before, 80)}
+	n.gpus[idleGPU].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
+	n.gpus[unsupportedGPU].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	n.gpus[migGPU].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0) // no GetProcessUtilizationFunc: asking would panic
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	s := n.sourceWith(t, NVMLConfig{ProcRoot: root, Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	var _ PodUsageSource = s
+
+	id := func(i int) string { return n.gpus[i].uuid }
+	check := func(when string, want map[string]map[string]float64) {
+		t.Helper()
+		got := s.PodUsage()
+		if !maps.EqualFunc(got, want, func(a, b map[string]float64) bool { return maps.Equal(a, b) }) {
+			t.Errorf("%s: got %v, want %v", when, got, want)
+		}
+	}
+	// Start-up's window is the driver's whole buffer, of unknown length: GPU 0 is not
+	// measured from it. The idle GPU with no sample is: no pod used it.
+	check("after start-up", map[string]map[string]float64{id(idleGPU): {}})
+
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes,
+		sample(a1, t1, 30), sample(a2, t1, 20), sample(b1, t1, 40), sample(b1, t2, 50)) // b1 twice: its mean
+	n.gpus[unreadGPU].processes = []nvml.ProcessUtilizationSample{sample(a1, t1, 10), sample(exited, t1, 10)}
+	n.gpus[hostGPU].processes = []nvml.ProcessUtilizationSample{sample(b1, t1, 10), sample(hostProc, t1, 10)}
+	n.gpus[cappedGPU].processes = []nvml.ProcessUtilizationSample{sample(a1, t1, 70), sample(a2, t1, 60)}
+	collectValid(t, s)
+	check("first Collect", map[string]map[string]float64{
+		id(timeSliced): {podA: 50, podB: 45},
+		id(idleGPU):    {},
+		// busy GPU, no sample: unmeasured; a process that exited, or one outside any
+		// pod: unmeasured; NOT_SUPPORTED: unmeasured; MIG devices: never measured.
+		id(cappedGPU): {podA: 100},
+	})
+	if got := n.gpus[timeSliced].since; !slices.Equal(got, []uint64{0, before}) {
+		t.Errorf("GPU 0 asked for samples since %v, want [0 %d]: each window starts after the last sample seen", got, before)
+	}
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("unreadable")); got != 1 {
+		t.Errorf("got %v unreadable processes, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("no_pod")); got != 1 {
+		t.Errorf("got %v processes in no pod, want 1", got)
+	}
+
+	// Known PIDs are not read again while they keep being sampled.
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(a1))); err != nil {
+		t.Fatal(err)
+	}
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes, sample(a1, t3, 10), sample(b1, t3, 15))
+	collectValid(t, s)
+	check("second Collect", map[string]map[string]float64{
+		id(timeSliced): {podA: 10, podB: 15},
+		id(idleGPU):    {},
+	})
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("unreadable")); got != 1 {
+		t.Errorf("got %v unreadable processes after a window without them, want still 1", got)
+	}
+	if got := strings.Count(logs.String(), "in no pod the collector can find"); got != 1 {
+		t.Errorf("got %d warnings about unresolved processes, want 1 (logged once):\n%s", got, logs.String())
+	}
+
+	// A PID absent from a window is forgotten: next time it is read again, and a1 has
+	// since exited.
+	collectValid(t, s)
+	check("a window without samples, busy GPU", map[string]map[string]float64{id(idleGPU): {}})
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes, sample(a1, t3+100, 10))
+	collectValid(t, s)
+	check("a1 again, exited", map[string]map[string]float64{id(idleGPU): {}})
+
+	// The metrics are registered under their names.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP gpuscaler_collector_nvml_unidentified_devices GPUs and MIG devices NVML lists but never identified (no UUID), so the last Collect could not report them.
+# TYPE gpuscaler_collector_nvml_unidentified_devices gauge
+gpuscaler_collector_nvml_unidentified_devices 0
+`), "gpuscaler_collector_nvml_unidentified_devices"); err != nil {
+		t.Error(err)
+	}
+	if got, err := testutil.GatherAndCount(reg, "gpuscaler_collector_nvml_unresolved_processes_total"); err != nil || got != 2 {
+		t.Errorf("got %d unresolved-process series (%v), want 2 (by reason)", got, err)
+	}
+}
+
+// TestNVMLMetricsRegistration: a Registerer that refuses the metrics fails the start,
+// and NVML is shut down again.
+func TestNVMLMetricsRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := newMockNVMLNode(1)
+	n.sourceWith(t, NVMLConfig{Registerer: reg})
+	_, err := newNVMLSource(n.lib, NVMLConfig{Registerer: reg}) // the same names again
+	if err == nil || !strings.Contains(err.Error(), "metrics") {
+		t.Fatalf("got error %v, want one about the metrics", err)
+	}
+	if got := len(n.lib.ShutdownCalls()); got != 1 {
+		t.Errorf("got %d Shutdown calls, want 1", got)
 	}
 }
