@@ -795,6 +795,7 @@ func TestNVMLConcurrentCollect(t *testing.T) {
 				if _, err := s.Collect(context.Background()); err != nil {
 					t.Errorf("Collect: %v", err)
 				}
+				s.PodUsage()
 			}
 		})
 	}
@@ -853,6 +854,48 @@ func BenchmarkNVMLCollect(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkNVMLPodUsage is what a collector pays each interval on a node of 8
+// time-sliced GPUs, each running 4 processes of 2 pods: a Collect, then PodUsage with
+// every PID's pod known from the interval before.
+func BenchmarkNVMLPodUsage(b *testing.B) {
+	root := b.TempDir()
+	n := newMockNVMLNode(8)
+	for i, g := range n.gpus {
+		var pids []uint32
+		for p := range 4 {
+			pid := uint32(1000 + 10*i + p)
+			pids = append(pids, pid)
+			uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, p%2)
+			dir := filepath.Join(root, strconv.Itoa(int(pid)))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			line := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cgCID + ".scope\n"
+			if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(line), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		g.GetProcessUtilizationFunc = func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			out := make([]nvml.ProcessUtilizationSample, len(pids))
+			for j, pid := range pids {
+				out[j] = nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: since + 1, SmUtil: 20}
+			}
+			return out, nvml.SUCCESS
+		}
+	}
+	s := n.sourceWith(b, NVMLConfig{ProcRoot: root})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Collect(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if got := s.PodUsage(); len(got) != 8 {
+			b.Fatalf("got %d measured GPUs, want 8", len(got))
+		}
 	}
 }
 
