@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"reflect"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -17,61 +23,211 @@ import (
 // storm of them cannot hold Collect up; the rest wait for the next Collect.
 const nvmlMaxXIDEventsPerCollect = 256
 
-// nvmlNoInstance is the GPU instance id NVML gives an event that concerns no particular
-// GPU instance: every event of a GPU not in MIG mode, and whole-GPU events of one in it.
+// nvmlNoInstance is the GPU (or compute) instance id NVML gives an event that concerns
+// no particular instance: every event of a GPU not in MIG mode, and whole-GPU events of
+// one in it.
 const nvmlNoInstance = math.MaxUint32
+
+// DefaultNVMLXIDHold is how long a critical XID keeps a device unhealthy after the last
+// one, unless NVMLConfig.XIDHold says otherwise.
+//
+// NVIDIA's device plugin marks a device unhealthy on a critical XID and keeps it so
+// until it restarts; NVIDIA's XID catalogue asks for a GPU reset or a reboot after
+// most of them. A device that did recover is not worth a flapping report: five minutes
+// covers the device plugin's own reaction and a drain, and a device that keeps
+// failing keeps raising XIDs and stays unhealthy. A GPU that is lost (XID 79) stays
+// unhealthy for as long as NVML cannot read it, whatever the hold.
+const DefaultNVMLXIDHold = 5 * time.Minute
+
+// NVMLConfig configures the NVML source. The zero value works: host processes are
+// read under /proc, critical XIDs hold for DefaultNVMLXIDHold, nothing is logged and
+// no metric is registered.
+type NVMLConfig struct {
+	// ProcRoot is where the host's /proc is seen, to find the pod of each process NVML
+	// samples (PodUsage): NVML reports host PIDs. "" means /proc, which is the host's
+	// only when the collector's pod runs with hostPID: true; otherwise mount the host's
+	// /proc (a hostPath volume) and name the mount here, e.g. /host/proc.
+	ProcRoot string
+	// XIDHold is how long a critical XID keeps a device unhealthy after the last one;
+	// 0 means DefaultNVMLXIDHold.
+	XIDHold time.Duration
+	// Log receives what the source wants an operator to know (a GPU lost or back, a
+	// process whose pod cannot be found); nil discards it.
+	Log *slog.Logger
+	// Registerer registers the source's metrics, gpuscaler_collector_nvml_*; nil
+	// registers none.
+	Registerer prometheus.Registerer
+}
 
 // nvmlSource reads GPUs through NVML (libnvidia-ml.so.1, shipped with the driver), for
 // nodes without DCGM. NVML has no cheap equivalent of DCGM's SM-active and
 // tensor-active profiling fields, nor of graphics-engine activity on a MIG instance,
 // so those readings are always absent.
 //
-// Collect and Close may be called from several goroutines: one mutex serialises them.
+// A GPU that fails is reported, unhealthy, under the identity NVML gave it earlier
+// (start-up reads every GPU once); the others are unaffected. It is also a
+// PodUsageSource: NVML's per-process samples, with each process's pod found through
+// its cgroup under NVMLConfig.ProcRoot.
+//
+// Collect, PodUsage and Close may be called from several goroutines: one mutex
+// serialises them.
 type nvmlSource struct {
-	lib nvml.Interface
+	lib     nvml.Interface
+	log     *slog.Logger
+	now     func() time.Time // the clock XID holds are measured on; tests set it
+	xidHold time.Duration
+	metrics nvmlMetrics
 
 	mu     sync.Mutex // guards everything below, and Close against Collect
 	closed bool
 	// events receives the XID events of every GPU registered when the source started;
 	// nil when NVML offers no event set.
 	events nvml.EventSet
-	// xids counts the XID events seen per GPU UUID.
-	xids map[string]*nvmlXIDCount
+	// gpus is what is known of each GPU, by NVML index. NVML enumerates the GPUs once,
+	// at Init, so an index names the same GPU for the life of the source.
+	gpus []*nvmlGPU
+	// xids is what XID events said of each GPU, by GPU UUID.
+	xids   map[string]*nvmlXIDs
+	xidSeq uint64 // orders XID events: the clock may not move between two
 	// migs remembers what never changes for the life of a MIG device (its GPU instance
 	// and profile), by its "MIG-…" UUID. Entries not seen in the latest Collect (a MIG
 	// device destroyed by a reconfiguration) are dropped.
 	migs map[string]*nvmlMIG
 	gen  uint64 // counts Collects, to tell which migs entries the latest one saw
+	// lastSeen is, by GPU UUID, the NVML timestamp of the newest per-process sample
+	// taken, where the next GetProcessUtilization starts; absent before NVML first
+	// answered for the GPU.
+	lastSeen map[string]uint64
+	// usage is the per-process utilisation the latest Collect measured, by device id
+	// then PID; a device absent was not measured.
+	usage map[string]map[uint32]float64
+	pods  *cgroupPods
+	// unhealthy is each device's Unhealthy reason in the latest Collect, by device id,
+	// to log changes once rather than every Collect.
+	unhealthy map[string]string
+	warned    map[string]bool // what warnOnce has logged
 }
 
-// nvmlXIDCount counts one GPU's XID events: those NVML attributes to no GPU instance,
-// and those it attributes to one (MIG), by GPU instance id.
-type nvmlXIDCount struct {
-	whole      uint64
-	byInstance map[uint32]uint64
+// nvmlGPU is what is known of the GPU at one NVML index, as last read: enough to report
+// it, unhealthy, when it stops answering.
+type nvmlGPU struct {
+	handle    nvml.Device // the handle NVML last gave; nil before one
+	uuid      string      // "" until NVML told it once
+	model     string
+	modelRead bool
+	minor     *uint32
+	// migs are its MIG devices as of the last Collect that enumerated them, by slot.
+	migs []nvmlMIGRef
+}
+
+// nvmlMIGRef is what identifies one MIG device in a report.
+type nvmlMIGRef struct {
+	slot                  int
+	uuid                  string
+	instanceID, computeID *uint32 // nil when NVML would not say
+	profile               string
 }
 
 // nvmlMIG is what a MIG device's identity says of it.
 type nvmlMIG struct {
 	instanceID *uint32 // GPU instance id; nil when NVML would not say
+	computeID  *uint32 // compute instance id; nil when NVML would not say
 	profile    string  // "1g.5gb", "1c.3g.20gb", "1g.5gb+me", …; "" when unknown
 	seen       uint64  // the Collect (nvmlSource.gen) that last saw the device
 }
 
+// nvmlXIDs is what XID events said of one GPU: how many concerned no GPU instance and
+// how many each GPU instance (MIG), and the last critical one by the GPU and compute
+// instance it concerned (nvmlNoInstance for none).
+type nvmlXIDs struct {
+	whole      uint64
+	byInstance map[uint32]uint64
+	last       map[nvmlPlace]nvmlXIDEvent
+}
+
+// nvmlPlace is the part of a GPU an XID event concerned: a GPU instance and compute
+// instance, either of them nvmlNoInstance when the event concerned all of them.
+type nvmlPlace struct{ gi, ci uint32 }
+
+type nvmlXIDEvent struct {
+	xid uint32
+	at  time.Time
+	seq uint64
+}
+
+// covers reports whether an event at p concerns the MIG device m. It follows NVIDIA's
+// device plugin (internal/rm/health.go, runEventMonitor), which matches an event to a
+// MIG device by GPU and compute instance unless they are 0xFFFFFFFF, with one
+// difference: a GPU instance with no compute instance concerns that GPU instance only,
+// not the whole GPU. An identity NVML would not tell matches every event, so that a
+// failing device is never missed.
+func (p nvmlPlace) covers(m *nvmlMIGRef) bool {
+	return (p.gi == nvmlNoInstance || m.instanceID == nil || p.gi == *m.instanceID) &&
+		(p.ci == nvmlNoInstance || m.computeID == nil || p.ci == *m.computeID)
+}
+
+// nvmlCriticalXID reports whether an XID says the GPU itself is failing, as NVIDIA's
+// device plugin decides (k8s-device-plugin internal/rm/health.go,
+// getDisabledHealthCheckXids): every XID but the application errors 13 (graphics engine
+// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
+// cleanup), 68 (video processor exception) and 109 (context switch timeout), which
+// end one process and leave the GPU healthy.
+func nvmlCriticalXID(xid uint64) bool {
+	switch xid {
+	case 13, 31, 43, 45, 68, 109:
+		return false
+	}
+	return true
+}
+
+// nvmlMetrics are the source's own metrics.
+type nvmlMetrics struct {
+	unidentified prometheus.Gauge
+	unresolved   *prometheus.CounterVec
+}
+
+func newNVMLMetrics(reg prometheus.Registerer) (nvmlMetrics, error) {
+	m := nvmlMetrics{
+		unidentified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_collector_nvml_unidentified_devices",
+			Help: "GPUs and MIG devices NVML lists but never identified (no UUID), so the last Collect could not report them.",
+		}),
+		unresolved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_collector_nvml_unresolved_processes_total",
+			Help: "Processes in NVML's per-process samples whose pod could not be found, by reason " +
+				"(unreadable: no /proc/<pid>/cgroup under the proc root; no_pod: in no pod); each leaves its device's per-pod figures unmeasured.",
+		}, []string{"reason"}),
+	}
+	for _, reason := range []string{"unreadable", "no_pod"} {
+		m.unresolved.WithLabelValues(reason)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.unidentified, m.unresolved} {
+		if err := reg.Register(c); err != nil {
+			return m, fmt.Errorf("NVML source metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
 // NewNVML starts NVML through the driver's libnvidia-ml.so.1 and returns a Source
-// reading every GPU it sees. Without the library, the driver or a GPU it fails with an
-// error wrapping ErrNoGPUSource that says what is missing.
-func NewNVML() (Source, error) {
-	s, err := newNVMLSource(nvml.New())
+// reading every GPU it sees, which is also a PodUsageSource. Without the library, the
+// driver or a GPU it fails with an error wrapping ErrNoGPUSource that says what is
+// missing.
+func NewNVML(cfg NVMLConfig) (Source, error) {
+	s, err := newNVMLSource(nvml.New(), cfg)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// newNVMLSource starts lib (Init) and prepares to count XID errors. It is NewNVML with
-// the library injected, for tests with go-nvml's mocks.
-func newNVMLSource(lib nvml.Interface) (*nvmlSource, error) {
+// newNVMLSource starts lib (Init), prepares to follow XID errors and reads every GPU
+// once, to learn the identity it reports a GPU under should it fail later. It is
+// NewNVML with the library injected, for tests with go-nvml's mocks.
+func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("%w: NVML Init: %w (%d): %s", ErrNoGPUSource, ret, int32(ret), nvmlInitHint(ret))
 	}
@@ -84,8 +240,40 @@ func newNVMLSource(lib nvml.Interface) (*nvmlSource, error) {
 		_ = lib.Shutdown()
 		return nil, fmt.Errorf("%w: NVML sees no GPU", ErrNoGPUSource)
 	}
-	s := &nvmlSource{lib: lib, xids: map[string]*nvmlXIDCount{}, migs: map[string]*nvmlMIG{}}
+	metrics, err := newNVMLMetrics(cfg.Registerer)
+	if err != nil {
+		_ = lib.Shutdown()
+		return nil, err
+	}
+	s := &nvmlSource{
+		lib:       lib,
+		log:       cfg.Log,
+		now:       time.Now,
+		xidHold:   cfg.XIDHold,
+		metrics:   metrics,
+		xids:      map[string]*nvmlXIDs{},
+		migs:      map[string]*nvmlMIG{},
+		lastSeen:  map[string]uint64{},
+		usage:     map[string]map[uint32]float64{},
+		pods:      newCgroupPods(cfg.ProcRoot),
+		unhealthy: map[string]string{},
+		warned:    map[string]bool{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.xidHold <= 0 {
+		s.xidHold = DefaultNVMLXIDHold
+	}
 	s.watchXIDs(n)
+	// One read now learns every GPU's identity (and its MIG devices'), so a GPU lost
+	// before the first Collect is still reported under it, and starts each GPU's
+	// per-process sample window. A GPU that cannot be read yet is no reason to stop.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.collect(context.Background()); err != nil {
+		s.log.Warn("NVML started but could read no GPU yet", "err", err)
+	}
 	return s, nil
 }
 
@@ -107,7 +295,7 @@ func nvmlInitHint(ret nvml.Return) string {
 }
 
 // watchXIDs registers the first n GPUs for XID events on one event set, so Collect can
-// count them without blocking. It is best effort: a GPU (or a driver) that cannot
+// take them without blocking. It is best effort: a GPU (or a driver) that cannot
 // report XID events keeps an XID count of 0.
 func (s *nvmlSource) watchXIDs(n int) {
 	set, ret := s.lib.EventSetCreate()
@@ -120,6 +308,7 @@ func (s *nvmlSource) watchXIDs(n int) {
 		if ret != nvml.SUCCESS {
 			continue
 		}
+		s.gpu(i).handle = dev
 		if dev.RegisterEvents(nvml.EventTypeXidCriticalError, set) == nvml.SUCCESS {
 			registered++
 		}
@@ -133,9 +322,25 @@ func (s *nvmlSource) watchXIDs(n int) {
 
 func (s *nvmlSource) Name() string { return "nvml" }
 
+// gpu returns what is known of the GPU at index, empty the first time.
+func (s *nvmlSource) gpu(index int) *nvmlGPU {
+	for len(s.gpus) <= index {
+		s.gpus = append(s.gpus, &nvmlGPU{})
+	}
+	return s.gpus[index]
+}
+
 // Collect reads every GPU once, or each of its MIG devices instead when it is in MIG
 // mode and has some. It makes a handful of NVML calls per device and waits for no event;
 // an NVML call cannot be interrupted, so ctx is checked between devices.
+//
+// A GPU or MIG device that NVML cannot read (no handle, no UUID, a reading that says
+// the GPU is lost or needs a reset, every reading failing) is reported with Unhealthy
+// saying which call failed and how, its readings absent, under the identity NVML gave
+// it before. One never identified is left out and counted
+// (gpuscaler_collector_nvml_unidentified_devices): without a UUID no allocation, pod
+// or device id can be matched to it, and an invented id would be a device the kubelet
+// does not know. Collect fails only when NVML cannot count the GPUs or can read none.
 func (s *nvmlSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -145,110 +350,321 @@ func (s *nvmlSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 	if s.closed {
 		return nil, errors.New("NVML source is closed")
 	}
+	return s.collect(ctx)
+}
+
+// collect is Collect with s.mu held.
+func (s *nvmlSource) collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	s.gen++
 	s.takeXIDs(ctx)
+	clear(s.usage)
 	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML: count GPUs: %w", ret)
 	}
-	out := make([]*gpuscalerv1.GPUSample, 0, n)
+	if n == 0 {
+		return nil, errors.New("NVML: count GPUs: NVML sees no GPU")
+	}
+	c := nvmlCollect{out: make([]*gpuscalerv1.GPUSample, 0, n)}
+	read := 0
+	var firstErr error
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		dev, ret := s.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: GPU %d: get handle: %w", i, ret)
-		}
-		uuid, ret := dev.GetUUID()
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: GPU %d: read UUID: %w", i, ret)
-		}
-		model, ret := dev.GetName()
-		if ret != nvml.SUCCESS {
-			model = ""
-		}
-		if current, _, ret := dev.GetMigMode(); ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
-			var err error
-			before := len(out)
-			if out, err = s.appendMIGSamples(out, dev, i, uuid, model); err != nil {
-				return nil, err
+		if err := s.appendGPU(&c, i); err != nil {
+			if firstErr == nil {
+				firstErr = err
 			}
-			if len(out) > before {
-				continue
-			}
-			// MIG mode with no MIG device yet: report the GPU itself, as the DCGM source
-			// does, so the node's GPUs stay visible.
+			continue
 		}
-		out = append(out, s.gpuSample(dev, i, uuid, model))
+		read++
+	}
+	s.metrics.unidentified.Set(float64(c.unidentified))
+	if read == 0 {
+		return nil, fmt.Errorf("NVML: none of the %d GPUs could be read (%w)", n, firstErr)
 	}
 	for id, m := range s.migs {
 		if m.seen != s.gen {
 			delete(s.migs, id)
 		}
 	}
+	out := c.samples()
+	s.logHealth(out)
 	return out, nil
 }
 
-// gpuSample reads a whole GPU.
-func (s *nvmlSource) gpuSample(dev nvml.Device, index int, uuid, model string) *gpuscalerv1.GPUSample {
-	g := &gpuscalerv1.GPUSample{Uuid: uuid, Index: uint32(index), Model: model}
-	nvmlReadMemory(dev, g)
-	if u, ret := dev.GetUtilizationRates(); ret == nvml.SUCCESS {
-		g.GpuUtil = proto.Float64(float64(min(u.Gpu, 100)))
+// nvmlCollect is what one Collect builds: the samples, those of them that NVML could
+// not read and come from memory, and the devices it could not report at all.
+type nvmlCollect struct {
+	out          []*gpuscalerv1.GPUSample
+	remembered   map[*gpuscalerv1.GPUSample]bool
+	unidentified int
+}
+
+func (c *nvmlCollect) addRemembered(g *gpuscalerv1.GPUSample) {
+	if c.remembered == nil {
+		c.remembered = map[*gpuscalerv1.GPUSample]bool{}
 	}
-	if mw, ret := dev.GetPowerUsage(); ret == nvml.SUCCESS {
-		g.PowerWatts = proto.Float64(float64(mw) / 1000)
+	c.remembered[g] = true
+	c.out = append(c.out, g)
+}
+
+// samples returns the samples, without a remembered one whose device was also read
+// afresh or already remembered: NVML keeps its indexes for a session, so it should
+// not happen, but a report naming a device twice would be rejected whole.
+func (c *nvmlCollect) samples() []*gpuscalerv1.GPUSample {
+	if len(c.remembered) == 0 {
+		return c.out
 	}
-	if c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
-		g.TemperatureCelsius = proto.Float64(float64(c))
+	fresh := make(map[string]bool, len(c.out))
+	for _, g := range c.out {
+		if !c.remembered[g] {
+			fresh[g.DeviceID()] = true
+		}
 	}
-	g.XidErrors = s.xidCount(uuid, nil)
+	out := c.out[:0]
+	for _, g := range c.out {
+		if c.remembered[g] {
+			if fresh[g.DeviceID()] {
+				continue
+			}
+			fresh[g.DeviceID()] = true
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// appendGPU reads the GPU at index (or its MIG devices) into c. It fails when the GPU
+// could not be read, having reported it unhealthy when it knows the GPU's identity.
+func (s *nvmlSource) appendGPU(c *nvmlCollect, index int) error {
+	known := s.gpu(index)
+	dev, ret := s.lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return s.appendUnreadable(c, index, known, "DeviceGetHandleByIndex", ret)
+	}
+	known.handle = dev
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return s.appendUnreadable(c, index, known, "GetUUID", ret)
+	}
+	if known.uuid != uuid { // first read (a GPU's UUID is fixed: no other change is expected)
+		*known = nvmlGPU{handle: dev, uuid: uuid}
+	}
+	if !known.modelRead {
+		if name, ret := dev.GetName(); ret == nvml.SUCCESS {
+			known.model, known.modelRead = name, true
+		}
+	}
+	if known.minor == nil {
+		if minor, ret := dev.GetMinorNumber(); ret == nvml.SUCCESS && minor >= 0 {
+			known.minor = proto.Uint32(uint32(minor))
+		}
+	}
+	current, _, ret := dev.GetMigMode()
+	if nvmlDeviceFailed(ret) {
+		return s.appendUnreadable(c, index, known, "GetMigMode", ret)
+	}
+	if ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
+		if has, err := s.appendMIGSamples(c, dev, index, known); has {
+			return err
+		}
+		// MIG mode with no MIG device yet: report the GPU itself, as the DCGM source
+		// does, so the node's GPUs stay visible.
+	}
+	known.migs = nil
+	g, err := s.gpuSample(dev, index, known)
+	c.out = append(c.out, g)
+	return err
+}
+
+// appendUnreadable reports the GPU at index, which NVML could not read (call answered
+// ret), under what is known of it: each of its MIG devices as last seen, or the GPU
+// itself; nothing when its UUID was never known. It returns the failure.
+func (s *nvmlSource) appendUnreadable(c *nvmlCollect, index int, known *nvmlGPU, call string, ret nvml.Return) error {
+	err := fmt.Errorf("GPU %d: %s: %w", index, call, ret)
+	reason := "NVML " + nvmlReason(call, ret)
+	if known.uuid == "" {
+		c.unidentified++
+		s.warnOnce("unidentified GPU "+strconv.Itoa(index),
+			"NVML cannot read a GPU it has never identified: it is left out of the reports",
+			"index", index, "reason", reason)
+		return err
+	}
+	if len(known.migs) > 0 {
+		for i := range known.migs {
+			c.addRemembered(s.unreadableMIG(index, known, &known.migs[i], reason))
+		}
+		return err
+	}
+	g := known.sample(index)
+	g.Unhealthy = reason
+	g.XidErrors = s.xidCount(known.uuid, nil)
+	s.applyXID(g, known.uuid, nil)
+	c.addRemembered(g)
+	return err
+}
+
+// unreadableMIG is the sample of a MIG device NVML could not read, from what is known.
+func (s *nvmlSource) unreadableMIG(index int, known *nvmlGPU, m *nvmlMIGRef, reason string) *gpuscalerv1.GPUSample {
+	if old, ok := s.migs[m.uuid]; ok {
+		old.seen = s.gen // keep its identity for when it answers again
+	}
+	g := known.migSample(index, m)
+	g.Unhealthy = reason
+	g.XidErrors = s.xidCount(known.uuid, m.instanceID)
+	s.applyXID(g, known.uuid, m)
 	return g
 }
 
-// appendMIGSamples appends a sample per MIG device of the GPU at index. It reads each
-// MIG device's framebuffer only: NVML measures power and temperature for the physical
-// GPU, whose figures on each of its slices would be counted once per slice, and does
-// not measure utilisation in MIG mode at all.
-func (s *nvmlSource) appendMIGSamples(out []*gpuscalerv1.GPUSample, dev nvml.Device, index int, uuid, model string) ([]*gpuscalerv1.GPUSample, error) {
+// sample is a GPU's sample with its identity only.
+func (k *nvmlGPU) sample(index int) *gpuscalerv1.GPUSample {
+	g := &gpuscalerv1.GPUSample{Uuid: k.uuid, Index: uint32(index), Model: k.model}
+	if k.minor != nil {
+		g.Minor = proto.Uint32(*k.minor)
+	}
+	return g
+}
+
+// migSample is a MIG device's sample with its identity only.
+func (k *nvmlGPU) migSample(index int, m *nvmlMIGRef) *gpuscalerv1.GPUSample {
+	g := k.sample(index)
+	g.DeviceId = m.uuid
+	g.MigProfile = m.profile
+	if m.instanceID != nil { // a copy: the cache's must not be shared with callers
+		g.MigInstanceId = proto.Uint32(*m.instanceID)
+	}
+	return g
+}
+
+// gpuSample reads a whole GPU. It fails when the GPU could not be read, with the
+// sample saying why.
+func (s *nvmlSource) gpuSample(dev nvml.Device, index int, known *nvmlGPU) (*gpuscalerv1.GPUSample, error) {
+	g := known.sample(index)
+	var r nvmlReadings
+	if m, ret := dev.GetMemoryInfo(); r.take("GetMemoryInfo", ret) {
+		nvmlSetMemory(g, m)
+	}
+	if !r.lost() {
+		if u, ret := dev.GetUtilizationRates(); r.take("GetUtilizationRates", ret) {
+			g.GpuUtil = proto.Float64(float64(min(u.Gpu, 100)))
+		}
+	}
+	if !r.lost() {
+		if mw, ret := dev.GetPowerUsage(); r.take("GetPowerUsage", ret) {
+			g.PowerWatts = proto.Float64(float64(mw) / 1000)
+		}
+	}
+	if !r.lost() {
+		if c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); r.take("GetTemperature", ret) {
+			g.TemperatureCelsius = proto.Float64(float64(c))
+		}
+	}
+	if !r.lost() {
+		if ret := s.sampleProcesses(dev, known.uuid, g.GpuUtil); nvmlDeviceFailed(ret) {
+			r.take("GetProcessUtilization", ret)
+		}
+	}
+	g.XidErrors = s.xidCount(known.uuid, nil)
+	err := r.judge(g)
+	s.applyXID(g, known.uuid, nil)
+	if err != nil {
+		return g, fmt.Errorf("GPU %d: %w", index, err)
+	}
+	return g, nil
+}
+
+// appendMIGSamples appends a sample per MIG device of the GPU at index, and reports
+// whether the GPU has any: false leaves the GPU to be read whole. It reads each MIG
+// device's framebuffer only: NVML measures power and temperature for the physical GPU,
+// whose figures on each of its slices would be counted once per slice, and does not
+// measure utilisation in MIG mode at all. It fails when no MIG device could be read.
+//
+// A MIG device NVML cannot read is reported unhealthy from what the last Collect
+// learnt of the device in its slot; one never identified is left out and counted.
+func (s *nvmlSource) appendMIGSamples(c *nvmlCollect, dev nvml.Device, index int, known *nvmlGPU) (bool, error) {
 	slots, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
-		return out, fmt.Errorf("NVML: GPU %d: count MIG devices: %w", index, ret)
+		return true, s.appendUnreadable(c, index, known, "GetMaxMigDeviceCount", ret)
 	}
+	var (
+		now      []nvmlMIGRef
+		found    int
+		read     int
+		firstErr error
+	)
 	for j := range slots {
 		mig, ret := dev.GetMigDeviceHandleByIndex(j)
 		if ret == nvml.ERROR_NOT_FOUND {
 			continue // an empty slot
 		}
+		found++
+		call := "GetMigDeviceHandleByIndex"
+		var migUUID string
+		if ret == nvml.SUCCESS {
+			call = "GetUUID"
+			migUUID, ret = mig.GetUUID()
+		}
 		if ret != nvml.SUCCESS {
-			return out, fmt.Errorf("NVML: GPU %d: MIG device %d: get handle: %w", index, j, ret)
+			err := fmt.Errorf("GPU %d: MIG device %d: %s: %w", index, j, call, ret)
+			if firstErr == nil {
+				firstErr = err
+			}
+			if m := known.migAt(j); m != nil {
+				c.addRemembered(s.unreadableMIG(index, known, m, "NVML "+nvmlReason(call, ret)))
+				now = append(now, *m)
+				continue
+			}
+			c.unidentified++
+			s.warnOnce(fmt.Sprintf("unidentified MIG %d/%d", index, j),
+				"NVML cannot read a MIG device it has never identified: it is left out of the reports",
+				"index", index, "slot", j, "reason", "NVML "+nvmlReason(call, ret))
+			continue
 		}
-		migUUID, ret := mig.GetUUID()
-		if ret != nvml.SUCCESS {
-			return out, fmt.Errorf("NVML: GPU %d: MIG device %d: read UUID: %w", index, j, ret)
+		id := s.migIdentity(dev, mig, migUUID)
+		ref := nvmlMIGRef{slot: j, uuid: migUUID, instanceID: id.instanceID, computeID: id.computeID, profile: id.profile}
+		now = append(now, ref)
+		g := known.migSample(index, &ref)
+		var r nvmlReadings
+		if m, ret := mig.GetMemoryInfo(); r.take("GetMemoryInfo", ret) {
+			nvmlSetMemory(g, m)
 		}
-		m := s.migIdentity(dev, mig, migUUID)
-		g := &gpuscalerv1.GPUSample{
-			Uuid:       uuid,
-			Index:      uint32(index),
-			Model:      model,
-			DeviceId:   migUUID,
-			MigProfile: m.profile,
+		g.XidErrors = s.xidCount(known.uuid, id.instanceID)
+		err := r.judge(g)
+		s.applyXID(g, known.uuid, &ref)
+		c.out = append(c.out, g)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("GPU %d: MIG device %d: %w", index, j, err)
+			}
+			continue
 		}
-		if m.instanceID != nil { // a copy: the cache's must not be shared with callers
-			g.MigInstanceId = proto.Uint32(*m.instanceID)
-		}
-		nvmlReadMemory(mig, g)
-		g.XidErrors = s.xidCount(uuid, m.instanceID)
-		out = append(out, g)
+		read++
 	}
-	return out, nil
+	if found == 0 {
+		return false, nil
+	}
+	known.migs = now
+	if read == 0 {
+		return true, firstErr
+	}
+	return true, nil
 }
 
-// migIdentity returns a MIG device's GPU instance and profile, from the cache when an
-// earlier Collect learnt them. Only complete answers are cached, so a failed read is
-// tried again next time.
+// migAt returns the MIG device last seen in slot, or nil.
+func (k *nvmlGPU) migAt(slot int) *nvmlMIGRef {
+	for i := range k.migs {
+		if k.migs[i].slot == slot {
+			return &k.migs[i]
+		}
+	}
+	return nil
+}
+
+// migIdentity returns a MIG device's GPU and compute instances and profile, from the
+// cache when an earlier Collect learnt them. Only complete answers are cached, so a
+// failed read is tried again next time.
 func (s *nvmlSource) migIdentity(parent, mig nvml.Device, migUUID string) *nvmlMIG {
 	if m, ok := s.migs[migUUID]; ok {
 		m.seen = s.gen
@@ -260,11 +676,137 @@ func (s *nvmlSource) migIdentity(parent, mig nvml.Device, migUUID string) *nvmlM
 	if giKnown {
 		m.instanceID = proto.Uint32(uint32(giID))
 	}
+	if ciID, ret := mig.GetComputeInstanceId(); ret == nvml.SUCCESS && ciID >= 0 {
+		m.computeID = proto.Uint32(uint32(ciID))
+	}
 	m.profile = nvmlMIGProfileOf(parent, mig, giID, giKnown)
-	if giKnown && m.profile != "" {
+	if giKnown && m.computeID != nil && m.profile != "" {
 		s.migs[migUUID] = m
 	}
 	return m
+}
+
+// nvmlReadings follows one device's readings in one Collect.
+type nvmlReadings struct {
+	ok        int
+	failed    []string    // why each reading that failed other than NOT_SUPPORTED did
+	failedRet nvml.Return // the first of them
+	lostCall  string      // the reading that said the GPU itself failed; "" while none did
+	lostRet   nvml.Return
+}
+
+// take notes NVML's answer to a reading and reports whether it succeeded.
+func (r *nvmlReadings) take(call string, ret nvml.Return) bool {
+	switch {
+	case ret == nvml.SUCCESS:
+		r.ok++
+		return true
+	case nvmlDeviceFailed(ret):
+		if r.lostCall == "" {
+			r.lostCall, r.lostRet = call, ret
+		}
+	case ret != nvml.ERROR_NOT_SUPPORTED:
+		if len(r.failed) == 0 {
+			r.failedRet = ret
+		}
+		r.failed = append(r.failed, nvmlReason(call, ret))
+	}
+	return false
+}
+
+// lost reports whether a reading said the GPU itself failed: the rest are not worth
+// asking (each is a round trip to a GPU that is not answering).
+func (r *nvmlReadings) lost() bool { return r.lostCall != "" }
+
+// judge marks g unhealthy when its readings say so: a reading said the GPU itself
+// failed (its readings are then dropped: those taken a moment before came from a
+// failing GPU), or every reading failed for another reason than NOT_SUPPORTED. It
+// returns the failure, nil when the device was read.
+func (r *nvmlReadings) judge(g *gpuscalerv1.GPUSample) error {
+	switch {
+	case r.lost():
+		g.GpuUtil, g.SmActive, g.TensorActive = nil, nil, nil
+		g.FbUsedBytes, g.FbTotalBytes, g.PowerWatts, g.TemperatureCelsius = nil, nil, nil, nil
+		g.Unhealthy = "NVML " + nvmlReason(r.lostCall, r.lostRet)
+		return fmt.Errorf("%s: %w", r.lostCall, r.lostRet)
+	case r.ok == 0 && len(r.failed) > 0:
+		g.Unhealthy = "NVML: every reading failed: " + strings.Join(r.failed, "; ")
+		return fmt.Errorf("every reading failed: %w", r.failedRet)
+	}
+	return nil
+}
+
+// nvmlDeviceFailed reports whether NVML's answer says the GPU itself has failed rather
+// than that one reading is unavailable: it fell off the bus (XID 79: "GPU is lost") or
+// needs a reset.
+func nvmlDeviceFailed(ret nvml.Return) bool {
+	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
+}
+
+// nvmlReturnNames names NVML's answers as nvml.h does, with what they mean. The text
+// of nvml.ErrorString depends on whether the library is loaded; a report's reasons
+// should not.
+var nvmlReturnNames = map[nvml.Return][2]string{
+	nvml.ERROR_UNINITIALIZED:     {"ERROR_UNINITIALIZED", "NVML is not initialised"},
+	nvml.ERROR_INVALID_ARGUMENT:  {"ERROR_INVALID_ARGUMENT", "invalid argument"},
+	nvml.ERROR_NOT_SUPPORTED:     {"ERROR_NOT_SUPPORTED", "not supported"},
+	nvml.ERROR_NO_PERMISSION:     {"ERROR_NO_PERMISSION", "no permission"},
+	nvml.ERROR_NOT_FOUND:         {"ERROR_NOT_FOUND", "not found"},
+	nvml.ERROR_DRIVER_NOT_LOADED: {"ERROR_DRIVER_NOT_LOADED", "the driver is not loaded"},
+	nvml.ERROR_TIMEOUT:           {"ERROR_TIMEOUT", "timed out"},
+	nvml.ERROR_IRQ_ISSUE:         {"ERROR_IRQ_ISSUE", "interrupt problem with the GPU"},
+	nvml.ERROR_CORRUPTED_INFOROM: {"ERROR_CORRUPTED_INFOROM", "the GPU's infoROM is corrupted"},
+	nvml.ERROR_GPU_IS_LOST:       {"ERROR_GPU_IS_LOST", "GPU is lost"},
+	nvml.ERROR_RESET_REQUIRED:    {"ERROR_RESET_REQUIRED", "GPU needs a reset"},
+	nvml.ERROR_OPERATING_SYSTEM:  {"ERROR_OPERATING_SYSTEM", "the operating system refused"},
+	nvml.ERROR_MEMORY:            {"ERROR_MEMORY", "out of memory"},
+	nvml.ERROR_UNKNOWN:           {"ERROR_UNKNOWN", "unknown error"},
+}
+
+// nvmlReason says how an NVML call failed: "GetUUID: GPU is lost (ERROR_GPU_IS_LOST)".
+func nvmlReason(call string, ret nvml.Return) string {
+	if n, ok := nvmlReturnNames[ret]; ok {
+		return fmt.Sprintf("%s: %s (%s)", call, n[1], n[0])
+	}
+	return fmt.Sprintf("%s: %s (NVML return %d)", call, ret.Error(), int32(ret))
+}
+
+// nvmlSetMemory fills the framebuffer readings of g from m, leaving them nil when NVML
+// reports no framebuffer.
+func nvmlSetMemory(g *gpuscalerv1.GPUSample, m nvml.Memory) {
+	if m.Total == 0 {
+		return
+	}
+	g.FbTotalBytes = proto.Uint64(m.Total)
+	g.FbUsedBytes = proto.Uint64(min(m.Used, m.Total))
+}
+
+// logHealth logs each device that became unhealthy, or healthy again, since the last
+// Collect.
+func (s *nvmlSource) logHealth(out []*gpuscalerv1.GPUSample) {
+	now := make(map[string]string, len(out))
+	for _, g := range out {
+		id := g.DeviceID()
+		now[id] = g.GetUnhealthy()
+		before := s.unhealthy[id]
+		switch {
+		case g.GetUnhealthy() != "" && g.GetUnhealthy() != before:
+			s.log.Warn("GPU unhealthy", "device", id, "index", g.GetIndex(), "reason", g.GetUnhealthy(), "last_xid", g.GetLastXid())
+		case g.GetUnhealthy() == "" && before != "":
+			s.log.Info("GPU healthy again", "device", id, "index", g.GetIndex(), "was", before)
+		}
+	}
+	s.unhealthy = now
+}
+
+// warnOnce logs msg at warning level the first time key is seen, at debug level after.
+func (s *nvmlSource) warnOnce(key, msg string, args ...any) {
+	if s.warned[key] {
+		s.log.Debug(msg, args...)
+		return
+	}
+	s.warned[key] = true
+	s.log.Warn(msg+" (logged once)", args...)
 }
 
 // nvmlMIGProfileOf names a MIG device's profile as NVIDIA's device plugin, mig-parted
@@ -343,18 +885,8 @@ func nvmlMIGProfile(giProfile int, giSlices, ciSlices uint32, memMiB, gpuTotalBy
 	return fmt.Sprintf("%dc.%dg.%dgb%s", ciSlices, giSlices, gb, suffix)
 }
 
-// nvmlReadMemory fills the framebuffer readings of g from dev, leaving them nil when
-// NVML cannot say.
-func nvmlReadMemory(dev nvml.Device, g *gpuscalerv1.GPUSample) {
-	m, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS || m.Total == 0 {
-		return
-	}
-	g.FbTotalBytes = proto.Uint64(m.Total)
-	g.FbUsedBytes = proto.Uint64(min(m.Used, m.Total))
-}
-
-// takeXIDs counts the XID events waiting in the event set, without waiting for more.
+// takeXIDs takes the XID events waiting in the event set, without waiting for more:
+// it counts them all, and remembers the last critical one of each part of a GPU.
 func (s *nvmlSource) takeXIDs(ctx context.Context) {
 	if s.events == nil {
 		return
@@ -370,24 +902,54 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 		if e.EventType&nvml.EventTypeXidCriticalError == 0 || e.Device == nil {
 			continue
 		}
-		uuid, ret := e.Device.GetUUID()
-		if ret != nvml.SUCCESS {
+		uuid := s.eventGPU(e.Device)
+		if uuid == "" {
 			continue
 		}
 		c := s.xids[uuid]
 		if c == nil {
-			c = &nvmlXIDCount{}
+			c = &nvmlXIDs{}
 			s.xids[uuid] = c
 		}
 		if e.GpuInstanceId == nvmlNoInstance {
 			c.whole++
+		} else {
+			if c.byInstance == nil {
+				c.byInstance = map[uint32]uint64{}
+			}
+			c.byInstance[e.GpuInstanceId]++
+		}
+		if !nvmlCriticalXID(e.EventData) {
 			continue
 		}
-		if c.byInstance == nil {
-			c.byInstance = map[uint32]uint64{}
+		if c.last == nil {
+			c.last = map[nvmlPlace]nvmlXIDEvent{}
 		}
-		c.byInstance[e.GpuInstanceId]++
+		s.xidSeq++
+		c.last[nvmlPlace{e.GpuInstanceId, e.ComputeInstanceId}] = nvmlXIDEvent{
+			xid: uint32(min(e.EventData, math.MaxUint32)),
+			at:  s.now(),
+			seq: s.xidSeq,
+		}
 	}
+}
+
+// eventGPU returns the UUID of the GPU an event came from. A GPU that has just fallen
+// off the bus no longer answers GetUUID, yet its XID (79) is the news: it is then found
+// by its handle among those NVML gave for each GPU.
+func (s *nvmlSource) eventGPU(dev nvml.Device) string {
+	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+		return uuid
+	}
+	if !reflect.TypeOf(dev).Comparable() { // == on it would panic
+		return ""
+	}
+	for _, k := range s.gpus {
+		if k.handle != nil && reflect.TypeOf(k.handle).Comparable() && k.handle == dev {
+			return k.uuid
+		}
+	}
+	return ""
 }
 
 // xidCount returns the XID events seen on a GPU (instance nil): all of them; or on one
@@ -405,6 +967,148 @@ func (s *nvmlSource) xidCount(uuid string, instance *uint32) uint64 {
 		n += v
 	}
 	return n
+}
+
+// applyXID sets g's LastXid to the last critical XID that concerned the device (the
+// GPU uuid, or its MIG device mig), and marks g unhealthy "XID <n>" while that XID is
+// younger than the hold, unless g is already unhealthy for a reason of the moment.
+func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMIGRef) {
+	c := s.xids[uuid]
+	if c == nil {
+		return
+	}
+	var last nvmlXIDEvent
+	for place, e := range c.last {
+		if (mig == nil || place.covers(mig)) && e.seq > last.seq {
+			last = e
+		}
+	}
+	if last.seq == 0 {
+		return
+	}
+	g.LastXid = last.xid
+	if g.Unhealthy == "" && s.now().Sub(last.at) < s.xidHold {
+		g.Unhealthy = "XID " + strconv.FormatUint(uint64(last.xid), 10)
+	}
+}
+
+// sampleProcesses takes NVML's per-process utilisation samples of a whole GPU since
+// the last Collect, for PodUsage, and returns NVML's answer. util is the GPU's own
+// utilisation read just before, nil when unknown.
+//
+// What the samples mean (NVML's nvmlDeviceGetProcessUtilization): the driver keeps a
+// buffer of per-process samples with CPU timestamps in microseconds; asked with the
+// newest timestamp seen so far it returns those after it, or ERROR_NOT_FOUND when
+// there are none. So:
+//   - the first answer with samples covers the whole buffer, a window of unknown
+//     length: it only sets where the next window starts, and the GPU is unmeasured
+//     this once. (After a first answer of none, every later sample is new.)
+//   - no sample means no process ran on the GPU in the window, but only if the GPU
+//     itself reads idle: the driver samples on its own period, and a window between two
+//     of its samples is empty while the GPU is busy. No sample on a GPU that reads busy
+//     (or unknown) leaves it unmeasured, never "no pod used it";
+//   - a process sampled more than once in the window counts for the mean of its
+//     samples (NVML does not document whether it can be).
+//
+// NOT_SUPPORTED (older GPUs, vGPU) or any other failure leaves the GPU unmeasured.
+func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64) nvml.Return {
+	since, started := s.lastSeen[uuid]
+	samples, ret := dev.GetProcessUtilization(since)
+	switch {
+	case ret == nvml.ERROR_NOT_FOUND,
+		// go-nvml answers an empty buffer this way too.
+		(ret == nvml.SUCCESS || ret == nvml.ERROR_INSUFFICIENT_SIZE) && len(samples) == 0:
+		s.lastSeen[uuid] = since
+		if util != nil && *util == 0 {
+			s.usage[uuid] = map[uint32]float64{}
+		}
+		return nvml.SUCCESS
+	case ret != nvml.SUCCESS:
+		return ret
+	}
+	type acc struct {
+		sum float64
+		n   int
+	}
+	byPID := make(map[uint32]acc, len(samples))
+	latest := since
+	for _, p := range samples {
+		if p.Pid == 0 || p.TimeStamp <= since {
+			continue // an unfilled entry, or one from before the window
+		}
+		latest = max(latest, p.TimeStamp)
+		a := byPID[p.Pid]
+		a.sum += float64(min(p.SmUtil, 100))
+		a.n++
+		byPID[p.Pid] = a
+	}
+	s.lastSeen[uuid] = latest
+	if !started {
+		return nvml.SUCCESS
+	}
+	if len(byPID) == 0 {
+		// Only stale or unfilled entries: no process ran in the window, as above.
+		if util != nil && *util == 0 {
+			s.usage[uuid] = map[uint32]float64{}
+		}
+		return nvml.SUCCESS
+	}
+	usage := make(map[uint32]float64, len(byPID))
+	for pid, a := range byPID {
+		usage[pid] = a.sum / float64(a.n)
+	}
+	s.usage[uuid] = usage
+	return nvml.SUCCESS
+}
+
+// PodUsage returns, by device id, each pod's SM utilisation (percent) on the devices
+// the last Collect measured: for each whole GPU, the sum over the pod's processes of
+// NVML's per-process samples, at most 100. See sampleProcesses for when a GPU is
+// measured; MIG devices never are (NVML does not sample processes on them).
+//
+// A process's pod is found through /proc/<pid>/cgroup under NVMLConfig.ProcRoot: NVML
+// reports host PIDs, so the collector needs the host's /proc (hostPID: true, or a
+// hostPath mount). A device with a sampled process whose pod cannot be found (its
+// cgroup unreadable: it exited, or the proc root is not the host's; or it is in no
+// pod) is left out: its pods' figures would be incomplete, and an undercount is a
+// silent zero. Such processes are counted in
+// gpuscaler_collector_nvml_unresolved_processes_total and logged once.
+func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]map[string]float64, len(s.usage))
+	seen := make(map[uint32]struct{})
+	for id, byPID := range s.usage {
+		pods := make(map[string]float64, len(byPID))
+		complete := true
+		for pid, util := range byPID {
+			seen[pid] = struct{}{}
+			uid, err := s.pods.podOf(pid)
+			if err != nil {
+				complete = false
+				reason := "unreadable"
+				if errors.Is(err, errNoPod) {
+					reason = "no_pod"
+				}
+				s.metrics.unresolved.WithLabelValues(reason).Inc()
+				s.warnOnce("unresolved process",
+					"a process NVML sampled on a GPU is in no pod the collector can find, so that GPU's per-pod use is "+
+						"unmeasured; NVML reports host PIDs: run the collector with hostPID: true or point --proc-root at the host's /proc",
+					"device", id, "pid", pid, "err", err)
+				continue
+			}
+			pods[uid] += util
+		}
+		if !complete {
+			continue
+		}
+		for uid, u := range pods {
+			pods[uid] = min(u, 100)
+		}
+		out[id] = pods
+	}
+	s.pods.retain(seen)
+	return out
 }
 
 // Close frees the event set and shuts NVML down. Calls after the first do nothing.

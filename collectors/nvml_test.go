@@ -4,12 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -52,17 +61,26 @@ type mockNVMLGPU struct {
 	uuid    string
 	migMode int
 	migs    map[int]*mockNVMLMIG // by MIG device index
+	// processes is the driver's buffer of per-process samples, which
+	// GetProcessUtilization answers from as NVML does: those after the timestamp it is
+	// given, or ERROR_NOT_FOUND.
+	processes []nvml.ProcessUtilizationSample
+	since     []uint64 // the timestamps GetProcessUtilization was asked with
 }
 
 type mockNVMLMIG struct {
 	*mock.Device
 	uuid    string
-	gi      uint32
+	gi, ci  uint32
 	profile int // GPU_INSTANCE_PROFILE_* index
 }
 
+// mockMinor is the minor number (/dev/nvidiaN) of mock GPU i: not i, as on hosts where
+// NVML's PCI order and the driver's numbering differ, so a test cannot pass on the index.
+func mockMinor(i int) uint32 { return uint32(i ^ 1) }
+
 // newMockNVMLNode returns n A100s, each answering every reading Collect takes: GPU i
-// uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C.
+// uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C, and has no process sample.
 func newMockNVMLNode(n int) *mockNVMLNode {
 	node := &mockNVMLNode{}
 	node.set = &mock.EventSet{
@@ -111,9 +129,23 @@ func newMockNVMLGPU(i int) *mockNVMLGPU {
 			}
 			return nvml.Utilization{Gpu: uint32(10*i + 5), Memory: 1}, nvml.SUCCESS
 		},
-		GetPowerUsageFunc:        func() (uint32, nvml.Return) { return uint32(60000 + 1000*i), nvml.SUCCESS },
-		GetTemperatureFunc:       func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(30 + i), nvml.SUCCESS },
-		GetMigModeFunc:           func() (int, int, nvml.Return) { return g.migMode, g.migMode, nvml.SUCCESS },
+		GetMinorNumberFunc: func() (int, nvml.Return) { return int(mockMinor(i)), nvml.SUCCESS },
+		GetPowerUsageFunc:  func() (uint32, nvml.Return) { return uint32(60000 + 1000*i), nvml.SUCCESS },
+		GetTemperatureFunc: func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(30 + i), nvml.SUCCESS },
+		GetMigModeFunc:     func() (int, int, nvml.Return) { return g.migMode, g.migMode, nvml.SUCCESS },
+		GetProcessUtilizationFunc: func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			g.since = append(g.since, since)
+			var out []nvml.ProcessUtilizationSample
+			for _, p := range g.processes {
+				if p.TimeStamp > since {
+					out = append(out, p)
+				}
+			}
+			if len(out) == 0 {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			return out, nvml.SUCCESS
+		},
 		RegisterEventsFunc:       func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
 		GetMigDeviceHandleByIndexFunc: func(j int) (nvml.Device, nvml.Return) {
@@ -147,8 +179,8 @@ func newMockNVMLGPU(i int) *mockNVMLGPU {
 
 // addMIG puts MIG mode on and a MIG device at index slot: GPU instance gi of the
 // given profile, with a compute instance of ciSlices (0: the whole GPU instance),
-// using 1 GiB. Like a real MIG handle, it answers no utilisation, power or
-// temperature (the mock would panic if asked).
+// using 1 GiB. Like a real MIG handle, it answers no utilisation, power, temperature
+// or per-process samples (the mock would panic if asked).
 func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) *mockNVMLMIG {
 	p := mockA100Profiles[profile]
 	if ciSlices == 0 {
@@ -156,8 +188,9 @@ func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) 
 	}
 	m := &mockNVMLMIG{uuid: fmt.Sprintf("MIG-%08x-a100-4000-8000-%012x", g.index, slot), gi: gi, profile: profile}
 	m.Device = &mock.Device{
-		GetUUIDFunc:          func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
-		GetGpuInstanceIdFunc: func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
+		GetUUIDFunc:              func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
+		GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
+		GetComputeInstanceIdFunc: func() (int, nvml.Return) { return int(m.ci), nvml.SUCCESS },
 		GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
 			return nvml.DeviceAttributes{
 				GpuInstanceSliceCount: p.SliceCount, ComputeInstanceSliceCount: ciSlices, MemorySizeMB: p.MemorySizeMB,
@@ -181,7 +214,12 @@ func (n *mockNVMLNode) queue(events ...nvml.EventData) {
 
 func (n *mockNVMLNode) source(t testing.TB) *nvmlSource {
 	t.Helper()
-	s, err := newNVMLSource(n.lib)
+	return n.sourceWith(t, NVMLConfig{})
+}
+
+func (n *mockNVMLNode) sourceWith(t testing.TB, cfg NVMLConfig) *nvmlSource {
+	t.Helper()
+	s, err := newNVMLSource(n.lib, cfg)
 	if err != nil {
 		t.Fatalf("newNVMLSource: %v", err)
 	}
@@ -195,6 +233,7 @@ func (n *mockNVMLNode) wantGPU(i int) *gpuscalerv1.GPUSample {
 		Uuid:               n.gpus[i].uuid,
 		Index:              uint32(i),
 		Model:              "NVIDIA A100-SXM4-40GB",
+		Minor:              proto.Uint32(mockMinor(i)),
 		GpuUtil:            proto.Float64(float64(10*i + 5)),
 		FbUsedBytes:        proto.Uint64(uint64(i) << 30),
 		FbTotalBytes:       proto.Uint64(mockA100Memory),
@@ -210,6 +249,7 @@ func (n *mockNVMLNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSamp
 		Uuid:          n.gpus[i].uuid,
 		Index:         uint32(i),
 		Model:         "NVIDIA A100-SXM4-40GB",
+		Minor:         proto.Uint32(mockMinor(i)),
 		DeviceId:      m.uuid,
 		MigProfile:    profile,
 		MigInstanceId: proto.Uint32(m.gi),
@@ -323,17 +363,19 @@ func TestNVMLCollect(t *testing.T) {
 			setup: func(n *mockNVMLNode) {
 				notSupported(n.gpus[2])
 				n.gpus[4].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
+				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+				n.gpus[7].GetMinorNumberFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 				n.gpus[6].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 					return nvml.Memory{Total: 1 << 30, Used: 2 << 30}, nvml.SUCCESS // read a moment apart
 				}
 			},
 			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
 				want := wholeGPUs(n)
-				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB"}
+				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB", Minor: proto.Uint32(mockMinor(2))}
 				want[4].Model = ""
 				want[5].PowerWatts = nil
 				want[6].FbUsedBytes, want[6].FbTotalBytes = proto.Uint64(1<<30), proto.Uint64(1<<30)
+				want[7].Minor = nil
 				return want
 			},
 		},
@@ -394,7 +436,10 @@ func samplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
 	return true
 }
 
+// TestNVMLCollectErrors: Collect fails only when NVML can read nothing: the count, or
+// every GPU. One GPU failing is TestNVMLUnreadable's.
 func TestNVMLCollectErrors(t *testing.T) {
+	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	tests := map[string]struct {
 		setup   func(n *mockNVMLNode)
 		ctx     func() context.Context
@@ -407,52 +452,36 @@ func TestNVMLCollectErrors(t *testing.T) {
 			},
 			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "count GPUs",
 		},
-		"GPU handle": {
+		"no GPU any more": {
+			setup:   func(n *mockNVMLNode) { n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS } },
+			wantMsg: "no GPU",
+		},
+		"every GPU lost": {
 			setup: func(n *mockNVMLNode) {
-				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-					if i == 5 {
-						return nil, nvml.ERROR_UNKNOWN
-					}
-					return n.gpus[i], nvml.SUCCESS
+				for _, g := range n.gpus {
+					g.GetUUIDFunc = lost
 				}
 			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 5",
+			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "none of the 8 GPUs could be read (GPU 0: GetUUID",
 		},
-		"GPU UUID": {
+		"every handle lost": {
 			setup: func(n *mockNVMLNode) {
-				n.gpus[2].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+				n.lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 			},
-			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "GPU 2",
+			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "DeviceGetHandleByIndex",
 		},
-		"MIG device count": {
+		"every GPU failing one way or another": {
 			setup: func(n *mockNVMLNode) {
-				n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
-				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
-			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3",
-		},
-		"MIG device handle": {
-			setup: func(n *mockNVMLNode) {
-				g := n.gpus[3]
-				g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
-				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
-					if j == 2 {
-						return nil, nvml.ERROR_UNKNOWN
-					}
-					if m, ok := g.migs[j]; ok {
-						return m, nvml.SUCCESS
-					}
-					return nil, nvml.ERROR_NOT_FOUND
+				n.gpus[0].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
+				n.gpus[1].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
+				n.gpus[2].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+				}
+				for _, g := range n.gpus[3:] {
+					g.GetUUIDFunc = lost
 				}
 			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 3: MIG device 2",
-		},
-		"MIG device UUID": {
-			setup: func(n *mockNVMLNode) {
-				m := n.gpus[7].addMIG(4, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
-				m.GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-			},
-			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "GPU 7: MIG device 4",
+			wantIs: nvml.ERROR_RESET_REQUIRED, wantMsg: "GPU 0: GetMemoryInfo",
 		},
 		"cancelled context": {
 			setup: func(*mockNVMLNode) {},
@@ -474,8 +503,11 @@ func TestNVMLCollectErrors(t *testing.T) {
 				ctx = tc.ctx()
 			}
 			got, err := s.Collect(ctx)
-			if !errors.Is(err, tc.wantIs) {
-				t.Fatalf("got error %v, want one wrapping %v", err, tc.wantIs)
+			if err == nil {
+				t.Fatalf("got %d samples and no error, want an error", len(got))
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("got error %v, want one wrapping %v", err, tc.wantIs)
 			}
 			if !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Errorf("got error %q, want it to name %q", err, tc.wantMsg)
@@ -534,7 +566,7 @@ func TestNVMLStart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n := newMockNVMLNode(8)
 			tc.setup(n)
-			s, err := newNVMLSource(n.lib)
+			s, err := newNVMLSource(n.lib, NVMLConfig{})
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("got no error")
@@ -556,7 +588,7 @@ func TestNVMLStart(t *testing.T) {
 
 func TestNVMLClose(t *testing.T) {
 	n := newMockNVMLNode(8)
-	s, err := newNVMLSource(n.lib)
+	s, err := newNVMLSource(n.lib, NVMLConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +613,7 @@ func TestNVMLClose(t *testing.T) {
 
 	n = newMockNVMLNode(1)
 	n.lib.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
-	s, err = newNVMLSource(n.lib)
+	s, err = newNVMLSource(n.lib, NVMLConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,10 +729,10 @@ func TestNVMLMIGCache(t *testing.T) {
 		collectValid(t, s)
 	}
 	if got := len(m.GetAttributesCalls()); got != 1 {
-		t.Errorf("got %d GetAttributes calls in 3 Collects, want 1 (the profile is cached)", got)
+		t.Errorf("got %d GetAttributes calls in start-up and 3 Collects, want 1 (the profile is cached)", got)
 	}
-	if got := len(m.GetMemoryInfoCalls()); got != 3 {
-		t.Errorf("got %d GetMemoryInfo calls in 3 Collects, want 3", got)
+	if got := len(m.GetMemoryInfoCalls()); got != 4 {
+		t.Errorf("got %d GetMemoryInfo calls in start-up and 3 Collects, want 4", got)
 	}
 	// Reconfigured: slot 0 now holds a new MIG device; the old one is forgotten.
 	n.gpus[2].addMIG(0, 3, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).uuid = "MIG-new"
@@ -763,6 +795,7 @@ func TestNVMLConcurrentCollect(t *testing.T) {
 				if _, err := s.Collect(context.Background()); err != nil {
 					t.Errorf("Collect: %v", err)
 				}
+				s.PodUsage()
 			}
 		})
 	}
@@ -775,7 +808,7 @@ func TestNVMLConcurrentCollect(t *testing.T) {
 // TestNewNVML starts the real library. Without libnvidia-ml.so.1 (any machine without
 // the NVIDIA driver) it must fail with ErrNoGPUSource; on a GPU node it must read them.
 func TestNewNVML(t *testing.T) {
-	s, err := NewNVML()
+	s, err := NewNVML(NVMLConfig{})
 	if err != nil {
 		if !errors.Is(err, ErrNoGPUSource) {
 			t.Fatalf("got error %v, want one wrapping ErrNoGPUSource", err)
@@ -821,5 +854,548 @@ func BenchmarkNVMLCollect(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkNVMLPodUsage is what a collector pays each interval on a node of 8
+// time-sliced GPUs, each running 4 processes of 2 pods: a Collect, then PodUsage with
+// every PID's pod known from the interval before.
+func BenchmarkNVMLPodUsage(b *testing.B) {
+	root := b.TempDir()
+	n := newMockNVMLNode(8)
+	for i, g := range n.gpus {
+		var pids []uint32
+		for p := range 4 {
+			pid := uint32(1000 + 10*i + p)
+			pids = append(pids, pid)
+			uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, p%2)
+			dir := filepath.Join(root, strconv.Itoa(int(pid)))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			line := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cgCID + ".scope\n"
+			if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(line), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		g.GetProcessUtilizationFunc = func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			out := make([]nvml.ProcessUtilizationSample, len(pids))
+			for j, pid := range pids {
+				out[j] = nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: since + 1, SmUtil: 20}
+			}
+			return out, nvml.SUCCESS
+		}
+	}
+	s := n.sourceWith(b, NVMLConfig{ProcRoot: root})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Collect(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if got := s.PodUsage(); len(got) != 8 {
+			b.Fatalf("got %d measured GPUs, want 8", len(got))
+		}
+	}
+}
+
+// TestNVMLUnreadable: a GPU or MIG device NVML cannot read is reported unhealthy, its
+// readings absent, under the identity it had before, and the others report as usual.
+// A GPU that fell off the bus (XID 79) answers NVML_ERROR_GPU_IS_LOST to every call
+// on it, its handle included (nvml.h: "The target GPU has fallen off the bus or has
+// otherwise become inaccessible"); one that needs a reset, NVML_ERROR_RESET_REQUIRED.
+func TestNVMLUnreadable(t *testing.T) {
+	const (
+		lostUUID = "NVML GetUUID: GPU is lost (ERROR_GPU_IS_LOST)"
+		model    = "NVIDIA A100-SXM4-40GB"
+	)
+	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	bare := func(n *mockNVMLNode, i int, reason string) *gpuscalerv1.GPUSample {
+		return &gpuscalerv1.GPUSample{Uuid: n.gpus[i].uuid, Index: uint32(i), Model: model, Minor: proto.Uint32(mockMinor(i)), Unhealthy: reason}
+	}
+	bareMIG := func(n *mockNVMLNode, i, slot int, profile, reason string) *gpuscalerv1.GPUSample {
+		g := n.wantMIG(i, slot, profile)
+		g.FbUsedBytes, g.FbTotalBytes, g.Unhealthy = nil, nil, reason
+		return g
+	}
+	replace := func(want []*gpuscalerv1.GPUSample, i int, with ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
+		return append(append(append([]*gpuscalerv1.GPUSample{}, want[:i]...), with...), want[i+1:]...)
+	}
+	wholeGPUs := func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+		var want []*gpuscalerv1.GPUSample
+		for i := range n.gpus {
+			want = append(want, n.wantGPU(i))
+		}
+		return want
+	}
+	twoMIGs := func(n *mockNVMLNode) {
+		n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
+		n.gpus[3].addMIG(1, 5, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+	}
+	withMIGs := func(n *mockNVMLNode, migs ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
+		return replace(wholeGPUs(n), 3, migs...)
+	}
+	tests := map[string]struct {
+		before, after    func(n *mockNVMLNode) // before the source starts, and after
+		want             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample
+		wantUnidentified float64
+		check            func(t *testing.T, n *mockNVMLNode)
+	}{
+		"UUID lost": {
+			after: func(n *mockNVMLNode) { n.gpus[2].GetUUIDFunc = lost },
+			want:  func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return replace(wholeGPUs(n), 2, bare(n, 2, lostUUID)) },
+		},
+		"handle lost": {
+			after: func(n *mockNVMLNode) {
+				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 5 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return n.gpus[i], nvml.SUCCESS
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 5, bare(n, 5, "NVML DeviceGetHandleByIndex: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"utilisation lost: the readings before are dropped, those after not asked": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[1].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 1, bare(n, 1, "NVML GetUtilizationRates: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+			check: func(t *testing.T, n *mockNVMLNode) {
+				if got := len(n.gpus[1].GetPowerUsageCalls()); got != 1 {
+					t.Errorf("got %d GetPowerUsage calls, want 1 (start-up's): a lost GPU is not asked further", got)
+				}
+			},
+		},
+		"memory needs a reset": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[7].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 7, bare(n, 7, "NVML GetMemoryInfo: GPU needs a reset (ERROR_RESET_REQUIRED)"))
+			},
+		},
+		"MIG mode lost": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[0].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 0, bare(n, 0, "NVML GetMigMode: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"process samples lost": {
+			after: func(n *mockNVMLNode) {
+				n.gpus[4].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+					return nil, nvml.ERROR_GPU_IS_LOST
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 4, bare(n, 4, "NVML GetProcessUtilization: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"every reading fails": {
+			after: func(n *mockNVMLNode) {
+				g := n.gpus[3]
+				g.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
+				g.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_UNKNOWN }
+				g.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+				g.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_TIMEOUT }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 3, bare(n, 3, "NVML: every reading failed: GetMemoryInfo: unknown error (ERROR_UNKNOWN); "+
+					"GetUtilizationRates: unknown error (ERROR_UNKNOWN); GetTemperature: timed out (ERROR_TIMEOUT)"))
+			},
+		},
+		"XID 79, then lost": {
+			after: func(n *mockNVMLNode) {
+				n.queue(nvml.EventData{Device: n.gpus[4], EventType: nvml.EventTypeXidCriticalError, EventData: 79,
+					GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+				n.gpus[4].GetUUIDFunc = lost // the event's device too: it is found by its handle
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				g := bare(n, 4, lostUUID)
+				g.LastXid, g.XidErrors = 79, 1
+				return replace(wholeGPUs(n), 4, g)
+			},
+		},
+		"never identified: left out and counted": {
+			before: func(n *mockNVMLNode) { n.gpus[6].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return replace(wholeGPUs(n), 6)
+			},
+			wantUnidentified: 1,
+		},
+		"never a handle: left out and counted": {
+			before: func(n *mockNVMLNode) {
+				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 0 || i == 1 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return n.gpus[i], nvml.SUCCESS
+				}
+			},
+			want:             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return wholeGPUs(n)[2:] },
+			wantUnidentified: 2,
+		},
+		"a lost GPU's MIG devices": {
+			before: twoMIGs,
+			after:  func(n *mockNVMLNode) { n.gpus[3].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), bareMIG(n, 3, 1, "3g.20gb", lostUUID))
+			},
+		},
+		"MIG devices that cannot be counted": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				const why = "NVML GetMaxMigDeviceCount: unknown error (ERROR_UNKNOWN)"
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", why), bareMIG(n, 3, 1, "3g.20gb", why))
+			},
+		},
+		"one MIG device without a handle": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				g := n.gpus[3]
+				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
+					if j == 1 {
+						return nil, nvml.ERROR_UNKNOWN
+					}
+					if m, ok := g.migs[j]; ok {
+						return m, nvml.SUCCESS
+					}
+					return nil, nvml.ERROR_NOT_FOUND
+				}
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"),
+					bareMIG(n, 3, 1, "3g.20gb", "NVML GetMigDeviceHandleByIndex: unknown error (ERROR_UNKNOWN)"))
+			},
+		},
+		"one MIG device's UUID lost": {
+			before: twoMIGs,
+			after:  func(n *mockNVMLNode) { n.gpus[3].migs[0].GetUUIDFunc = lost },
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), n.wantMIG(3, 1, "3g.20gb"))
+			},
+		},
+		"one MIG device's memory lost": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].migs[1].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), bareMIG(n, 3, 1, "3g.20gb", "NVML GetMemoryInfo: GPU is lost (ERROR_GPU_IS_LOST)"))
+			},
+		},
+		"a MIG device never identified": {
+			before: twoMIGs,
+			after: func(n *mockNVMLNode) {
+				n.gpus[3].addMIG(4, 9, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).GetUUIDFunc = lost
+			},
+			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), n.wantMIG(3, 1, "3g.20gb"))
+			},
+			wantUnidentified: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := newMockNVMLNode(8)
+			if tc.before != nil {
+				tc.before(n)
+			}
+			s := n.source(t)
+			if tc.after != nil {
+				tc.after(n)
+			}
+			want := tc.want(n)
+			for round := range 2 { // the second from what the first remembered
+				got := collectValid(t, s)
+				if round == 0 {
+					diffSamples(t, got, want)
+				} else if !samplesEqual(got, want) {
+					t.Errorf("second Collect differs from the first")
+				}
+			}
+			if got := testutil.ToFloat64(s.metrics.unidentified); got != tc.wantUnidentified {
+				t.Errorf("got %v unidentified devices, want %v", got, tc.wantUnidentified)
+			}
+			if tc.check != nil {
+				tc.check(t, n)
+			}
+		})
+	}
+}
+
+// TestNVMLCriticalXID follows NVIDIA's device plugin (k8s-device-plugin
+// internal/rm/health.go, getDisabledHealthCheckXids): XIDs 13, 31, 43, 45, 68 and 109
+// are application errors that leave the GPU healthy; any other XidCriticalError marks
+// the device unhealthy.
+func TestNVMLCriticalXID(t *testing.T) {
+	for _, xid := range []uint64{13, 31, 43, 45, 68, 109} {
+		if nvmlCriticalXID(xid) {
+			t.Errorf("XID %d: got critical, want an application error", xid)
+		}
+	}
+	// 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high
+	// single-bit ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP.
+	for _, xid := range []uint64{8, 32, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120} {
+		if !nvmlCriticalXID(xid) {
+			t.Errorf("XID %d: got an application error, want critical", xid)
+		}
+	}
+}
+
+// TestNVMLXIDHealth: a critical XID makes the device it concerns unhealthy "XID <n>"
+// for the hold after the last one, and its LastXid the last one's number. For MIG, an
+// event concerns a MIG device when its GPU and compute instances match or are
+// 0xFFFFFFFF (k8s-device-plugin internal/rm/health.go, runEventMonitor).
+func TestNVMLXIDHealth(t *testing.T) {
+	n := newMockNVMLNode(4)
+	g := n.gpus[2]
+	a := g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 0
+	b := g.addMIG(1, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 1
+	b.ci = 1
+	c := g.addMIG(2, 2, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0) // GPU instance 2, compute instance 0
+	s := n.source(t)
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
+
+	xid := func(dev nvml.Device, xid uint64, gi, ci uint32) nvml.EventData {
+		return nvml.EventData{Device: dev, EventType: nvml.EventTypeXidCriticalError, EventData: xid, GpuInstanceId: gi, ComputeInstanceId: ci}
+	}
+	const all = nvmlNoInstance
+	type health struct {
+		unhealthy string
+		lastXID   uint32
+	}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		events  []nvml.EventData
+		want    map[string]health // by device id; the others healthy, with no XID
+	}{
+		{
+			name:   "a critical XID and an application one",
+			events: []nvml.EventData{xid(n.gpus[0], 48, all, all), xid(n.gpus[1], 13, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+		},
+		{
+			name: "just inside the hold", advance: DefaultNVMLXIDHold - time.Second,
+			want: map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+		},
+		{
+			name: "the hold is over: healthy, the last XID kept", advance: time.Second,
+			want: map[string]health{n.gpus[0].uuid: {"", 48}},
+		},
+		{
+			name:   "another XID",
+			events: []nvml.EventData{xid(n.gpus[0], 94, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 94", 94}},
+		},
+		{
+			name: "a later XID holds from its own time", advance: 3 * time.Minute,
+			events: []nvml.EventData{xid(n.gpus[0], 63, all, all)},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+		},
+		{
+			name: "past the first hold, within the second", advance: 3 * time.Minute,
+			want: map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+		},
+		{
+			name: "one MIG device's compute instance", advance: 10 * time.Minute,
+			events: []nvml.EventData{xid(g, 94, 1, 1)},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+		},
+		{
+			name:   "an application error on a MIG device",
+			events: []nvml.EventData{xid(g, 43, 2, 0)},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+		},
+		{
+			name: "the whole MIG-mode GPU", advance: time.Minute,
+			events: []nvml.EventData{xid(g, 48, all, all)},
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 48", 48},
+			},
+		},
+		{
+			name:   "a GPU instance, every compute instance of it",
+			events: []nvml.EventData{xid(g, 74, 2, all)},
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 74", 74},
+			},
+		},
+		{
+			name: "all held over", advance: DefaultNVMLXIDHold,
+			want: map[string]health{
+				n.gpus[0].uuid: {"", 63},
+				a.uuid:         {"", 48}, b.uuid: {"", 48}, c.uuid: {"", 74},
+			},
+		},
+	}
+	for _, step := range steps {
+		clock = clock.Add(step.advance)
+		n.queue(step.events...)
+		for _, got := range collectValid(t, s) {
+			want := step.want[got.DeviceID()]
+			if got.GetUnhealthy() != want.unhealthy || got.GetLastXid() != want.lastXID {
+				t.Errorf("%s: device %s: got unhealthy %q, last XID %d; want %q, %d",
+					step.name, got.DeviceID(), got.GetUnhealthy(), got.GetLastXid(), want.unhealthy, want.lastXID)
+			}
+		}
+	}
+}
+
+func TestNVMLXIDHoldConfig(t *testing.T) {
+	n := newMockNVMLNode(1)
+	s := n.sourceWith(t, NVMLConfig{XIDHold: time.Minute})
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
+	n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+	for _, step := range []struct {
+		advance time.Duration
+		want    string
+	}{{0, "XID 48"}, {time.Minute - time.Second, "XID 48"}, {time.Second, ""}} {
+		clock = clock.Add(step.advance)
+		if got := collectValid(t, s)[0].GetUnhealthy(); got != step.want {
+			t.Errorf("%v after: got unhealthy %q, want %q", clock.Sub(time.Unix(1_700_000_000, 0)), got, step.want)
+		}
+	}
+}
+
+// TestNVMLPodUsage: a time-sliced GPU's per-process samples, each process mapped to its
+// pod through a fake host /proc, give each pod's share; a GPU whose figures would be
+// incomplete or whose window says nothing is left out (unmeasured), never reported as
+// unused. NVML's contract (nvml.h, nvmlDeviceGetProcessUtilization): samples newer than
+// lastSeenTimeStamp, ERROR_NOT_FOUND when there are none.
+func TestNVMLPodUsage(t *testing.T) {
+	const (
+		podA, podB          = cgUID, cgUID2
+		a1, a2, b1          = 1001, 1002, 2001 // processes of pod A (systemd driver) and pod B (cgroupfs)
+		hostProc, exited    = 3001, 4242
+		before, t1, t2, t3  = 100, 200, 300, 400 // NVML sample timestamps (µs)
+		idleGPU, busyGPU    = 1, 2
+		unreadGPU, hostGPU  = 3, 4
+		unsupportedGPU      = 5
+		migGPU, cappedGPU   = 6, 7
+		timeSliced          = 0
+		startupStaleProcess = 999
+	)
+	root := t.TempDir()
+	writeProcCgroup(t, root, a1, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID+".scope\n")
+	writeProcCgroup(t, root, a2, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID[1:]+"0.scope\n")
+	writeProcCgroup(t, root, b1, "0::/kubepods/besteffort/pod"+cgUID2+"/"+cgCID+"\n")
+	writeProcCgroup(t, root, hostProc, "0::/system.slice/xorg.service\n")
+
+	sample := func(pid uint32, ts uint64, sm uint32) nvml.ProcessUtilizationSample {
+		return nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2}
+	}
+	n := newMockNVMLNode(8)
+	// Before start-up: the driver's buffer holds a sample of a process long gone.
+	n.gpus[timeSliced].processes = []nvml.ProcessUtilizationSample{sample(startupStaleProcess, before, 80)}
+	n.gpus[idleGPU].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
+	n.gpus[unsupportedGPU].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	n.gpus[migGPU].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0) // no GetProcessUtilizationFunc: asking would panic
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	s := n.sourceWith(t, NVMLConfig{ProcRoot: root, Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	var _ PodUsageSource = s
+
+	id := func(i int) string { return n.gpus[i].uuid }
+	check := func(when string, want map[string]map[string]float64) {
+		t.Helper()
+		got := s.PodUsage()
+		if !maps.EqualFunc(got, want, func(a, b map[string]float64) bool { return maps.Equal(a, b) }) {
+			t.Errorf("%s: got %v, want %v", when, got, want)
+		}
+	}
+	// Start-up's window is the driver's whole buffer, of unknown length: GPU 0 is not
+	// measured from it. The idle GPU with no sample is: no pod used it.
+	check("after start-up", map[string]map[string]float64{id(idleGPU): {}})
+
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes,
+		sample(a1, t1, 30), sample(a2, t1, 20), sample(b1, t1, 40), sample(b1, t2, 50)) // b1 twice: its mean
+	n.gpus[unreadGPU].processes = []nvml.ProcessUtilizationSample{sample(a1, t1, 10), sample(exited, t1, 10)}
+	n.gpus[hostGPU].processes = []nvml.ProcessUtilizationSample{sample(b1, t1, 10), sample(hostProc, t1, 10)}
+	n.gpus[cappedGPU].processes = []nvml.ProcessUtilizationSample{sample(a1, t1, 70), sample(a2, t1, 60)}
+	collectValid(t, s)
+	check("first Collect", map[string]map[string]float64{
+		id(timeSliced): {podA: 50, podB: 45},
+		id(idleGPU):    {},
+		// busy GPU, no sample: unmeasured; a process that exited, or one outside any
+		// pod: unmeasured; NOT_SUPPORTED: unmeasured; MIG devices: never measured.
+		id(cappedGPU): {podA: 100},
+	})
+	if got := n.gpus[timeSliced].since; !slices.Equal(got, []uint64{0, before}) {
+		t.Errorf("GPU 0 asked for samples since %v, want [0 %d]: each window starts after the last sample seen", got, before)
+	}
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("unreadable")); got != 1 {
+		t.Errorf("got %v unreadable processes, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("no_pod")); got != 1 {
+		t.Errorf("got %v processes in no pod, want 1", got)
+	}
+
+	// Known PIDs are not read again while they keep being sampled.
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(a1))); err != nil {
+		t.Fatal(err)
+	}
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes, sample(a1, t3, 10), sample(b1, t3, 15))
+	collectValid(t, s)
+	check("second Collect", map[string]map[string]float64{
+		id(timeSliced): {podA: 10, podB: 15},
+		id(idleGPU):    {},
+	})
+	if got := testutil.ToFloat64(s.metrics.unresolved.WithLabelValues("unreadable")); got != 1 {
+		t.Errorf("got %v unreadable processes after a window without them, want still 1", got)
+	}
+	if got := strings.Count(logs.String(), "in no pod the collector can find"); got != 1 {
+		t.Errorf("got %d warnings about unresolved processes, want 1 (logged once):\n%s", got, logs.String())
+	}
+
+	// A PID absent from a window is forgotten: next time it is read again, and a1 has
+	// since exited.
+	collectValid(t, s)
+	check("a window without samples, busy GPU", map[string]map[string]float64{id(idleGPU): {}})
+	n.gpus[timeSliced].processes = append(n.gpus[timeSliced].processes, sample(a1, t3+100, 10))
+	collectValid(t, s)
+	check("a1 again, exited", map[string]map[string]float64{id(idleGPU): {}})
+
+	// The metrics are registered under their names.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP gpuscaler_collector_nvml_unidentified_devices GPUs and MIG devices NVML lists but never identified (no UUID), so the last Collect could not report them.
+# TYPE gpuscaler_collector_nvml_unidentified_devices gauge
+gpuscaler_collector_nvml_unidentified_devices 0
+`), "gpuscaler_collector_nvml_unidentified_devices"); err != nil {
+		t.Error(err)
+	}
+	if got, err := testutil.GatherAndCount(reg, "gpuscaler_collector_nvml_unresolved_processes_total"); err != nil || got != 2 {
+		t.Errorf("got %d unresolved-process series (%v), want 2 (by reason)", got, err)
+	}
+}
+
+// TestNVMLMetricsRegistration: a Registerer that refuses the metrics fails the start,
+// and NVML is shut down again.
+func TestNVMLMetricsRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := newMockNVMLNode(1)
+	n.sourceWith(t, NVMLConfig{Registerer: reg})
+	_, err := newNVMLSource(n.lib, NVMLConfig{Registerer: reg}) // the same names again
+	if err == nil || !strings.Contains(err.Error(), "metrics") {
+		t.Fatalf("got error %v, want one about the metrics", err)
+	}
+	if got := len(n.lib.ShutdownCalls()); got != 1 {
+		t.Errorf("got %d Shutdown calls, want 1", got)
 	}
 }

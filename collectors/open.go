@@ -28,11 +28,26 @@ type SourceConfig struct {
 	// Registerer takes a source's own metrics (DCGM's unsupported fields); nil registers
 	// none.
 	Registerer prometheus.Registerer
+	// NVML configures the NVML source (auto falling back to it, or nvml).
+	NVML NVMLConfig
 }
 
 // dcgmConfig is the DCGMConfig cfg gives.
 func (cfg SourceConfig) dcgmConfig() DCGMConfig {
 	return DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every, Log: cfg.Log, Registerer: cfg.Registerer}
+}
+
+// nvmlConfig is the NVMLConfig cfg gives: cfg.NVML, with Log and Registerer from cfg
+// where it sets none.
+func (cfg SourceConfig) nvmlConfig() NVMLConfig {
+	n := cfg.NVML
+	if n.Log == nil {
+		n.Log = cfg.Log
+	}
+	if n.Registerer == nil {
+		n.Registerer = cfg.Registerer
+	}
+	return n
 }
 
 // SourceKinds lists the values of SourceConfig.Kind.
@@ -47,7 +62,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 		if dcgmErr == nil {
 			return d, nil
 		}
-		n, nvmlErr := NewNVML()
+		n, nvmlErr := NewNVML(cfg.nvmlConfig())
 		if nvmlErr == nil {
 			return n, nil
 		}
@@ -57,7 +72,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 	case "dcgm":
 		return NewDCGM(cfg.dcgmConfig())
 	case "nvml":
-		return NewNVML()
+		return NewNVML(cfg.nvmlConfig())
 	case "exporter":
 		return NewExporter(cfg.ExporterURL, nil, max(cfg.Every, time.Second))
 	case "sim":

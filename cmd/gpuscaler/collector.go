@@ -57,6 +57,8 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&cfg.CollectorID, "collector-id", "", "names this collector in its reports; empty reads $POD_NAME, then the host name")
 	fs.StringVar(&srcCfg.Kind, "source", "auto", "GPU source: "+strings.Join(gpucollectors.SourceKinds, ", "))
 	fs.StringVar(&srcCfg.DCGMAddr, "dcgm-addr", "", "a standalone nv-hostengine (host:port, or a unix socket path); empty runs DCGM's embedded host engine")
+	fs.StringVar(&srcCfg.NVML.ProcRoot, "proc-root", "/proc", "the host's /proc, where NVML's per-process GPU use finds each process's pod (NVML reports host PIDs): "+
+		"/proc when the collector runs with hostPID: true, else a hostPath mount of the host's /proc")
 	fs.StringVar(&srcCfg.ExporterURL, "exporter-url", "http://localhost:9400/metrics", "the dcgm-exporter /metrics URL the exporter source scrapes")
 	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
 	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods, load and node labels")
