@@ -152,7 +152,7 @@ func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
 	}
 	x.lastTS = v.TS
 	x.count++
-	if n := uint32(min(v.Value, math.MaxUint32)); dcgmCriticalXID(n) {
+	if n := uint32(min(v.Value, math.MaxUint32)); criticalXID(uint64(n)) {
 		x.last, x.at = n, now
 	}
 }
@@ -160,19 +160,6 @@ func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
 // holding reports whether the last critical XID is less than hold old.
 func (x *dcgmXIDState) holding(now time.Time, hold time.Duration) bool {
 	return x != nil && x.last != 0 && now.Sub(x.at) < hold
-}
-
-// dcgmCriticalXID reports whether an XID marks a device unhealthy, as NVIDIA's device
-// plugin decides by default: every XID but the application errors 13 (graphics engine
-// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
-// cleanup), 68 (video processor exception) and 109 (context switch timeout)
-// (k8s-device-plugin internal/rm/health.go, getDisabledHealthCheckXids).
-func dcgmCriticalXID(xid uint32) bool {
-	switch xid {
-	case 0, 13, 31, 43, 45, 68, 109:
-		return false
-	}
-	return true
 }
 
 // migProfileName names a MIG profile as NVIDIA's device plugin does, "<slices>g.<GB>gb",

@@ -226,16 +226,6 @@ var exporterFields = map[string]struct {
 // default CSV): dcgm-exporter names the label after the field as the CSV spells it.
 var exporterMinorLabels = [...]string{"DCGM_FI_DEV_GPU_MINOR_NUMBER", "DCGM_FI_DEV_MINOR_NUMBER"}
 
-// exporterApplicationXIDs are the XIDs NVIDIA's device plugin ignores by default because
-// they are the application's fault and leave the GPU healthy (k8s-device-plugin
-// internal/rm/health.go, getDisabledHealthCheckXids): graphics engine exception (13),
-// GPU memory page fault (31), GPU stopped processing (43), preemptive cleanup (45),
-// video processor exception (68), context switch timeout (109). Every other XID marks
-// the device unhealthy there, and here.
-var exporterApplicationXIDs = map[uint32]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}
-
-// exporterCriticalXID reports whether XID x, 0 for none, makes a device unhealthy.
-func exporterCriticalXID(x uint32) bool { return x != 0 && !exporterApplicationXIDs[x] }
 
 // Bounds past which a reading is not a measurement. DCGM marks "no value" with blank
 // sentinels (2147483632 for 32-bit integers, 2^47 for doubles) that an exporter may print
@@ -486,7 +476,7 @@ type exporterParser struct {
 //   - LastXid, Unhealthy, XidErrors: DCGM_FI_DEV_XID_ERRORS is the number of the last XID
 //     error DCGM saw on the device (0 for none), not a count, and a whole number below
 //     DCGM's blank. LastXid is that number. When it is not one of the application errors
-//     NVIDIA's device plugin ignores (exporterApplicationXIDs), the device is unhealthy:
+//     NVIDIA's device plugin ignores (criticalXID), the device is unhealthy:
 //     Unhealthy is "XID <n>". On a MIG instance an XID of the whole GPU (the GPU's own
 //     series) counts too, unless the instance's own is critical ("XID <n> on the GPU"):
 //     it applies to every instance, as the device plugin applies an event without
@@ -1121,9 +1111,9 @@ func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
 		whole = uint32(gpu.value[exporterXID])
 	}
 	switch {
-	case exporterCriticalXID(own):
+	case criticalXID(uint64(own)):
 		g.LastXid, g.Unhealthy = own, fmt.Sprintf("XID %d", own)
-	case exporterCriticalXID(whole):
+	case criticalXID(uint64(whole)):
 		g.LastXid, g.Unhealthy = whole, fmt.Sprintf("XID %d on the GPU", whole)
 	case own != 0:
 		g.LastXid = own

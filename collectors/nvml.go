@@ -166,20 +166,6 @@ func (p nvmlPlace) covers(m *nvmlMIGRef) bool {
 		(p.ci == nvmlNoInstance || m.computeID == nil || p.ci == *m.computeID)
 }
 
-// nvmlCriticalXID reports whether an XID says the GPU itself is failing, as NVIDIA's
-// device plugin decides (k8s-device-plugin internal/rm/health.go,
-// getDisabledHealthCheckXids): every XID but the application errors 13 (graphics engine
-// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
-// cleanup), 68 (video processor exception) and 109 (context switch timeout), which
-// end one process and leave the GPU healthy.
-func nvmlCriticalXID(xid uint64) bool {
-	switch xid {
-	case 13, 31, 43, 45, 68, 109:
-		return false
-	}
-	return true
-}
-
 // nvmlMetrics are the source's own metrics.
 type nvmlMetrics struct {
 	unidentified prometheus.Gauge
@@ -919,7 +905,7 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 			}
 			c.byInstance[e.GpuInstanceId]++
 		}
-		if !nvmlCriticalXID(e.EventData) {
+		if !criticalXID(e.EventData) {
 			continue
 		}
 		if c.last == nil {
