@@ -226,7 +226,6 @@ var exporterFields = map[string]struct {
 // default CSV): dcgm-exporter names the label after the field as the CSV spells it.
 var exporterMinorLabels = [...]string{"DCGM_FI_DEV_GPU_MINOR_NUMBER", "DCGM_FI_DEV_MINOR_NUMBER"}
 
-
 // Bounds past which a reading is not a measurement. DCGM marks "no value" with blank
 // sentinels (2147483632 for 32-bit integers, 2^47 for doubles) that an exporter may print
 // as numbers: check names them, and every bound below would reject them anyway.

@@ -306,32 +306,22 @@ func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
 
 // FuzzAttribute feeds the kubelet's device ids, as any kubelet or device plugin might
 // spell them, through attribution: it must never panic, and the report it makes must be
-// valid (a report that fails validation would cost the node every report).
+// valid (a report that fails validation would cost the node every report). The first id
+// is allocated to two pods, the second free, the DRA device claimed.
 func FuzzAttribute(f *testing.F) {
-	f.Add(labGPU0+"::1", "nvidia.com/gpu", "ml", "a", labMIGa, "nvidia0/gi7/vgpu1", "gpu-1")
-	f.Add("MIG-"+labGPU1+"/8/0", "nvidia.com/mig-1g.10gb.shared", "ml", "b", "nvidia1/gi8", "x", "gpu-0-mig-1g10gb-19-0")
-	f.Add("", "", "", "", "", "", "")
-	f.Fuzz(func(t *testing.T, id1, resource, ns, pod, id2, id3, draDevice string) {
-		if gpuscalerv1.ValidateNamespace(ns) != nil || pod == "" {
-			ns, pod = "ml", "p"
-		}
-		if resource == "" {
-			resource = "nvidia.com/gpu"
-		}
-		h := Holder{Namespace: ns, Pod: pod, Container: "c"}
+	f.Add(labGPU0+"::1", labMIGa, "gpu-1")
+	f.Add("MIG-"+labGPU1+"/8/0", "nvidia1/gi8", "gpu-0-mig-1g10gb-19-0")
+	f.Add("nvidia0/gi7/vgpu1", labGPU0, "")
+	f.Fuzz(func(t *testing.T, held, free, draDevice string) {
+		h := Holder{Namespace: "ml", Pod: "p", Container: "c"}
 		alloc := &Allocation{Holders: map[string][]Holder{}}
-		seen := map[string]bool{}
-		for i, id := range []string{id1, id2, id3} {
-			if id == "" || seen[id] {
-				continue
-			}
-			seen[id] = true
-			d := &gpuscalerv1.Device{Id: id, Resource: resource}
-			alloc.Allocatable = append(alloc.Allocatable, d)
-			if i != 1 {
-				alloc.Allocated = append(alloc.Allocated, d)
-				alloc.Holders[id] = []Holder{h, {Namespace: "other", Pod: "q"}}
-			}
+		if held != "" {
+			d := &gpuscalerv1.Device{Id: held, Resource: "nvidia.com/gpu.shared"}
+			alloc.Allocatable, alloc.Allocated = append(alloc.Allocatable, d), append(alloc.Allocated, d)
+			alloc.Holders[held] = []Holder{h, {Namespace: "other", Pod: "q"}}
+		}
+		if free != "" && free != held {
+			alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: free, Resource: "nvidia.com/mig-1g.10gb"})
 		}
 		alloc.Claims = []Claim{{Driver: "gpu.nvidia.com", Pool: "p", Device: draDevice, Holder: h}}
 		r := &gpuscalerv1.NodeReport{Node: "node-1", Gpus: labSamples()}
