@@ -53,6 +53,12 @@ func attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string)
 		g, reason := ix.find(ref)
 		matches[d.GetId()] = match{g, reason}
 		if g == nil {
+			// A whole GPU that every source names by UUID and index, yet none measured,
+			// is a GPU nobody can see (lost before the collector started, say): not free.
+			// A MIG device is left be: dcgm-exporter names none by the kubelet's id.
+			if ref.Kind == deviceid.GPUUUID || ref.Kind == deviceid.Minor {
+				d.Unhealthy = true
+			}
 			continue
 		}
 		known[g] = true
@@ -138,8 +144,8 @@ func attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string)
 		return cmp.Or(cmp.Compare(a.GetId(), b.GetId()), cmp.Compare(a.GetPod().GetNamespace(), b.GetPod().GetNamespace()),
 			cmp.Compare(a.GetPod().GetName(), b.GetPod().GetName()))
 	})
-	if len(r.Unattributed) > gpuscalerv1.MaxGPUs {
-		r.Unattributed = r.Unattributed[:gpuscalerv1.MaxGPUs]
+	if len(r.Unattributed) > gpuscalerv1.MaxDevices {
+		r.Unattributed = r.Unattributed[:gpuscalerv1.MaxDevices]
 	}
 	return unparsed
 }

@@ -304,6 +304,33 @@ func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
 	}
 }
 
+// TestNodeLabUnmeasuredGPUIsNotFree: a whole GPU the kubelet offers but no sample
+// measures (lost before the collector started) is not counted free; a time-sliced node
+// of 8 GPUs × 40 replicas (320 devices) makes a valid report.
+func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
+	ghost := "GPU-99999999-0000-0000-0000-000000000000"
+	alloc := &Allocation{Holders: map[string][]Holder{}}
+	for _, id := range append(replicas(labGPU0, 40), ghost, "nvidia5") {
+		alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu"})
+	}
+	for g := range 7 {
+		for _, id := range replicas(fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", g+1), 40) {
+			alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu.shared"})
+		}
+	}
+	r := &gpuscalerv1.NodeReport{Node: "node-1", Gpus: labSamples()}
+	attribute(r, alloc)
+	if err := r.Validate(); err != nil {
+		t.Fatalf("report of %d devices: %v", len(r.GetAllocatable()), err)
+	}
+	for _, d := range r.GetAllocatable() {
+		want := d.GetId() == ghost || d.GetId() == "nvidia5" || (d.GetResource() == "nvidia.com/gpu.shared")
+		if d.GetUnhealthy() != want {
+			t.Fatalf("allocatable %s: unhealthy %v, want %v", d.GetId(), d.GetUnhealthy(), want)
+		}
+	}
+}
+
 // FuzzAttribute feeds the kubelet's device ids, as any kubelet or device plugin might
 // spell them, through attribution: it must never panic, and the report it makes must be
 // valid (a report that fails validation would cost the node every report). The first id

@@ -41,11 +41,8 @@ var DefaultPodResources = []string{"nvidia.com/gpu", "nvidia.com/gpu.shared", "n
 
 // migResourcePrefix starts the resource name of a MIG slice under the NVIDIA device
 // plugin's "mixed" strategy; the rest is the profile: nvidia.com/mig-1g.10gb, or
-// nvidia.com/mig-1g.10gb.shared for its replicas (sharedResourceSuffix).
-const (
-	migResourcePrefix    = "nvidia.com/mig-"
-	sharedResourceSuffix = ".shared"
-)
+// nvidia.com/mig-1g.10gb.shared for its replicas.
+const migResourcePrefix = "nvidia.com/mig-"
 
 // podResourcesMaxMsg bounds a kubelet answer. gRPC's default of 4 MiB can be too
 // little for List on a node with many pods (each reports its CPU ids and memory too);
@@ -57,8 +54,7 @@ const podResourcesMaxMsg = 16 << 20
 var ErrNoPodResourcesSocket = errors.New("kubelet pod-resources socket not found")
 
 // PodResourcesConfig tunes PodResources. The zero value reads the kubelet's default
-// socket, counts nvidia.com/gpu and nvidia.com/mig-*, gives each call 5 s and logs
-// nothing.
+// socket, counts DefaultPodResources, gives each call 5 s and logs nothing.
 type PodResourcesConfig struct {
 	// Socket is the path of the kubelet's pod-resources socket, as mounted into the
 	// collector (--pod-resources-socket). Empty means DefaultPodResourcesSocket.
@@ -328,11 +324,10 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 // nvidia.com/mig-1g.10gb and nvidia.com/mig-1g.10gb.shared), or "" for any other
 // resource.
 func migProfile(resource string) string {
-	profile, ok := strings.CutPrefix(resource, migResourcePrefix)
-	if !ok {
+	if !strings.HasPrefix(resource, migResourcePrefix) {
 		return ""
 	}
-	return strings.TrimSuffix(profile, sharedResourceSuffix)
+	return (&gpuscalerv1.Device{Resource: resource}).Profile()
 }
 
 // samePod reports whether h and o are holds of one pod.

@@ -147,6 +147,9 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 	if cfg.Replicas < 0 || cfg.Replicas > gpuscalerv1.MaxPodsPerGPU {
 		return fmt.Errorf("simulation: replicas %d: want 0 to %d", cfg.Replicas, gpuscalerv1.MaxPodsPerGPU)
 	}
+	if n := max(cfg.Replicas, 1) * len(devices); n > gpuscalerv1.MaxDevices {
+		return fmt.Errorf("simulation: %d devices with replicas %d, more than a report holds (%d)", n, cfg.Replicas, gpuscalerv1.MaxDevices)
+	}
 	for g := range cfg.MIG {
 		if g < 0 || g >= cfg.GPUs {
 			return fmt.Errorf("simulation: MIG slices for GPU %d, which this node of %d GPUs does not have", g, cfg.GPUs)

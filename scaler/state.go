@@ -1,7 +1,10 @@
 package scaler
 
 import (
+	"cmp"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,8 +267,12 @@ func (e *nodeEntry) indexNamespaces() {
 	}
 }
 
-// countFree counts the node's free devices by MIG profile. A device of an unhealthy GPU
-// is never free: a replica placed there would not run.
+// countFree counts the node's free devices by MIG profile: what a Job asking for
+// nvidia.com/gpu or nvidia.com/mig-<profile> can be given. A device of an unhealthy GPU
+// is never free: a replica placed there would not run. Replicas renamed by the device
+// plugin's renameByDefault (nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared) are a
+// resource of their own, which such a Job cannot use, so they are not counted; replicas
+// offered under the plain name are, one each, as the scheduler hands them out.
 func (e *nodeEntry) countFree() {
 	allocated := make(map[string]struct{}, len(e.report.GetAllocated()))
 	for _, d := range e.report.GetAllocated() {
@@ -273,9 +280,10 @@ func (e *nodeEntry) countFree() {
 	}
 	e.free = make(map[string]int, 1)
 	for _, d := range e.report.GetAllocatable() {
-		if _, taken := allocated[d.GetId()]; !taken && !d.GetUnhealthy() {
-			e.free[d.Profile()]++
+		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || strings.HasSuffix(d.GetResource(), ".shared") {
+			continue
 		}
+		e.free[d.Profile()]++
 	}
 }
 
@@ -324,15 +332,14 @@ func (s *State) Forget(cutoff time.Time) int {
 			}
 		}
 	}
-	for len(s.tombstones) > s.maxTombstones {
-		var oldest *nodeEntry
-		for _, tomb := range s.tombstones {
-			if oldest == nil || tomb.forgotten.Before(oldest.forgotten) ||
-				(tomb.forgotten.Equal(oldest.forgotten) && tomb.report.GetNode() < oldest.report.GetNode()) {
-				oldest = tomb
-			}
+	if extra := len(s.tombstones) - s.maxTombstones; extra > 0 {
+		tombs := slices.Collect(maps.Values(s.tombstones))
+		slices.SortFunc(tombs, func(a, b *nodeEntry) int {
+			return cmp.Or(a.forgotten.Compare(b.forgotten), cmp.Compare(a.report.GetNode(), b.report.GetNode()))
+		})
+		for _, tomb := range tombs[:extra] {
+			s.bury(tomb)
 		}
-		s.bury(oldest)
 	}
 	if len(s.nodes) == 0 {
 		s.newestNode = time.Time{}

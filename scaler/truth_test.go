@@ -35,11 +35,10 @@ func TestSharedGPUMaths(t *testing.T) {
 	other := map[string]string{"app": "other"}
 	withUtil := func(p *gpuscalerv1.PodRef, u float64) *gpuscalerv1.PodRef { p.GpuUtil = proto.Float64(u); return p }
 	tests := map[string]struct {
-		gpus                  []*gpuscalerv1.GPUSample
-		md                    map[string]string
-		wantUtil, wantMem     float64
-		wantActive            bool
-		wantGPUs, wantReplica float64 // for the message only
+		gpus              []*gpuscalerv1.GPUSample
+		md                map[string]string
+		wantUtil, wantMem float64
+		wantActive        bool
 	}{
 		// Four time-sliced pods of one workload on one GPU at 90%: the GPU counts once,
 		// each pod a quarter of it. gpu-util = 90 / (1 GPU / 4 pods) = 360, so the HPA asks
@@ -190,6 +189,28 @@ func TestUnhealthyDeviceIsNeverFree(t *testing.T) {
 	tr := mustTrigger(t, "ml", map[string]string{"queue": "jobs", "capacityAware": "true", "gpusPerReplica": "1"})
 	if slots, err := s.capacity(tr); err != nil || slots != 1 {
 		t.Fatalf("capacity = %d, %v; want 1 (GPU-2 is unhealthy, GPU-3 allocated)", slots, err)
+	}
+}
+
+// TestCapacityOfSharedGPUs: replicas offered under the plain resource name are what a Job
+// asking for nvidia.com/gpu gets, one each; replicas renamed nvidia.com/gpu.shared (the
+// device plugin's renameByDefault) are a resource such a Job cannot use.
+func TestCapacityOfSharedGPUs(t *testing.T) {
+	var allocatable []*gpuscalerv1.Device
+	for n := range 4 {
+		allocatable = append(allocatable,
+			&gpuscalerv1.Device{Id: fmt.Sprintf("GPU-1::%d", n), Resource: "nvidia.com/gpu"},
+			&gpuscalerv1.Device{Id: fmt.Sprintf("GPU-2::%d", n), Resource: "nvidia.com/gpu.shared"},
+			&gpuscalerv1.Device{Id: fmt.Sprintf("MIG-3::%d", n), Resource: "nvidia.com/mig-1g.10gb.shared"})
+	}
+	s := NewState(newFakeClock(t0).Now)
+	r := &gpuscalerv1.NodeReport{Node: "n1", Allocatable: allocatable, Allocated: allocatable[:1]}
+	s.Apply(gpuscalerv1.Event{Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindNode, Node: "n1"}, Node: r}, t0)
+	for profile, want := range map[string]int{"1": 3, "1g.10gb": 0} {
+		tr := mustTrigger(t, "ml", map[string]string{"queue": "jobs", "capacityAware": "true", "gpusPerReplica": profile})
+		if slots, err := s.capacity(tr); err != nil || slots != want {
+			t.Errorf("gpusPerReplica %s: capacity = %d, %v; want %d", profile, slots, err, want)
+		}
 	}
 }
 

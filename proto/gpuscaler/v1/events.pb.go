@@ -245,7 +245,8 @@ type Device struct {
 	// The MIG profile ("1g.10gb") for a slice, empty for a whole GPU. Filled also when the
 	// MIG "single" strategy offers slices as nvidia.com/gpu.
 	MigProfile string `protobuf:"bytes,3,opt,name=mig_profile,json=migProfile,proto3" json:"mig_profile,omitempty"`
-	// The device's GPU is unhealthy (see GPUSample.unhealthy): it never counts as free.
+	// The device's GPU is unhealthy (see GPUSample.unhealthy), or is a whole GPU that no
+	// sample measures: it never counts as free.
 	Unhealthy     bool `protobuf:"varint,4,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

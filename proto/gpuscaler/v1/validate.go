@@ -14,6 +14,10 @@ var ErrInvalidEvent = errors.New("invalid event")
 // most 7 MIG instances); the label bounds are Kubernetes' own.
 const (
 	MaxGPUs = 256
+	// MaxDevices bounds the allocatable, allocated and unattributed devices of a report:
+	// the kubelet lists a shared GPU once per replica, so a node of 8 GPUs at 48 replicas
+	// offers 384 devices, and 8 GPUs of 7 MIG slices at 16 replicas, 896.
+	MaxDevices = 4096
 	// MaxPodsPerGPU bounds the pods one shared device lists. NVIDIA's device plugin allows
 	// any replica count, but a GPU shared by more than a few dozen pods is not a layout
 	// anyone runs; 256 keeps a hostile report small.
@@ -36,8 +40,8 @@ func (r *NodeReport) Validate() error {
 	if n := len(r.GetGpus()); n > MaxGPUs {
 		return fmt.Errorf("%w: node %s reports %d GPUs, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
 	}
-	if n := len(r.GetAllocatable()); n > MaxGPUs {
-		return fmt.Errorf("%w: node %s reports %d allocatable devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
+	if n := len(r.GetAllocatable()); n > MaxDevices {
+		return fmt.Errorf("%w: node %s reports %d allocatable devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxDevices)
 	}
 	seen := make(map[string]struct{}, len(r.GetGpus()))
 	for i, g := range r.GetGpus() {
@@ -50,8 +54,8 @@ func (r *NodeReport) Validate() error {
 		}
 		seen[id] = struct{}{}
 	}
-	if n := len(r.GetUnattributed()); n > MaxGPUs {
-		return fmt.Errorf("%w: node %s reports %d unattributed devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxGPUs)
+	if n := len(r.GetUnattributed()); n > MaxDevices {
+		return fmt.Errorf("%w: node %s reports %d unattributed devices, more than %d", ErrInvalidEvent, r.GetNode(), n, MaxDevices)
 	}
 	for i, u := range r.GetUnattributed() {
 		if u.GetId() == "" || u.GetResource() == "" {
