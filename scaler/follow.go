@@ -30,6 +30,13 @@ type StreamConfig struct {
 	// Memory keeps the stream in memory instead of on disk: faster, lost when NATS restarts
 	// (the scaler then creates it again).
 	Memory bool
+
+	// tombstoneTTL is how much longer than MaxAge the stream keeps a report: the scaler
+	// forgets a node after MaxAge, but its last report stays in the stream as its
+	// tombstone for tombstoneTTL more, so every replica, restarted or not, derives the
+	// same tombstones from the stream (State.Forget). Set by New from
+	// Config.NodeTombstoneTTL.
+	tombstoneTTL time.Duration
 }
 
 // Defaults of StreamConfig.
@@ -52,7 +59,7 @@ func (c StreamConfig) withDefaults() StreamConfig {
 }
 
 // jetStreamConfig is the stream as DESIGN.md fixes it: every gpuscaler subject, only the
-// latest message per subject, expiring after MaxAge.
+// latest message per subject, expiring after MaxAge and the tombstone TTL.
 func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
 	storage := jetstream.FileStorage
 	if c.Memory {
@@ -63,7 +70,7 @@ func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
 		Description:       "gpuscaler: the latest report of every GPU node and queue",
 		Subjects:          []string{gpuscalerv1.SubjectAll},
 		MaxMsgsPerSubject: 1,
-		MaxAge:            c.MaxAge,
+		MaxAge:            c.MaxAge + c.tombstoneTTL,
 		MaxBytes:          c.MaxBytes,
 		MaxMsgSize:        gpuscalerv1.MaxEventBytes,
 		Discard:           jetstream.DiscardOld,

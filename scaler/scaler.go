@@ -48,8 +48,10 @@ type Config struct {
 	// connection may be down before /readyz fails. Default DefaultStaleAfter.
 	StaleAfter time.Duration
 	// NodeTombstoneTTL is how long a node forgotten after Stream.MaxAge keeps the
-	// triggers that selected its pods, and select no live pod, Unavailable. Zero means
-	// DefaultNodeTombstoneTTL; negative keeps no tombstones.
+	// triggers that selected its pods, and select no live pod, Unavailable. The stream
+	// keeps reports this much longer than Stream.MaxAge, so that a restarted replica
+	// knows the same tombstones. Zero means DefaultNodeTombstoneTTL; negative keeps no
+	// tombstones.
 	NodeTombstoneTTL time.Duration
 	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
 	// triggers name is fetched, however many triggers share it. Default 1s.
@@ -110,6 +112,12 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	if cfg.Stream.MaxAge <= cfg.StaleAfter {
 		return nil, fmt.Errorf("stream-max-age %s: want more than stale-after %s, or nodes would be forgotten before they are stale", cfg.Stream.MaxAge, cfg.StaleAfter)
 	}
+	switch {
+	case cfg.NodeTombstoneTTL == 0:
+		cfg.Stream.tombstoneTTL = DefaultNodeTombstoneTTL
+	case cfg.NodeTombstoneTTL > 0:
+		cfg.Stream.tombstoneTTL = cfg.NodeTombstoneTTL
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -135,9 +143,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		state: NewState(clock.Now),
 		ready: make(chan struct{}),
 	}
-	if cfg.NodeTombstoneTTL != 0 {
-		s.state.SetNodeTombstoneTTL(cfg.NodeTombstoneTTL)
-	}
+	s.state.SetNodeTombstoneTTL(cfg.Stream.tombstoneTTL)
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
@@ -150,7 +156,9 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		log:        log.With("component", "follower"),
 		drops:      newLogLimiter(time.Minute),
 		checkEvery: cfg.streamCheckEvery,
-		ready:      func() { close(s.ready) },
+		// Reports the stream keeps past MaxAge are tombstones (see StreamConfig):
+		// turn them into tombstones before the first answer, as every other replica has.
+		ready: func() { s.forget(); close(s.ready) },
 	}
 	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
 	s.follower.metrics = s.metrics
@@ -310,10 +318,16 @@ func (s *Scaler) forgetLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if n := s.state.Forget(s.clock.Now().Add(-s.cfg.Stream.MaxAge)); n > 0 {
-				s.log.Info("forgot nodes and queues silent for longer than the stream's max age", "entries", n, "maxAge", s.cfg.Stream.MaxAge)
-			}
+			s.forget()
 		}
+	}
+}
+
+// forget drops the nodes and queues silent longer than the stream's MaxAge.
+func (s *Scaler) forget() {
+	if n := s.state.Forget(s.clock.Now().Add(-s.cfg.Stream.MaxAge)); n > 0 {
+		s.log.Info("forgot nodes and queues silent for longer than --stream-max-age; nodes that held pods are kept as tombstones",
+			"entries", n, "maxAge", s.cfg.Stream.MaxAge, "tombstones", s.state.Tombstones())
 	}
 }
 

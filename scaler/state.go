@@ -305,17 +305,21 @@ func (s *State) SetNodeTombstoneTTL(ttl time.Duration) {
 	s.tombstoneTTL = max(ttl, 0)
 }
 
-// Forget drops nodes and queues whose latest report NATS stored before cutoff: the stream
-// has dropped them too (its MaxAge), so a restarted replica would not know them either.
-// A node whose last report had pods holding GPUs is kept as a tombstone (see
-// State.tombstones); tombstones older than the TTL are dropped. It returns how many
-// live entries it dropped.
+// Forget drops nodes and queues whose latest report NATS stored before cutoff (now less
+// the stream's MaxAge). A node whose last report had pods holding GPUs is kept as a
+// tombstone (see State.tombstones), forgotten as of its report's stored time plus
+// MaxAge, and dropped the tombstone TTL after that. Both times derive from when NATS
+// stored the report, not from when this replica ran Forget, and the stream keeps the
+// report as long as the tombstone lasts: so a replica that restarts and replays the
+// stream makes the same tombstones as one that ran all along. It returns how many live
+// entries it dropped.
 func (s *State) Forget(cutoff time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	maxAge := now.Sub(cutoff)
 	for _, tomb := range s.tombstones {
-		if now.Sub(tomb.forgotten) >= s.tombstoneTTL {
+		if !now.Before(tomb.forgotten.Add(s.tombstoneTTL)) {
 			s.bury(tomb)
 		}
 	}
@@ -325,8 +329,7 @@ func (s *State) Forget(cutoff time.Time) int {
 			s.unindex(e)
 			delete(s.nodes, name)
 			n++
-			if len(e.namespaces) > 0 && s.tombstoneTTL > 0 {
-				e.forgotten = now
+			if e.forgotten = e.stored.Add(maxAge); len(e.namespaces) > 0 && now.Before(e.forgotten.Add(s.tombstoneTTL)) {
 				s.tombstones[name] = e
 				index(s.tombsByNS, e)
 			}

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -232,11 +235,31 @@ func TestForgottenNodeTombstone(t *testing.T) {
 	t.Run("a forgotten node's pods keep the trigger Unavailable", func(t *testing.T) {
 		s, _, tr := setup(t, time.Hour)
 		_, err := read(t, s, tr).Metric(MetricGPUUtil)
-		wantUnavailable(t, err, "node dead last reported at 2026-11-22T10:00:00Z and was forgotten at 2026-11-22T10:20:00Z", "GPU-1 of pod ml/llm-0")
+		wantUnavailable(t, err, "node dead last reported at 2026-11-22T10:00:00Z and was forgotten at 2026-11-22T10:15:00Z", "GPU-1 of pod ml/llm-0")
 		_, err = read(t, s, tr).Active()
 		wantUnavailable(t, err, "forgotten")
 		if s.Tombstones() != 1 {
 			t.Fatalf("Tombstones() = %d, want 1", s.Tombstones())
+		}
+	})
+	t.Run("a replica that restarts and replays the stream makes the same tombstone", func(t *testing.T) {
+		s, _, tr := setup(t, time.Hour)
+		_, want := read(t, s, tr).Metric(MetricGPUUtil)
+		clock := newFakeClock(t0.Add(20 * time.Minute))
+		restarted := NewState(clock.Now)
+		restarted.Apply(nodeEvent("dead", gpu("GPU-1", "ml", "llm-0", llm, 90, 40, 80)), t0) // the report the stream kept
+		restarted.Apply(nodeEvent("idle", gpu("GPU-9", "", "", nil, 0, 0, 80)), clock.Now())
+		restarted.Forget(clock.Now().Add(-15 * time.Minute))
+		if _, got := read(t, restarted, tr).Metric(MetricGPUUtil); got == nil || got.Error() != want.Error() {
+			t.Fatalf("restarted replica: %v\nwant as the replica that ran all along: %v", got, want)
+		}
+		// Past the TTL the stream has dropped the report; one still replayed makes none.
+		clock.Advance(time.Hour)
+		late := NewState(clock.Now)
+		late.Apply(nodeEvent("dead", gpu("GPU-1", "ml", "llm-0", llm, 90, 40, 80)), t0)
+		late.Forget(clock.Now().Add(-15 * time.Minute))
+		if late.Tombstones() != 0 {
+			t.Fatalf("a report past MaxAge and the TTL made a tombstone")
 		}
 	})
 	t.Run("cleared when the node reports again", func(t *testing.T) {
@@ -287,4 +310,33 @@ func TestForgottenNodeTombstone(t *testing.T) {
 		_, err := read(t, s, mustTrigger(t, "ml", md)).Metric(MetricGPUUtil)
 		wantUnavailable(t, err, "node n00010 ") // the oldest kept, by node name
 	})
+}
+
+// TestStreamKeepsTombstones: the stream keeps reports for --stream-max-age plus the
+// tombstone TTL, so a replica that starts after a node was forgotten still reads its
+// last report and makes the same tombstone.
+func TestStreamKeepsTombstones(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ttl, want time.Duration
+	}{
+		"default TTL":   {ttl: 0, want: 10*time.Minute + DefaultNodeTombstoneTTL},
+		"TTL 30m":       {ttl: 30 * time.Minute, want: 40 * time.Minute},
+		"no tombstones": {ttl: -1, want: 10 * time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns := natstest.Start(t, "", "")
+			startScaler(t, ns.ClientURL(), Config{Stream: StreamConfig{MaxAge: 10 * time.Minute}, NodeTombstoneTTL: tc.ttl})
+			js, err := jetstream.New(natstest.Connect(t, ns.ClientURL()).Conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := js.Stream(t.Context(), gpuscalerv1.StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.CachedInfo().Config.MaxAge; got != tc.want {
+				t.Fatalf("stream MaxAge %s, want %s", got, tc.want)
+			}
+		})
+	}
 }
