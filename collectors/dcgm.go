@@ -652,7 +652,7 @@ func (s *dcgmSource) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone boo
 		case r.goneWhy != "":
 			g.Unhealthy = r.goneWhy
 		case x.holding(now, s.cfg.XIDHold):
-			g.Unhealthy = fmt.Sprintf("XID %d", x.last)
+			g.Unhealthy = fmt.Sprintf("XID %d", x.critical)
 		}
 		out[i] = g
 	}

@@ -137,12 +137,16 @@ func dcgmIdentity(d dcgmDevice) *gpuscalerv1.GPUSample {
 // collector that did so would hold a GPU out of the scaler's sight forever after one
 // recoverable fault, so the source reports a device unhealthy for a hold period
 // (DCGMConfig.XIDHold, 5 min by default) after its last critical XID, and healthy
-// after, while LastXid keeps the number.
+// after, while LastXid keeps the number. The hold runs from when DCGM sampled the XID,
+// not from when this source first read it: DCGM keeps the last XID's value for good, so
+// a collector restarted, or a layout rediscovered, long after an XID must not take it
+// for a new one.
 type dcgmXIDState struct {
-	count  uint64    // XIDs seen, critical or not
-	lastTS int64     // DCGM's sample time of the last one
-	last   uint32    // the last critical XID's number, 0 when none
-	at     time.Time // when the source saw the last critical XID
+	count    uint64    // XIDs seen, critical or not
+	lastTS   int64     // DCGM's sample time of the last one
+	last     uint32    // the last XID's number, critical or not; 0 when none
+	critical uint32    // the last critical XID's number, 0 when none
+	at       time.Time // when DCGM sampled the last critical XID
 }
 
 // observe records the XID field's value v (ok: it has one) read at now.
@@ -152,14 +156,18 @@ func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
 	}
 	x.lastTS = v.TS
 	x.count++
-	if n := uint32(min(v.Value, math.MaxUint32)); criticalXID(uint64(n)) {
-		x.last, x.at = n, now
+	x.last = uint32(min(v.Value, math.MaxUint32))
+	if criticalXID(uint64(x.last)) {
+		x.critical, x.at = x.last, now
+		if v.TS > 0 {
+			x.at = time.UnixMicro(v.TS)
+		}
 	}
 }
 
 // holding reports whether the last critical XID is less than hold old.
 func (x *dcgmXIDState) holding(now time.Time, hold time.Duration) bool {
-	return x != nil && x.last != 0 && now.Sub(x.at) < hold
+	return x != nil && x.critical != 0 && now.Sub(x.at) < hold
 }
 
 // migProfileName names a MIG profile as NVIDIA's device plugin does, "<slices>g.<GB>gb",

@@ -96,6 +96,12 @@ type fakeDCGM struct {
 	next    dcgmWatch
 	every   time.Duration
 	calls   []string
+
+	// now is DCGM's clock (time.Now when nil). Tests write a value's TS as a small sample
+	// number; Latest stamps each new number, as DCGM stamps a sample, with now in µs
+	// since the epoch (dcgm_structs.h dcgmFieldValue_v1.ts), and keeps that stamp.
+	now    func() time.Time
+	stamps map[int64]int64
 }
 
 type fakeDCGMKey struct {
@@ -238,10 +244,31 @@ func (f *fakeDCGM) Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, 
 				v = dcgmValue{Blank: true}
 			}
 			v.Entity, v.Field = e, field
+			v.TS = f.stamp(v.TS)
 			out = append(out, v)
 		}
 	}
 	return out, nil
+}
+
+// stamp turns a test's sample number into DCGM's sample time, the first time it is seen.
+func (f *fakeDCGM) stamp(n int64) int64 {
+	if n <= 0 {
+		return n
+	}
+	if f.stamps == nil {
+		f.stamps = map[int64]int64{}
+	}
+	ts, ok := f.stamps[n]
+	if !ok {
+		now := time.Now
+		if f.now != nil {
+			now = f.now
+		}
+		ts = now().UnixMicro()
+		f.stamps[n] = ts
+	}
+	return ts
 }
 
 // orInt returns a, or b when a is zero.
@@ -346,6 +373,7 @@ func mockNVMLIDs(minors map[string]int, migs map[string][]mockMIGDevice) *mock.I
 // newTestDCGM starts a source over f with the given NVML ids (nil: none) at clk's time.
 func newTestDCGM(t *testing.T, f *fakeDCGM, ids dcgmIdentifier, clk *fakeClock, cfg DCGMConfig) *dcgmSource {
 	t.Helper()
+	f.now = clk.now
 	src, err := newDCGMSource(f, ids, clk.now, cfg)
 	if err != nil {
 		t.Fatalf("newDCGMSource: %v", err)
@@ -829,10 +857,12 @@ func TestDCGMGPUFailureIsolation(t *testing.T) {
 			lastXID: 79,
 		},
 		"application XID 13 is not a failure": {
-			fail: func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 13) },
+			fail:    func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 13) },
+			lastXID: 13,
 		},
 		"application XID 109 is not a failure": {
-			fail: func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 109) },
+			fail:    func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 109) },
+			lastXID: 109,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -935,9 +965,9 @@ func TestDCGMXIDs(t *testing.T) {
 		{time.Second, 79, 2, 1, 79, "XID 79"},
 		{time.Second, 79, 3, 2, 79, "XID 79"},
 		{time.Second, 0, 4, 2, 79, "XID 79"},
-		{time.Second, 13, 5, 3, 79, "XID 79"},                   // an application XID: counted, not critical
-		{5*time.Minute - 3*time.Second, 13, 5, 3, 79, "XID 79"}, // 1 s before the hold ends
-		{time.Second, 13, 5, 3, 79, ""},                         // 5 min after the last critical one
+		{time.Second, 13, 5, 3, 13, "XID 79"},                   // an application XID: counted, last, not critical
+		{5*time.Minute - 3*time.Second, 13, 5, 3, 13, "XID 79"}, // 1 s before the hold ends
+		{time.Second, 13, 5, 3, 13, ""},                         // 5 min after the last critical one
 		{time.Second, 48, 6, 4, 48, "XID 48"},
 	} {
 		clk.advance(step.after)
@@ -1010,5 +1040,22 @@ func TestMIGProfileName(t *testing.T) {
 		if got := migProfileName(tc.slices, tc.mib); got != tc.want {
 			t.Errorf("migProfileName(%d, %v) = %q, want %q", tc.slices, tc.mib, got, tc.want)
 		}
+	}
+}
+
+// TestDCGMOldXIDAfterRestart: DCGM keeps the last XID's value and sample time for good
+// (DcgmCacheManager keeps a field's last sample until a new one replaces it), so a
+// collector that starts an hour after a critical XID reads it; the GPU has been fine
+// since, and must not be held unhealthy for another five minutes.
+func TestDCGMOldXIDAfterRestart(t *testing.T) {
+	clk := newFakeClock()
+	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}}, nil)
+	f.set(false, 0, dcgmFieldGPUUtil, 50)
+	f.values[fakeDCGMKey{dcgmEntity{ID: 0}, dcgmFieldXID}] = dcgmValue{Value: 79, TS: 1}
+	f.stamps = map[int64]int64{1: clk.now().Add(-time.Hour).UnixMicro()}
+	src := newTestDCGM(t, f, nil, clk, DCGMConfig{})
+	s := collect(t, src)[0]
+	if s.GetUnhealthy() != "" || s.GetLastXid() != 79 {
+		t.Fatalf("got unhealthy %q, last XID %d; want healthy, 79", s.GetUnhealthy(), s.GetLastXid())
 	}
 }

@@ -137,12 +137,12 @@ type nvmlMIG struct {
 }
 
 // nvmlXIDs is what XID events said of one GPU: how many concerned no GPU instance and
-// how many each GPU instance (MIG), and the last critical one by the GPU and compute
-// instance it concerned (nvmlNoInstance for none).
+// how many each GPU instance (MIG), and the last one and the last critical one by the
+// GPU and compute instance it concerned (nvmlNoInstance for none).
 type nvmlXIDs struct {
-	whole      uint64
-	byInstance map[uint32]uint64
-	last       map[nvmlPlace]nvmlXIDEvent
+	whole          uint64
+	byInstance     map[uint32]uint64
+	last, critical map[nvmlPlace]nvmlXIDEvent
 }
 
 // nvmlPlace is the part of a GPU an XID event concerned: a GPU instance and compute
@@ -905,17 +905,15 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 			}
 			c.byInstance[e.GpuInstanceId]++
 		}
-		if !criticalXID(e.EventData) {
-			continue
-		}
 		if c.last == nil {
-			c.last = map[nvmlPlace]nvmlXIDEvent{}
+			c.last, c.critical = map[nvmlPlace]nvmlXIDEvent{}, map[nvmlPlace]nvmlXIDEvent{}
 		}
 		s.xidSeq++
-		c.last[nvmlPlace{e.GpuInstanceId, e.ComputeInstanceId}] = nvmlXIDEvent{
-			xid: uint32(min(e.EventData, math.MaxUint32)),
-			at:  s.now(),
-			seq: s.xidSeq,
+		place := nvmlPlace{e.GpuInstanceId, e.ComputeInstanceId}
+		ev := nvmlXIDEvent{xid: uint32(min(e.EventData, math.MaxUint32)), at: s.now(), seq: s.xidSeq}
+		c.last[place] = ev
+		if criticalXID(e.EventData) {
+			c.critical[place] = ev
 		}
 	}
 }
@@ -955,26 +953,28 @@ func (s *nvmlSource) xidCount(uuid string, instance *uint32) uint64 {
 	return n
 }
 
-// applyXID sets g's LastXid to the last critical XID that concerned the device (the
-// GPU uuid, or its MIG device mig), and marks g unhealthy "XID <n>" while that XID is
-// younger than the hold, unless g is already unhealthy for a reason of the moment.
+// applyXID sets g's LastXid to the last XID, critical or not, that concerned the device
+// (the GPU uuid, or its MIG device mig), and marks g unhealthy "XID <n>" while the last
+// critical one is younger than the hold, unless g is already unhealthy for a reason of
+// the moment.
 func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMIGRef) {
 	c := s.xids[uuid]
 	if c == nil {
 		return
 	}
-	var last nvmlXIDEvent
-	for place, e := range c.last {
-		if (mig == nil || place.covers(mig)) && e.seq > last.seq {
-			last = e
+	latest := func(events map[nvmlPlace]nvmlXIDEvent) (last nvmlXIDEvent) {
+		for place, e := range events {
+			if (mig == nil || place.covers(mig)) && e.seq > last.seq {
+				last = e
+			}
 		}
+		return last
 	}
-	if last.seq == 0 {
-		return
+	if last := latest(c.last); last.seq != 0 {
+		g.LastXid = last.xid
 	}
-	g.LastXid = last.xid
-	if g.Unhealthy == "" && s.now().Sub(last.at) < s.xidHold {
-		g.Unhealthy = "XID " + strconv.FormatUint(uint64(last.xid), 10)
+	if crit := latest(c.critical); crit.seq != 0 && g.Unhealthy == "" && s.now().Sub(crit.at) < s.xidHold {
+		g.Unhealthy = "XID " + strconv.FormatUint(uint64(crit.xid), 10)
 	}
 }
 

@@ -1187,61 +1187,61 @@ func TestNVMLXIDHealth(t *testing.T) {
 		{
 			name:   "a critical XID and an application one",
 			events: []nvml.EventData{xid(n.gpus[0], 48, all, all), xid(n.gpus[1], 13, all, all)},
-			want:   map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 48", 48}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name: "just inside the hold", advance: DefaultNVMLXIDHold - time.Second,
-			want: map[string]health{n.gpus[0].uuid: {"XID 48", 48}},
+			want: map[string]health{n.gpus[0].uuid: {"XID 48", 48}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name: "the hold is over: healthy, the last XID kept", advance: time.Second,
-			want: map[string]health{n.gpus[0].uuid: {"", 48}},
+			want: map[string]health{n.gpus[0].uuid: {"", 48}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name:   "another XID",
 			events: []nvml.EventData{xid(n.gpus[0], 94, all, all)},
-			want:   map[string]health{n.gpus[0].uuid: {"XID 94", 94}},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 94", 94}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name: "a later XID holds from its own time", advance: 3 * time.Minute,
 			events: []nvml.EventData{xid(n.gpus[0], 63, all, all)},
-			want:   map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+			want:   map[string]health{n.gpus[0].uuid: {"XID 63", 63}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name: "past the first hold, within the second", advance: 3 * time.Minute,
-			want: map[string]health{n.gpus[0].uuid: {"XID 63", 63}},
+			want: map[string]health{n.gpus[0].uuid: {"XID 63", 63}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
 			name: "one MIG device's compute instance", advance: 10 * time.Minute,
 			events: []nvml.EventData{xid(g, 94, 1, 1)},
-			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13}, b.uuid: {"XID 94", 94}},
 		},
 		{
 			name:   "an application error on a MIG device",
 			events: []nvml.EventData{xid(g, 43, 2, 0)},
-			want:   map[string]health{n.gpus[0].uuid: {"", 63}, b.uuid: {"XID 94", 94}},
+			want:   map[string]health{n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13}, b.uuid: {"XID 94", 94}, c.uuid: {"", 43}},
 		},
 		{
 			name: "the whole MIG-mode GPU", advance: time.Minute,
 			events: []nvml.EventData{xid(g, 48, all, all)},
 			want: map[string]health{
-				n.gpus[0].uuid: {"", 63},
-				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 48", 48},
+				n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13},
+				a.uuid: {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 48", 48},
 			},
 		},
 		{
 			name:   "a GPU instance, every compute instance of it",
 			events: []nvml.EventData{xid(g, 74, 2, all)},
 			want: map[string]health{
-				n.gpus[0].uuid: {"", 63},
-				a.uuid:         {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 74", 74},
+				n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13},
+				a.uuid: {"XID 48", 48}, b.uuid: {"XID 48", 48}, c.uuid: {"XID 74", 74},
 			},
 		},
 		{
 			name: "all held over", advance: DefaultNVMLXIDHold,
 			want: map[string]health{
-				n.gpus[0].uuid: {"", 63},
-				a.uuid:         {"", 48}, b.uuid: {"", 48}, c.uuid: {"", 74},
+				n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13},
+				a.uuid: {"", 48}, b.uuid: {"", 48}, c.uuid: {"", 74},
 			},
 		},
 	}
