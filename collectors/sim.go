@@ -90,6 +90,7 @@ type Sim struct {
 	// the order of the configuration (replica n of a shared GPU goes to its n-th pod).
 	devices []simDevice
 	holders map[string][]*SimPod
+	uids    map[*SimPod]string // each configured pod's UID, made once
 	tick    uint64
 }
 
@@ -181,7 +182,11 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cfg, s.devices, s.holders = cfg, devices, holders
+	uids := make(map[*SimPod]string, len(cfg.Pods))
+	for i := range cfg.Pods {
+		uids[&cfg.Pods[i]] = simUUID("pod", s.node, i, -1)
+	}
+	s.cfg, s.devices, s.holders, s.uids = cfg, devices, holders, uids
 	return nil
 }
 
@@ -271,9 +276,7 @@ func (s *Sim) PodUsage() map[string]map[string]float64 {
 }
 
 // podUID is a configured pod's UID. s.mu must be held.
-func (s *Sim) podUID(p *SimPod) string {
-	return simUUID("pod", s.node, slices.IndexFunc(s.cfg.Pods, func(q SimPod) bool { return q.Namespace == p.Namespace && q.Name == p.Name }), -1)
-}
+func (s *Sim) podUID(p *SimPod) string { return s.uids[p] }
 
 // noise is a deterministic value in [-1, 1] for a device, a channel and the current tick.
 func (s *Sim) noise(d simDevice, channel uint64) float64 {

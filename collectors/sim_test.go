@@ -191,3 +191,47 @@ func TestSimHandlerAndFile(t *testing.T) {
 		t.Fatalf("LoadSimConfig = %+v, %v", cfg, err)
 	}
 }
+
+// TestSimTimeSlicing: with replicas, each whole GPU is offered as "<uuid>::<n>"
+// (k8s-device-plugin NewAnnotatedID), several pods may name it, it runs at the sum of
+// their utilisations, and PodUsage gives each pod its own.
+func TestSimTimeSlicing(t *testing.T) {
+	util := func(v float64) *float64 { return &v }
+	s, err := NewSim("n1", SimConfig{GPUs: 2, Replicas: 4, Pods: []SimPod{
+		{Namespace: "ml", Name: "a", GPUs: []string{"0"}, Util: util(30)},
+		{Namespace: "ml", Name: "b", GPUs: []string{"0"}, Util: util(50)},
+		{Namespace: "ml", Name: "c", GPUs: []string{"1"}, Util: util(20)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Allocation(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Allocatable) != 8 || len(a.Allocated) != 3 {
+		t.Fatalf("allocatable %d, allocated %d; want 8, 3", len(a.Allocatable), len(a.Allocated))
+	}
+	samples, _ := s.Collect(t.Context())
+	gpu0 := samples[0].GetUuid()
+	if got := a.Allocated[0].GetId(); got != gpu0+"::0" {
+		t.Fatalf("first allocated %q, want %q", got, gpu0+"::0")
+	}
+	if got := samples[0].GetGpuUtil(); got != 80 {
+		t.Fatalf("GPU 0 util %v, want 80 (30 + 50)", got)
+	}
+	ua, _ := s.Pod("ml", "a")
+	ub, _ := s.Pod("ml", "b")
+	usage := s.PodUsage()
+	if got := usage[gpu0]; len(got) != 2 || got[ua.UID] != 30 || got[ub.UID] != 50 {
+		t.Fatalf("usage of GPU 0: %v, want a 30 and b 50", got)
+	}
+	if _, ok := usage[samples[1].GetUuid()]; ok {
+		t.Fatal("GPU 1, held by one pod, has per-pod usage; want none")
+	}
+	if _, err := NewSim("n1", SimConfig{GPUs: 1, Replicas: 2, Pods: []SimPod{
+		{Namespace: "ml", Name: "a", GPUs: []string{"0"}}, {Namespace: "ml", Name: "b", GPUs: []string{"0"}}, {Namespace: "ml", Name: "c", GPUs: []string{"0"}},
+	}}); err == nil || !strings.Contains(err.Error(), "more than its 2 replicas") {
+		t.Fatalf("three pods on two replicas: %v", err)
+	}
+}
