@@ -119,3 +119,33 @@ func merge(a, b podsOf) podsOf {
 	}
 	return out
 }
+
+// TestPerPodUsageThroughScaler: two workloads time-sliced on one GPU at 90%, one using 20
+// of it and the other 70, measured per pod (the sim stands in for NVML's per-process
+// samples). The first workload's trigger reads its own 20% on its half of the GPU, 40%
+// per GPU, not the device's 90%.
+func TestPerPodUsageThroughScaler(t *testing.T) {
+	util := func(v float64) *float64 { return &v }
+	sim, err := NewSim("node-1", SimConfig{GPUs: 2, Replicas: 2, Pods: []SimPod{
+		{Namespace: "ml", Name: "a-0", Labels: map[string]string{"app": "a"}, GPUs: []string{"0"}, Util: util(20)},
+		{Namespace: "ml", Name: "b-0", Labels: map[string]string{"app": "b"}, GPUs: []string{"0"}, Util: util(70)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := natstest.Start(t, "", "")
+	_, client := scalertest.Start(t, ns.ClientURL())
+	runCollector(t, Config{Node: "node-1", Interval: 50 * time.Millisecond}, sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	for app, want := range map[string]float64{"a": 40, "b": 140} {
+		ref := &pb.ScaledObjectRef{Name: app, Namespace: "ml", ScalerMetadata: map[string]string{
+			"scalerAddress": "gpuscaler:9090", "podSelector": "app=" + app, "gpuUtilTarget": "70", "activationGpuUtil": "50"}}
+		testkit.Eventually(t, 5*time.Second, func() bool {
+			resp, err := client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref, MetricName: "gpu-util"})
+			return err == nil && math.Abs(resp.GetMetricValues()[0].GetMetricValueFloat()-want) < 1e-9
+		})
+		active, err := client.IsActive(t.Context(), ref)
+		if err != nil || active.GetResult() != (want > 50) {
+			t.Fatalf("app %s: IsActive = %v, %v; want %v", app, active.GetResult(), err, want > 50)
+		}
+	}
+}
