@@ -61,7 +61,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		"/proc when the collector runs with hostPID: true, else a hostPath mount of the host's /proc")
 	fs.StringVar(&srcCfg.ExporterURL, "exporter-url", "http://localhost:9400/metrics", "the dcgm-exporter /metrics URL the exporter source scrapes")
 	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
-	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, pods, load and node labels")
+	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, time-slicing replicas, pods, load and node labels")
 	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
 	fs.StringVar(&resources, "resources", strings.Join(gpucollectors.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
