@@ -48,6 +48,7 @@ func attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string)
 		if err != nil {
 			unparsed = append(unparsed, d.GetId())
 			matches[d.GetId()] = match{reason: err.Error()}
+			d.Unhealthy = true // a GPU resource's device nobody can read is not free
 			continue
 		}
 		g, reason := ix.find(ref)

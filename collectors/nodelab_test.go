@@ -305,12 +305,13 @@ func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
 }
 
 // TestNodeLabUnmeasuredGPUIsNotFree: a whole GPU the kubelet offers but no sample
-// measures (lost before the collector started) is not counted free; a time-sliced node
+// measures (lost before the collector started), or whose id is in no known form (WSL's
+// "all"), is not counted free; a time-sliced node
 // of 8 GPUs × 40 replicas (320 devices) makes a valid report.
 func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
 	ghost := "GPU-99999999-0000-0000-0000-000000000000"
 	alloc := &Allocation{Holders: map[string][]Holder{}}
-	for _, id := range append(replicas(labGPU0, 40), ghost, "nvidia5") {
+	for _, id := range append(replicas(labGPU0, 40), ghost, "nvidia5", "all") {
 		alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu"})
 	}
 	for g := range 7 {
@@ -324,7 +325,7 @@ func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
 		t.Fatalf("report of %d devices: %v", len(r.GetAllocatable()), err)
 	}
 	for _, d := range r.GetAllocatable() {
-		want := d.GetId() == ghost || d.GetId() == "nvidia5" || (d.GetResource() == "nvidia.com/gpu.shared")
+		want := d.GetId() == ghost || d.GetId() == "nvidia5" || d.GetId() == "all" || (d.GetResource() == "nvidia.com/gpu.shared")
 		if d.GetUnhealthy() != want {
 			t.Fatalf("allocatable %s: unhealthy %v, want %v", d.GetId(), d.GetUnhealthy(), want)
 		}
