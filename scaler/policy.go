@@ -205,7 +205,7 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 				stale.consider(e, v)
 				break
 			}
-			if v.labelsUnknown || v.unattributed != "" {
+			if v.labelsUnknown || v.unattributed {
 				unknown.consider(e, v)
 				continue
 			}
@@ -229,16 +229,16 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	if e, v := stale.e, stale.v; e != nil {
 		fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
 			ErrUnavailable, e.report.GetNode(), stamp(e.stored), now.Sub(e.stored).Round(time.Second), t.StaleAfter,
-			v.device, t.Namespace, v.pod, t.PodSelector.String()))
+			e.device(v), t.Namespace, v.pod, t.PodSelector.String()))
 		return
 	}
 	if e, v := unknown.e, unknown.v; e != nil {
-		if v.unattributed != "" {
+		if v.unattributed {
 			fail(fmt.Errorf("%w: pod %s/%s on node %s holds device %s, which its collector could not match to a GPU (%s), so its GPU readings are unknown",
-				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), v.device, v.unattributed))
+				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), e.device(v), e.unattributedReason(v)))
 		} else {
 			fail(fmt.Errorf("%w: pod %s/%s on node %s holds GPU %s, but its collector could not read the pod's labels (no API access, or its pod informer not yet synced), so podSelector %q cannot tell whether it selects it",
-				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), v.device, t.PodSelector.String()))
+				ErrUnavailable, t.Namespace, v.pod, e.report.GetNode(), e.device(v), t.PodSelector.String()))
 		}
 		return
 	}
@@ -251,19 +251,19 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 	var utilErr, memErr error
 	if e, v := noUtil.e, noUtil.v; e != nil {
 		why := fmt.Sprintf("its collector's source (%s) cannot measure it", e.report.GetSource())
-		if v.unhealthy != "" {
-			why = "the GPU is unhealthy: " + v.unhealthy
+		if u := e.unhealthy(v); u != "" {
+			why = "the GPU is unhealthy: " + u
 		}
 		utilErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no utilisation; %s",
-			ErrUnavailable, v.device, e.report.GetNode(), t.Namespace, v.pod, why)
+			ErrUnavailable, e.device(v), e.report.GetNode(), t.Namespace, v.pod, why)
 	}
 	if e, v := noMem.e, noMem.v; e != nil {
 		why := ""
-		if v.unhealthy != "" {
-			why = "; the GPU is unhealthy: " + v.unhealthy
+		if u := e.unhealthy(v); u != "" {
+			why = "; the GPU is unhealthy: " + u
 		}
 		memErr = fmt.Errorf("%w: GPU %s on node %s (pod %s/%s) reports no framebuffer use and size%s",
-			ErrUnavailable, v.device, e.report.GetNode(), t.Namespace, v.pod, why)
+			ErrUnavailable, e.device(v), e.report.GetNode(), t.Namespace, v.pod, why)
 	}
 
 	perReplica := float64(t.GPUsPerReplica)
@@ -307,11 +307,11 @@ func (s *State) tombstoned(t *Trigger) error {
 		return nil
 	}
 	return fmt.Errorf("%w: node %s last reported at %s and was forgotten at %s (the stream's max age), when it held GPU %s of pod %s/%s, which podSelector %q selects; no live pod is selected since. This clears when the node reports again, a selected pod reports from a live node, or %s after it was forgotten",
-		ErrUnavailable, e.report.GetNode(), stamp(e.stored), stamp(e.forgotten), v.device, t.Namespace, v.pod, t.PodSelector.String(), s.tombstoneTTL)
+		ErrUnavailable, e.report.GetNode(), stamp(e.stored), stamp(e.forgotten), e.device(v), t.Namespace, v.pod, t.PodSelector.String(), s.tombstoneTTL)
 }
 
-// culprit remembers the GPU an error will name: the first by node name, then by device
-// and pod.
+// culprit remembers the GPU an error will name: the first by node name, then by its place
+// in the report (measured devices before unattributed ones) and pod.
 type culprit struct {
 	e *nodeEntry
 	v gpuView
@@ -319,7 +319,8 @@ type culprit struct {
 
 func (c *culprit) consider(e *nodeEntry, v gpuView) {
 	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() ||
-		(e == c.e && (v.device < c.v.device || (v.device == c.v.device && v.pod < c.v.pod))) {
+		(e == c.e && (v.unattributed != c.v.unattributed && !v.unattributed ||
+			v.unattributed == c.v.unattributed && (v.index < c.v.index || v.index == c.v.index && v.pod < c.v.pod))) {
 		c.e, c.v = e, v
 	}
 }

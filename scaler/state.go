@@ -90,11 +90,38 @@ type gpuView struct {
 	// labelsUnknown says the collector could not read the pod's labels: no podSelector
 	// can tell whether it selects the pod.
 	labelsUnknown bool
-	// unattributed is why the pod holds a device the collector could not match to a GPU
-	// (then the view stands for no GPU: share and readings are zero); "" otherwise.
-	unattributed string
-	device       string // the device id, for messages
-	unhealthy    string // why the device is unhealthy, "" when healthy; for messages
+	// unattributed says the pod holds a device the collector could not match to a GPU:
+	// the view stands for no GPU (share and readings are zero), and index is in
+	// report.Unattributed rather than report.Gpus.
+	unattributed bool
+	// index is the device's place in the report, for messages: what a message needs of
+	// it (id, health, reason) is read from there, keeping the view small, as every read
+	// walks these views.
+	index int32
+}
+
+// device returns the id of the device v stands for in e's report.
+func (e *nodeEntry) device(v gpuView) string {
+	if v.unattributed {
+		return e.report.GetUnattributed()[v.index].GetId()
+	}
+	return e.report.GetGpus()[v.index].DeviceID()
+}
+
+// unattributedReason returns why v's device could not be matched to a GPU.
+func (e *nodeEntry) unattributedReason(v gpuView) string {
+	if r := e.report.GetUnattributed()[v.index].GetReason(); r != "" {
+		return r
+	}
+	return "no reason given"
+}
+
+// unhealthy returns why v's GPU is unhealthy, "" when it is healthy.
+func (e *nodeEntry) unhealthy(v gpuView) string {
+	if v.unattributed {
+		return ""
+	}
+	return e.report.GetGpus()[v.index].GetUnhealthy()
 }
 
 // gpusOf returns the GPUs held by pods of namespace ns.
@@ -225,7 +252,7 @@ func (e *nodeEntry) indexNamespaces() {
 		}
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
-	for _, g := range e.report.GetGpus() {
+	for gi, g := range e.report.GetGpus() {
 		n := g.NumPods()
 		if n == 0 {
 			continue
@@ -244,7 +271,7 @@ func (e *nodeEntry) indexNamespaces() {
 		}
 		for i := range n {
 			p := g.PodAt(i)
-			v := gpuView{labels: p.GetLabels(), pod: p.GetName(), share: share, labelsUnknown: p.GetLabelsUnknown(), device: g.DeviceID(), unhealthy: g.GetUnhealthy()}
+			v := gpuView{labels: p.GetLabels(), pod: p.GetName(), share: share, labelsUnknown: p.GetLabelsUnknown(), index: int32(gi)}
 			switch {
 			case own:
 				v.util, v.hasUtil = p.GetGpuUtil(), true
@@ -257,13 +284,9 @@ func (e *nodeEntry) indexNamespaces() {
 			add(p.GetNamespace(), v)
 		}
 	}
-	for _, u := range e.report.GetUnattributed() {
+	for ui, u := range e.report.GetUnattributed() {
 		p := u.GetPod()
-		reason := u.GetReason()
-		if reason == "" {
-			reason = "no reason given"
-		}
-		add(p.GetNamespace(), gpuView{labels: p.GetLabels(), pod: p.GetName(), labelsUnknown: p.GetLabelsUnknown(), unattributed: reason, device: u.GetId()})
+		add(p.GetNamespace(), gpuView{labels: p.GetLabels(), pod: p.GetName(), labelsUnknown: p.GetLabelsUnknown(), unattributed: true, index: int32(ui)})
 	}
 }
 
