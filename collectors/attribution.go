@@ -190,8 +190,11 @@ func (ix *sampleIndex) indexInstances() {
 	}
 }
 
-// indexMinors builds byMinor, byMinGI and inMIG.
-func (ix *sampleIndex) indexMinors() {
+// indexMinorsOnce builds byMinor, byMinGI and inMIG, the first time only.
+func (ix *sampleIndex) indexMinorsOnce() {
+	if ix.byMinor != nil {
+		return
+	}
 	ix.byMinor, ix.byMinGI, ix.inMIG = map[uint32]*gpuscalerv1.GPUSample{}, map[minorGI]*gpuscalerv1.GPUSample{}, map[uint32]bool{}
 	haveMinor := slices.ContainsFunc(ix.samples, func(g *gpuscalerv1.GPUSample) bool { return g.Minor != nil })
 	for _, g := range ix.samples {
@@ -223,18 +226,14 @@ func (ix *sampleIndex) find(ref deviceid.Ref) (*gpuscalerv1.GPUSample, string) {
 		if g = ix.byGI[uuidGI{ref.UUID, ref.GI}]; g == nil {
 			g = ix.byDevice["MIG-"+ref.UUID+fmt.Sprintf("/%d/%d", ref.GI, ref.CI)]
 		}
-	case deviceid.Minor, deviceid.MinorGI:
-		if ix.byMinor == nil {
-			ix.indexMinors()
-		}
-	}
-	switch ref.Kind {
 	case deviceid.Minor:
+		ix.indexMinorsOnce()
 		g = ix.byMinor[ref.Minor]
 		if g == nil && ix.inMIG[ref.Minor] {
 			return nil, fmt.Sprintf("GPU with minor number %d is measured through its MIG instances, but the device names the whole GPU", ref.Minor)
 		}
 	case deviceid.MinorGI:
+		ix.indexMinorsOnce()
 		g = ix.byMinGI[minorGI{ref.Minor, ref.GI}]
 	case deviceid.MinorMIGPlacement:
 		return nil, fmt.Sprintf("a MIG device of the GPU with minor number %d named by its placement (NVIDIA's DRA driver), which no GPU source reports", ref.Minor)

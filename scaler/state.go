@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -303,7 +302,7 @@ func (e *nodeEntry) countFree() {
 	}
 	e.free = make(map[string]int, 1)
 	for _, d := range e.report.GetAllocatable() {
-		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || strings.HasSuffix(d.GetResource(), ".shared") {
+		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || d.RenamedReplica() {
 			continue
 		}
 		e.free[d.Profile()]++

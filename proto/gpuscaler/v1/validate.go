@@ -86,6 +86,11 @@ func (r *NodeReport) Validate() error {
 	return nil
 }
 
+// sharedSuffix ends the resource name NVIDIA's device plugin gives a shared device's
+// replicas under renameByDefault: nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb.shared
+// (k8s-device-plugin api/config/v1/resources.go, DefaultSharedRename).
+const sharedSuffix = ".shared"
+
 // Profile returns the device's MIG profile: MigProfile, or, when that is empty, what a
 // "nvidia.com/mig-<profile>" resource name says (the mixed strategy), without the
 // ".shared" suffix of a shared slice's replicas; "" for a whole GPU.
@@ -94,10 +99,15 @@ func (d *Device) Profile() string {
 		return p
 	}
 	if p, ok := strings.CutPrefix(d.GetResource(), "nvidia.com/mig-"); ok {
-		return strings.TrimSuffix(p, ".shared")
+		return strings.TrimSuffix(p, sharedSuffix)
 	}
 	return ""
 }
+
+// RenamedReplica reports whether the device is a replica offered under the renamed
+// resource (nvidia.com/gpu.shared, …): a resource of its own, which a pod asking for
+// nvidia.com/gpu or nvidia.com/mig-<profile> cannot be given.
+func (d *Device) RenamedReplica() bool { return strings.HasSuffix(d.GetResource(), sharedSuffix) }
 
 // DeviceID returns the device plugin id of the sample's device: DeviceId, or Uuid when
 // DeviceId is empty.
