@@ -1,8 +1,12 @@
 package authcallout
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"golang.org/x/crypto/bcrypt"
@@ -124,4 +128,21 @@ func checkStatic(users map[string]staticUser, user, password string) (Identity, 
 		return Identity{}, deny("bad_password", "user %q: unknown user or wrong password", user)
 	}
 	return u.id, nil
+}
+
+// HashPassword reads a password (its first line) from r and returns its bcrypt hash.
+func HashPassword(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, 1024)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read the password: %w", err)
+	}
+	pw := strings.TrimRight(line, "\r\n")
+	if pw == "" {
+		return "", errors.New("no password on stdin")
+	}
+	if len(pw) > 72 {
+		return "", errors.New("password is longer than 72 bytes, bcrypt's limit")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+	return string(h), err
 }

@@ -49,6 +49,10 @@ type Options struct {
 	TLSCertFile string
 	TLSKeyFile  string
 
+	// InboxPrefix, when set, replaces _INBOX as the prefix of this connection's reply
+	// subjects (gpuscalerv1.InboxPrefix for a producer).
+	InboxPrefix string
+
 	// InProcess, when set, connects to an embedded server in the same process (no TCP);
 	// URLs is then ignored.
 	InProcess nats.InProcessConnProvider
@@ -168,6 +172,9 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 	}
 	if o.InProcess != nil {
 		out = append(out, nats.InProcessServer(o.InProcess))
+	}
+	if o.InboxPrefix != "" {
+		out = append(out, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	var ways []string
 	if o.User != "" || o.Password != "" {
