@@ -79,6 +79,7 @@ type Service struct {
 	account   string
 	maxTTL    time.Duration
 	static    map[string]staticUser
+	dummy     []byte // compared against for an unknown static user
 	reviewer  *reviewer // nil without Kube
 	log       *slog.Logger
 	now       func() time.Time
@@ -106,6 +107,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		issuer: cfg.Issuer, issuerPub: pub, account: cfg.Account, maxTTL: cfg.MaxTTL,
 		static: cfg.StaticUsers, log: cfg.Log, now: cfg.Now, up: make(chan struct{}),
+	}
+	if len(s.static) > 0 {
+		s.dummy = dummyHashFor(s.static)
 	}
 	if s.account == "" {
 		s.account = DefaultAccount
@@ -211,7 +215,10 @@ func (s *Service) identify(ctx context.Context, req *jwt.AuthorizationRequestCla
 		}
 		return s.reviewer.review(ctx, opts.Token, now)
 	case opts.Username != "":
-		return checkStatic(s.static, opts.Username, opts.Password)
+		if len(s.static) == 0 {
+			return Identity{}, deny("bad_password", "user %q: this bus admits no static users (--static-users)", opts.Username)
+		}
+		return checkStatic(s.static, s.dummy, opts.Username, opts.Password)
 	default:
 		return Identity{}, deny("no_credentials", "no credentials: connect with a ServiceAccount token (--nats-token-file) or a user and password")
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 
 	"golang.org/x/crypto/bcrypt"
 	"sigs.k8s.io/yaml"
@@ -104,23 +103,29 @@ func parseStaticUsers(data []byte) (map[string]staticUser, error) {
 	return out, nil
 }
 
-// dummyHash is compared against when the user is unknown, so that a wrong user name
-// costs about as long as a wrong password and does not tell which users exist. It is made
-// on first use: bcrypt at its default cost takes tens of milliseconds.
-var dummyHash = sync.OnceValue(func() []byte {
-	h, err := bcrypt.GenerateFromPassword([]byte("gpuscaler"), bcrypt.DefaultCost)
+// dummyHashFor returns a hash to compare against when the user is unknown, of the cost
+// of the users' own hashes, so that a wrong user name costs as long as a wrong password
+// and the time of a refusal does not tell which users exist.
+func dummyHashFor(users map[string]staticUser) []byte {
+	cost := bcrypt.MinCost
+	for _, u := range users {
+		if c, err := bcrypt.Cost(u.hash); err == nil && c > cost {
+			cost = c
+		}
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte("gpuscaler"), cost)
 	if err != nil {
-		panic(err) // only for a cost out of range
+		panic(err) // only for a cost out of range, which bcrypt.Cost never returns
 	}
 	return h
-})
+}
 
 // checkStatic returns the identity of user if password is its password.
-func checkStatic(users map[string]staticUser, user, password string) (Identity, error) {
+func checkStatic(users map[string]staticUser, dummy []byte, user, password string) (Identity, error) {
 	u, ok := users[user]
 	hash := u.hash
 	if !ok {
-		hash = dummyHash()
+		hash = dummy
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
 	if !ok || err != nil {
