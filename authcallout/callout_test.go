@@ -19,11 +19,11 @@ import (
 )
 
 var (
-	scalerSA    = serviceAccount("gpuscaler", "gpuscaler-scaler", "gpuscaler-scaler-7d9f", "uid-scaler", "node-a")
-	collectorA  = serviceAccount("gpuscaler", "gpuscaler-collector", "gpuscaler-collector-x1", "uid-col-a", "node-a")
-	tenantA     = serviceAccount("team-a", "inference", "inference-0", "uid-a", "node-a")
-	tenantB     = serviceAccount("team-b", "inference", "inference-0", "uid-b", "node-b")
-	plainUser   = authUser("jane@example.com")
+	scalerSA   = serviceAccount("gpuscaler", "gpuscaler-scaler", "gpuscaler-scaler-7d9f", "uid-scaler", "node-a")
+	collectorA = serviceAccount("gpuscaler", "gpuscaler-collector", "gpuscaler-collector-x1", "uid-col-a", "node-a")
+	tenantA    = serviceAccount("team-a", "inference", "inference-0", "uid-a", "node-a")
+	tenantB    = serviceAccount("team-b", "inference", "inference-0", "uid-b", "node-b")
+	plainUser  = authUser("jane@example.com")
 )
 
 func authUser(name string) (u userInfo) { u.Username = name; return u }
@@ -306,7 +306,7 @@ func TestCollectorNodeFromPod(t *testing.T) {
 	errs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.node.node-a\"`)
 
 	for name, user := range map[string]userInfo{
-		"stale uid":  serviceAccount("gpuscaler", "gpuscaler-collector", "gpuscaler-collector-x1", "uid-old", ""),
+		"stale uid":   serviceAccount("gpuscaler", "gpuscaler-collector", "gpuscaler-collector-x1", "uid-old", ""),
 		"pod is gone": serviceAccount("gpuscaler", "gpuscaler-collector", "gpuscaler-collector-gone", "uid-2", ""),
 	} {
 		if _, _, err := b.connect(t, natsconn.Options{Name: name, Token: b.token(t, user)}); err == nil {

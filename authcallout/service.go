@@ -79,7 +79,7 @@ type Service struct {
 	account   string
 	maxTTL    time.Duration
 	static    map[string]staticUser
-	dummy     []byte // compared against for an unknown static user
+	dummy     []byte    // compared against for an unknown static user
 	reviewer  *reviewer // nil without Kube
 	log       *slog.Logger
 	now       func() time.Time
