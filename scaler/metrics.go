@@ -21,6 +21,8 @@ type metrics struct {
 	rpcDuration       *prometheus.HistogramVec
 	replayDuration    prometheus.Gauge
 	replayMessages    prometheus.Gauge
+	consumersFollowed prometheus.Gauge
+	consumersRefused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
@@ -54,12 +56,20 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_replay_messages",
 			Help: "Messages read while restoring the state at start.",
 		}),
+		consumersFollowed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_consumers_followed",
+			Help: "JetStream consumers followed now for stream+consumer triggers (at most --max-followed-consumers).",
+		}),
+		consumersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_consumers_refused_total",
+			Help: "Calls refused (ResourceExhausted) because their trigger named a JetStream consumer not followed while --max-followed-consumers were.",
+		}),
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
-		m.rpcDuration, m.replayDuration, m.replayMessages,
+		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",

@@ -35,6 +35,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		streamReplica = 1
 		streamMemory  bool
 		streamBytes   int64 = scaler.DefaultStreamMaxBytes
+		maxConsumers        = scaler.DefaultMaxFollowedConsumers
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
@@ -43,6 +44,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
 	fs.DurationVar(&cfg.ConsumerRefresh, "consumer-refresh", scaler.DefaultConsumerRefresh, "how often the info of a JetStream consumer named by stream+consumer triggers is fetched, however many triggers share it")
+	fs.IntVar(&maxConsumers, "max-followed-consumers", maxConsumers, "how many JetStream consumers stream+consumer triggers can make the scaler follow at once; a trigger naming one more is refused (ResourceExhausted) until one no trigger has read for "+scaler.ConsumerIdleAfter.String()+" is dropped; 0 follows none")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", scaler.DefaultMaxConnectionAge, "how long a KEDA connection lives before the scaler asks for a new one, so KEDA resolves the address again and reaches replicas added since; open streams are not cut")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
@@ -69,6 +71,14 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		cfg.NodeTombstoneTTL = -1
 	default:
 		cfg.NodeTombstoneTTL = tombstoneTTL
+	}
+	switch {
+	case maxConsumers < 0:
+		return usageError{fmt.Errorf("--max-followed-consumers %d: want a number of consumers, or 0 to follow none", maxConsumers)}
+	case maxConsumers == 0:
+		cfg.MaxFollowedConsumers = -1
+	default:
+		cfg.MaxFollowedConsumers = maxConsumers
 	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
 
