@@ -341,6 +341,8 @@ func (f *follower) apply(it shardItem) {
 		f.drop(it.subject, kind, "subject", err)
 	case errors.Is(err, gpuscalerv1.ErrUndecodable):
 		f.drop(it.subject, kind, "decode", err)
+	case errors.Is(err, gpuscalerv1.ErrSubjectMismatch):
+		f.drop(it.subject, kind, "mismatch", err)
 	default:
 		f.drop(it.subject, kind, "invalid", err)
 	}

@@ -33,7 +33,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}, []string{"kind"}),
 		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_events_dropped_total",
-			Help: "Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).",
+			Help: "Malformed events dropped, by kind and reason (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata).",
 		}, []string{"kind", "reason"}),
 		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_streams_open",

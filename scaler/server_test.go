@@ -353,18 +353,20 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	}
 	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
 	send("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
-	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // invalid: other namespace
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // mismatch: other namespace
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "other", Waiting: 99}))     // mismatch: other queue
 	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
-	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // invalid: other node
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // mismatch: other node
 	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
 	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
 
 	want := `
-# HELP gpuscaler_scaler_events_dropped_total Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).
+# HELP gpuscaler_scaler_events_dropped_total Malformed events dropped, by kind and reason (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata).
 # TYPE gpuscaler_scaler_events_dropped_total counter
-gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 2
+gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 1
+gpuscaler_scaler_events_dropped_total{kind="node",reason="mismatch"} 1
 gpuscaler_scaler_events_dropped_total{kind="queue",reason="decode"} 1
-gpuscaler_scaler_events_dropped_total{kind="queue",reason="invalid"} 1
+gpuscaler_scaler_events_dropped_total{kind="queue",reason="mismatch"} 2
 gpuscaler_scaler_events_dropped_total{kind="unknown",reason="subject"} 1
 `
 	if err := testutil.CollectAndCompare(s.reg, strings.NewReader(want), "gpuscaler_scaler_events_dropped_total"); err != nil {
