@@ -56,6 +56,12 @@ type Config struct {
 	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
 	// triggers name is fetched, however many triggers share it. Default 1s.
 	ConsumerRefresh time.Duration
+	// MaxQueuesPerNamespace bounds the queues the scaler tracks per namespace, so that a
+	// tenant publishing reports of ever new queue names in its own namespace cannot grow
+	// the state without bound: a report of a new queue past it is dropped and counted,
+	// and the namespace's other queues keep being updated. Zero means
+	// DefaultMaxQueuesPerNamespace; negative sets no limit.
+	MaxQueuesPerNamespace int
 	// MaxFollowedConsumers bounds how many JetStream consumers stream+consumer triggers
 	// make the scaler follow at once; a trigger naming one more is refused with
 	// ResourceExhausted until one falls idle. Zero means DefaultMaxFollowedConsumers;
@@ -152,6 +158,9 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		ready: make(chan struct{}),
 	}
 	s.state.SetNodeTombstoneTTL(cfg.Stream.tombstoneTTL)
+	if cfg.MaxQueuesPerNamespace != 0 {
+		s.state.SetMaxQueuesPerNamespace(cfg.MaxQueuesPerNamespace)
+	}
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
