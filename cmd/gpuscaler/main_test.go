@@ -836,6 +836,11 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	})
 	log := stderr.String()
 
+	// The open bus is announced once, as a warning.
+	if n := testkit.CountLines(log, "level=WARN msg=\""+openBusWarning+"\""); n != 1 {
+		t.Errorf("got %d open-bus warnings in log:\n%s\nwant 1", n, log)
+	}
+
 	// The embedded NATS server listens on a random port, and the ready line says how to reach it.
 	url, ok := logValue(log, "started embedded NATS with JetStream", "url")
 	if !ok || !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":4222") {
@@ -880,6 +885,34 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	}
 	if stdout.String() != "" {
 		t.Errorf("got stdout %q, want nothing (logs go to stderr)", stdout.String())
+	}
+}
+
+// TestScalerCommandOnOwnNATS: given --nats-url, the scaler starts no embedded server
+// and does not warn of an open bus.
+func TestScalerCommandOnOwnNATS(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr testkit.SyncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"scaler", "--grpc-addr", "127.0.0.1:0", "--http-addr", "-", "--nats-url", ns.ClientURL()},
+			mapEnv(nil), &stdout, &stderr)
+	}()
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("scaler exited with %d before it was ready; stderr:\n%s", code, stderr.String())
+		default:
+		}
+		return strings.Contains(stderr.String(), " msg=ready ")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code after the context ended: got %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if log := stderr.String(); strings.Contains(log, "embedded NATS") || strings.Contains(log, "open bus") {
+		t.Errorf("scaler on its own NATS logged of an embedded server or an open bus:\n%s", log)
 	}
 }
 

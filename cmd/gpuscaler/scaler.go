@@ -19,7 +19,8 @@ from the GPUSCALER JetStream stream (creating or updating the stream), and serve
 ExternalScaler gRPC service: IsActive, StreamIsActive, GetMetricSpec, GetMetrics.
 
 With no --nats-url it starts an embedded NATS server with JetStream, which collectors and
-producers reach at --embedded-nats-addr. Point a ScaledObject trigger at it with
+producers reach at --embedded-nats-addr. That bus checks no identities: anyone who reaches
+it speaks for every namespace and node, so it is for development only. Point a ScaledObject trigger at it with
   type: external-push
   metadata: {scalerAddress: <host>:9090, queue: <name>}`
 
@@ -105,6 +106,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		natsOpts.InProcess = ns.Server
 		publishURL = ns.ClientURL()
 		log.Info("started embedded NATS with JetStream", "url", publishURL, "storeDir", ns.StoreDir())
+		log.Warn(openBusWarning, "url", publishURL)
 	}
 	nc, err := natsconn.Connect(ctx, natsOpts)
 	if err != nil {
@@ -128,6 +130,11 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	}()
 	return s.Run(ctx)
 }
+
+// openBusWarning is logged once when the scaler starts the embedded NATS server.
+const openBusWarning = "the embedded NATS server is an open bus, for development only: any client that can reach its address " +
+	"can publish reports for any namespace and node, and use the JetStream API. On a shared cluster give --nats-url a NATS server " +
+	"that checks identities; see the threat model in deploy/README.md"
 
 // urlHint returns the --nats-url flag a publisher needs to reach urls, or nothing when
 // the default reaches it.
