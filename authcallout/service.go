@@ -123,23 +123,23 @@ func New(cfg Config) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	r := &reviewer{kube: cfg.Kube, audience: cfg.Audience, podLookup: cfg.PodLookup, timeout: cfg.ReviewTimeout}
+	if r.audience == "" {
+		r.audience = DefaultAudience
+	}
+	if r.timeout <= 0 {
+		r.timeout = 1500 * time.Millisecond
+	}
+	if r.scalers, err = parsePatterns("scaler identities", cfg.Scalers); err != nil {
+		return nil, err
+	}
+	if r.collectors, err = parsePatterns("collector identities", cfg.Collectors); err != nil {
+		return nil, err
+	}
+	if r.producers, err = parsePatterns("producer identities", cfg.Producers); err != nil {
+		return nil, err
+	}
 	if cfg.Kube != nil {
-		r := &reviewer{kube: cfg.Kube, audience: cfg.Audience, podLookup: cfg.PodLookup, timeout: cfg.ReviewTimeout}
-		if r.audience == "" {
-			r.audience = DefaultAudience
-		}
-		if r.timeout <= 0 {
-			r.timeout = 1500 * time.Millisecond
-		}
-		if r.scalers, err = parsePatterns("scaler identities", cfg.Scalers); err != nil {
-			return nil, err
-		}
-		if r.collectors, err = parsePatterns("collector identities", cfg.Collectors); err != nil {
-			return nil, err
-		}
-		if r.producers, err = parsePatterns("producer identities", cfg.Producers); err != nil {
-			return nil, err
-		}
 		s.reviewer = r
 	}
 	reg := cfg.Registry
@@ -169,8 +169,24 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("auth callout: subscribe to %s: %w", Subject, err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // best effort on the way out
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("auth callout: subscribe to %s: %w", Subject, err)
+	// The subscription reaches the server once connected; until the server has it, the
+	// callout is not ready, and clients cannot get in.
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := nc.FlushWithContext(fctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("waiting for NATS to take the authorization subscription", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
 	s.ready.Do(func() { close(s.up) })
 	s.log.Info("answering NATS authorization requests", "subject", Subject, "issuer", s.issuerPub, "account", s.account)

@@ -191,7 +191,7 @@ func TestEveryCommandHelp(t *testing.T) {
 }
 
 // natsFlagsWant are the flags natsFlags adds, all without a default except --nats-url.
-var natsFlagsWant = []string{"nats-user", "nats-password", "nats-token", "nats-nkey-seed", "nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}
+var natsFlagsWant = []string{"nats-user", "nats-password", "nats-token", "nats-token-file", "nats-nkey-seed", "nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}
 
 func TestCommandHelpListsEveryFlag(t *testing.T) {
 	// Each command's flags and the "(default …)" its help shows; "" means none shown.
@@ -246,7 +246,23 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"log-format":       `(default "text")`,
 		"log-level":        `(default "warn")`,
 	}
-	for _, m := range []map[string]string{scalerFlags, publishFlags} {
+	calloutFlags := map[string]string{
+		"issuer-seed-file":     "",
+		"account":              `(default "GPUSCALER")`,
+		"audience":             `(default "gpuscaler-nats")`,
+		"scaler-identities":    "",
+		"collector-identities": "",
+		"producer-identities":  `(default "*/*")`,
+		"static-users":         "",
+		"user-max-ttl":         "(default 1h0m0s)",
+		"pod-lookup":           "",
+		"kubeconfig":           "",
+		"http-addr":            `(default ":8082")`,
+		"nats-url":             "",
+		"log-format":           `(default "text")`,
+		"log-level":            `(default "info")`,
+	}
+	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
 		}
@@ -260,7 +276,10 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"publish queue": {[]string{"publish", "queue", "--help"}, "Usage: gpuscaler publish queue [flags]", []map[string]string{publishFlags, queueFlags}},
 		"publish node":  {[]string{"publish", "node", "--help"}, "Usage: gpuscaler publish node [flags]", []map[string]string{publishFlags, nodeFlags}},
 		"version":       {[]string{"version", "--help"}, "Usage: gpuscaler version", nil},
-		"demo":          {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
+		"auth-callout":  {[]string{"auth-callout", "--help"}, "Usage: gpuscaler auth-callout [flags] | issuer-key | hash-password", []map[string]string{calloutFlags}},
+		"auth-callout issuer-key": {[]string{"auth-callout", "issuer-key", "--help"}, "Usage: gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]",
+			[]map[string]string{{"issuer-seed-file": "", "out": ""}}},
+		"demo": {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
