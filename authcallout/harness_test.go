@@ -115,7 +115,7 @@ type bus struct {
 }
 
 type busOptions struct {
-	static    map[string]staticUser
+	static    StaticUsers
 	podLookup bool
 	maxTTL    time.Duration
 }
@@ -131,7 +131,7 @@ func startBus(t *testing.T, o busOptions) *bus {
 	pub, _ := issuer.PublicKey()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte(NATSConfig(pub, calloutPassword, filepath.Join(dir, "js"))), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(NATSConfig{Issuer: pub, CalloutPassword: calloutPassword, StoreDir: filepath.Join(dir, "js")}.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts, err := server.ProcessConfigFile(conf)

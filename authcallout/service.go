@@ -54,7 +54,7 @@ type Config struct {
 	// collector, producer.
 	Scalers, Collectors, Producers string
 	// StaticUsers are clients outside the cluster, by user name (LoadStaticUsers).
-	StaticUsers map[string]staticUser
+	StaticUsers StaticUsers
 	// MaxTTL bounds how long an issued user lives; it never outlives its token. Zero
 	// means DefaultMaxTTL.
 	MaxTTL time.Duration
@@ -78,7 +78,7 @@ type Service struct {
 	issuerPub string
 	account   string
 	maxTTL    time.Duration
-	static    map[string]staticUser
+	static    StaticUsers
 	dummy     []byte    // compared against for an unknown static user
 	reviewer  *reviewer // nil without Kube
 	log       *slog.Logger

@@ -34,6 +34,9 @@ type staticUsersFile struct {
 	Users []StaticUser `json:"users"`
 }
 
+// StaticUsers are checked static users by name (LoadStaticUsers, ParseStaticUsers).
+type StaticUsers map[string]staticUser
+
 // staticUser is a checked StaticUser.
 type staticUser struct {
 	hash []byte
@@ -42,24 +45,25 @@ type staticUser struct {
 
 // LoadStaticUsers reads and checks a --static-users file. Every mistake is reported with
 // the entry it is in.
-func LoadStaticUsers(path string) (map[string]staticUser, error) {
+func LoadStaticUsers(path string) (StaticUsers, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("static users: %w", err)
 	}
-	users, err := parseStaticUsers(data)
+	users, err := ParseStaticUsers(data)
 	if err != nil {
 		return nil, fmt.Errorf("static users %s: %w", path, err)
 	}
 	return users, nil
 }
 
-func parseStaticUsers(data []byte) (map[string]staticUser, error) {
+// ParseStaticUsers reads the YAML of a --static-users file.
+func ParseStaticUsers(data []byte) (StaticUsers, error) {
 	var f staticUsersFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("want YAML {users: [{user, passwordHash, role, namespace|node}]}: %w", err)
 	}
-	out := make(map[string]staticUser, len(f.Users))
+	out := make(StaticUsers, len(f.Users))
 	for i, u := range f.Users {
 		where := fmt.Sprintf("users[%d] (%q)", i, u.User)
 		if u.User == "" {
@@ -106,7 +110,7 @@ func parseStaticUsers(data []byte) (map[string]staticUser, error) {
 // dummyHashFor returns a hash to compare against when the user is unknown, of the cost
 // of the users' own hashes, so that a wrong user name costs as long as a wrong password
 // and the time of a refusal does not tell which users exist.
-func dummyHashFor(users map[string]staticUser) []byte {
+func dummyHashFor(users StaticUsers) []byte {
 	cost := bcrypt.MinCost
 	for _, u := range users {
 		if c, err := bcrypt.Cost(u.hash); err == nil && c > cost {
@@ -121,7 +125,7 @@ func dummyHashFor(users map[string]staticUser) []byte {
 }
 
 // checkStatic returns the identity of user if password is its password.
-func checkStatic(users map[string]staticUser, dummy []byte, user, password string) (Identity, error) {
+func checkStatic(users StaticUsers, dummy []byte, user, password string) (Identity, error) {
 	u, ok := users[user]
 	hash := u.hash
 	if !ok {

@@ -150,7 +150,7 @@ func TestLoadIssuer(t *testing.T) {
 func TestParseStaticUsers(t *testing.T) {
 	hash, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
 	h := string(hash)
-	users, err := parseStaticUsers([]byte(`users:
+	users, err := ParseStaticUsers([]byte(`users:
 - {user: ci, passwordHash: "` + h + `", role: producer, namespace: team-a}
 - {user: edge-7, passwordHash: "` + h + `", role: collector, node: edge-7.example.com}
 `))
@@ -171,7 +171,7 @@ func TestParseStaticUsers(t *testing.T) {
 		`users: [{user: a, passwordHash: "` + h + `", role: scaler}, {user: a, passwordHash: "` + h + `", role: scaler}]`: "listed twice",
 		`users: [{user: a, passwordHash: "` + h + `", role: scaler, node: n}]`:                                            "a scaler speaks for no namespace or node",
 	} {
-		if _, err := parseStaticUsers([]byte(in)); err == nil || !strings.Contains(err.Error(), says) {
+		if _, err := ParseStaticUsers([]byte(in)); err == nil || !strings.Contains(err.Error(), says) {
 			t.Errorf("%s\ngot %v, want %q", in, err, says)
 		}
 	}
@@ -309,7 +309,7 @@ func FuzzParseStaticUsers(f *testing.F) {
 	f.Add([]byte(`users: [{user: n, passwordHash: "` + string(hash) + `", role: collector, node: a.b}]`))
 	f.Add([]byte(`{"users": [{"user": "s", "role": "scaler"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		users, err := parseStaticUsers(data)
+		users, err := ParseStaticUsers(data)
 		if err != nil {
 			return
 		}

@@ -82,7 +82,7 @@ func TestAuthCalloutCommand(t *testing.T) {
 	seed := testkit.WriteFile(t, dir, "seed", []byte(strings.Repeat("s", 64)))
 	kp, _ := authcallout.LoadIssuer(seed)
 	pub, _ := kp.PublicKey()
-	conf := testkit.WriteFile(t, dir, "nats.conf", []byte(authcallout.NATSConfig(pub, "pw", filepath.Join(dir, "js"))))
+	conf := testkit.WriteFile(t, dir, "nats.conf", []byte(authcallout.NATSConfig{Issuer: pub, CalloutPassword: "pw", StoreDir: filepath.Join(dir, "js")}.String()))
 	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
 		t.Fatal(err)

@@ -47,6 +47,7 @@ func runBench(ctx context.Context, args []string, env envFunc, stdout, stderr io
 	fs.BoolVar(&check, "check", false, "exit with status 1 when a target is missed")
 	fs.StringVar(&prof, "cpu-profile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fs.BoolVar(&cfg.StreamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
+	fs.StringVar(&cfg.Auth, "nats-auth", "open", "how the bus admits the scaler and the queue producer: open, or callout (gpuscaler's auth callout and its per-role permissions, as the chart installs it)")
 	newLogger := logFlags(fs, stderr, "info")
 	if err := parseFlags(fs, args, env); err != nil {
 		return err

@@ -29,7 +29,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -59,6 +58,12 @@ type Config struct {
 	Seed uint64
 	// StreamMemory keeps the GPUSCALER stream in memory instead of on disk.
 	StreamMemory bool
+	// Auth is how the bus admits clients: "open" [default], or "callout": the scaler and
+	// the queue producer log in through gpuscaler's auth callout and are held to their
+	// roles' permissions, as the chart installs it. The simulated nodes' background
+	// reports then come from one user the server admits itself (the bench cannot hold a
+	// collector identity per node).
+	Auth string
 	// Log receives the scaler's and the NATS server's logs [discarded].
 	Log *slog.Logger
 }
@@ -124,6 +129,8 @@ type Result struct {
 		GPUsPerNode  int    `json:"gpus_per_node"`
 		NodeInterval string `json:"node_interval"`
 		Triggers     int    `json:"triggers"`
+		// Auth is how the bus admitted the scaler and the producer: open or callout.
+		Auth string `json:"auth"`
 	} `json:"config"`
 	Activation          Latency    `json:"activation"`
 	GetMetrics          Latency    `json:"get_metrics"`
@@ -160,12 +167,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	step(1, fmt.Sprintf("weighing the state: %d nodes × %d GPUs decoded and applied", cfg.MemoryNodes, cfg.GPUsPerNode))
 	res.HeapBytesPerGPU, res.RSSBytesPerGPU = weighState(cfg)
 
-	ns, err := embedded.Start(embedded.Options{Log: cfg.Log.With("component", "embedded-nats")})
+	bus, err := startBus(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Shutdown()
-	scalerConn, err := natsconn.Connect(ctx, natsconn.Options{URLs: ns.ClientURL(), Name: "bench-scaler"})
+	defer bus.close()
+	res.Config.Auth = bus.auth
+	scalerConn, err := natsconn.Connect(ctx, bus.as(bus.scaler, "bench-scaler"))
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +202,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	defer conn.Close()
 	client := pb.NewExternalScalerClient(conn)
 
-	pubs, err := newPublishers(ctx, ns.ClientURL(), 2)
+	pubs, err := newPublishers(ctx, bus, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -283,35 +291,57 @@ func makeNodeReports(cfg Config) []node {
 	return out
 }
 
-// publishers spread publications over a few NATS connections, as many producers would.
-type publishers struct{ conns []*nats.Conn }
+// publishers spread publications over a few NATS connections, as many producers would:
+// node reports over nodes, queue reports over queues (the same connections on an open
+// bus; a producer's own on a callout bus).
+type publishers struct{ nodes, queues []*nats.Conn }
 
-func newPublishers(ctx context.Context, url string, n int) (*publishers, error) {
+func newPublishers(ctx context.Context, bus *benchBus, n int) (*publishers, error) {
 	p := &publishers{}
 	for i := range n {
-		c, err := natsconn.Connect(ctx, natsconn.Options{URLs: url, Name: "bench-publisher-" + strconv.Itoa(i)})
+		c, err := natsconn.Connect(ctx, bus.as(bus.nodes, "bench-publisher-"+strconv.Itoa(i)))
 		if err != nil {
 			p.close()
 			return nil, err
 		}
-		p.conns = append(p.conns, c.Conn)
+		p.nodes = append(p.nodes, c.Conn)
+		if bus.producer == bus.nodes {
+			p.queues = append(p.queues, c.Conn)
+			continue
+		}
+		if c, err = natsconn.Connect(ctx, bus.as(bus.producer, "bench-producer-"+strconv.Itoa(i))); err != nil {
+			p.close()
+			return nil, err
+		}
+		p.queues = append(p.queues, c.Conn)
 	}
 	return p, nil
 }
 
 func (p *publishers) publish(i int, subject string, data []byte) {
-	_ = p.conns[i%len(p.conns)].Publish(subject, data)
+	conns := p.nodes
+	if strings.HasPrefix(subject, queueSubjects) {
+		conns = p.queues
+	}
+	_ = conns[i%len(conns)].Publish(subject, data)
 }
 
 func (p *publishers) flush() {
-	for _, c := range p.conns {
-		_ = c.Flush()
+	for _, cs := range [][]*nats.Conn{p.nodes, p.queues} {
+		for _, c := range cs {
+			_ = c.Flush()
+		}
 	}
 }
 
 func (p *publishers) close() {
-	for _, c := range p.conns {
+	for _, c := range p.nodes {
 		c.Close()
+	}
+	for _, c := range p.queues {
+		if !slices.Contains(p.nodes, c) {
+			c.Close()
+		}
 	}
 }
 
@@ -336,6 +366,9 @@ func (p *publishers) atRate(ctx context.Context, nodes []node, rate float64) int
 		}
 	}
 }
+
+// queueSubjects begins the subject of every queue report the bench publishes.
+const queueSubjects = gpuscalerv1.SubjectPrefix + ".queue."
 
 // queueReport marshals a QueueReport for namespace bench-q.
 func queueReport(queue string, waiting uint64) (string, []byte) {
@@ -582,8 +615,9 @@ func (r *Result) Table(w io.Writer) {
 		return "MISSED"
 	}
 	fmt.Fprintf(w, "\ngpuscaler bench: %d CPUs (%s), %s %s\n", r.Machine.CPUs, r.Machine.CPU, r.Machine.GoVersion, r.Machine.Platform)
-	fmt.Fprintf(w, "background: %d nodes × %d GPUs, a NodeReport (%d bytes) per node every %s: %.0f reports/s measured\n\n",
+	fmt.Fprintf(w, "background: %d nodes × %d GPUs, a NodeReport (%d bytes) per node every %s: %.0f reports/s measured\n",
 		r.Config.Nodes, r.Config.GPUsPerNode, r.NodeReportBytes, r.Config.NodeInterval, r.BackgroundReportsPS)
+	fmt.Fprintf(w, "bus: %s\n\n", r.Config.Auth)
 	tw := func(what, got, target, verdict string) {
 		fmt.Fprintf(w, "  %-44s %-26s %-14s %s\n", what, got, target, verdict)
 	}

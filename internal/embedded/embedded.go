@@ -25,6 +25,9 @@ type Options struct {
 	StoreDir string
 	// Log receives the server's warnings and errors (its notices at debug level).
 	Log *slog.Logger
+	// Config, when set, is nats-server configuration text (accounts, authorization)
+	// applied before the address and store above, which win.
+	Config string
 }
 
 // Server is a running embedded NATS server.
@@ -59,14 +62,17 @@ func Start(opts Options) (*Server, error) {
 		}
 		storeDir, s.tmpDir = dir, dir
 	}
-	ns, err := server.NewServer(&server.Options{
-		ServerName: "gpuscaler-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   storeDir,
-		NoSigs:     true,
-	})
+	sopts := &server.Options{}
+	if opts.Config != "" {
+		var err error
+		if sopts, err = configOptions(opts.Config); err != nil {
+			s.removeTmp()
+			return nil, err
+		}
+	}
+	sopts.ServerName, sopts.Host, sopts.Port = "gpuscaler-embedded", host, port
+	sopts.JetStream, sopts.StoreDir, sopts.NoSigs = true, storeDir, true
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		s.removeTmp()
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -129,3 +135,24 @@ func (l logAdapter) Fatalf(format string, v ...any) {
 func (l logAdapter) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
 func (l logAdapter) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l logAdapter) Tracef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+// configOptions parses nats-server configuration text.
+func configOptions(text string) (*server.Options, error) {
+	f, err := os.CreateTemp("", "gpuscaler-nats-*.conf")
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS configuration: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("embedded NATS configuration: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("embedded NATS configuration: %w", err)
+	}
+	o, err := server.ProcessConfigFile(f.Name())
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS configuration: %w", err)
+	}
+	return o, nil
+}
