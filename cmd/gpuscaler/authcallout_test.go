@@ -141,6 +141,12 @@ func TestAuthCalloutCommand(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("publishing for another namespace was not refused")
 	}
+	// gpuscaler publish names the refusal, not a bare timeout.
+	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", url, "--nats-user", "ci", "--nats-password", "right",
+		"--namespace", "team-b", "--queue", "x", "--waiting", "1", "--timeout", "2s")
+	if r.code == 0 || !strings.Contains(r.stderr, "NATS refused it: nats: permissions violation") || !strings.Contains(r.stderr, "gpuscaler.v1.queue.<its namespace>.>") {
+		t.Fatalf("publish for another namespace: got %v, want it refused by NATS, saying so", r)
+	}
 	if !strings.Contains(stderr.String(), `reason=bad_password`) {
 		t.Fatalf("the refusal is not in the log:\n%s", stderr.String())
 	}

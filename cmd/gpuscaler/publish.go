@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -121,6 +122,11 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		return fmt.Errorf("publish to %s: no JetStream stream stored it; start 'gpuscaler scaler' against this NATS first (it creates stream %s): %w",
 			subject, gpuscalerv1.StreamName, err)
+	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+		// The server refused the publish itself (or the ack's inbox); without this the
+		// user would see only a timeout.
+		return fmt.Errorf("publish to %s: NATS refused it: %w; an identity may publish only its own namespace's queues (gpuscaler.v1.queue.<its namespace>.>) or its own node's reports", subject, last)
 	}
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", subject, err)
