@@ -21,7 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -154,7 +157,7 @@ func startBus(t *testing.T, o busOptions) *bus {
 	log, buf := testkit.BufferLogger()
 	b.log, b.reg = buf, prometheus.NewRegistry()
 	b.svc, err = New(Config{
-		Issuer: issuer, Audience: testAudience, Kube: b.kube, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
+		Issuer: issuer, Audience: testAudience, Kube: clientsetKube{b.kube}, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
 		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: "*/*",
 		StaticUsers: o.static, Log: log, Registry: b.reg,
 	})
@@ -261,3 +264,37 @@ func next(sub *nats.Subscription, d time.Duration) (*nats.Msg, error) {
 }
 
 type userInfo = authenticationv1.UserInfo
+
+// clientsetKube is the callout's Kube over a client-go clientset (here the fake one):
+// what the binary's REST implementation does against a real API server, which test/e2e
+// runs.
+type clientsetKube struct{ kubernetes.Interface }
+
+func (k clientsetKube) ReviewToken(ctx context.Context, token string, audiences []string) (TokenReviewStatus, error) {
+	tr, err := k.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return TokenReviewStatus{}, err
+	}
+	st := TokenReviewStatus{Authenticated: tr.Status.Authenticated, Audiences: tr.Status.Audiences, Error: tr.Status.Error,
+		User: UserInfo{Username: tr.Status.User.Username, UID: tr.Status.User.UID, Groups: tr.Status.User.Groups}}
+	if len(tr.Status.User.Extra) > 0 {
+		st.User.Extra = map[string][]string{}
+		for key, v := range tr.Status.User.Extra {
+			st.User.Extra[key] = v
+		}
+	}
+	return st, nil
+}
+
+func (k clientsetKube) Pod(ctx context.Context, namespace, name string) (string, string, error) {
+	p, err := k.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", "", fmt.Errorf("%w: %v", ErrPodNotFound, err)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return string(p.UID), p.Spec.NodeName, nil
+}

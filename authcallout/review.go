@@ -2,15 +2,11 @@ package authcallout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // The extra fields the apiserver's TokenReview reports for a token bound to a pod
@@ -28,7 +24,7 @@ const serviceAccountPrefix = "system:serviceaccount:"
 
 // reviewer establishes a ServiceAccount identity from a token with the TokenReview API.
 type reviewer struct {
-	kube       kubernetes.Interface
+	kube       Kube
 	audience   string
 	scalers    []pattern
 	collectors []pattern
@@ -57,13 +53,10 @@ func (r *reviewer) review(ctx context.Context, token string, now time.Time) (Ide
 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	tr, err := r.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{r.audience}},
-	}, metav1.CreateOptions{})
+	st, err := r.kube.ReviewToken(ctx, token, []string{r.audience})
 	if err != nil {
 		return Identity{}, deny("review_failed", "cannot review the token with the Kubernetes API: %v", err)
 	}
-	st := tr.Status
 	if !st.Authenticated {
 		why := st.Error
 		if why == "" {
@@ -103,7 +96,7 @@ func (r *reviewer) review(ctx context.Context, token string, now time.Time) (Ide
 // nodeOf returns the node a collector's token is bound to: from the token's node claim as
 // the apiserver reports it, or else, with pod lookup on, from the pod the token is bound
 // to, checked by uid. Never from anything the client sent.
-func (r *reviewer) nodeOf(ctx context.Context, u authenticationv1.UserInfo) (string, error) {
+func (r *reviewer) nodeOf(ctx context.Context, u UserInfo) (string, error) {
 	if node := extra(u, extraNodeName); node != "" {
 		return node, nil
 	}
@@ -115,22 +108,22 @@ func (r *reviewer) nodeOf(ctx context.Context, u authenticationv1.UserInfo) (str
 		return "", deny("no_node", "collector token %s carries no node claim (Kubernetes before 1.30?); run the callout with --pod-lookup to read the node from pod %s", u.Username, podName)
 	}
 	ns, _, _ := parseServiceAccountUser(u.Username)
-	pod, err := r.kube.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+	uid, node, err := r.kube.Pod(ctx, ns, podName)
 	switch {
-	case apierrors.IsNotFound(err):
+	case errors.Is(err, ErrPodNotFound):
 		return "", deny("no_node", "collector token is bound to pod %s/%s, which no longer exists", ns, podName)
 	case err != nil:
 		return "", deny("review_failed", "cannot read pod %s/%s for its node: %v", ns, podName, err)
-	case string(pod.UID) != podUID:
-		return "", deny("no_node", "collector token is bound to pod %s/%s uid %s, but that pod is now uid %s", ns, podName, podUID, pod.UID)
-	case pod.Spec.NodeName == "":
+	case uid != podUID:
+		return "", deny("no_node", "collector token is bound to pod %s/%s uid %s, but that pod is now uid %s", ns, podName, podUID, uid)
+	case node == "":
 		return "", deny("no_node", "collector pod %s/%s is not scheduled to a node", ns, podName)
 	}
-	return pod.Spec.NodeName, nil
+	return node, nil
 }
 
 // extra returns the single value of a TokenReview extra field, or "".
-func extra(u authenticationv1.UserInfo, key string) string {
+func extra(u UserInfo, key string) string {
 	if v := u.Extra[key]; len(v) == 1 {
 		return v[0]
 	}

@@ -15,9 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Subject is where the NATS server sends authorization requests (nats-server
@@ -59,7 +56,7 @@ type Config struct {
 	// means DefaultMaxTTL.
 	MaxTTL time.Duration
 	// Kube reviews tokens. Nil refuses every token (static users only).
-	Kube kubernetes.Interface
+	Kube Kube
 	// PodLookup reads a collector's node from its pod when its token carries no node claim.
 	PodLookup bool
 	// ReviewTimeout bounds one TokenReview. Zero means 1.5 s: the NATS server gives up on
@@ -355,26 +352,4 @@ func issuerFromSecret(secret []byte) (nkeys.KeyPair, error) {
 	}
 	raw := sha256.Sum256(secret)
 	return nkeys.FromRawSeed(nkeys.PrefixByteAccount, raw[:])
-}
-
-// NewKubeClient returns a Kubernetes client from a kubeconfig file, or the in-cluster
-// configuration when kubeconfig is empty.
-func NewKubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig == "" {
-		if cfg, err = rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("kubernetes in-cluster config (outside a pod, pass --kubeconfig): %w", err)
-		}
-	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	cfg.UserAgent = "gpuscaler-auth-callout"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
-	}
-	return client, nil
 }

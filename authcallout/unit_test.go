@@ -236,7 +236,7 @@ func fuzzService(t testing.TB) *Service {
 	api := &apiserver{tokens: map[string]userInfo{}}
 	kube.PrependReactor("create", "tokenreviews", api.react)
 	api.tokens[fakeToken(t, testAudience, time.Now().Add(time.Hour))] = tenantA
-	s, err := New(Config{Issuer: issuer, Kube: kube, Producers: "*/*", Collectors: "gpuscaler/gpuscaler-collector",
+	s, err := New(Config{Issuer: issuer, Kube: clientsetKube{kube}, Producers: "*/*", Collectors: "gpuscaler/gpuscaler-collector",
 		StaticUsers: map[string]staticUser{"ci": {hash: hash, id: Identity{Role: RoleProducer, Name: "static:ci", Namespace: "team-a"}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -97,7 +97,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 		}
 	}
 	if kubeconfig != "none" {
-		if cfg.Kube, err = authcallout.NewKubeClient(kubeconfig); err != nil {
+		if cfg.Kube, err = authcallout.NewKube(kubeconfig); err != nil {
 			return err
 		}
 	}
