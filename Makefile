@@ -69,9 +69,11 @@ bench: build ## run gpuscaler bench (about a minute) and the go test benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: bench-smoke
-bench-smoke: build ## a small gpuscaler bench run, to check the command works
-	./bin/gpuscaler bench --log-level warn --nodes 100 --activations 100 --triggers 100 --calls 1000 \
-	  --rates 5000 --step 1s --memory-nodes 500 --out ""
+bench-smoke: build ## small gpuscaler bench runs, on an open bus and through the auth callout, to check the command works
+	for auth in open callout; do \
+	  ./bin/gpuscaler bench --log-level warn --nodes 100 --activations 100 --triggers 100 --calls 1000 \
+	    --rates 5000 --step 1s --memory-nodes 500 --out "" --nats-auth $$auth || exit 1; \
+	done
 
 .PHONY: bench-collector
 bench-collector: build ## measure a running collector's CPU and RSS (sim source, 8 GPUs, 1 Hz, one minute), with the binary cached and cold
