@@ -51,7 +51,9 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { env.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		env.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
 
 	dir := filepath.Join(env.Dir, "callout-"+sys)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
