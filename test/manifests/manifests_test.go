@@ -119,7 +119,7 @@ func TestEveryCIValuesFileIsACase(t *testing.T) {
 	}
 	var have []string
 	for _, c := range Cases {
-		have = append(have, c.Values)
+		have = append(have, c.Values...)
 	}
 	for _, f := range files {
 		rel := ChartDir + "/ci/" + filepath.Base(f)
