@@ -29,7 +29,9 @@ func benchState(b *testing.B) *State {
 			r.Gpus = append(r.Gpus, smp)
 		}
 		s.Apply(gpuscalerv1.Event{Node: r}, now)
-		s.Apply(queueEvent("ml", fmt.Sprintf("q-%d", i), uint64(i), 0), now)
+		if err := s.Apply(queueEvent("ml", fmt.Sprintf("q-%d", i), uint64(i), 0), now); err != nil {
+			b.Fatal(err) // 1,000 queues in one namespace: as many as the default limit allows
+		}
 	}
 	return s
 }

@@ -336,11 +336,15 @@ func (f *follower) apply(it shardItem) {
 	f.metrics.eventsReceived.WithLabelValues(kind).Inc()
 	switch {
 	case err == nil:
-		f.state.Apply(ev, it.stored)
+		if err := f.state.Apply(ev, it.stored); err != nil {
+			f.refuse(ev.Subject.Namespace, kind, err)
+		}
 	case errors.Is(err, gpuscalerv1.ErrInvalidSubject):
 		f.drop(it.subject, kind, "subject", err)
 	case errors.Is(err, gpuscalerv1.ErrUndecodable):
 		f.drop(it.subject, kind, "decode", err)
+	case errors.Is(err, gpuscalerv1.ErrSubjectMismatch):
+		f.drop(it.subject, kind, "mismatch", err)
 	default:
 		f.drop(it.subject, kind, "invalid", err)
 	}
@@ -405,6 +409,17 @@ func (f *follower) drop(subject, kind, reason string, err error) {
 	f.metrics.eventsDropped.WithLabelValues(kind, reason).Inc()
 	if f.drops.allow(subject) {
 		f.log.Warn("dropped malformed event (logged once a minute per subject)", "subject", subject, "reason", reason, "err", err)
+	}
+}
+
+// refuse counts a report the state refused (a new queue past its namespace's limit) and
+// logs it at most once a minute per namespace. The metric has no namespace label: on an
+// open bus a publisher picks namespaces at will, and each would be a time series.
+func (f *follower) refuse(namespace, kind string, err error) {
+	f.metrics.eventsDropped.WithLabelValues(kind, "queue_limit").Inc()
+	if f.drops.allow("namespace " + namespace) { // no subject has a space: keys of their own
+		f.log.Warn("dropped a report of a new queue: its namespace has as many queues as --max-queues-per-namespace allows (logged once a minute per namespace)",
+			"namespace", namespace, "err", err)
 	}
 }
 

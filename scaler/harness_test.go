@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -44,8 +45,26 @@ func startScaler(t *testing.T, url string, cfg Config) *testScaler {
 	return ts
 }
 
+// startScalerLogging is startScaler with the scaler's log lines kept in the returned buffer.
+func startScalerLogging(t *testing.T, url string, cfg Config) (*testScaler, *testkit.SyncBuffer) {
+	t.Helper()
+	log, buf := testkit.BufferLogger()
+	ts := newScalerLog(t, url, cfg, log)
+	select {
+	case <-ts.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("scaler not ready within 10s")
+	}
+	return ts, buf
+}
+
 // newScaler is startScaler without waiting for readiness.
 func newScaler(t *testing.T, url string, cfg Config) *testScaler {
+	t.Helper()
+	return newScalerLog(t, url, cfg, testkit.Logger(t))
+}
+
+func newScalerLog(t *testing.T, url string, cfg Config, log *slog.Logger) *testScaler {
 	t.Helper()
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr = "127.0.0.1:0"
@@ -55,7 +74,7 @@ func newScaler(t *testing.T, url string, cfg Config) *testScaler {
 	}
 	nc := natstest.Connect(t, url)
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, nc, testkit.Logger(t), reg)
+	s, err := New(cfg, nc, log, reg)
 	if err != nil {
 		t.Fatalf("scaler.New: %v", err)
 	}

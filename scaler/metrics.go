@@ -21,6 +21,8 @@ type metrics struct {
 	rpcDuration       *prometheus.HistogramVec
 	replayDuration    prometheus.Gauge
 	replayMessages    prometheus.Gauge
+	consumersFollowed prometheus.Gauge
+	consumersRefused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
@@ -31,7 +33,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}, []string{"kind"}),
 		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_events_dropped_total",
-			Help: "Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).",
+			Help: "Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), or queue_limit: a new queue in a namespace with --max-queues-per-namespace queues.",
 		}, []string{"kind", "reason"}),
 		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_streams_open",
@@ -54,12 +56,20 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_replay_messages",
 			Help: "Messages read while restoring the state at start.",
 		}),
+		consumersFollowed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuscaler_scaler_consumers_followed",
+			Help: "JetStream consumers followed now for stream+consumer triggers (at most --max-followed-consumers).",
+		}),
+		consumersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_consumers_refused_total",
+			Help: "Calls refused (ResourceExhausted) because their trigger named a JetStream consumer not followed while --max-followed-consumers were.",
+		}),
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
-		m.rpcDuration, m.replayDuration, m.replayMessages,
+		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",
@@ -93,10 +103,17 @@ func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 // stateCollector reports the state's size at scrape time, under one lock.
 type stateCollector struct{ state *State }
 
-var stateEntriesDesc = prometheus.NewDesc("gpuscaler_scaler_state_entries",
-	"Entries the scaler holds, by kind (node, gpu, queue, and node_tombstone: forgotten nodes whose pods keep their triggers Unavailable).", []string{"kind"}, nil)
+var (
+	stateEntriesDesc = prometheus.NewDesc("gpuscaler_scaler_state_entries",
+		"Entries the scaler holds, by kind (node, gpu, queue, and node_tombstone: forgotten nodes whose pods keep their triggers Unavailable).", []string{"kind"}, nil)
+	namespacesAtQueueLimitDesc = prometheus.NewDesc("gpuscaler_scaler_namespaces_at_queue_limit",
+		"Namespaces with as many queues as --max-queues-per-namespace allows; reports of their new queues are dropped, and logged naming the namespace.", nil, nil)
+)
 
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateEntriesDesc }
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stateEntriesDesc
+	ch <- namespacesAtQueueLimitDesc
+}
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	nodes, gpus, queues := c.state.Size()
@@ -104,6 +121,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(gpus), "gpu")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(queues), "queue")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(c.state.Tombstones()), "node_tombstone")
+	ch <- prometheus.MustNewConstMetric(namespacesAtQueueLimitDesc, prometheus.GaugeValue, float64(c.state.NamespacesAtQueueLimit()))
 }
 
 func boolFloat(b bool) float64 {

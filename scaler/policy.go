@@ -100,6 +100,11 @@ func (s *State) Read(t *Trigger) Reading {
 func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	m := metricReading{defined: true}
 	e := s.queues[queueKey{t.Namespace, t.Queue}]
+	if e == nil && s.atQueueLimit(t.Namespace) {
+		m.err = fmt.Errorf("%w: no report for queue %s/%s: namespace %s has %d queues, as many as the scaler's --max-queues-per-namespace allows, and reports of new ones are dropped",
+			ErrUnavailable, t.Namespace, t.Queue, t.Namespace, s.queuesPerNS[t.Namespace])
+		return m
+	}
 	if e == nil {
 		m.err = fmt.Errorf("%w: no report for queue %s/%s since this scaler started at %s; is its producer running and publishing to NATS?",
 			ErrUnavailable, t.Namespace, t.Queue, stamp(s.started))

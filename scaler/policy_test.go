@@ -388,6 +388,79 @@ func TestForget(t *testing.T) {
 	}
 }
 
+// TestQueueLimitPerNamespace: a namespace at its limit of queues gets no new one, and a
+// trigger on a refused queue says why; its queues tracked keep updating, other
+// namespaces are unaffected, and queues forgotten after the stream's max age free their
+// places.
+func TestQueueLimitPerNamespace(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	if s.maxQueuesPerNS != DefaultMaxQueuesPerNamespace {
+		t.Fatalf("default limit = %d, want %d", s.maxQueuesPerNS, DefaultMaxQueuesPerNamespace)
+	}
+	s.SetMaxQueuesPerNamespace(3)
+	apply := func(ns, q string, waiting uint64, stored time.Time) error {
+		t.Helper()
+		return s.Apply(queueEvent(ns, q, waiting, 0), stored)
+	}
+	for _, q := range []string{"q1", "q2", "q3"} {
+		if err := apply("evil", q, 1, t0); err != nil {
+			t.Fatalf("queue %s under the limit: %v", q, err)
+		}
+	}
+	err := apply("evil", "q4", 1, t0)
+	if !errors.Is(err, ErrQueueLimit) || !strings.Contains(err.Error(), "evil/q4") || !strings.Contains(err.Error(), "--max-queues-per-namespace") {
+		t.Fatalf("fourth queue: error %v, want ErrQueueLimit naming evil/q4 and the flag", err)
+	}
+	if n := s.NamespacesAtQueueLimit(); n != 1 {
+		t.Fatalf("NamespacesAtQueueLimit() = %d, want 1", n)
+	}
+	_, err = read(t, s, mustTrigger(t, "evil", map[string]string{"queue": "q4"})).Metric(MetricQueueBacklog)
+	wantUnavailable(t, err, "no report for queue evil/q4", "namespace evil has 3 queues", "--max-queues-per-namespace")
+
+	// Tracked queues keep updating; another namespace is not limited by this one.
+	if err := apply("evil", "q1", 7, t0.Add(10*time.Minute)); err != nil {
+		t.Fatalf("update of a tracked queue: %v", err)
+	}
+	clock.Advance(10 * time.Minute)
+	wantMetric(t, read(t, s, mustTrigger(t, "evil", map[string]string{"queue": "q1"})), MetricQueueBacklog, 7)
+	for _, q := range []string{"jobs", "a", "b"} {
+		if err := apply("ml", q, 2, t0.Add(10*time.Minute)); err != nil {
+			t.Fatalf("queue ml/%s: %v", q, err)
+		}
+	}
+	wantMetric(t, read(t, s, mustTrigger(t, "ml", map[string]string{"queue": "jobs"})), MetricQueueBacklog, 2)
+	if n := s.NamespacesAtQueueLimit(); n != 2 {
+		t.Fatalf("NamespacesAtQueueLimit() = %d, want 2 (evil and ml, each at 3)", n)
+	}
+
+	// q2 and q3 fall silent past the max age: their places go to new queues, two of them.
+	if n := s.Forget(t0.Add(5 * time.Minute)); n != 2 {
+		t.Fatalf("Forget dropped %d queues, want 2", n)
+	}
+	for _, q := range []string{"q5", "q6"} {
+		if err := apply("evil", q, 1, t0.Add(10*time.Minute)); err != nil {
+			t.Fatalf("queue %s after Forget freed places: %v", q, err)
+		}
+	}
+	if err := apply("evil", "q7", 1, t0.Add(10*time.Minute)); !errors.Is(err, ErrQueueLimit) {
+		t.Fatalf("queue q7 past the limit again: error %v, want ErrQueueLimit", err)
+	}
+	// Everything forgotten, the namespace is gone from the count.
+	s.Forget(t0.Add(time.Hour))
+	if _, _, queues := s.Size(); queues != 0 || len(s.queuesPerNS) != 0 || s.NamespacesAtQueueLimit() != 0 {
+		t.Fatalf("after forgetting everything: %d queues, per-namespace counts %v; want none", queues, s.queuesPerNS)
+	}
+
+	// No limit: zero or less.
+	s.SetMaxQueuesPerNamespace(0)
+	for i := range 10 {
+		if err := apply("evil", "n"+itoa(i), 1, t0.Add(time.Hour)); err != nil {
+			t.Fatalf("without a limit: %v", err)
+		}
+	}
+}
+
 func TestWatchWakesOnlyConcernedWatchers(t *testing.T) {
 	s := NewState(newFakeClock(t0).Now)
 	jobs := s.Watch(mustTrigger(t, "ml", map[string]string{"queue": "jobs"}))

@@ -56,6 +56,17 @@ type Config struct {
 	// ConsumerRefresh is how often the info of a JetStream consumer that stream+consumer
 	// triggers name is fetched, however many triggers share it. Default 1s.
 	ConsumerRefresh time.Duration
+	// MaxQueuesPerNamespace bounds the queues the scaler tracks per namespace, so that a
+	// tenant publishing reports of ever new queue names in its own namespace cannot grow
+	// the state without bound: a report of a new queue past it is dropped and counted,
+	// and the namespace's other queues keep being updated. Zero means
+	// DefaultMaxQueuesPerNamespace; negative sets no limit.
+	MaxQueuesPerNamespace int
+	// MaxFollowedConsumers bounds how many JetStream consumers stream+consumer triggers
+	// make the scaler follow at once; a trigger naming one more is refused with
+	// ResourceExhausted until one falls idle. Zero means DefaultMaxFollowedConsumers;
+	// negative follows none.
+	MaxFollowedConsumers int
 	// MaxConnectionAge is how long a client connection lives before the server asks the
 	// client to open a new one (GOAWAY). KEDA resolves the scaler's address again then,
 	// so replicas added behind a headless Service get calls within this time; streams
@@ -68,6 +79,9 @@ type Config struct {
 	// streamCheckEvery is how often the follower checks the stream is still there;
 	// default 5s. Tests shorten it.
 	streamCheckEvery time.Duration
+	// consumerIdleAfter is how long a consumer no trigger reads is still followed;
+	// default 5m. Tests shorten it.
+	consumerIdleAfter time.Duration
 }
 
 // DefaultMaxConnectionAge is how long a KEDA connection lives before the scaler asks for
@@ -144,6 +158,9 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		ready: make(chan struct{}),
 	}
 	s.state.SetNodeTombstoneTTL(cfg.Stream.tombstoneTTL)
+	if cfg.MaxQueuesPerNamespace != 0 {
+		s.state.SetMaxQueuesPerNamespace(cfg.MaxQueuesPerNamespace)
+	}
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
@@ -247,9 +264,15 @@ func (s *Scaler) Run(ctx context.Context) error {
 		opts = append(opts, grpc.Creds(*s.tls))
 	}
 	srv := grpc.NewServer(opts...)
+	work := newWorkQueues(ctx, s.js, s.nc.Conn, workQueueConfig{
+		refresh:   s.cfg.ConsumerRefresh,
+		max:       s.cfg.MaxFollowedConsumers,
+		idleAfter: s.cfg.consumerIdleAfter,
+		local:     s.cfg.Now,
+	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
 	pb.RegisterExternalScalerServer(srv, &Server{
 		state:    s.state,
-		work:     newWorkQueues(ctx, s.js, s.nc.Conn, s.cfg.ConsumerRefresh, s.clock.Now, s.log.With("component", "workqueues")),
+		work:     work,
 		ready:    s.ready,
 		done:     ctx.Done(),
 		stale:    s.cfg.StaleAfter,

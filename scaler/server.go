@@ -70,7 +70,9 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	w := s.state.Watch(t)
 	defer w.Stop()
 	if t.Stream != "" {
-		s.work.watch(t, w)
+		if err := s.work.watch(t, w); err != nil {
+			return toStatus(err)
+		}
 	}
 	s.metrics.streamsOpen.Inc()
 	defer s.metrics.streamsOpen.Dec()
@@ -201,6 +203,10 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, ErrInvalidMetadata):
 		code = codes.InvalidArgument
+	case errors.Is(err, ErrConsumerLimit):
+		// KEDA handles every error code alike (pkg/scalers/external_scaler.go); this one
+		// tells an operator reading the call's code that a limit, not stale data, failed it.
+		code = codes.ResourceExhausted
 	case errors.Is(err, ErrUnavailable), errors.Is(err, errNotReady):
 		code = codes.Unavailable
 	case errors.Is(err, ErrUnknownMetric):

@@ -353,18 +353,20 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	}
 	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
 	send("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
-	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // invalid: other namespace
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // mismatch: other namespace
+	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "other", Waiting: 99}))     // mismatch: other queue
 	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
-	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // invalid: other node
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // mismatch: other node
 	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
 	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
 
 	want := `
-# HELP gpuscaler_scaler_events_dropped_total Malformed events dropped, by kind and reason (subject, decode, invalid, metadata).
+# HELP gpuscaler_scaler_events_dropped_total Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), or queue_limit: a new queue in a namespace with --max-queues-per-namespace queues.
 # TYPE gpuscaler_scaler_events_dropped_total counter
-gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 2
+gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 1
+gpuscaler_scaler_events_dropped_total{kind="node",reason="mismatch"} 1
 gpuscaler_scaler_events_dropped_total{kind="queue",reason="decode"} 1
-gpuscaler_scaler_events_dropped_total{kind="queue",reason="invalid"} 1
+gpuscaler_scaler_events_dropped_total{kind="queue",reason="mismatch"} 2
 gpuscaler_scaler_events_dropped_total{kind="unknown",reason="subject"} 1
 `
 	if err := testutil.CollectAndCompare(s.reg, strings.NewReader(want), "gpuscaler_scaler_events_dropped_total"); err != nil {
@@ -384,6 +386,61 @@ gpuscaler_scaler_events_dropped_total{kind="unknown",reason="subject"} 1
 	if n, g, q := s.State().Size(); n != 1 || g != 1 || q != 1 {
 		t.Fatalf("state size = %d nodes, %d gpus, %d queues; want 1, 1, 1", n, g, q)
 	}
+}
+
+// TestQueueLimitDropsNewQueues: over NATS, a namespace publishing more queues than
+// MaxQueuesPerNamespace gets the first ones tracked and the rest dropped, counted
+// without a namespace label, and logged once a minute naming the namespace; another
+// namespace's queue is unaffected.
+func TestQueueLimitDropsNewQueues(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s, logs := startScalerLogging(t, ns.ClientURL(), Config{MaxQueuesPerNamespace: 3})
+	pub := newPublisher(t, ns.ClientURL())
+	for i := range 3 {
+		pub.queue("evil", "q"+itoa(i), 1, 0)
+	}
+	pub.queue("ml", "jobs", 4, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 4 })
+	for i := 3; i < 8; i++ {
+		pub.queue("evil", "q"+itoa(i), 1, 0)
+	}
+	dropped := func() float64 {
+		return testutil.ToFloat64(s.metrics.eventsDropped.WithLabelValues("queue", "queue_limit"))
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return dropped() == 5 })
+
+	if _, _, q := s.State().Size(); q != 4 {
+		t.Fatalf("state holds %d queues, want 4 (3 of evil, 1 of ml)", q)
+	}
+	if n := testkit.CountLines(logs.String(), "dropped a report of a new queue"); n != 1 {
+		t.Errorf("%d log lines for the dropped reports, want 1 (once a minute per namespace):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "namespace=evil") {
+		t.Errorf("the log line does not name the namespace:\n%s", logs.String())
+	}
+	want := `
+# HELP gpuscaler_scaler_namespaces_at_queue_limit Namespaces with as many queues as --max-queues-per-namespace allows; reports of their new queues are dropped, and logged naming the namespace.
+# TYPE gpuscaler_scaler_namespaces_at_queue_limit gauge
+gpuscaler_scaler_namespaces_at_queue_limit 1
+`
+	if err := testutil.CollectAndCompare(s.reg, strings.NewReader(want), "gpuscaler_scaler_namespaces_at_queue_limit"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Tracked queues keep updating, in the namespace at its limit and elsewhere; a
+	// trigger on a dropped queue says why.
+	pub.queue("evil", "q0", 9, 0)
+	pub.queue("ml", "jobs", 5, 0)
+	for q, want := range map[string]float64{"evil/q0": 9, "ml/jobs": 5} {
+		namespace, queue, _ := strings.Cut(q, "/")
+		r := ref(namespace, "so", map[string]string{"queue": queue})
+		testkit.Eventually(t, 5*time.Second, func() bool {
+			resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: MetricQueueBacklog})
+			return err == nil && resp.GetMetricValues()[0].GetMetricValueFloat() == want
+		})
+	}
+	_, err := s.client.IsActive(t.Context(), ref("evil", "so", map[string]string{"queue": "q7"}))
+	wantCode(t, err, codes.Unavailable, "namespace evil has 3 queues", "--max-queues-per-namespace")
 }
 
 func TestHTTPEndpointsAndRPCMetrics(t *testing.T) {

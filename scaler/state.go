@@ -2,6 +2,8 @@ package scaler
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -31,8 +33,12 @@ type State struct {
 	// newestNode is the newest stored time of any node report.
 	newestNode time.Time
 	gpus       int
-	// queues holds the latest report per namespace/queue.
-	queues map[queueKey]*queueEntry
+	// queues holds the latest report per namespace/queue, and queuesPerNS counts them by
+	// namespace: a namespace holding maxQueuesPerNS queues gets no new one (zero or less:
+	// no limit), so one tenant cannot grow the state without bound.
+	queues         map[queueKey]*queueEntry
+	queuesPerNS    map[string]int
+	maxQueuesPerNS int
 	// tombstones holds nodes forgotten (Forget) while their last report had pods holding
 	// GPUs, by node name, and tombsByNS indexes them as byNamespace indexes nodes: a
 	// trigger that selected those pods, and now selects no live pod, answers Unavailable
@@ -151,35 +157,85 @@ func NewState(now func() time.Time) *State {
 		tombstones:  make(map[string]*nodeEntry),
 		tombsByNS:   make(map[string]map[*nodeEntry]struct{}),
 		queues:      make(map[queueKey]*queueEntry),
+		queuesPerNS: make(map[string]int),
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
 		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
 		// keeps the production default.
-		tombstoneTTL:  DefaultNodeTombstoneTTL,
-		maxTombstones: defaultMaxTombstones,
+		tombstoneTTL:   DefaultNodeTombstoneTTL,
+		maxTombstones:  defaultMaxTombstones,
+		maxQueuesPerNS: DefaultMaxQueuesPerNamespace,
 	}
 }
 
+// DefaultMaxQueuesPerNamespace bounds the queues the state tracks per namespace. Each
+// costs well under a KiB here (and its last report in the stream); a namespace runs tens
+// of queues, so the bound leaves two orders of magnitude for legitimate use while a
+// tenant flooding its own namespace with made-up queue names stops at about 1 MiB.
+const DefaultMaxQueuesPerNamespace = 1000
+
+// ErrQueueLimit refuses a report for a queue the state does not track yet when its
+// namespace already has as many queues as the limit allows.
+var ErrQueueLimit = errors.New("queue limit of the namespace reached")
+
+// SetMaxQueuesPerNamespace sets how many queues the state tracks per namespace; zero or
+// less sets no limit. The default is DefaultMaxQueuesPerNamespace. Queues tracked already
+// stay when a lower limit is set; new ones wait until Forget brings the namespace under it.
+func (s *State) SetMaxQueuesPerNamespace(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxQueuesPerNS = n
+}
+
+// atQueueLimit reports whether namespace ns may get no new queue. s.mu must be held.
+func (s *State) atQueueLimit(ns string) bool {
+	return s.maxQueuesPerNS > 0 && s.queuesPerNS[ns] >= s.maxQueuesPerNS
+}
+
+// NamespacesAtQueueLimit reports how many namespaces have as many queues as they may.
+func (s *State) NamespacesAtQueueLimit() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for ns := range s.queuesPerNS {
+		if s.atQueueLimit(ns) {
+			n++
+		}
+	}
+	return n
+}
+
 // Apply records a decoded event that NATS stored at stored, replacing what was known of
-// its node or queue, and wakes the watchers it may concern.
-func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) {
+// its node or queue, and wakes the watchers it may concern. It refuses, with
+// ErrQueueLimit, a report of a new queue in a namespace at its limit of queues; the
+// queues it tracks keep being updated.
+func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) error {
 	defer s.applied.Add(1)
 	switch {
 	case ev.Node != nil:
 		s.applyNode(ev.Node, stored)
 	case ev.Queue != nil:
-		s.applyQueue(ev.Queue, stored)
+		return s.applyQueue(ev.Queue, stored)
 	}
+	return nil
 }
 
-func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) {
+func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 	k := queueKey{r.GetNamespace(), r.GetQueue()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, known := s.queues[k]; !known {
+		if s.atQueueLimit(k.namespace) {
+			return fmt.Errorf("%w: report for queue %s/%s dropped: namespace %s has %d queues, as many as --max-queues-per-namespace allows",
+				ErrQueueLimit, k.namespace, k.queue, k.namespace, s.queuesPerNS[k.namespace])
+		}
+		s.queuesPerNS[k.namespace]++
+	}
 	s.queues[k] = &queueEntry{report: r, stored: stored}
 	backlog := float64(r.Backlog())
 	for w := range s.queueWatch[k] {
 		w.notify(backlog)
 	}
+	return nil
 }
 
 func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
@@ -372,6 +428,9 @@ func (s *State) Forget(cutoff time.Time) int {
 	for k, e := range s.queues {
 		if e.stored.Before(cutoff) {
 			delete(s.queues, k)
+			if s.queuesPerNS[k.namespace]--; s.queuesPerNS[k.namespace] <= 0 {
+				delete(s.queuesPerNS, k.namespace)
+			}
 			n++
 		}
 	}

@@ -15,9 +15,23 @@ import (
 // DefaultConsumerRefresh is how often a followed JetStream consumer's info is fetched.
 const DefaultConsumerRefresh = time.Second
 
-// idleAfter is how long a consumer no trigger has read or watched is still followed.
-// KEDA reads each trigger every pollingInterval (30 s by default).
-const idleAfter = 5 * time.Minute
+// ConsumerIdleAfter is how long a JetStream consumer no trigger has read or watched is
+// still followed; then it is dropped and frees its place under the limit. KEDA reads
+// each trigger every pollingInterval (30 s by default).
+const ConsumerIdleAfter = 5 * time.Minute
+
+// DefaultMaxFollowedConsumers bounds how many JetStream consumers stream+consumer triggers
+// can make the scaler follow at once. Each costs a consumer info request per
+// ConsumerRefresh against the NATS server's JetStream API, and a goroutine here: at this
+// bound, 500 requests a second per replica, which took a third of one core for the
+// scaler and an in-process NATS together on a 2-core machine. A cluster's ScaledObjects
+// name tens of work queues, rarely hundreds; a flood of made-up names stops here.
+const DefaultMaxFollowedConsumers = 500
+
+// ErrConsumerLimit refuses a trigger naming a JetStream consumer the scaler does not
+// follow yet while it follows as many as it may. The gRPC server answers it with
+// ResourceExhausted.
+var ErrConsumerLimit = errors.New("JetStream consumer limit reached")
 
 // workQueues follows the JetStream consumers that stream+consumer triggers name, so that
 // a work queue needs no producer code. A consumer's backlog is pending + ack pending, as
@@ -29,13 +43,48 @@ const idleAfter = 5 * time.Minute
 type workQueues struct {
 	js      jetstream.JetStream
 	nc      *nats.Conn
-	refresh time.Duration
+	cfg     workQueueConfig
 	now     func() time.Time // the NATS clock, as the state's
 	log     *slog.Logger
 	ctx     context.Context // the refresh loops' lifetime
+	metrics *metrics
+	refusal *logLimiter // one refusal logged a minute
 
 	mu     sync.Mutex // guards queues and the fields of every workQueue marked so
 	queues map[wqKey]*workQueue
+}
+
+// workQueueConfig shapes workQueues; its zero value has the defaults.
+type workQueueConfig struct {
+	// refresh is how often a consumer's info is fetched. Default DefaultConsumerRefresh.
+	refresh time.Duration
+	// max bounds the consumers followed at once: 0 means DefaultMaxFollowedConsumers,
+	// negative follows none.
+	max int
+	// idleAfter is how long a consumer no trigger has read or watched is still followed.
+	// Default ConsumerIdleAfter.
+	idleAfter time.Duration
+	// local tells the time idleness is judged by; nil means time.Now.
+	local func() time.Time
+}
+
+func (c workQueueConfig) withDefaults() workQueueConfig {
+	if c.refresh <= 0 {
+		c.refresh = DefaultConsumerRefresh
+	}
+	switch {
+	case c.max == 0:
+		c.max = DefaultMaxFollowedConsumers
+	case c.max < 0:
+		c.max = 0
+	}
+	if c.idleAfter <= 0 {
+		c.idleAfter = ConsumerIdleAfter
+	}
+	if c.local == nil {
+		c.local = time.Now
+	}
+	return c
 }
 
 type wqKey struct{ stream, consumer string }
@@ -54,34 +103,51 @@ type workQueue struct {
 	subjects            []string  // the consumer's subjects, learnt at the first fetch
 	subs                []*nats.Subscription
 	watchers            map[*Watch]struct{}
-	used                time.Time // last read or watch, local clock
+	used                time.Time // last read or watch, by workQueueConfig.local
 }
 
-func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, refresh time.Duration, now func() time.Time, log *slog.Logger) *workQueues {
-	if refresh <= 0 {
-		refresh = DefaultConsumerRefresh
-	}
-	return &workQueues{js: js, nc: nc, refresh: refresh, now: now, log: log, ctx: ctx, queues: make(map[wqKey]*workQueue)}
+func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, cfg workQueueConfig, now func() time.Time, log *slog.Logger, m *metrics) *workQueues {
+	return &workQueues{js: js, nc: nc, cfg: cfg.withDefaults(), now: now, log: log, ctx: ctx, metrics: m,
+		refusal: newLogLimiter(time.Minute), queues: make(map[wqKey]*workQueue)}
 }
 
-// track returns the followed consumer of t, following it from now on if it was not.
-func (w *workQueues) track(t *Trigger) *workQueue {
+// track returns the followed consumer of t, following it from now on if it was not. A
+// consumer not followed yet is refused with ErrConsumerLimit while as many are followed
+// as the limit allows; those followed keep being answered, and a place frees when one
+// falls idle.
+func (w *workQueues) track(t *Trigger) (*workQueue, error) {
 	k := wqKey{t.Stream, t.Consumer}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[k]
 	if q == nil {
+		if len(w.queues) >= w.cfg.max {
+			return nil, w.refuseLocked(t)
+		}
 		q = &workQueue{key: k, first: make(chan struct{}), watchers: make(map[*Watch]struct{})}
 		w.queues[k] = q
+		w.metrics.consumersFollowed.Set(float64(len(w.queues)))
 		go w.loop(q)
 	}
-	q.used = time.Now()
-	return q
+	q.used = w.cfg.local()
+	return q, nil
+}
+
+// refuseLocked counts and logs a refused consumer and returns the error its trigger
+// answers. w.mu must be held.
+func (w *workQueues) refuseLocked(t *Trigger) error {
+	w.metrics.consumersRefused.Inc()
+	if w.refusal.allow("") {
+		w.log.Warn("refused to follow another JetStream consumer: the scaler follows as many as --max-followed-consumers allows (one refusal logged a minute; gpuscaler_scaler_consumers_refused_total counts them all)",
+			"namespace", t.Namespace, "stream", t.Stream, "consumer", t.Consumer, "followed", len(w.queues), "limit", w.cfg.max)
+	}
+	return fmt.Errorf("%w: not following JetStream stream %q, consumer %q: the scaler follows %d consumers, as many as --max-followed-consumers=%d allows; a consumer no trigger reads for %s frees its place",
+		ErrConsumerLimit, t.Stream, t.Consumer, len(w.queues), w.cfg.max, w.cfg.idleAfter)
 }
 
 // loop fetches q's consumer info every refresh until ctx ends or q falls idle.
 func (w *workQueues) loop(q *workQueue) {
-	tick := time.NewTicker(w.refresh)
+	tick := time.NewTicker(w.cfg.refresh)
 	defer tick.Stop()
 	defer w.unsubscribe(q)
 	for {
@@ -97,14 +163,16 @@ func (w *workQueues) loop(q *workQueue) {
 	}
 }
 
-// dropIfIdle stops following q when no trigger has read or watched it for idleAfter.
+// dropIfIdle stops following q when no trigger has read or watched it for idleAfter,
+// freeing its place.
 func (w *workQueues) dropIfIdle(q *workQueue) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(q.watchers) > 0 || time.Since(q.used) < idleAfter {
+	if len(q.watchers) > 0 || w.cfg.local().Sub(q.used) < w.cfg.idleAfter {
 		return false
 	}
 	delete(w.queues, q.key)
+	w.metrics.consumersFollowed.Set(float64(len(w.queues)))
 	return true
 }
 
@@ -245,7 +313,10 @@ func (w *workQueues) describe(k wqKey, err error) error {
 // read returns t's backlog: pending + ack pending (+ messages seen since the last fetch),
 // with ack pending as the running part.
 func (w *workQueues) read(t *Trigger) metricReading {
-	q := w.track(t)
+	q, err := w.track(t)
+	if err != nil {
+		return metricReading{defined: true, err: err}
+	}
 	select {
 	case <-q.first:
 	case <-time.After(5 * time.Second):
@@ -273,9 +344,13 @@ func (w *workQueues) read(t *Trigger) metricReading {
 	return m
 }
 
-// watch registers wt for news of t's consumer until wt stops.
-func (w *workQueues) watch(t *Trigger, wt *Watch) {
-	q := w.track(t)
+// watch registers wt for news of t's consumer until wt stops. It fails with
+// ErrConsumerLimit as track does.
+func (w *workQueues) watch(t *Trigger, wt *Watch) error {
+	q, err := w.track(t)
+	if err != nil {
+		return err
+	}
 	w.mu.Lock()
 	q.watchers[wt] = struct{}{}
 	w.mu.Unlock()
@@ -283,6 +358,7 @@ func (w *workQueues) watch(t *Trigger, wt *Watch) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		delete(q.watchers, wt)
-		q.used = time.Now()
+		q.used = w.cfg.local()
 	})
+	return nil
 }

@@ -3,6 +3,7 @@ package scaler
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
@@ -200,4 +203,129 @@ func TestWorkQueueCapacity(t *testing.T) {
 
 	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers", "capacityAware": "true"})
 	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, r); return err == nil && v == 1+3 })
+}
+
+// TestWorkQueueFollowLimit: a flood of triggers naming made-up streams and consumers
+// starts at most --max-followed-consumers followers; the rest are refused with
+// ResourceExhausted naming the stream, the consumer, the limit and the flag, while a
+// consumer already followed keeps answering. A consumer no trigger reads any more falls
+// idle and frees its place.
+func TestWorkQueueFollowLimit(t *testing.T) {
+	const limit, flood = 10, 300
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ns := natstest.Start(t, "", "")
+	s, logs := startScalerLogging(t, ns.ClientURL(), Config{
+		MaxFollowedConsumers: limit, ConsumerRefresh: 50 * time.Millisecond, consumerIdleAfter: time.Minute,
+		// The watchdog would measure the clock's offset as skew and correct it away.
+		Now: now, streamCheckEvery: time.Hour,
+	})
+	pub := newPublisher(t, ns.ClientURL())
+	makeWorkQueue(t, pub.js)
+	publishWork(t, pub.js, 2)
+
+	// Every consumer info request the scaler makes: one subject per consumer it polls.
+	var mu sync.Mutex
+	polled := map[string]bool{}
+	spy := natstest.Connect(t, ns.ClientURL())
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.INFO.>", func(m *nats.Msg) { mu.Lock(); polled[m.Subject] = true; mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The legitimate trigger is followed first, and watched over StreamIsActive.
+	legit := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers"})
+	stream, err := s.client.StreamIsActive(t.Context(), legit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, true)
+
+	// The flood, all at once.
+	got := make([]error, flood)
+	var wg sync.WaitGroup
+	for i := range flood {
+		wg.Go(func() {
+			_, got[i] = s.client.IsActive(t.Context(), ref("evil", "so-"+itoa(i), map[string]string{"stream": "BOGUS-" + itoa(i), "consumer": "c-" + itoa(i)}))
+		})
+	}
+	wg.Wait()
+	byCode := map[codes.Code]int{}
+	var refused error
+	for _, err := range got {
+		c := status.Code(err)
+		byCode[c]++
+		if c == codes.ResourceExhausted {
+			refused = err
+		}
+	}
+	if byCode[codes.Unavailable] != limit-1 || byCode[codes.ResourceExhausted] != flood-limit+1 {
+		t.Fatalf("flood answered with codes %v, want %d Unavailable (followed, no such stream) and %d ResourceExhausted",
+			byCode, limit-1, flood-limit+1)
+	}
+	wantCode(t, refused, codes.ResourceExhausted, `JetStream stream "BOGUS-`, `consumer "c-`, "--max-followed-consumers=10", "follows 10 consumers")
+	if got := testutil.ToFloat64(s.metrics.consumersFollowed); got != limit {
+		t.Errorf("gpuscaler_scaler_consumers_followed = %v, want %d", got, limit)
+	}
+	if got := testutil.ToFloat64(s.metrics.consumersRefused); got != flood-limit+1 {
+		t.Errorf("gpuscaler_scaler_consumers_refused_total = %v, want %d", got, flood-limit+1)
+	}
+	if n := testkit.CountLines(logs.String(), "refused to follow another JetStream consumer"); n != 1 {
+		t.Errorf("%d refusal log lines, want 1 (one a minute):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "namespace=evil") || !strings.Contains(logs.String(), "limit=10") {
+		t.Errorf("refusal log does not name the namespace and the limit:\n%s", logs.String())
+	}
+
+	// Already followed, the legitimate consumer keeps answering, and a stream on a
+	// consumer not followed is refused as a poll is.
+	publishWork(t, pub.js, 1)
+	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, legit); return err == nil && v == 3 })
+	more, err := s.client.StreamIsActive(t.Context(), ref("evil", "more", map[string]string{"stream": "BOGUS-more", "consumer": "c"}))
+	if err == nil {
+		_, err = more.Recv()
+	}
+	wantCode(t, err, codes.ResourceExhausted, `"BOGUS-more"`)
+
+	// Some refreshes on, only the followed consumers were ever polled.
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return polled["$JS.API.CONSUMER.INFO.WORK.workers"]
+	})
+	mu.Lock()
+	if len(polled) > limit {
+		t.Errorf("%d consumers polled, want at most %d: %v", len(polled), limit, polled)
+	}
+	mu.Unlock()
+
+	// Past idleAfter the flood's consumers are dropped; the watched one stays, and a new
+	// consumer finds a place.
+	offset.Store(int64(2 * time.Minute))
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.consumersFollowed) == 1 })
+	_, err = s.client.IsActive(t.Context(), ref("ml", "other", map[string]string{"stream": "OTHER", "consumer": "c"}))
+	wantCode(t, err, codes.Unavailable, `JetStream stream "OTHER" not found`)
+	// (Its counts are stale until the first fetch after the clock's jump.)
+	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, legit); return err == nil && v == 3 })
+}
+
+// TestWorkQueueFollowNone: with a negative limit (--max-followed-consumers 0) every
+// stream+consumer trigger is refused, and nothing is polled.
+func TestWorkQueueFollowNone(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{MaxFollowedConsumers: -1})
+	makeWorkQueue(t, newPublisher(t, ns.ClientURL()).js)
+	_, err := backlogOf(t, s, ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers"}))
+	wantCode(t, err, codes.ResourceExhausted, `JetStream stream "WORK", consumer "workers"`, "--max-followed-consumers=0")
+	if got := testutil.ToFloat64(s.metrics.consumersFollowed); got != 0 {
+		t.Errorf("gpuscaler_scaler_consumers_followed = %v, want 0", got)
+	}
 }

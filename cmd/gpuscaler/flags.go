@@ -95,6 +95,7 @@ func natsFlags(fs *flag.FlagSet, o *natsconn.Options, urlHelp string) {
 	fs.StringVar(&o.User, "nats-user", "", "NATS user name (with --nats-password)")
 	fs.StringVar(&o.Password, "nats-password", "", "NATS password")
 	fs.StringVar(&o.Token, "nats-token", "", "NATS authentication token")
+	fs.StringVar(&o.TokenFile, "nats-token-file", "", "file holding the NATS token, read at every connect: a projected ServiceAccount token for gpuscaler's auth callout; when the kubelet rotates it, the connection re-authenticates")
 	fs.StringVar(&o.NKeySeedFile, "nats-nkey-seed", "", "file holding an NKey seed to authenticate with")
 	fs.StringVar(&o.CredsFile, "nats-creds", "", "NATS .creds file (JWT and NKey seed) to authenticate with")
 	fs.StringVar(&o.TLSCAFile, "nats-tls-ca", "", "PEM CA bundle that verifies the NATS server's certificate")

@@ -26,6 +26,7 @@ func commands() []command {
 		{"collector", "read this node's GPUs and pods, and publish a NodeReport every interval", runCollector},
 		{"demo", "run everything on this machine with simulated GPUs and print a live timeline", runDemo},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
+		{"auth-callout", "admit NATS clients by their Kubernetes ServiceAccount token (a NATS auth callout), each only for its own namespace or node", runAuthCallout},
 		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},
 		{"version", "print the version", runVersion},
 	}

@@ -191,29 +191,31 @@ func TestEveryCommandHelp(t *testing.T) {
 }
 
 // natsFlagsWant are the flags natsFlags adds, all without a default except --nats-url.
-var natsFlagsWant = []string{"nats-user", "nats-password", "nats-token", "nats-nkey-seed", "nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}
+var natsFlagsWant = []string{"nats-user", "nats-password", "nats-token", "nats-token-file", "nats-nkey-seed", "nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}
 
 func TestCommandHelpListsEveryFlag(t *testing.T) {
 	// Each command's flags and the "(default …)" its help shows; "" means none shown.
 	scalerFlags := map[string]string{
-		"grpc-addr":          `(default ":9090")`,
-		"http-addr":          `(default ":8080")`,
-		"tls-cert":           "",
-		"tls-key":            "",
-		"tls-client-ca":      "",
-		"stale-after":        "(default 30s)",
-		"stream-max-age":     "(default " + scaler.DefaultStreamMaxAge.String() + ")",
-		"node-tombstone-ttl": "(default " + scaler.DefaultNodeTombstoneTTL.String() + ")",
-		"stream-max-bytes":   "(default 1073741824)",
-		"consumer-refresh":   "(default 1s)",
-		"max-connection-age": "(default 5m0s)",
-		"stream-replicas":    "(default 1)",
-		"stream-memory":      "",
-		"nats-url":           "",
-		"embedded-nats-addr": `(default "127.0.0.1:4222")`,
-		"data-dir":           "",
-		"log-format":         `(default "text")`,
-		"log-level":          `(default "info")`,
+		"grpc-addr":                `(default ":9090")`,
+		"http-addr":                `(default ":8080")`,
+		"tls-cert":                 "",
+		"tls-key":                  "",
+		"tls-client-ca":            "",
+		"stale-after":              "(default 30s)",
+		"stream-max-age":           "(default " + scaler.DefaultStreamMaxAge.String() + ")",
+		"node-tombstone-ttl":       "(default " + scaler.DefaultNodeTombstoneTTL.String() + ")",
+		"stream-max-bytes":         "(default 1073741824)",
+		"consumer-refresh":         "(default 1s)",
+		"max-followed-consumers":   "(default 500)",
+		"max-queues-per-namespace": "(default 1000)",
+		"max-connection-age":       "(default 5m0s)",
+		"stream-replicas":          "(default 1)",
+		"stream-memory":            "",
+		"nats-url":                 "",
+		"embedded-nats-addr":       `(default "127.0.0.1:4222")`,
+		"data-dir":                 "",
+		"log-format":               `(default "text")`,
+		"log-level":                `(default "info")`,
 	}
 	publishFlags := map[string]string{
 		"nats-url": `(default "nats://127.0.0.1:4222")`,
@@ -244,7 +246,23 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"log-format":       `(default "text")`,
 		"log-level":        `(default "warn")`,
 	}
-	for _, m := range []map[string]string{scalerFlags, publishFlags} {
+	calloutFlags := map[string]string{
+		"issuer-seed-file":     "",
+		"account":              `(default "GPUSCALER")`,
+		"audience":             `(default "gpuscaler-nats")`,
+		"scaler-identities":    "",
+		"collector-identities": "",
+		"producer-identities":  `(default "*/*")`,
+		"static-users":         "",
+		"user-max-ttl":         "(default 1h0m0s)",
+		"pod-lookup":           "",
+		"kubeconfig":           "",
+		"http-addr":            `(default ":8082")`,
+		"nats-url":             "",
+		"log-format":           `(default "text")`,
+		"log-level":            `(default "info")`,
+	}
+	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
 		}
@@ -258,7 +276,10 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"publish queue": {[]string{"publish", "queue", "--help"}, "Usage: gpuscaler publish queue [flags]", []map[string]string{publishFlags, queueFlags}},
 		"publish node":  {[]string{"publish", "node", "--help"}, "Usage: gpuscaler publish node [flags]", []map[string]string{publishFlags, nodeFlags}},
 		"version":       {[]string{"version", "--help"}, "Usage: gpuscaler version", nil},
-		"demo":          {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
+		"auth-callout":  {[]string{"auth-callout", "--help"}, "Usage: gpuscaler auth-callout [flags] | issuer-key | hash-password", []map[string]string{calloutFlags}},
+		"auth-callout issuer-key": {[]string{"auth-callout", "issuer-key", "--help"}, "Usage: gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]",
+			[]map[string]string{{"issuer-seed-file": "", "out": ""}}},
+		"demo": {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -493,6 +514,8 @@ func TestCommandLineUsageErrors(t *testing.T) {
 		"scaler stale-after from env":   {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_STALE_AFTER": "banana"}, want: []string{"GPUSCALER_STALE_AFTER", "banana"}},
 		"scaler log level from env":     {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_LOG_LEVEL": "loud"}, want: []string{"--log-level", "loud"}},
 		"scaler stream-replicas":        {args: []string{"scaler", "--stream-replicas", "two"}, want: []string{"-stream-replicas"}},
+		"scaler negative consumer cap":  {args: []string{"scaler", "--max-followed-consumers", "-1"}, want: []string{"--max-followed-consumers -1", "0 to follow none"}},
+		"scaler negative queue cap":     {args: []string{"scaler", "--max-queues-per-namespace", "-5"}, want: []string{"--max-queues-per-namespace -5", "0 for no limit"}},
 		"version unexpected argument":   {args: []string{"version", "now"}, want: []string{`unexpected argument "now"`}},
 		"demo one node":                 {args: []string{"demo", "--nodes", "1"}, want: []string{"nodes 1: want 2 to 64"}},
 		"demo too short":                {args: []string{"demo", "--duration", "1s"}, want: []string{"duration 1s: want at least 5s"}},
@@ -832,6 +855,11 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	})
 	log := stderr.String()
 
+	// The open bus is announced once, as a warning.
+	if n := testkit.CountLines(log, "level=WARN msg=\""+openBusWarning+"\""); n != 1 {
+		t.Errorf("got %d open-bus warnings in log:\n%s\nwant 1", n, log)
+	}
+
 	// The embedded NATS server listens on a random port, and the ready line says how to reach it.
 	url, ok := logValue(log, "started embedded NATS with JetStream", "url")
 	if !ok || !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":4222") {
@@ -876,6 +904,34 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	}
 	if stdout.String() != "" {
 		t.Errorf("got stdout %q, want nothing (logs go to stderr)", stdout.String())
+	}
+}
+
+// TestScalerCommandOnOwnNATS: given --nats-url, the scaler starts no embedded server
+// and does not warn of an open bus.
+func TestScalerCommandOnOwnNATS(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr testkit.SyncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"scaler", "--grpc-addr", "127.0.0.1:0", "--http-addr", "-", "--nats-url", ns.ClientURL()},
+			mapEnv(nil), &stdout, &stderr)
+	}()
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("scaler exited with %d before it was ready; stderr:\n%s", code, stderr.String())
+		default:
+		}
+		return strings.Contains(stderr.String(), " msg=ready ")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code after the context ended: got %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if log := stderr.String(); strings.Contains(log, "embedded NATS") || strings.Contains(log, "open bus") {
+		t.Errorf("scaler on its own NATS logged of an embedded server or an open bus:\n%s", log)
 	}
 }
 

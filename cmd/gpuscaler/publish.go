@@ -88,6 +88,9 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 			return usageError{err}
 		}
 		msg = &q
+		// The stream's ack comes back below the namespace's own inbox prefix, the only
+		// replies a producer may read where the bus enforces tenancy.
+		natsOpts.InboxPrefix = gpuscalerv1.InboxPrefix(q.Namespace)
 	case "node":
 		r, err := readNodeReport(file, os.Stdin)
 		if err != nil {

@@ -19,22 +19,25 @@ from the GPUSCALER JetStream stream (creating or updating the stream), and serve
 ExternalScaler gRPC service: IsActive, StreamIsActive, GetMetricSpec, GetMetrics.
 
 With no --nats-url it starts an embedded NATS server with JetStream, which collectors and
-producers reach at --embedded-nats-addr. Point a ScaledObject trigger at it with
+producers reach at --embedded-nats-addr. That bus checks no identities: anyone who reaches
+it speaks for every namespace and node, so it is for development only. Point a ScaledObject trigger at it with
   type: external-push
   metadata: {scalerAddress: <host>:9090, queue: <name>}`
 
 func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	var (
-		cfg           scaler.Config
-		natsOpts      natsconn.Options
-		embeddedAddr  string
-		dataDir       string
-		streamMaxAge  = scaler.DefaultStreamMaxAge
-		tombstoneTTL  = scaler.DefaultNodeTombstoneTTL
-		staleAfter    = scaler.DefaultStaleAfter
-		streamReplica = 1
-		streamMemory  bool
-		streamBytes   int64 = scaler.DefaultStreamMaxBytes
+		cfg            scaler.Config
+		natsOpts       natsconn.Options
+		embeddedAddr   string
+		dataDir        string
+		streamMaxAge   = scaler.DefaultStreamMaxAge
+		tombstoneTTL   = scaler.DefaultNodeTombstoneTTL
+		staleAfter     = scaler.DefaultStaleAfter
+		streamReplica  = 1
+		streamMemory   bool
+		streamBytes    int64 = scaler.DefaultStreamMaxBytes
+		maxConsumers         = scaler.DefaultMaxFollowedConsumers
+		maxQueuesPerNS       = scaler.DefaultMaxQueuesPerNamespace
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
@@ -43,6 +46,8 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
 	fs.DurationVar(&cfg.ConsumerRefresh, "consumer-refresh", scaler.DefaultConsumerRefresh, "how often the info of a JetStream consumer named by stream+consumer triggers is fetched, however many triggers share it")
+	fs.IntVar(&maxConsumers, "max-followed-consumers", maxConsumers, "how many JetStream consumers stream+consumer triggers can make the scaler follow at once; a trigger naming one more is refused (ResourceExhausted) until one no trigger has read for "+scaler.ConsumerIdleAfter.String()+" is dropped; 0 follows none")
+	fs.IntVar(&maxQueuesPerNS, "max-queues-per-namespace", maxQueuesPerNS, "how many queues the scaler tracks per namespace; a report of a new queue past it is dropped, counted (reason queue_limit) and logged with its namespace, until queues silent for --stream-max-age are forgotten; 0 sets no limit")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", scaler.DefaultMaxConnectionAge, "how long a KEDA connection lives before the scaler asks for a new one, so KEDA resolves the address again and reaches replicas added since; open streams are not cut")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
@@ -70,6 +75,22 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	default:
 		cfg.NodeTombstoneTTL = tombstoneTTL
 	}
+	switch {
+	case maxConsumers < 0:
+		return usageError{fmt.Errorf("--max-followed-consumers %d: want a number of consumers, or 0 to follow none", maxConsumers)}
+	case maxConsumers == 0:
+		cfg.MaxFollowedConsumers = -1
+	default:
+		cfg.MaxFollowedConsumers = maxConsumers
+	}
+	switch {
+	case maxQueuesPerNS < 0:
+		return usageError{fmt.Errorf("--max-queues-per-namespace %d: want a number of queues, or 0 for no limit", maxQueuesPerNS)}
+	case maxQueuesPerNS == 0:
+		cfg.MaxQueuesPerNamespace = -1
+	default:
+		cfg.MaxQueuesPerNamespace = maxQueuesPerNS
+	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
 
 	natsOpts.Name = "gpuscaler-scaler"
@@ -85,6 +106,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		natsOpts.InProcess = ns.Server
 		publishURL = ns.ClientURL()
 		log.Info("started embedded NATS with JetStream", "url", publishURL, "storeDir", ns.StoreDir())
+		log.Warn(openBusWarning, "url", publishURL)
 	}
 	nc, err := natsconn.Connect(ctx, natsOpts)
 	if err != nil {
@@ -108,6 +130,11 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	}()
 	return s.Run(ctx)
 }
+
+// openBusWarning is logged once when the scaler starts the embedded NATS server.
+const openBusWarning = "the embedded NATS server is an open bus, for development only: any client that can reach its address " +
+	"can publish reports for any namespace and node, and use the JetStream API. On a shared cluster give --nats-url a NATS server " +
+	"that checks identities; see the threat model in deploy/README.md"
 
 // urlHint returns the --nats-url flag a publisher needs to reach urls, or nothing when
 // the default reaches it.

@@ -1,5 +1,5 @@
 // Package natsconn connects gpuscaler's parts to NATS: a URL list, one way to
-// authenticate (user and password, token, NKey seed or .creds file), TLS, reconnection
+// authenticate (user and password, token, token file, NKey seed or .creds file), TLS, reconnection
 // forever with back-off, and a record of how long the connection has been down, which
 // readiness checks read.
 package natsconn
@@ -28,17 +28,30 @@ type Options struct {
 	// Name identifies the connection in the server's monitoring ("gpuscaler-scaler").
 	Name string
 
-	// At most one way to authenticate: User with Password, Token, NKeySeedFile or CredsFile.
+	// At most one way to authenticate: User with Password, Token, TokenFile, NKeySeedFile
+	// or CredsFile.
 	User         string
 	Password     string
 	Token        string
 	NKeySeedFile string
 	CredsFile    string
+	// TokenFile holds the token, read afresh at every (re)connect: a projected Kubernetes
+	// ServiceAccount token, which the kubelet rewrites before it expires. When its content
+	// changes, the connection flushes what it has sent and reconnects, so the server (its
+	// auth callout) admits it on the new token before the old one, and the user issued
+	// for it, expire. Publishes made while reconnecting are buffered, not lost.
+	TokenFile string
+	// TokenFileCheck is how often TokenFile is read for a change. Zero means 10 s.
+	TokenFileCheck time.Duration
 
 	// TLS: a CA bundle to verify the server, and a client certificate for mutual TLS.
 	TLSCAFile   string
 	TLSCertFile string
 	TLSKeyFile  string
+
+	// InboxPrefix, when set, replaces _INBOX as the prefix of this connection's reply
+	// subjects (gpuscalerv1.InboxPrefix for a producer).
+	InboxPrefix string
 
 	// InProcess, when set, connects to an embedded server in the same process (no TCP);
 	// URLs is then ignored.
@@ -60,6 +73,9 @@ type Conn struct {
 	mu sync.Mutex // guards downSince
 	// downSince is when the connection was last lost, zero while connected.
 	downSince time.Time
+
+	closed    chan struct{} // closed when the connection is closed for good
+	closeOnce sync.Once
 }
 
 // Connect opens a connection as opts says. It reconnects forever after a loss, waiting
@@ -73,7 +89,14 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{}
+	c := &Conn{closed: make(chan struct{})}
+	var tf *tokenFile
+	if opts.TokenFile != "" {
+		if tf, err = newTokenFile(opts.TokenFile, log); err != nil {
+			return nil, err
+		}
+		natsOpts = append(natsOpts, nats.TokenHandler(tf.token))
+	}
 	if opts.RetryInitialConnect {
 		c.downSince = time.Now()
 	}
@@ -97,6 +120,7 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 			c.setDown(false)
 			log.Info("reconnected to NATS", "url", opts.connectedURL(nc))
 		}),
+		nats.ClosedHandler(func(*nats.Conn) { c.closeOnce.Do(func() { close(c.closed) }) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -134,6 +158,9 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		if !opts.RetryInitialConnect {
 			log.Info("connected to NATS", "url", opts.connectedURL(r.nc))
 		}
+		if tf != nil {
+			go tf.watch(c, opts.TokenFileCheck)
+		}
 		return c, nil
 	}
 }
@@ -146,6 +173,9 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 	if o.InProcess != nil {
 		out = append(out, nats.InProcessServer(o.InProcess))
 	}
+	if o.InboxPrefix != "" {
+		out = append(out, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
 	var ways []string
 	if o.User != "" || o.Password != "" {
 		ways = append(ways, "user/password")
@@ -154,6 +184,9 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 	if o.Token != "" {
 		ways = append(ways, "token")
 		out = append(out, nats.Token(o.Token))
+	}
+	if o.TokenFile != "" {
+		ways = append(ways, "token file") // the handler is added by Connect
 	}
 	if o.NKeySeedFile != "" {
 		ways = append(ways, "nkey")

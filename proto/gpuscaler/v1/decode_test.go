@@ -142,9 +142,9 @@ func TestDecode(t *testing.T) {
 	}{
 		"bad subject":                   {subject: "gpuscaler.v1.gpu.x", data: nodeData, want: ErrInvalidSubject},
 		"garbage payload":               {subject: "gpuscaler.v1.node.gpu-node-1", data: []byte{0xff, 0xff, 0xff}, want: ErrUndecodable},
-		"other node's subject":          {subject: "gpuscaler.v1.node.gpu-node-2", data: nodeData, want: ErrInvalidEvent},
-		"other namespace":               {subject: "gpuscaler.v1.queue.prod.jobs", data: queueData, want: ErrInvalidEvent},
-		"other queue":                   {subject: "gpuscaler.v1.queue.ml.other", data: queueData, want: ErrInvalidEvent},
+		"other node's subject":          {subject: "gpuscaler.v1.node.gpu-node-2", data: nodeData, want: ErrSubjectMismatch},
+		"other namespace":               {subject: "gpuscaler.v1.queue.prod.jobs", data: queueData, want: ErrSubjectMismatch},
+		"other queue":                   {subject: "gpuscaler.v1.queue.ml.other", data: queueData, want: ErrSubjectMismatch},
 		"queue payload on node subject": {subject: "gpuscaler.v1.node.gpu-node-1", data: queueData, want: ErrUndecodable},
 		"empty queue payload":           {subject: "gpuscaler.v1.queue.ml.jobs", data: nil, want: ErrInvalidEvent},
 	} {
@@ -152,6 +152,12 @@ func TestDecode(t *testing.T) {
 			ev, err := Decode(tc.subject, tc.data)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Decode = %+v, %v; want %v", ev, err, tc.want)
+			}
+			if errors.Is(tc.want, ErrSubjectMismatch) && !errors.Is(err, ErrInvalidEvent) {
+				t.Fatalf("Decode = %v; want a subject mismatch to be an ErrInvalidEvent too", err)
+			}
+			if !errors.Is(tc.want, ErrSubjectMismatch) && errors.Is(err, ErrSubjectMismatch) {
+				t.Fatalf("Decode = %v; want no subject mismatch", err)
 			}
 		})
 	}

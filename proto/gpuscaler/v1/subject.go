@@ -92,6 +92,24 @@ func QueueSubject(namespace, queue string) (string, error) {
 	return SubjectPrefix + "." + queueKind + "." + namespace + "." + queue, nil
 }
 
+// NamespaceQueueSubjects returns the wildcard that matches every queue subject of a
+// namespace, gpuscaler.v1.queue.<namespace>.>: what a producer of that namespace may
+// publish to when the bus enforces tenancy.
+func NamespaceQueueSubjects(namespace string) (string, error) {
+	if err := ValidateNamespace(namespace); err != nil {
+		return "", err
+	}
+	return SubjectPrefix + "." + queueKind + "." + namespace + ".>", nil
+}
+
+// InboxPrefix is the prefix of the reply subjects a producer of namespace uses (for the
+// stream's acknowledgements): _INBOX.gpuscaler.<namespace>. Where the bus enforces tenancy,
+// a producer may subscribe only below its own namespace's prefix, so it cannot read the
+// replies meant for other tenants or for the scaler, whose inboxes are _INBOX.<random>.
+func InboxPrefix(namespace string) string {
+	return "_INBOX.gpuscaler." + namespace
+}
+
 // ParseSubject parses a subject built by NodeSubject or QueueSubject. It allocates only
 // for a node name that holds dots.
 func ParseSubject(subject string) (Subject, error) {

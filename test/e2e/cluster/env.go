@@ -39,6 +39,8 @@ type Env struct {
 
 	// Dir is the run's folder (stores, certificates, logs).
 	Dir string
+	// NATSBin is the nats-server binary, for tests that run a NATS of their own.
+	NATSBin string
 }
 
 // Options say where things are.
@@ -86,7 +88,7 @@ func Build(ctx context.Context, o Options) (Binaries, error) {
 // Start starts everything, in order, and returns once each part is ready. On an error
 // the parts already started are left to the caller's Procs.StopAll.
 func Start(ctx context.Context, ps *Procs, bins Binaries, o Options) (*Env, error) {
-	e := &Env{Procs: ps, Dir: o.Dir}
+	e := &Env{Procs: ps, Dir: o.Dir, NATSBin: bins.NATSServer}
 	step := func(what string, f func() error) error {
 		start := time.Now()
 		if err := f(); err != nil {

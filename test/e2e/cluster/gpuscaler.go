@@ -123,8 +123,8 @@ type Collector struct {
 }
 
 // StartCollector starts `gpuscaler collector --source sim` for node, reporting every
-// interval, and waits for its /readyz (a report went out).
-func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode, interval time.Duration) (*Collector, error) {
+// interval, with extra flags, and waits for its /readyz (a report went out).
+func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode, interval time.Duration, extra ...string) (*Collector, error) {
 	cfg, err := yaml.Marshal(sim)
 	if err != nil {
 		return nil, err
@@ -137,13 +137,13 @@ func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode
 	if err != nil {
 		return nil, err
 	}
-	p, err := g.procs.Start("gpuscaler-collector-"+node, g.Bin, []string{"collector",
+	p, err := g.procs.Start("gpuscaler-collector-"+node, g.Bin, append([]string{"collector",
 		"--source=sim", "--sim-config=" + path, "--kubeconfig=none",
 		"--node=" + node, "--collector-id=e2e-" + node,
 		"--nats-url=" + g.NATSURL,
 		"--http-addr=" + httpAddr,
 		"--interval=" + interval.String(),
-	})
+	}, extra...))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,263 @@
+package authcallout
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+)
+
+const (
+	calloutUser     = "callout"
+	calloutPassword = "callout-secret"
+	testAudience    = "gpuscaler-nats"
+)
+
+// apiserver stands in for the Kubernetes API's TokenReview: the fake clientset answers
+// reviews of the tokens registered with it, as the real apiserver does for the tokens it
+// issued (test/e2e reviews real tokens against a real kube-apiserver).
+type apiserver struct {
+	mu      sync.Mutex
+	tokens  map[string]authenticationv1.UserInfo
+	reviews int
+}
+
+func (a *apiserver) issue(t testing.TB, user authenticationv1.UserInfo, aud string, exp time.Time) string {
+	t.Helper()
+	tok := fakeToken(t, aud, exp)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tokens[tok] = user
+	return tok
+}
+
+func (a *apiserver) react(action k8stesting.Action) (bool, runtime.Object, error) {
+	tr := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reviews++
+	user, ok := a.tokens[tr.Spec.Token]
+	if !ok {
+		tr.Status = authenticationv1.TokenReviewStatus{Error: "[invalid bearer token, token has been invalidated]"}
+		return true, tr, nil
+	}
+	tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: user, Audiences: tr.Spec.Audiences}
+	return true, tr, nil
+}
+
+func (a *apiserver) revoke(tok string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.tokens, tok)
+}
+
+// fakeToken returns a JWT-shaped token with the given audience and expiry, unique per call.
+func fakeToken(t testing.TB, aud string, exp time.Time) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return enc(map[string]string{"alg": "RS256"}) + "." +
+		enc(map[string]any{"aud": []string{aud}, "exp": exp.Unix(), "jti": nats.NewInbox()}) + "." +
+		base64.RawURLEncoding.EncodeToString([]byte(nats.NewInbox()))
+}
+
+// serviceAccount is the UserInfo TokenReview reports for a ServiceAccount token; node,
+// when set, is the bound pod's node (the node-name extra of Kubernetes 1.30+).
+func serviceAccount(ns, name, pod, podUID, node string) authenticationv1.UserInfo {
+	u := authenticationv1.UserInfo{Username: serviceAccountPrefix + ns + ":" + name, Extra: map[string]authenticationv1.ExtraValue{}}
+	if pod != "" {
+		u.Extra[extraPodName] = authenticationv1.ExtraValue{pod}
+		u.Extra[extraPodUID] = authenticationv1.ExtraValue{podUID}
+	}
+	if node != "" {
+		u.Extra[extraNodeName] = authenticationv1.ExtraValue{node}
+	}
+	return u
+}
+
+// bus is a real nats-server whose every client but the callout's own is admitted by a
+// real Service.
+type bus struct {
+	srv  *server.Server
+	url  string
+	api  *apiserver
+	kube *fake.Clientset
+	svc  *Service
+	reg  *prometheus.Registry
+	log  *testkit.SyncBuffer
+}
+
+type busOptions struct {
+	static    map[string]staticUser
+	podLookup bool
+	maxTTL    time.Duration
+}
+
+// startBus starts NATS with auth callout configured as the chart configures it, and the
+// callout service.
+func startBus(t *testing.T, o busOptions) *bus {
+	t.Helper()
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(NATSConfig(pub, calloutPassword, filepath.Join(dir, "js"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("NATS configuration: %v", err)
+	}
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS not ready within 10s")
+	}
+	b := &bus{srv: srv, url: fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port), api: &apiserver{tokens: map[string]authenticationv1.UserInfo{}}}
+	b.kube = fake.NewClientset()
+	b.kube.PrependReactor("create", "tokenreviews", b.api.react)
+	log, buf := testkit.BufferLogger()
+	b.log, b.reg = buf, prometheus.NewRegistry()
+	b.svc, err = New(Config{
+		Issuer: issuer, Audience: testAudience, Kube: b.kube, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
+		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: "*/*",
+		StaticUsers: o.static, Log: log, Registry: b.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(b.url, nats.UserInfo(calloutUser, calloutPassword))
+	if err != nil {
+		t.Fatalf("callout cannot log in: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.svc.Run(ctx, nc) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-b.svc.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("callout not ready within 10s")
+	}
+	return b
+}
+
+// token issues a valid token for user, expiring in an hour.
+func (b *bus) token(t testing.TB, user authenticationv1.UserInfo) string {
+	return b.api.issue(t, user, testAudience, time.Now().Add(time.Hour))
+}
+
+// connect connects with opts (URL filled in) and records the asynchronous errors the
+// server sends, such as permission violations.
+func (b *bus) connect(t testing.TB, opts natsconn.Options) (*natsconn.Conn, *asyncErrors, error) {
+	t.Helper()
+	opts.URLs = b.url
+	errs := &asyncErrors{}
+	opts.Log = errs.logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := natsconn.Connect(ctx, opts)
+	if err != nil {
+		return nil, errs, err
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs, nil
+}
+
+func (b *bus) mustConnect(t testing.TB, opts natsconn.Options) (*natsconn.Conn, *asyncErrors) {
+	t.Helper()
+	nc, errs, err := b.connect(t, opts)
+	if err != nil {
+		t.Fatalf("connect as %+v: %v", opts.Name, err)
+	}
+	return nc, errs
+}
+
+// decisions returns the callout's count of decisions with the given labels.
+func (b *bus) decisions(role, result, reason string) float64 {
+	c, err := b.svc.metrics.decisions.GetMetricWithLabelValues(role, result, reason)
+	if err != nil {
+		return -1
+	}
+	return testutil.ToFloat64(c)
+}
+
+// asyncErrors collects what natsconn logs, where the server's asynchronous errors
+// (permission violations) surface.
+type asyncErrors struct{ buf *testkit.SyncBuffer }
+
+func (e *asyncErrors) logger(t testing.TB) *slog.Logger {
+	log, buf := testkit.BufferLogger()
+	e.buf = buf
+	return log
+}
+
+func (e *asyncErrors) String() string { return e.buf.String() }
+
+// waitFor waits up to 5 s for the collected errors to contain s.
+func (e *asyncErrors) waitFor(t testing.TB, s string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(e.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error containing %q within 5s; got:\n%s", s, e.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var errNoMsg = errors.New("no message")
+
+// next returns the next message on sub within d.
+func next(sub *nats.Subscription, d time.Duration) (*nats.Msg, error) {
+	m, err := sub.NextMsg(d)
+	if errors.Is(err, nats.ErrTimeout) {
+		return nil, errNoMsg
+	}
+	return m, err
+}
+
+type userInfo = authenticationv1.UserInfo
