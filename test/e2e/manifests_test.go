@@ -42,7 +42,15 @@ const manifestsFieldManager = "gpuscaler-e2e-manifests"
 // the cluster lacks there would make `kubectl apply` fail for every user.
 var optionalKinds = map[schema.GroupKind]string{
 	{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}: "the chart's serviceMonitor.enabled, false by default (deploy/README.md: optional); its CRD is the Prometheus Operator's, which this suite does not install",
+	{Group: "cert-manager.io", Kind: "Certificate"}:          certManagerWhy,
+	{Group: "cert-manager.io", Kind: "ClusterIssuer"}:        certManagerWhy,
 }
+
+// certManagerWhy: the chart uses cert-manager for gRPC certificates only where the
+// cluster serves cert-manager.io/v1 (scaler.tls.certManager.enabled auto) or the user
+// asks for it; the plain manifests never do. test/manifests decodes these objects
+// strictly against cert-manager's field names.
+const certManagerWhy = "the chart's scaler.tls.certManager, used only where the cluster serves cert-manager.io/v1 (deploy/README.md); its CRDs are cert-manager's, which this suite does not install"
 
 // manifestDoc is one Kubernetes object of a YAML stream in the repository.
 type manifestDoc struct {
@@ -68,9 +76,11 @@ func (d manifestDoc) String() string {
 // TestManifestsApplyServerSideDryRun applies everything a user would apply from the
 // repository to the real kube-apiserver, with KEDA's CRDs installed: the plain manifests
 // rendered from the chart (deploy/manifests), the examples' objects (examples/**), and
-// the chart's other golden renderings (test/manifests/testdata: NATS cluster, NATS creds,
-// every optional object on). Namespaces are applied for real (a namespace that exists
-// only in a dry run holds nothing); every other object is server-side applied with
+// the chart's other golden renderings (test/manifests/testdata: the defaults, with their
+// generated Secrets as placeholders, NATS cluster, NATS creds, every optional object on,
+// cert-manager). Objects in other namespaces (KEDA's client certificate in keda) and
+// cluster-scoped ones are applied alike. Namespaces are applied for real (a namespace
+// that exists only in a dry run holds nothing); every other object is server-side applied with
 // dryRun=All and strict field validation, so the server's admission, its built-in
 // OpenAPI validation and KEDA's CRD schemas must all accept every field of every
 // object. Nothing but the namespaces is stored.

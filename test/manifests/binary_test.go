@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,11 +75,12 @@ type flagSpec struct {
 
 var helpFlag = regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)( \S+)?\n\s+.*?(?:\[\$(GPUSCALER_[A-Z0-9_]+)\])?$`)
 
-// commandFlags runs `gpuscaler <command> --help` and returns its flags and its help text.
+// commandFlags runs `gpuscaler <command> --help` (command may name a subcommand:
+// "auth-callout issuer-key") and returns its flags and its help text.
 func commandFlags(t *testing.T, command string) (map[string]flagSpec, string) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(gpuscalerBinary(t), command, "--help")
+	cmd := exec.Command(gpuscalerBinary(t), append(strings.Fields(command), "--help")...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = cleanEnv()
 	if err := cmd.Run(); err != nil {
@@ -88,7 +90,12 @@ func commandFlags(t *testing.T, command string) (map[string]flagSpec, string) {
 	for _, m := range helpFlag.FindAllStringSubmatch(out.String(), -1) {
 		flags[m[1]] = flagSpec{takesValue: m[2] != "", env: m[3]}
 	}
-	if len(flags) < 5 {
+	// A command has its NATS, HTTP and log flags at least; a subcommand may have one.
+	least := 5
+	if strings.Contains(command, " ") {
+		least = 1
+	}
+	if len(flags) < least {
 		t.Fatalf("got %d flags from gpuscaler %s --help, want its flag list:\n%s", len(flags), command, out.String())
 	}
 	return flags, out.String()
@@ -106,13 +113,28 @@ func cleanEnv() []string {
 	return env
 }
 
+// chartCommands are the gpuscaler commands the chart runs: the scaler, the collectors,
+// the auth callout, and the NATS servers' init container deriving the issuer's key.
+var chartCommands = []string{"scaler", "collector", "auth-callout", "auth-callout issuer-key"}
+
+// splitCommand splits a container's args into the gpuscaler command (the words before
+// the first flag) and its flags.
+func splitCommand(args []string) (command string, flags []string) {
+	i := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "-") })
+	if i < 0 {
+		i = len(args)
+	}
+	return strings.Join(args[:i], " "), args[i:]
+}
+
 // TestChartFlagsExist runs the gpuscaler binary's --help and checks every flag and
-// GPUSCALER_ variable the chart gives the scaler and the collector: each must exist, a
-// flag that takes a value must get one, and a boolean none but true or false.
+// GPUSCALER_ variable the chart gives the scaler, the collector, the auth callout and
+// the init container: each must exist, a flag that takes a value must get one, and a
+// boolean none but true or false.
 func TestChartFlagsExist(t *testing.T) {
 	known := map[string]map[string]flagSpec{}
 	help := map[string]string{}
-	for _, command := range []string{"scaler", "collector"} {
+	for _, command := range chartCommands {
 		known[command], help[command] = commandFlags(t, command)
 	}
 	// The collector reads its node and pod names from the downward API's variables.
@@ -124,24 +146,25 @@ func TestChartFlagsExist(t *testing.T) {
 	for _, c := range Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			for _, w := range workloads(caseObjects(t, c)) {
-				for _, ctr := range w.pod.Spec.Containers {
+				for _, ctr := range append(slices.Clone(w.pod.Spec.InitContainers), w.pod.Spec.Containers...) {
 					if !strings.Contains(ctr.Image, "gpuscaler") {
 						continue
 					}
-					where := w.kind + " " + w.name
-					if len(ctr.Args) == 0 || known[ctr.Args[0]] == nil {
-						t.Errorf("%s: got args %v, want a gpuscaler command first (scaler or collector)", where, ctr.Args)
+					where := w.kind + " " + w.name + " container " + ctr.Name
+					command, args := splitCommand(ctr.Args)
+					flags := known[command]
+					if flags == nil {
+						t.Errorf("%s: got args %v, want a gpuscaler command first (%s)", where, ctr.Args, strings.Join(chartCommands, ", "))
 						continue
 					}
-					flags := known[ctr.Args[0]]
-					for _, arg := range ctr.Args[1:] {
+					for _, arg := range args {
 						name, value, hasValue := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 						spec, ok := flags[name]
 						switch {
 						case !strings.HasPrefix(arg, "--"):
 							t.Errorf("%s: got argument %q, want --flag=value", where, arg)
 						case !ok:
-							t.Errorf("%s: got %s, not a flag of gpuscaler %s", where, arg, ctr.Args[0])
+							t.Errorf("%s: got %s, not a flag of gpuscaler %s", where, arg, command)
 						case spec.takesValue && !hasValue:
 							t.Errorf("%s: got %s without =value", where, arg)
 						case !spec.takesValue && hasValue && value != "true" && value != "false":
@@ -154,7 +177,7 @@ func TestChartFlagsExist(t *testing.T) {
 					}
 					for _, e := range ctr.Env {
 						if strings.HasPrefix(e.Name, "GPUSCALER_") && !envs[e.Name] {
-							t.Errorf("%s: got env %s, which no flag of gpuscaler %s reads", where, e.Name, ctr.Args[0])
+							t.Errorf("%s: got env %s, which no flag of gpuscaler %s reads", where, e.Name, command)
 						}
 					}
 				}

@@ -77,9 +77,10 @@ func all[T runtime.Object](objs []Object) []T {
 	return out
 }
 
-// TestPodHardening: every container runs with a read-only root file system, no privilege
-// escalation, every capability dropped, the runtime's seccomp profile, probes, CPU and
-// memory requests and a memory limit; all but the collector run as non-root.
+// TestPodHardening: every container (init containers too) runs with a read-only root file
+// system, no privilege escalation, every capability dropped, the runtime's seccomp
+// profile, CPU and memory requests and a memory limit, and all but init containers have
+// probes; all but the collector run as non-root.
 func TestPodHardening(t *testing.T) {
 	for _, c := range Cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -93,7 +94,8 @@ func TestPodHardening(t *testing.T) {
 				if !collector && (ps == nil || !deref(ps.RunAsNonRoot, false)) {
 					t.Errorf("%s: got runAsNonRoot unset or false, want true", where)
 				}
-				for _, ctr := range w.pod.Spec.Containers {
+				inits := len(w.pod.Spec.InitContainers)
+				for i, ctr := range append(slices.Clone(w.pod.Spec.InitContainers), w.pod.Spec.Containers...) {
 					where := where + " container " + ctr.Name
 					sc := ctr.SecurityContext
 					switch {
@@ -109,7 +111,7 @@ func TestPodHardening(t *testing.T) {
 					case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL"):
 						t.Errorf("%s: got capabilities %v, want ALL dropped", where, sc.Capabilities)
 					}
-					if ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
+					if i >= inits && (ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil) {
 						t.Errorf("%s: got liveness %v, readiness %v, want both probes", where, ctr.LivenessProbe, ctr.ReadinessProbe)
 					}
 					req, lim := ctr.Resources.Requests, ctr.Resources.Limits
@@ -242,7 +244,7 @@ func TestCollectorRBAC(t *testing.T) {
 			}
 			pod := ds.Spec.Template.Spec
 			sim := slices.Contains(pod.Containers[0].Args, "--source=sim")
-			role, hasRole := find[*rbacv1.ClusterRole](objs, "")
+			role, hasRole := find[*rbacv1.ClusterRole](objs, Release+"-collector")
 			if sim {
 				if hasRole || deref(pod.AutomountServiceAccountToken, true) {
 					t.Errorf("got ClusterRole %v and token %v with the sim source, want neither (it reads no API)", hasRole, pod.AutomountServiceAccountToken)
@@ -255,7 +257,7 @@ func TestCollectorRBAC(t *testing.T) {
 			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
 				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
 			}
-			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, "")
+			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, Release+"-collector")
 			if !ok {
 				t.Fatal("got no ClusterRoleBinding")
 			}
@@ -353,7 +355,7 @@ func TestFilesAreMounted(t *testing.T) {
 				for _, c := range w.claims {
 					volumes[c] = corev1.Volume{Name: c}
 				}
-				for _, ctr := range w.pod.Spec.Containers {
+				for _, ctr := range append(slices.Clone(w.pod.Spec.InitContainers), w.pod.Spec.Containers...) {
 					for _, m := range ctr.VolumeMounts {
 						if _, ok := volumes[m.Name]; !ok {
 							t.Errorf("%s %s: got mount of volume %s, which the pod lacks", w.kind, w.name, m.Name)
@@ -378,8 +380,8 @@ func TestFilesAreMounted(t *testing.T) {
 	}
 }
 
-// TestOptionalObjects: the ServiceMonitor, dashboard and ClusterTriggerAuthentication
-// appear only when asked for, and point at what they should.
+// TestOptionalObjects: the ServiceMonitor and the ClusterTriggerAuthentication, where
+// rendered, point at what they should.
 func TestOptionalObjects(t *testing.T) {
 	for _, c := range Cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -403,7 +405,12 @@ func TestOptionalObjects(t *testing.T) {
 					}
 				}
 				slices.Sort(selected)
-				if want := []string{Release, Release + "-collector"}; !slices.Equal(selected, want) {
+				want := []string{Release}
+				if _, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout"); ok {
+					want = append(want, Release+"-auth-callout")
+				}
+				want = append(want, Release+"-collector")
+				if !slices.Equal(selected, want) {
 					t.Errorf("got ServiceMonitor selecting %v, want %v", selected, want)
 				}
 			}

@@ -14,7 +14,7 @@ import (
 
 // metricSources are the main module's files that name every gpuscaler_ metric. The test
 // reads them as text, so a metric renamed there without the dashboard following fails.
-var metricSources = []string{"scaler/metrics.go", "collectors/collector.go"}
+var metricSources = []string{"scaler/metrics.go", "collectors/collector.go", "authcallout/metrics.go"}
 
 var (
 	quotedMetric = regexp.MustCompile(`"(gpuscaler_[a-z0-9_]+)"`)
@@ -59,7 +59,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	if len(exported) < 10 {
-		t.Fatalf("got metrics %v from %v, want the scaler's and the collector's", exported, metricSources)
+		t.Fatalf("got metrics %v from %v, want the scaler's, the collector's and the callout's", exported, metricSources)
 	}
 
 	raw, err := os.ReadFile(filepath.Join(r, ChartDir, "dashboards", "gpuscaler.json"))

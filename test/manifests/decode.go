@@ -19,14 +19,16 @@ import (
 )
 
 // Scheme knows every kind the chart and the examples may hold: Kubernetes' built-in
-// types (k8s.io/api as KEDA v2.21.0 builds on it), KEDA's keda.sh/v1alpha1 and the
-// Prometheus Operator's monitoring.coreos.com/v1.
+// types (k8s.io/api as KEDA v2.21.0 builds on it), KEDA's keda.sh/v1alpha1, the
+// Prometheus Operator's monitoring.coreos.com/v1 and cert-manager's cert-manager.io/v1
+// (certmanager.go).
 var Scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(kedav1alpha1.AddToScheme(Scheme))
 	utilruntime.Must(monitoringv1.AddToScheme(Scheme))
+	utilruntime.Must(addCertManagerToScheme(Scheme))
 }
 
 // strict decodes YAML into typed objects and fails on any field the type lacks, on a

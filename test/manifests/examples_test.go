@@ -17,6 +17,7 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -68,8 +69,9 @@ func examples(t *testing.T) []example {
 
 // TestExamples decodes every example object strictly into its Kubernetes or KEDA v2.21.0
 // type (in examples), and checks each folder holds together: KEDA's own validation passes,
-// triggers point at the chart's scaler, a scaleTargetRef, authenticationRef or namespace
-// named is in the folder, a podSelector selects the workload's pods.
+// triggers point at the chart's scaler with the chart's ClusterTriggerAuthentication (or a
+// TriggerAuthentication in the folder), a scaleTargetRef or namespace named is in the
+// folder, a podSelector selects the workload's pods.
 func TestExamples(t *testing.T) {
 	for _, ex := range examples(t) {
 		t.Run(ex.dir, func(t *testing.T) {
@@ -171,8 +173,17 @@ func checkTrigger(t *testing.T, ex example, where, namespace string, tr kedav1al
 	if got := tr.Metadata["scalerAddress"]; got != scalerAddress {
 		t.Errorf("%s: got scalerAddress %q, want the chart's Service %q", where, got, scalerAddress)
 	}
+	// The chart's scaler serves gRPC mutual TLS by default: a trigger without KEDA's
+	// client certificate gets nothing from it.
 	ref := tr.AuthenticationRef
-	if ref == nil || ref.Kind == "ClusterTriggerAuthentication" {
+	if ref == nil {
+		t.Errorf("%s: got no authenticationRef, want the chart's ClusterTriggerAuthentication %s (gRPC mutual TLS is the chart's default)", where, chartCTA(t))
+		return
+	}
+	if ref.Kind == "ClusterTriggerAuthentication" {
+		if ref.Name != chartCTA(t) {
+			t.Errorf("%s: got ClusterTriggerAuthentication %s, want the chart's, %s", where, ref.Name, chartCTA(t))
+		}
 		return
 	}
 	for _, ta := range all[*kedav1alpha1.TriggerAuthentication](ex.objs) {
@@ -190,6 +201,20 @@ func checkTrigger(t *testing.T, ex example, where, namespace string, tr kedav1al
 		return
 	}
 	t.Errorf("%s: got authenticationRef %s, want a TriggerAuthentication of that name in %s", where, ref.Name, ex.dir)
+}
+
+// chartCTA is the name of the chart's ClusterTriggerAuthentication with its default values.
+func chartCTA(t *testing.T) string {
+	t.Helper()
+	vals, err := chartutil.ReadValuesFile(filepath.Join(root(t), ChartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := vals.PathValue("keda.clusterTriggerAuthentication.name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(name)
 }
 
 // TestExampleTriggersAgainstScaler starts the gpuscaler binary and asks it, as KEDA does,

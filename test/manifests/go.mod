@@ -4,17 +4,22 @@ go 1.26.0
 
 // KEDA v2.21.0 builds on k8s.io/* v0.36 and controller-runtime v0.24, so this module
 // stays there: Helm v3.21.4 and the Prometheus Operator's monitoring API v0.93.1 are the
-// newest that do not raise them. nats-server matches the bundled NATS image's version.
+// newest that do not raise them. nats-server matches the bundled NATS image's version, and
+// nats.go, jwt and nkeys are at the versions nats-server requires.
 // The main module (k8s.io/* v0.37) is never imported: its binary is built and run.
 require (
 	github.com/kedacore/keda/v2 v2.21.0
+	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.53.1
+	github.com/nats-io/nkeys v0.4.16
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.1
 	google.golang.org/grpc v1.84.0
 	helm.sh/helm/v3 v3.21.4
 	k8s.io/api v0.36.4
 	k8s.io/apimachinery v0.36.4
 	k8s.io/client-go v0.36.4
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -62,8 +67,6 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
@@ -100,5 +103,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )

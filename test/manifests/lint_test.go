@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 )
@@ -16,13 +15,9 @@ func TestHelmLint(t *testing.T) {
 	r := root(t)
 	for _, c := range Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			vals := map[string]any{}
-			if c.Values != "" {
-				v, err := chartutil.ReadValuesFile(filepath.Join(r, c.Values))
-				if err != nil {
-					t.Fatal(err)
-				}
-				vals = v
+			vals, err := CaseValues(r, c)
+			if err != nil {
+				t.Fatal(err)
 			}
 			for _, m := range lint.All(filepath.Join(r, ChartDir), vals, Namespace, true).Messages {
 				if m.Severity >= support.WarningSev {

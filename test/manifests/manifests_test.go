@@ -119,7 +119,7 @@ func TestEveryCIValuesFileIsACase(t *testing.T) {
 	}
 	var have []string
 	for _, c := range Cases {
-		have = append(have, c.Values)
+		have = append(have, c.Values...)
 	}
 	for _, f := range files {
 		rel := ChartDir + "/ci/" + filepath.Base(f)
@@ -186,6 +186,10 @@ func TestStrictDecodeRejects(t *testing.T) {
 		"unknown KEDA field": {
 			doc:  "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: a}\nspec: {scaleTargetRef: {name: a}, triggers: [{type: external, metadta: {}}]}\n",
 			want: `unknown field "spec.triggers[0].metadta"`,
+		},
+		"unknown cert-manager field": {
+			doc:  "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: a}\nspec: {secretName: a, issuerRef: {name: b}, dnsName: [c]}\n",
+			want: `unknown field "spec.dnsName"`,
 		},
 		"unknown ServiceMonitor field": {
 			doc:  "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: a}\nspec: {selector: {}, endpoint: []}\n",

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -63,13 +66,26 @@ func TestBundledNATSConfig(t *testing.T) {
 			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			issuer, err := nkeys.CreateAccount()
+			if err != nil {
+				t.Fatal(err)
+			}
+			issuerPub, _ := issuer.PublicKey()
 			t.Setenv("POD_NAME", sts.Name+"-0")
 			t.Setenv("NATS_USER", "u")
 			t.Setenv("NATS_PASSWORD", "p")
 			t.Setenv("NATS_TOKEN", "tok")
+			t.Setenv("CALLOUT_ISSUER", issuerPub)
+			t.Setenv("CALLOUT_PASSWORD", "callout-secret")
 			opts, err := server.ProcessConfigFile(path)
 			if err != nil {
 				t.Fatalf("nats-server rejects the configuration: %v\n%s", err, conf)
+			}
+			callout := strings.Contains(strings.Join(scalerArgs(objs), " "), "--nats-token-file=")
+			if callout {
+				checkAuthCalloutConfig(t, objs, sts, opts, issuerPub)
+			} else if opts.AuthCallout != nil {
+				t.Errorf("got auth_callout in the configuration, and a scaler without --nats-token-file")
 			}
 			replicas := int(deref(sts.Spec.Replicas, 1))
 			checks := []struct {
@@ -102,8 +118,7 @@ func TestBundledNATSConfig(t *testing.T) {
 					t.Errorf("got route %s, want a name under the StatefulSet's Service %s", r, sts.Spec.ServiceName)
 				}
 			}
-			scaler, _ := find[*appsv1.Deployment](objs, Release)
-			args := strings.Join(scaler.Spec.Template.Spec.Containers[0].Args, " ")
+			args := strings.Join(scalerArgs(objs), " ")
 			wantTLS := opts.TLSConfig != nil
 			if gotTLS := strings.Contains(args, "--nats-url=tls://"); gotTLS != wantTLS {
 				t.Errorf("got scaler args %q, want a tls:// URL exactly when the server serves TLS (%v)", args, wantTLS)
@@ -139,7 +154,193 @@ func TestBundledNATSConfig(t *testing.T) {
 			if got, want := s.JetStreamConfig().MaxMemory, int64(256<<20); got != want {
 				t.Errorf("got JetStream max memory %d, want %d (nats.jetstream.maxMemoryStore 256Mi)", got, want)
 			}
+			if callout {
+				checkAuthCalloutServes(t, s.ClientURL(), issuer)
+			}
 		})
+	}
+}
+
+func scalerArgs(objs []Object) []string {
+	scaler, ok := find[*appsv1.Deployment](objs, Release)
+	if !ok {
+		return nil
+	}
+	return scaler.Spec.Template.Spec.Containers[0].Args
+}
+
+// checkAuthCalloutConfig: the bundled server hands every client to the auth callout,
+// trusting the issuer the init container derives from the Secret the callout signs with,
+// and admits the callout by the password the callout has.
+func checkAuthCalloutConfig(t *testing.T, objs []Object, sts *appsv1.StatefulSet, opts *server.Options, issuerPub string) {
+	t.Helper()
+	ac := opts.AuthCallout
+	if ac == nil {
+		t.Fatal("got no auth_callout in the configuration, and a scaler with --nats-token-file")
+	}
+	if ac.Issuer != issuerPub || ac.Account != "AUTH" || !slices.Equal(ac.AuthUsers, []string{"callout"}) {
+		t.Errorf("got auth_callout issuer %s, account %s, auth users %v; want $CALLOUT_ISSUER, AUTH, [callout]", ac.Issuer, ac.Account, ac.AuthUsers)
+	}
+	if opts.SystemAccount != "SYS" {
+		t.Errorf("got system account %q, want SYS", opts.SystemAccount)
+	}
+	var calloutUser bool
+	for _, u := range opts.Users {
+		calloutUser = calloutUser || (u.Username == "callout" && u.Password == "callout-secret" && u.Account != nil && u.Account.Name == "AUTH")
+	}
+	if !calloutUser {
+		t.Errorf("got users %v, want callout with $CALLOUT_PASSWORD in account AUTH", opts.Users)
+	}
+
+	dep, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+	if !ok {
+		t.Fatal("got no auth callout Deployment")
+	}
+	pod := sts.Spec.Template.Spec
+	// The init container writes the issuer's key where the server's command reads it.
+	if len(pod.InitContainers) != 1 {
+		t.Fatalf("got init containers %v, want the issuer-key one", pod.InitContainers)
+	}
+	init := pod.InitContainers[0]
+	out := flagValue(init.Args, "out")
+	if !slices.Contains(init.Args, "issuer-key") || out == "" {
+		t.Fatalf("got init container args %v, want auth-callout issuer-key --out=FILE", init.Args)
+	}
+	ctr := pod.Containers[0]
+	script := strings.Join(append(slices.Clone(ctr.Command), ctr.Args...), " ")
+	if !strings.Contains(script, "CALLOUT_ISSUER=$(cat "+out+")") || !strings.Contains(script, "exec nats-server --config") {
+		t.Errorf("got the server's command %q, want it to read $CALLOUT_ISSUER from %s, then exec nats-server", script, out)
+	}
+	if mountedVolume(init.VolumeMounts, out) == "" || mountedVolume(init.VolumeMounts, out) != mountedVolume(ctr.VolumeMounts, out) {
+		t.Errorf("got %s on volume %q in the init container, %q in the server, want one shared volume",
+			out, mountedVolume(init.VolumeMounts, out), mountedVolume(ctr.VolumeMounts, out))
+	}
+	// The seed the init container reads and the one the callout signs with are one key
+	// of one Secret; so is the password.
+	callout := dep.Spec.Template.Spec
+	seed := secretFile(t, pod, init, flagValue(init.Args, "issuer-seed-file"))
+	signer := secretFile(t, callout, callout.Containers[0], flagValue(callout.Containers[0].Args, "issuer-seed-file"))
+	if seed == "" || seed != signer {
+		t.Errorf("got the servers' issuer from %q, the callout's from %q, want one Secret key", seed, signer)
+	}
+	serverPassword := envSecret(ctr, "CALLOUT_PASSWORD")
+	calloutPassword := envSecret(callout.Containers[0], "GPUSCALER_NATS_PASSWORD")
+	if serverPassword == "" || serverPassword != calloutPassword {
+		t.Errorf("got the servers' callout password from %q, the callout's from %q, want one Secret key", serverPassword, calloutPassword)
+	}
+	if !slices.Contains(callout.Containers[0].Args, "--nats-user=callout") {
+		t.Errorf("got callout args %v, want --nats-user=callout", callout.Containers[0].Args)
+	}
+}
+
+// mountedVolume names the volume a file lies on in a container.
+func mountedVolume(mounts []corev1.VolumeMount, file string) string {
+	for _, m := range mounts {
+		if strings.HasPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// secretFile says which Secret key a file in a container comes from: "secret/key".
+func secretFile(t *testing.T, pod corev1.PodSpec, ctr corev1.Container, file string) string {
+	t.Helper()
+	vol := mountedVolume(ctr.VolumeMounts, file)
+	for _, m := range ctr.VolumeMounts {
+		if m.Name != vol {
+			continue
+		}
+		rel := strings.TrimPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/")
+		for _, v := range pod.Volumes {
+			if v.Name != vol || v.Secret == nil {
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == rel {
+					return v.Secret.SecretName + "/" + it.Key
+				}
+			}
+			if len(v.Secret.Items) == 0 {
+				return v.Secret.SecretName + "/" + rel
+			}
+		}
+	}
+	return ""
+}
+
+// envSecret says which Secret key a container's variable comes from: "secret/key".
+func envSecret(ctr corev1.Container, name string) string {
+	for _, e := range ctr.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			return e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return ""
+}
+
+// checkAuthCalloutServes plays the auth callout against the running bundled server (the
+// protocol of nats-server's server/auth_callout.go): logged in as callout, it admits
+// the token "scaler" as a user of account GPUSCALER and refuses anything else. The
+// admitted user must get JetStream (the account has it); the refused one nothing.
+func checkAuthCalloutServes(t *testing.T, url string, issuer nkeys.KeyPair) {
+	t.Helper()
+	callout, err := nats.Connect(url, nats.UserInfo("callout", "callout-secret"))
+	if err != nil {
+		t.Fatalf("the callout cannot log in with $CALLOUT_PASSWORD: %v", err)
+	}
+	defer callout.Close()
+	_, err = callout.Subscribe("$SYS.REQ.USER.AUTH", func(m *nats.Msg) {
+		req, err := jwt.DecodeAuthorizationRequestClaims(string(m.Data))
+		if err != nil {
+			t.Errorf("decode auth request: %v", err)
+			return
+		}
+		resp := jwt.NewAuthorizationResponseClaims(req.UserNkey)
+		resp.Audience = req.Server.ID
+		if req.ConnectOptions.Token == "scaler" {
+			user := jwt.NewUserClaims(req.UserNkey)
+			user.Audience = "GPUSCALER"
+			user.Expires = time.Now().Add(time.Minute).Unix()
+			if resp.Jwt, err = user.Encode(issuer); err != nil {
+				t.Errorf("encode user: %v", err)
+				return
+			}
+		} else {
+			resp.Error = "not a known identity"
+		}
+		signed, err := resp.Encode(issuer)
+		if err != nil {
+			t.Errorf("encode response: %v", err)
+			return
+		}
+		m.Respond([]byte(signed))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := callout.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	if nc, err := nats.Connect(url, nats.Token("someone-else"), nats.Timeout(5*time.Second)); err == nil {
+		nc.Close()
+		t.Errorf("got a client the callout refused connected, want it refused")
+	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("got %v for a client the callout refused, want an authorization violation", err)
+	}
+
+	nc, err := nats.Connect(url, nats.Token("scaler"), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("the callout admitted the client, NATS did not: %v", err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "GPUSCALER", Subjects: []string{"gpuscaler.v1.>"}, MaxMsgsPerSubject: 1}); err != nil {
+		t.Errorf("got %v creating the GPUSCALER stream as a user of account GPUSCALER, want JetStream there", err)
 	}
 }
 

@@ -11,15 +11,24 @@ package manifests
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // ChartDir is the chart, relative to the repository root.
@@ -33,56 +42,126 @@ const (
 	Namespace = "gpuscaler"
 )
 
+// PlainValues are the values every plain manifest is rendered with, over its case's
+// own: they name the Secrets the chart would otherwise generate (the auth callout's
+// issuer seed and password, the gRPC certificates), which the user creates before
+// applying (deploy/README.md). A manifest everyone downloads must not carry keys, and a
+// rendering cannot keep them across upgrades as `helm install` does.
+const PlainValues = "deploy/plain-values.yaml"
+
 // Case is one rendering of the chart whose output is committed.
 type Case struct {
 	// Name identifies the case in tests.
 	Name string
-	// Values is a values file relative to the repository root, applied over the chart's
-	// defaults; empty renders the defaults.
-	Values string
+	// Values are values files relative to the repository root, applied in order over
+	// the chart's defaults, as `helm install -f a -f b` does; none renders the defaults.
+	Values []string
 	// Out is where the output is committed, relative to the repository root.
 	Out string
 	// Plain marks a manifest for kubectl apply: it starts with the Namespace, which the
 	// chart leaves to helm install --create-namespace.
 	Plain bool
+	// APIVersions are API groups/versions the cluster is taken to serve besides
+	// Helm's defaults (.Capabilities.APIVersions), e.g. cert-manager.io/v1.
+	APIVersions []string
 }
 
 // Cases are every committed rendering: the plain manifests users apply, and golden files
-// for the value combinations the chart's ci/ folder holds (chart-testing's convention).
+// for the chart's defaults and the value combinations its ci/ folder holds
+// (chart-testing's convention).
 var Cases = []Case{
-	{Name: "default", Out: "deploy/manifests/gpuscaler.yaml", Plain: true},
-	{Name: "external-nats", Values: ChartDir + "/ci/external-nats-values.yaml", Out: "deploy/manifests/gpuscaler-external-nats.yaml", Plain: true},
-	{Name: "sim", Values: ChartDir + "/ci/sim-values.yaml", Out: "deploy/manifests/gpuscaler-sim.yaml", Plain: true},
-	{Name: "nats-cluster", Values: ChartDir + "/ci/nats-cluster-values.yaml", Out: "test/manifests/testdata/nats-cluster.yaml"},
-	{Name: "external-nats-creds", Values: ChartDir + "/ci/external-nats-creds-values.yaml", Out: "test/manifests/testdata/external-nats-creds.yaml"},
-	{Name: "full", Values: ChartDir + "/ci/full-values.yaml", Out: "test/manifests/testdata/full.yaml"},
+	{Name: "plain", Values: []string{PlainValues}, Out: "deploy/manifests/gpuscaler.yaml", Plain: true},
+	{Name: "external-nats", Values: []string{ChartDir + "/ci/external-nats-values.yaml", PlainValues}, Out: "deploy/manifests/gpuscaler-external-nats.yaml", Plain: true},
+	{Name: "sim", Values: []string{ChartDir + "/ci/sim-values.yaml", PlainValues}, Out: "deploy/manifests/gpuscaler-sim.yaml", Plain: true},
+	{Name: "default", Out: "test/manifests/testdata/default.yaml"},
+	{Name: "nats-cluster", Values: []string{ChartDir + "/ci/nats-cluster-values.yaml"}, Out: "test/manifests/testdata/nats-cluster.yaml"},
+	{Name: "external-nats-creds", Values: []string{ChartDir + "/ci/external-nats-creds-values.yaml"}, Out: "test/manifests/testdata/external-nats-creds.yaml"},
+	{Name: "full", Values: []string{ChartDir + "/ci/full-values.yaml"}, Out: "test/manifests/testdata/full.yaml"},
+	{Name: "cert-manager", Values: []string{ChartDir + "/ci/cert-manager-values.yaml"}, Out: "test/manifests/testdata/cert-manager.yaml",
+		APIVersions: []string{"cert-manager.io/v1"}},
 }
 
-// RenderCase renders c from the repository at root, in the form committed at c.Out.
-func RenderCase(root string, c Case) ([]byte, error) {
+// CaseValues reads c's values files from the repository at root and merges them.
+func CaseValues(root string, c Case) (map[string]any, error) {
 	vals := map[string]any{}
-	if c.Values != "" {
-		v, err := chartutil.ReadValuesFile(filepath.Join(root, c.Values))
+	for _, f := range c.Values {
+		v, err := chartutil.ReadValuesFile(filepath.Join(root, f))
 		if err != nil {
 			return nil, err
 		}
-		vals = v
+		vals = mergeValues(vals, v)
 	}
-	body, err := Render(filepath.Join(root, ChartDir), vals)
+	return vals, nil
+}
+
+// mergeValues merges b over a as Helm merges values files (mergeMaps in Helm's
+// pkg/cli/values/options.go): maps key by key, anything else replaced.
+func mergeValues(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a))
+	maps.Copy(out, a)
+	for k, v := range b {
+		if bm, ok := v.(map[string]any); ok {
+			if am, ok := out[k].(map[string]any); ok {
+				out[k] = mergeValues(am, bm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// RenderCase renders c from the repository at root, in the form committed at c.Out.
+//
+// What the chart generates at install (Secrets: keys, certificates, passwords) differs
+// on every rendering, so a case that renders any is rendered twice: first as on a fresh
+// install; then as an upgrade of a cluster holding those Secrets with each generated
+// value replaced by a placeholder naming where it first appeared (a value found in
+// several Secrets, such as a CA certificate, gets one placeholder). The chart must keep
+// what it finds, so the second rendering is stable, and it fails here if it does not.
+func RenderCase(root string, c Case) ([]byte, error) {
+	vals, err := CaseValues(root, c)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, ChartDir)
+	opts := Options{APIVersions: c.APIVersions}
+	first, err := RenderWith(dir, vals, opts)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
 	}
+	body := first
+	if secrets, err := generatedSecrets(first); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Name, err)
+	} else if len(secrets) > 0 {
+		opts.Cluster = placeholders(secrets)
+		if body, err = RenderWith(dir, vals, opts); err != nil {
+			return nil, fmt.Errorf("case %s, upgrade: %w", c.Name, err)
+		}
+		kept, err := generatedSecrets(body)
+		if err != nil {
+			return nil, fmt.Errorf("case %s, upgrade: %w", c.Name, err)
+		}
+		if err := sameSecrets(kept, opts.Cluster); err != nil {
+			return nil, fmt.Errorf("case %s: an upgrade does not keep what the install generated: %w", c.Name, err)
+		}
+	}
 	var b bytes.Buffer
 	from := "its default values"
-	if c.Values != "" {
-		from = c.Values
+	if len(c.Values) > 0 {
+		from = strings.Join(c.Values, " and ")
 	}
 	fmt.Fprintf(&b, "# Rendered from %s with %s by deploy/render.sh: do not edit.\n", ChartDir, from)
+	if len(opts.Cluster) > 0 {
+		b.WriteString("# Generated keys, certificates and passwords are placeholders here: helm install\n" +
+			"# generates them, and every upgrade keeps them.\n")
+	}
 	if c.Plain {
-		fmt.Fprintf(&b, "# Apply with kubectl apply --server-side -f %s; or install the chart:\n", filepath.Base(c.Out))
+		fmt.Fprintf(&b, "# Create the Secrets it names first (deploy/README.md), then apply with\n")
+		fmt.Fprintf(&b, "#   kubectl apply --server-side -f %s\n# or install the chart:\n", filepath.Base(c.Out))
 		fmt.Fprintf(&b, "#   helm install %s %s -n %s --create-namespace", Release, ChartDir, Namespace)
-		if c.Values != "" {
-			fmt.Fprintf(&b, " -f %s", c.Values)
+		for _, v := range c.Values {
+			fmt.Fprintf(&b, " -f %s", v)
 		}
 		fmt.Fprintf(&b, "\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", Namespace)
 	}
@@ -90,21 +169,42 @@ func RenderCase(root string, c Case) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// Options are what a rendering may know of the cluster.
+type Options struct {
+	// APIVersions are served besides Helm's defaults (.Capabilities.APIVersions).
+	APIVersions []string
+	// Cluster holds the objects the chart's lookup finds, as `helm upgrade` would in a
+	// cluster holding them; only Secrets. Empty: lookup finds nothing, as in
+	// `helm template` and a first `helm install`.
+	Cluster []*unstructured.Unstructured
+}
+
 // Render renders the chart at dir with vals over its defaults, as
-// `helm template gpuscaler <dir> -n gpuscaler` prints it: the chart's values schema
-// applies, NOTES.txt is left out, objects come in Helm's install order, each after a
-// "# Source:" line.
+// `helm template gpuscaler <dir> -n gpuscaler` prints it.
 func Render(dir string, vals map[string]any) (string, error) {
+	return RenderWith(dir, vals, Options{})
+}
+
+// RenderWith renders the chart at dir with vals over its defaults, as `helm template`
+// prints it but with opts' view of the cluster: the chart's values schema applies,
+// NOTES.txt is left out, objects come in Helm's install order, each after a "# Source:"
+// line.
+func RenderWith(dir string, vals map[string]any, opts Options) (string, error) {
 	chrt, err := loader.Load(dir)
 	if err != nil {
 		return "", err
 	}
-	opts := chartutil.ReleaseOptions{Name: Release, Namespace: Namespace, Revision: 1, IsInstall: true}
-	top, err := chartutil.ToRenderValues(chrt, vals, opts, chartutil.DefaultCapabilities)
+	rel := chartutil.ReleaseOptions{Name: Release, Namespace: Namespace, Revision: 1, IsInstall: true}
+	if len(opts.Cluster) > 0 {
+		rel.Revision, rel.IsInstall, rel.IsUpgrade = 2, false, true
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(caps.APIVersions, opts.APIVersions...)
+	top, err := chartutil.ToRenderValues(chrt, vals, rel, caps)
 	if err != nil {
 		return "", err
 	}
-	files, err := engine.Render(chrt, top)
+	files, err := engine.RenderWithClientProvider(chrt, top, secretsOnly{opts.Cluster})
 	if err != nil {
 		return "", err
 	}
@@ -125,6 +225,91 @@ func Render(dir string, vals map[string]any) (string, error) {
 		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, m.Content)
 	}
 	return b.String(), nil
+}
+
+// secretsOnly serves the chart's lookup calls from a fake cluster holding objs: Helm's
+// engine reads them through a dynamic client (k8s.io/client-go's fake). The chart looks
+// up only Secrets; any other kind is an error, so a new lookup is noticed here.
+type secretsOnly struct{ objs []*unstructured.Unstructured }
+
+func (s secretsOnly) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
+	if apiVersion != "v1" || kind != "Secret" {
+		return nil, false, fmt.Errorf("the chart looks up %s %s; the renderer's cluster holds Secrets only", apiVersion, kind)
+	}
+	objs := make([]runtime.Object, len(s.objs))
+	for i, o := range s.objs {
+		objs[i] = o.DeepCopy()
+	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{gvr: "SecretList"}, objs...)
+	return client.Resource(gvr), true, nil
+}
+
+// generatedSecrets returns the Secrets in a rendering: every Secret the chart renders is
+// one it generated (Secrets of the user's are only named).
+func generatedSecrets(rendered string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(rendered, "\n---\n") {
+		var m map[string]any
+		if err := sigsyaml.Unmarshal([]byte(doc), &m); err != nil {
+			return nil, err
+		}
+		if m["kind"] == "Secret" && m["apiVersion"] == "v1" {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out, nil
+}
+
+// placeholders returns secrets with every data value replaced by a placeholder that
+// names the Secret and key where the value first appears; equal values get the same
+// placeholder, so that what the chart compares (a certificate's ca.crt with its CA)
+// still agrees.
+func placeholders(secrets []*unstructured.Unstructured) []*unstructured.Unstructured {
+	seen := map[string]string{}
+	var out []*unstructured.Unstructured
+	for _, s := range secrets {
+		s = s.DeepCopy()
+		data, _, _ := unstructured.NestedMap(s.Object, "data")
+		for _, k := range slices.Sorted(maps.Keys(data)) {
+			v := fmt.Sprint(data[k])
+			p, ok := seen[v]
+			if !ok {
+				p = base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("generated at install: %s/%s %s", s.GetNamespace(), s.GetName(), k)))
+				seen[v] = p
+			}
+			data[k] = p
+		}
+		_ = unstructured.SetNestedMap(s.Object, data, "data")
+		out = append(out, s)
+	}
+	return out
+}
+
+// sameSecrets says whether got holds exactly want's Secrets with want's data.
+func sameSecrets(got, want []*unstructured.Unstructured) error {
+	key := func(s *unstructured.Unstructured) string { return s.GetNamespace() + "/" + s.GetName() }
+	have := map[string]map[string]any{}
+	for _, s := range got {
+		have[key(s)], _, _ = unstructured.NestedMap(s.Object, "data")
+	}
+	if len(have) != len(want) {
+		return fmt.Errorf("got %d Secrets, want %d", len(have), len(want))
+	}
+	for _, s := range want {
+		data, _, _ := unstructured.NestedMap(s.Object, "data")
+		g, ok := have[key(s)]
+		if !ok {
+			return fmt.Errorf("Secret %s is gone", key(s))
+		}
+		for _, k := range slices.Sorted(maps.Keys(data)) {
+			if fmt.Sprint(g[k]) != fmt.Sprint(data[k]) {
+				return fmt.Errorf("Secret %s key %s made anew", key(s), k)
+			}
+		}
+	}
+	return nil
 }
 
 // RepoRoot finds the repository root above dir: the folder holding the chart.

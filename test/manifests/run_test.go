@@ -21,7 +21,7 @@ import (
 
 // TestSimManifestRuns runs the scaler and a collector with exactly the arguments the
 // published sim manifest (deploy/manifests/gpuscaler-sim.yaml) gives them, on this
-// machine: only the NATS URL, the listen addresses and the mounted file's path are
+// machine: only the NATS URL, the listen addresses and the mounted files' paths are
 // moved here. The collector's simulated GPUs must reach the scaler's state.
 func TestSimManifestRuns(t *testing.T) {
 	var sim Case
@@ -55,12 +55,24 @@ func TestSimManifestRuns(t *testing.T) {
 		t.Fatal("NATS not ready")
 	}
 
+	// The pods' mounted files, made here: certificates for the scaler's gRPC TLS, and a
+	// ServiceAccount token (this NATS has no auth, so it admits any).
+	tlsDir := t.TempDir()
+	writeTestCerts(t, tlsDir)
+	tokenPath := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenPath, []byte("a-projected-serviceaccount-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	scalerHTTP := freeAddr(t)
 	moved := map[string]string{
-		"nats-url":   ns.ClientURL(),
-		"grpc-addr":  freeAddr(t),
-		"http-addr":  scalerHTTP,
-		"sim-config": confPath,
+		"nats-url":        ns.ClientURL(),
+		"nats-token-file": tokenPath,
+		"grpc-addr":       freeAddr(t),
+		"http-addr":       scalerHTTP,
+		"sim-config":      confPath,
+		"tls-cert":        filepath.Join(tlsDir, "tls.crt"),
+		"tls-key":         filepath.Join(tlsDir, "tls.key"),
+		"tls-client-ca":   filepath.Join(tlsDir, "ca.crt"),
 	}
 	runArgs(t, scaler.Spec.Template.Spec.Containers[0], moved, nil)
 	waitHTTP(t, "http://"+scalerHTTP+"/readyz", func(string) bool { return true })

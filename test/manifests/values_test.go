@@ -21,7 +21,7 @@ func TestValuesRejected(t *testing.T) {
 			want:   "replica",
 		},
 		"external NATS without a URL": {
-			values: map[string]any{"nats": map[string]any{"enabled": false}},
+			values: map[string]any{"nats": map[string]any{"enabled": false, "auth": map[string]any{"kubernetes": map[string]any{"secretName": "s"}}}},
 			want:   "nats.url is required",
 		},
 		"creds with the bundled NATS": {
@@ -36,6 +36,31 @@ func TestValuesRejected(t *testing.T) {
 			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token", "secretName": "s", "collectorSecretName": "c"}}},
 			want:   "nats.auth.collectorSecretName needs your own NATS",
 		},
+		"a collector Secret with kubernetes auth": {
+			values: map[string]any{"nats": map[string]any{"enabled": false, "url": "nats://n:4222",
+				"auth": map[string]any{"collectorSecretName": "c", "kubernetes": map[string]any{"secretName": "s"}}}},
+			want: "nats.auth.collectorSecretName is for a shared secret",
+		},
+		"kubernetes auth on your own NATS without its issuer": {
+			values: map[string]any{"nats": map[string]any{"enabled": false, "url": "nats://n:4222"}},
+			want:   "nats.auth.kubernetes.secretName is required with your own NATS",
+		},
+		"tokens shorter-lived than Kubernetes allows": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"kubernetes": map[string]any{"tokenExpirationSeconds": 60}}}},
+			want:   "tokenExpirationSeconds",
+		},
+		"a producer identity without its namespace": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"kubernetes": map[string]any{"producerIdentities": "default"}}}},
+			want:   "producerIdentities",
+		},
+		"an unknown auth type": {
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "serviceAccount"}}},
+			want:   "type",
+		},
+		"misspelt authCallout key": {
+			values: map[string]any{"authCallout": map[string]any{"replica": 3}},
+			want:   "replica",
+		},
 		"two NATS servers": {
 			values: map[string]any{"nats": map[string]any{"replicas": 2}},
 			want:   "nats.replicas 2",
@@ -45,12 +70,25 @@ func TestValuesRejected(t *testing.T) {
 			want:   "nats.tls.serverSecretName is required",
 		},
 		"client TLS without its Secret": {
-			values: map[string]any{"nats": map[string]any{"enabled": false, "url": "tls://n:4222", "tls": map[string]any{"enabled": true}}},
-			want:   "nats.tls.secretName is required",
+			values: map[string]any{"nats": map[string]any{"enabled": false, "url": "tls://n:4222", "tls": map[string]any{"enabled": true},
+				"auth": map[string]any{"kubernetes": map[string]any{"secretName": "s"}}}},
+			want: "nats.tls.secretName is required",
 		},
-		"gRPC TLS without a Secret": {
-			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"enabled": true}}},
-			want:   "scaler.tls.secretName is required",
+		"a scaler certificate of yours without KEDA's": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"secretName": "grpc"}}},
+			want:   "keda.clusterTriggerAuthentication.secretName is required with scaler.tls.secretName",
+		},
+		"a KEDA certificate of yours without the scaler's": {
+			values: map[string]any{"keda": map[string]any{"clusterTriggerAuthentication": map[string]any{"secretName": "client"}}},
+			want:   "scaler.tls.secretName is required with keda.clusterTriggerAuthentication.secretName",
+		},
+		"ClusterTriggerAuthentication for a scaler without TLS": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"enabled": false}}},
+			want:   "keda.clusterTriggerAuthentication.enabled needs scaler.tls.enabled",
+		},
+		"cert-manager neither auto, true nor false": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}},
+			want:   "enabled",
 		},
 		"unknown source": {
 			values: map[string]any{"collector": map[string]any{"source": "rocm"}},
@@ -63,10 +101,6 @@ func TestValuesRejected(t *testing.T) {
 		"size in the wrong unit": {
 			values: map[string]any{"nats": map[string]any{"jetstream": map[string]any{"maxFileStore": "8GB"}}},
 			want:   "maxFileStore",
-		},
-		"ClusterTriggerAuthentication without a Secret": {
-			values: map[string]any{"keda": map[string]any{"clusterTriggerAuthentication": map[string]any{"enabled": true}}},
-			want:   "keda.clusterTriggerAuthentication.secretName is required",
 		},
 	}
 	for _, name := range slices.Sorted(maps.Keys(cases)) {

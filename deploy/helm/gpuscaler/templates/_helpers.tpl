@@ -21,6 +21,7 @@
 {{- define "gpuscaler.scaler.name" -}}{{ include "gpuscaler.fullname" . }}{{- end }}
 {{- define "gpuscaler.collector.name" -}}{{ include "gpuscaler.fullname" . | trunc 53 | trimSuffix "-" }}-collector{{- end }}
 {{- define "gpuscaler.nats.name" -}}{{ include "gpuscaler.fullname" . | trunc 58 | trimSuffix "-" }}-nats{{- end }}
+{{- define "gpuscaler.authCallout.name" -}}{{ include "gpuscaler.fullname" . | trunc 50 | trimSuffix "-" }}-auth-callout{{- end }}
 
 {{- define "gpuscaler.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
@@ -71,17 +72,32 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end }}
 
-{{/* NATS client flags: include "gpuscaler.natsArgs" . */}}
-{{- define "gpuscaler.natsArgs" -}}
-- --nats-url={{ include "gpuscaler.natsURL" . }}
-{{- if eq .Values.nats.auth.type "nkey" }}
-- --nats-nkey-seed=/etc/gpuscaler/nats-auth/nkey
-{{- else if eq .Values.nats.auth.type "creds" }}
-- --nats-creds=/etc/gpuscaler/nats-auth/creds
+{{/* Whether NATS clients authenticate with their ServiceAccount token through the auth callout. */}}
+{{- define "gpuscaler.kubernetesAuth" -}}
+{{- if eq .Values.nats.auth.type "kubernetes" }}true{{ end }}
 {{- end }}
-{{- if .Values.nats.tls.enabled }}
+
+{{/* Where the scaler and the collectors find their projected ServiceAccount token. */}}
+{{- define "gpuscaler.natsTokenDir" -}}/var/run/secrets/gpuscaler/nats{{- end }}
+
+{{/* NATS client flags: include "gpuscaler.natsArgs" (list . $auth). $auth false leaves out
+the credentials (the auth callout brings its own). */}}
+{{- define "gpuscaler.natsArgs" -}}
+{{- $top := index . 0 -}}
+{{- $auth := index . 1 -}}
+- --nats-url={{ include "gpuscaler.natsURL" $top }}
+{{- if $auth }}
+{{- if eq $top.Values.nats.auth.type "nkey" }}
+- --nats-nkey-seed=/etc/gpuscaler/nats-auth/nkey
+{{- else if eq $top.Values.nats.auth.type "creds" }}
+- --nats-creds=/etc/gpuscaler/nats-auth/creds
+{{- else if eq $top.Values.nats.auth.type "kubernetes" }}
+- --nats-token-file={{ include "gpuscaler.natsTokenDir" $top }}/token
+{{- end }}
+{{- end }}
+{{- if $top.Values.nats.tls.enabled }}
 - --nats-tls-ca=/etc/gpuscaler/nats-tls/ca.crt
-{{- if .Values.nats.tls.clientCert }}
+{{- if $top.Values.nats.tls.clientCert }}
 - --nats-tls-cert=/etc/gpuscaler/nats-tls/tls.crt
 - --nats-tls-key=/etc/gpuscaler/nats-tls/tls.key
 {{- end }}
@@ -113,24 +129,32 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{- end }}
 {{- end }}
 
+{{/* include "gpuscaler.natsVolumeMounts" (list . $auth) */}}
 {{- define "gpuscaler.natsVolumeMounts" -}}
-{{- if has .Values.nats.auth.type (list "nkey" "creds") }}
+{{- $top := index . 0 -}}
+{{- $auth := index . 1 -}}
+{{- if and $auth (has $top.Values.nats.auth.type (list "nkey" "creds")) }}
 - name: nats-auth
   mountPath: /etc/gpuscaler/nats-auth
   readOnly: true
+{{- else if and $auth (eq $top.Values.nats.auth.type "kubernetes") }}
+- name: nats-token
+  mountPath: {{ include "gpuscaler.natsTokenDir" $top }}
+  readOnly: true
 {{- end }}
-{{- if .Values.nats.tls.enabled }}
+{{- if $top.Values.nats.tls.enabled }}
 - name: nats-tls
   mountPath: /etc/gpuscaler/nats-tls
   readOnly: true
 {{- end }}
 {{- end }}
 
-{{/* include "gpuscaler.natsVolumes" (list . $secretName) */}}
+{{/* include "gpuscaler.natsVolumes" (list . $secretName $auth) */}}
 {{- define "gpuscaler.natsVolumes" -}}
 {{- $top := index . 0 -}}
 {{- $secret := index . 1 -}}
-{{- if has $top.Values.nats.auth.type (list "nkey" "creds") }}
+{{- $auth := index . 2 -}}
+{{- if and $auth (has $top.Values.nats.auth.type (list "nkey" "creds")) }}
 - name: nats-auth
   secret:
     secretName: {{ $secret }}
@@ -138,6 +162,16 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
     items:
       - key: {{ $top.Values.nats.auth.type }}
         path: {{ $top.Values.nats.auth.type }}
+{{- else if and $auth (eq $top.Values.nats.auth.type "kubernetes") }}
+# The pod's own identity for NATS: a ServiceAccount token for our audience only (useless
+# against the API server), renewed by the kubelet; the client re-reads it on reconnect.
+- name: nats-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ $top.Values.nats.auth.kubernetes.audience }}
+          expirationSeconds: {{ int $top.Values.nats.auth.kubernetes.tokenExpirationSeconds }}
+          path: token
 {{- end }}
 {{- if $top.Values.nats.tls.enabled }}
 - name: nats-tls
@@ -147,26 +181,74 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{- end }}
 {{- end }}
 
-{{/* The Secret with the scaler's NATS credentials; empty when auth.type is none. */}}
+{{/* The Secret with the scaler's NATS credentials; empty when auth.type is none or kubernetes. */}}
 {{- define "gpuscaler.natsAuthSecret" -}}
-{{- if ne .Values.nats.auth.type "none" -}}
+{{- if not (has .Values.nats.auth.type (list "none" "kubernetes")) -}}
 {{ required (printf "nats.auth.secretName is required with nats.auth.type %s" .Values.nats.auth.type) .Values.nats.auth.secretName }}
 {{- end -}}
 {{- end }}
 
 {{- define "gpuscaler.collectorNatsAuthSecret" -}}
-{{- if ne .Values.nats.auth.type "none" -}}
+{{- if not (has .Values.nats.auth.type (list "none" "kubernetes")) -}}
 {{ .Values.nats.auth.collectorSecretName | default (include "gpuscaler.natsAuthSecret" .) }}
 {{- end -}}
+{{- end }}
+
+{{/* The Secret with the callout's issuer seed and NATS password: yours, or the chart's. */}}
+{{- define "gpuscaler.authCallout.secretName" -}}
+{{ .Values.nats.auth.kubernetes.secretName | default (include "gpuscaler.authCallout.name" .) }}
+{{- end }}
+
+{{/* The ServiceAccounts the callout treats as the scaler and as collectors: namespace/name. */}}
+{{- define "gpuscaler.scalerIdentity" -}}{{ .Release.Namespace }}/{{ include "gpuscaler.scaler.name" . }}{{- end }}
+{{- define "gpuscaler.collectorIdentity" -}}
+{{- if .Values.collector.enabled }}{{ .Release.Namespace }}/{{ include "gpuscaler.collector.name" . }}{{ end }}
+{{- end }}
+
+{{/* The DNS names the scaler's certificate is valid for: every form of its Service's name
+a scalerAddress may use. */}}
+{{- define "gpuscaler.scalerDNSNames" -}}
+{{- $svc := include "gpuscaler.scaler.name" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s" $svc $ns) $svc | toJson -}}
+{{- end }}
+
+{{/* Where the scaler's gRPC certificates come from: existing (scaler.tls.secretName),
+certManager or generated (by Helm, kept with lookup). */}}
+{{- define "gpuscaler.grpcTLSSource" -}}
+{{- $cm := .Values.scaler.tls.certManager.enabled -}}
+{{- if .Values.scaler.tls.secretName -}}
+existing
+{{- else if or (eq (toString $cm) "true") (and (eq (toString $cm) "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+certManager
+{{- else -}}
+generated
+{{- end -}}
+{{- end }}
+
+{{/* The Secret the scaler reads tls.crt, tls.key and ca.crt from. */}}
+{{- define "gpuscaler.grpcTLSSecret" -}}
+{{ .Values.scaler.tls.secretName | default (printf "%s-grpc-tls" (include "gpuscaler.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret, in keda.namespace, with KEDA's client certificate. */}}
+{{- define "gpuscaler.kedaClientSecret" -}}
+{{ .Values.keda.clusterTriggerAuthentication.secretName | default (printf "%s-keda-client-tls" (include "gpuscaler.fullname" .)) }}
 {{- end }}
 
 {{/* Values that no schema can check: combinations. */}}
 {{- define "gpuscaler.validate" -}}
 {{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}
-{{- fail (printf "nats.auth.type %s needs an operator-mode NATS: use your own NATS (nats.enabled=false, nats.url), or token or userPassword with the bundled one" .Values.nats.auth.type) }}
+{{- fail (printf "nats.auth.type %s needs an operator-mode NATS: use your own NATS (nats.enabled=false, nats.url), or kubernetes, token or userPassword with the bundled one" .Values.nats.auth.type) }}
 {{- end }}
 {{- if and .Values.nats.enabled .Values.nats.auth.collectorSecretName }}
 {{- fail "nats.auth.collectorSecretName needs your own NATS: the bundled one has a single identity, nats.auth.secretName" }}
+{{- end }}
+{{- if and (eq .Values.nats.auth.type "kubernetes") .Values.nats.auth.collectorSecretName }}
+{{- fail "nats.auth.collectorSecretName is for a shared secret (token, userPassword, nkey, creds): with nats.auth.type kubernetes every collector has its own identity already" }}
+{{- end }}
+{{- if and (eq .Values.nats.auth.type "kubernetes") (not .Values.nats.enabled) (not .Values.nats.auth.kubernetes.secretName) }}
+{{- fail "nats.auth.kubernetes.secretName is required with your own NATS (nats.enabled=false) and nats.auth.type kubernetes: your server's auth_callout names the issuer's public key, so the issuer seed (and the callout's password) must be yours (deploy/README.md)" }}
 {{- end }}
 {{- if and .Values.nats.enabled .Values.nats.tls.enabled (not .Values.nats.tls.serverSecretName) }}
 {{- fail "nats.tls.serverSecretName is required when the bundled NATS serves TLS (nats.enabled and nats.tls.enabled)" }}
@@ -174,11 +256,15 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{- if and .Values.nats.enabled (eq (int .Values.nats.replicas) 2) }}
 {{- fail "nats.replicas 2 cannot survive losing one server (JetStream needs a majority): use 1, 3 or 5" }}
 {{- end }}
-{{- if and .Values.scaler.tls.enabled (not .Values.scaler.tls.secretName) }}
-{{- fail "scaler.tls.secretName is required when scaler.tls.enabled is true" }}
+{{- $cta := .Values.keda.clusterTriggerAuthentication }}
+{{- if and $cta.enabled (not .Values.scaler.tls.enabled) }}
+{{- fail "keda.clusterTriggerAuthentication.enabled needs scaler.tls.enabled: KEDA would speak TLS to a scaler serving plain gRPC (set both to false, and remove authenticationRef from your triggers)" }}
 {{- end }}
-{{- if and .Values.keda.clusterTriggerAuthentication.enabled (not .Values.keda.clusterTriggerAuthentication.secretName) }}
-{{- fail "keda.clusterTriggerAuthentication.secretName is required when it is enabled" }}
+{{- if and .Values.scaler.tls.enabled $cta.enabled .Values.scaler.tls.secretName (not $cta.secretName) }}
+{{- fail "keda.clusterTriggerAuthentication.secretName is required with scaler.tls.secretName: the chart makes KEDA's client certificate only with a CA of its own" }}
+{{- end }}
+{{- if and .Values.scaler.tls.enabled $cta.enabled $cta.secretName (not .Values.scaler.tls.secretName) }}
+{{- fail "scaler.tls.secretName is required with keda.clusterTriggerAuthentication.secretName: a client certificate of yours is not signed by the CA the chart makes for the scaler" }}
 {{- end }}
 {{- end }}
 

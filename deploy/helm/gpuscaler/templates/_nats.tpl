@@ -42,5 +42,32 @@ authorization {
   user: $NATS_USER
   password: $NATS_PASSWORD
 }
+{{- else if eq .Values.nats.auth.type "kubernetes" }}
+# Every client but the callout is authenticated by the auth callout: the server sends it
+# the client's connect options (its ServiceAccount token), and admits the client as the
+# user the callout answers with, which must be signed by the issuer. $CALLOUT_ISSUER is
+# the issuer's public key, derived from the seed at start; $CALLOUT_PASSWORD is the
+# callout's own login.
+accounts {
+  # The callout's own account: it may only answer auth requests.
+  AUTH {
+    users: [
+      { user: callout, password: $CALLOUT_PASSWORD }
+    ]
+  }
+  # Every issued user joins this account: the reports and the GPUSCALER stream.
+  GPUSCALER {
+    jetstream: enabled
+  }
+  SYS {}
+}
+system_account: SYS
+authorization {
+  auth_callout {
+    issuer: $CALLOUT_ISSUER
+    auth_users: [ callout ]
+    account: AUTH
+  }
+}
 {{- end }}
 {{- end }}

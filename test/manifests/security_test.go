@@ -1,0 +1,468 @@
+package manifests
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// kubernetesAuth says whether a case's clients authenticate to NATS with ServiceAccount
+// tokens through the auth callout (nats.auth.type kubernetes).
+func kubernetesAuth(objs []Object) bool {
+	return flagValue(scalerArgs(objs), "nats-token-file") != ""
+}
+
+// TestAuthCalloutRBAC: the callout's ServiceAccount is bound to system:auth-delegator
+// (TokenReview) and to nothing else, but for get on pods with --pod-lookup; no other
+// object of the release is bound to anything but the collector's own role.
+func TestAuthCalloutRBAC(t *testing.T) {
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			dep, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+			if !kubernetesAuth(objs) {
+				if ok {
+					t.Errorf("got an auth callout Deployment without nats.auth.type kubernetes")
+				}
+				return
+			}
+			if !ok {
+				t.Fatal("got no auth callout Deployment with nats.auth.type kubernetes")
+			}
+			pod := dep.Spec.Template.Spec
+			sa := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: Namespace}
+			if _, ok := find[*corev1.ServiceAccount](objs, sa.Name); !ok {
+				t.Errorf("got serviceAccountName %s, not rendered", sa.Name)
+			}
+			if !deref(pod.AutomountServiceAccountToken, true) {
+				t.Errorf("got no API token in the callout's pods, want one (TokenReview)")
+			}
+			if n := len(all[*rbacv1.Role](objs)) + len(all[*rbacv1.RoleBinding](objs)); n > 0 {
+				t.Errorf("got %d Roles and RoleBindings, want none", n)
+			}
+			roles := map[string][]rbacv1.PolicyRule{}
+			for _, r := range all[*rbacv1.ClusterRole](objs) {
+				roles[r.Name] = r.Rules
+			}
+			var got []string
+			for _, b := range all[*rbacv1.ClusterRoleBinding](objs) {
+				if !slices.Contains(b.Subjects, sa) {
+					continue
+				}
+				if len(b.Subjects) != 1 {
+					t.Errorf("ClusterRoleBinding %s: got subjects %v, want the callout alone", b.Name, b.Subjects)
+				}
+				got = append(got, b.RoleRef.Name)
+				if b.RoleRef.Name != "system:auth-delegator" {
+					if _, ok := roles[b.RoleRef.Name]; !ok {
+						t.Errorf("ClusterRoleBinding %s: got role %s, which the release does not render", b.Name, b.RoleRef.Name)
+					}
+				}
+			}
+			want := []string{"system:auth-delegator"}
+			podLookup := slices.Contains(pod.Containers[0].Args, "--pod-lookup")
+			if podLookup {
+				want = append(want, Release+"-auth-callout-pods")
+				wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+				if r := roles[Release+"-auth-callout-pods"]; fmt.Sprint(r) != fmt.Sprint(wantRules) {
+					t.Errorf("got pod lookup rules %v, want %v", r, wantRules)
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("got the callout bound to %v, want exactly %v (--pod-lookup %v)", got, want, podLookup)
+			}
+			for name := range roles {
+				if name != Release+"-collector" && !(podLookup && name == Release+"-auth-callout-pods") {
+					t.Errorf("got ClusterRole %s, want none but the collector's (and the callout's pod lookup)", name)
+				}
+			}
+		})
+	}
+}
+
+// TestNATSIdentities: with nats.auth.type kubernetes, the scaler and the collectors
+// present a projected ServiceAccount token of the audience the callout checks, and the
+// callout counts exactly their ServiceAccounts as scaler and collectors.
+func TestNATSIdentities(t *testing.T) {
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			if !kubernetesAuth(objs) {
+				return
+			}
+			callout, _ := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+			args := callout.Spec.Template.Spec.Containers[0].Args
+			audience := flagValue(args, "audience")
+			if audience == "" {
+				t.Fatalf("got callout args %v, want --audience", args)
+			}
+			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			clients := []struct {
+				role string
+				pod  corev1.PodSpec
+			}{{"scaler", scaler.Spec.Template.Spec}}
+			if ds, ok := find[*appsv1.DaemonSet](objs, Release+"-collector"); ok {
+				clients = append(clients, struct {
+					role string
+					pod  corev1.PodSpec
+				}{"collector", ds.Spec.Template.Spec})
+			} else if got := flagValue(args, "collector-identities"); got != "" {
+				t.Errorf("got --collector-identities=%s without collectors, want none", got)
+			}
+			for _, cl := range clients {
+				if got, want := flagValue(args, cl.role+"-identities"), Namespace+"/"+cl.pod.ServiceAccountName; got != want {
+					t.Errorf("got --%s-identities=%s, want %s, the %s's ServiceAccount", cl.role, got, want, cl.role)
+				}
+				ctr := cl.pod.Containers[0]
+				file := flagValue(ctr.Args, "nats-token-file")
+				vol := mountedVolume(ctr.VolumeMounts, file)
+				var token *corev1.ServiceAccountTokenProjection
+				for _, v := range cl.pod.Volumes {
+					if v.Name == vol && v.Projected != nil && len(v.Projected.Sources) == 1 {
+						token = v.Projected.Sources[0].ServiceAccountToken
+					}
+				}
+				if token == nil || !strings.HasSuffix(file, "/"+token.Path) {
+					t.Errorf("%s: got --nats-token-file=%s on volume %q, want a projected ServiceAccount token there", cl.role, file, vol)
+					continue
+				}
+				if token.Audience != audience {
+					t.Errorf("%s: got token audience %q, want the callout's %q", cl.role, token.Audience, audience)
+				}
+				if exp := deref(token.ExpirationSeconds, 3600); exp < 600 {
+					t.Errorf("%s: got expirationSeconds %d, want 600 at least (the API server's minimum)", cl.role, exp)
+				}
+			}
+			if flagValue(args, "producer-identities") == "" {
+				t.Errorf("got callout args %v, want --producer-identities", args)
+			}
+		})
+	}
+}
+
+// peer is a pod that may try to reach one of the release's pods.
+type peer struct {
+	namespace string
+	labels    map[string]string
+}
+
+// admits says whether the NetworkPolicies selecting a pod (with podLabels, in the
+// release's namespace) admit a TCP connection from p to port, as the NetworkPolicy API
+// defines it (k8s.io/api/networking/v1): the union of every selecting policy's ingress
+// rules; a rule with no ports admits every port, with no from every peer; a peer with a
+// namespaceSelector and a podSelector needs both, with only a podSelector means this
+// namespace. Namespaces carry kubernetes.io/metadata.name. A pod no policy selects
+// admits everything.
+func admits(t *testing.T, policies []*networkingv1.NetworkPolicy, podLabels map[string]string, p peer, port int32) bool {
+	t.Helper()
+	selected := false
+	for _, np := range policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if np.Namespace != Namespace || !sel.Matches(labels.Set(podLabels)) {
+			continue
+		}
+		selected = true
+		for _, rule := range np.Spec.Ingress {
+			portOK := len(rule.Ports) == 0
+			for _, rp := range rule.Ports {
+				portOK = portOK || (rp.Port != nil && rp.Port.IntValue() == int(port) && deref(rp.Protocol, corev1.ProtocolTCP) == corev1.ProtocolTCP)
+			}
+			fromOK := len(rule.From) == 0
+			for _, f := range rule.From {
+				fromOK = fromOK || peerMatches(t, np.Namespace, f, p)
+			}
+			if portOK && fromOK {
+				return true
+			}
+		}
+	}
+	return !selected
+}
+
+func peerMatches(t *testing.T, policyNamespace string, f networkingv1.NetworkPolicyPeer, p peer) bool {
+	t.Helper()
+	if f.IPBlock != nil {
+		return false
+	}
+	nsOK := p.namespace == policyNamespace
+	if f.NamespaceSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(f.NamespaceSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nsOK = s.Matches(labels.Set{"kubernetes.io/metadata.name": p.namespace})
+	}
+	podOK := true
+	if f.PodSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(f.PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		podOK = s.Matches(labels.Set(p.labels))
+	}
+	return nsOK && podOK
+}
+
+var (
+	kedaPodsOnce           sync.Once
+	kedaOperator, kedaMetr map[string]string
+	kedaPodsErr            error
+)
+
+// kedaPodLabels returns the pod labels of KEDA's operator and of its metrics server:
+// those of KEDA v2.21.0's release manifests (config/manager/manager.yaml and
+// config/metrics-server/deployment.yaml in its module), with, for the operator, the
+// app.kubernetes.io/name label KEDA's Helm chart adds (keda/templates/manager/deployment.yaml
+// in kedacore/charts): a policy written for either installation must admit it.
+func kedaPodLabels(t *testing.T) (operator, metricsServer map[string]string) {
+	t.Helper()
+	kedaPodsOnce.Do(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kedacore/keda/v2").Output()
+		if err != nil {
+			kedaPodsErr = fmt.Errorf("go list -m github.com/kedacore/keda/v2: %w", err)
+			return
+		}
+		dir := strings.TrimSpace(string(out))
+		podLabels := func(file string) (map[string]string, error) {
+			data, err := os.ReadFile(filepath.Join(dir, file))
+			if err != nil {
+				return nil, err
+			}
+			objs, err := DecodeAll(file, data)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				if d, ok := o.Obj.(*appsv1.Deployment); ok {
+					return d.Spec.Template.Labels, nil
+				}
+			}
+			return nil, fmt.Errorf("%s: no Deployment", file)
+		}
+		if kedaOperator, kedaPodsErr = podLabels("config/manager/manager.yaml"); kedaPodsErr != nil {
+			return
+		}
+		kedaOperator = maps.Clone(kedaOperator)
+		kedaOperator["app.kubernetes.io/name"] = "keda-operator"
+		kedaMetr, kedaPodsErr = podLabels("config/metrics-server/deployment.yaml")
+	})
+	if kedaPodsErr != nil {
+		t.Fatal(kedaPodsErr)
+	}
+	return kedaOperator, kedaMetr
+}
+
+// kedaNamespace is the case's keda.namespace.
+func kedaNamespace(t *testing.T, c Case) string {
+	t.Helper()
+	vals, err := CaseValues(root(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := vals["keda"].(map[string]any); ok {
+		if ns, ok := k["namespace"].(string); ok {
+			return ns
+		}
+	}
+	return "keda"
+}
+
+// reach is a connection a NetworkPolicy test expects admitted or not.
+type reach struct {
+	what string
+	pod  map[string]string // labels of the pod reached, in the release's namespace
+	from peer
+	port int32
+	want bool
+}
+
+// TestNetworkPolicies: who may reach what, asked of the rendered policies as a CNI
+// would: the scaler's gRPC port admits KEDA's operator in KEDA's namespace and nobody
+// else (not KEDA's metrics server, not a tenant pod wearing the operator's labels); NATS
+// clients connect from anywhere but the route port admits only NATS servers; the HTTP
+// ports admit whom networkPolicy.metricsFrom names (everyone by default).
+func TestNetworkPolicies(t *testing.T) {
+	operator, metricsServer := kedaPodLabels(t)
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			policies := all[*networkingv1.NetworkPolicy](objs)
+			if len(policies) == 0 {
+				t.Fatal("got no NetworkPolicy, want them on by default")
+			}
+			kedaNS := kedaNamespace(t, c)
+			tenant := peer{"inference", map[string]string{"app": "llm-gateway"}}
+			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			grpcPort, httpPort := scaler.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort, scaler.Spec.Template.Spec.Containers[0].Ports[1].ContainerPort
+			monitoring := peer{"monitoring", map[string]string{"app.kubernetes.io/name": "prometheus"}}
+			metricsOpen := admits(t, policies, scaler.Spec.Template.Labels, tenant, httpPort)
+			checks := []reach{
+				{"KEDA's operator to the scaler's gRPC", scaler.Spec.Template.Labels, peer{kedaNS, operator}, grpcPort, true},
+				{"KEDA's metrics server to the scaler's gRPC", scaler.Spec.Template.Labels, peer{kedaNS, metricsServer}, grpcPort, false},
+				{"a tenant to the scaler's gRPC", scaler.Spec.Template.Labels, tenant, grpcPort, false},
+				{"a tenant wearing the operator's labels to the scaler's gRPC", scaler.Spec.Template.Labels, peer{tenant.namespace, operator}, grpcPort, false},
+				{"a pod of the release's namespace to the scaler's gRPC", scaler.Spec.Template.Labels, peer{Namespace, map[string]string{"app": "debug"}}, grpcPort, false},
+				{"Prometheus to the scaler's /metrics", scaler.Spec.Template.Labels, monitoring, httpPort, true},
+			}
+			if nats, ok := find[*appsv1.StatefulSet](objs, Release+"-nats"); ok {
+				natsPod := nats.Spec.Template.Labels
+				checks = append(checks,
+					reach{"a tenant to NATS's client port", natsPod, tenant, 4222, true},
+					reach{"a tenant to NATS's route port", natsPod, tenant, 6222, false},
+					reach{"a NATS server to another's route port", natsPod, peer{Namespace, natsPod}, 6222, true},
+					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, metricsOpen},
+				)
+			}
+			if callout, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout"); ok {
+				pod := callout.Spec.Template.Labels
+				port := callout.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort
+				checks = append(checks,
+					reach{"Prometheus to the callout's /metrics", pod, monitoring, port, true},
+					reach{"a tenant to the callout's /metrics", pod, tenant, port, metricsOpen},
+					reach{"a tenant to any other port of the callout", pod, tenant, 4222, false},
+				)
+			}
+			for _, ck := range checks {
+				if got := admits(t, policies, ck.pod, ck.from, ck.port); got != ck.want {
+					t.Errorf("%s (%s/%v, port %d): got admitted %v, want %v", ck.what, ck.from.namespace, ck.from.labels, ck.port, got, ck.want)
+				}
+			}
+			if c.Name == "default" && !metricsOpen {
+				t.Errorf("got the scaler's /metrics closed to a tenant with the default values, want it open (networkPolicy.metricsFrom empty)")
+			}
+			if c.Name == "cert-manager" && metricsOpen {
+				t.Errorf("got the scaler's /metrics open to a tenant with metricsFrom set, want only the monitoring namespace")
+			}
+		})
+	}
+}
+
+// TestGRPCCertificatesWiring: with gRPC TLS, the scaler reads its certificate and its
+// client CA from the Secret the chart makes (or cert-manager fills, or the user names),
+// and the ClusterTriggerAuthentication gives KEDA the Secret made for it, in KEDA's
+// namespace; the scaler's certificate is for the scalerAddress the examples use.
+func TestGRPCCertificatesWiring(t *testing.T) {
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			pod := scaler.Spec.Template.Spec
+			ctr := pod.Containers[0]
+			certFile := flagValue(ctr.Args, "tls-cert")
+			if certFile == "" {
+				t.Fatalf("got scaler args %v, want --tls-cert: gRPC TLS is on by default in every case", ctr.Args)
+			}
+			serverSecret := strings.Split(secretFile(t, pod, ctr, certFile), "/")[0]
+			for _, f := range []string{"tls-key", "tls-client-ca"} {
+				if got := strings.Split(secretFile(t, pod, ctr, flagValue(ctr.Args, f)), "/")[0]; got != serverSecret {
+					t.Errorf("got --%s from Secret %q, want %q with --tls-cert", f, got, serverSecret)
+				}
+			}
+			kedaNS := kedaNamespace(t, c)
+			cta, hasCTA := find[*kedav1alpha1.ClusterTriggerAuthentication](objs, "")
+			clientSecret := ""
+			if hasCTA {
+				for _, r := range cta.Spec.SecretTargetRef {
+					if clientSecret != "" && r.Name != clientSecret {
+						t.Errorf("got ClusterTriggerAuthentication Secrets %s and %s, want one", clientSecret, r.Name)
+					}
+					clientSecret = r.Name
+				}
+			}
+			secrets := map[string]*corev1.Secret{}
+			for _, s := range all[*corev1.Secret](objs) {
+				secrets[s.Namespace+"/"+s.Name] = s
+			}
+			certs := map[string]*Certificate{}
+			for _, cert := range all[*Certificate](objs) {
+				certs[cert.Namespace+"/"+cert.Spec.SecretName] = cert
+			}
+			wantNames := []string{scalerHost, Release + "." + Namespace + ".svc", Release + "." + Namespace, Release}
+			switch {
+			case secrets[Namespace+"/"+serverSecret] != nil:
+				s := secrets[Namespace+"/"+serverSecret]
+				if got := s.Annotations["gpuscaler/dns-names"]; got != strings.Join(wantNames, ",") {
+					t.Errorf("got the generated certificate for %q, want %q", got, strings.Join(wantNames, ","))
+				}
+				if hasCTA {
+					client := secrets[kedaNS+"/"+clientSecret]
+					if client == nil {
+						t.Fatalf("got no Secret %s/%s for the ClusterTriggerAuthentication", kedaNS, clientSecret)
+					}
+					if string(client.Data["ca.crt"]) != string(s.Data["ca.crt"]) {
+						t.Errorf("got KEDA's ca.crt unlike the scaler's, want one CA")
+					}
+				}
+			case certs[Namespace+"/"+serverSecret] != nil:
+				checkCertManager(t, objs, certs[Namespace+"/"+serverSecret], certs[kedaNS+"/"+clientSecret], hasCTA, wantNames)
+			default:
+				// The user's Secrets (scaler.tls.secretName): nothing to generate.
+				if secrets[Namespace+"/"+Release+"-grpc-ca"] != nil {
+					t.Errorf("got a generated CA with scaler.tls.secretName %s", serverSecret)
+				}
+			}
+		})
+	}
+}
+
+// scalerHost is the host of the examples' scalerAddress.
+var scalerHost, _, _ = strings.Cut(scalerAddress, ":")
+
+// checkCertManager: cert-manager's chain as the chart writes it: a self-signed
+// ClusterIssuer makes the CA in the cluster resource namespace, a CA ClusterIssuer reads
+// it there and issues the scaler's certificate (server auth, every name of its Service)
+// and KEDA's (client auth, in KEDA's namespace).
+func checkCertManager(t *testing.T, objs []Object, server, client *Certificate, withClient bool, wantNames []string) {
+	t.Helper()
+	issuers := map[string]*ClusterIssuer{}
+	for _, i := range all[*ClusterIssuer](objs) {
+		issuers[i.Name] = i
+	}
+	ca := issuers[server.Spec.IssuerRef.Name]
+	if server.Spec.IssuerRef.Kind != "ClusterIssuer" || ca == nil || ca.Spec.CA == nil {
+		t.Fatalf("got the scaler's certificate from %+v, want a CA ClusterIssuer of the release", server.Spec.IssuerRef)
+	}
+	var caCert *Certificate
+	for _, cert := range all[*Certificate](objs) {
+		if cert.Spec.IsCA && cert.Spec.SecretName == ca.Spec.CA.SecretName {
+			caCert = cert
+		}
+	}
+	if caCert == nil {
+		t.Fatalf("got no CA Certificate for Secret %s", ca.Spec.CA.SecretName)
+	}
+	if root := issuers[caCert.Spec.IssuerRef.Name]; root == nil || root.Spec.SelfSigned == nil {
+		t.Errorf("got the CA issued by %+v, want the release's self-signed ClusterIssuer", caCert.Spec.IssuerRef)
+	}
+	if !slices.Equal(server.Spec.DNSNames, wantNames) || !slices.Equal(server.Spec.Usages, []string{"server auth"}) {
+		t.Errorf("got the scaler's certificate for %v usages %v, want %v, server auth", server.Spec.DNSNames, server.Spec.Usages, wantNames)
+	}
+	if !withClient {
+		return
+	}
+	if client == nil {
+		t.Fatal("got no Certificate for the ClusterTriggerAuthentication's Secret in KEDA's namespace")
+	}
+	if client.Spec.IssuerRef != server.Spec.IssuerRef || !slices.Equal(client.Spec.Usages, []string{"client auth"}) {
+		t.Errorf("got KEDA's certificate from %+v with usages %v, want the scaler's issuer and client auth", client.Spec.IssuerRef, client.Spec.Usages)
+	}
+}
