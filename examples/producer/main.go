@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ func main() {
 	flag.Float64Var(&cfg.rate, "rate", 5, "requests arriving per second, on average")
 	flag.IntVar(&cfg.workers, "workers", 2, "requests processed at once")
 	flag.DurationVar(&cfg.work, "work", 500*time.Millisecond, "average time to process one request")
+	flag.StringVar(&cfg.tokenFile, "nats-token-file", "", "projected ServiceAccount token (audience gpuscaler-nats) for gpuscaler's NATS auth callout; empty connects without one")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,6 +45,7 @@ func main() {
 
 type config struct {
 	natsURL, namespace, queue string
+	tokenFile                 string
 	rate                      float64
 	workers                   int
 	work                      time.Duration
@@ -54,12 +57,23 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	// Keep trying to reach NATS, and keep reconnecting: the Reporter holds its reports
 	// while NATS is away, and the requests go on meanwhile.
-	nc, err := nats.Connect(cfg.natsURL, nats.Name("gpuscaler-example-producer"),
-		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	opts := []nats.Option{nats.Name("gpuscaler-example-producer"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1)}
+	if cfg.tokenFile != "" {
+		// Read the token at every connect: the kubelet rewrites the file before the token
+		// expires, and the callout's user for it expires with it.
+		opts = append(opts, nats.TokenHandler(func() string {
+			tok, _ := os.ReadFile(cfg.tokenFile)
+			return strings.TrimSpace(string(tok))
+		}))
+	}
+	nc, err := nats.Connect(cfg.natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	defer nc.Close()
+	if cfg.tokenFile != "" {
+		go reconnectOnNewToken(ctx, nc, cfg.tokenFile, log)
+	}
 
 	r, err := queue.NewReporter(nc, cfg.namespace, cfg.queue, queue.Config{Log: log})
 	if err != nil {
@@ -116,4 +130,31 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 // randomDuration returns an exponentially distributed duration with the given mean.
 func randomDuration(mean time.Duration) time.Duration {
 	return time.Duration(rand.ExpFloat64() * float64(mean))
+}
+
+// reconnectOnNewToken reconnects once the token file holds a new token, so the server
+// admits the connection on it before the old token's user expires (the server would
+// then close the connection itself, and a report sent meanwhile would be lost). Flush
+// first: what was published so far has reached the server; what is published during the
+// reconnect is buffered.
+func reconnectOnNewToken(ctx context.Context, nc *nats.Conn, path string, log *slog.Logger) {
+	read := func() string { tok, _ := os.ReadFile(path); return strings.TrimSpace(string(tok)) }
+	last := read()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if tok := read(); tok != "" && tok != last && nc.IsConnected() {
+			last = tok
+			_ = nc.Flush()
+			log.Info("token rotated; reconnecting to NATS with it")
+			if err := nc.ForceReconnect(); err != nil {
+				log.Warn("reconnect with the new token", "err", err)
+			}
+		}
+	}
 }
