@@ -125,7 +125,7 @@ type busOptions struct {
 
 // startBus starts NATS with auth callout configured as the chart configures it, and the
 // callout service.
-func startBus(t *testing.T, o busOptions) *bus {
+func startBus(t testing.TB, o busOptions) *bus {
 	t.Helper()
 	issuer, err := nkeys.CreateAccount()
 	if err != nil {
