@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/authcallout/parse"
 )
 
 // The extra fields the apiserver's TokenReview reports for a token bound to a pod
@@ -36,7 +38,7 @@ type reviewer struct {
 // review returns the identity token proves, or a denial that says why not. now is the
 // time the token's expiry is judged against.
 func (r *reviewer) review(ctx context.Context, token string, now time.Time) (Identity, error) {
-	claims, err := parseTokenClaims(token)
+	claims, err := parse.Token(token)
 	if err != nil {
 		return Identity{}, deny("malformed_token", "token is not a Kubernetes ServiceAccount token: %v", err)
 	}
@@ -46,7 +48,7 @@ func (r *reviewer) review(ctx context.Context, token string, now time.Time) (Ide
 		return Identity{}, deny("expired", "ServiceAccount token expired at %s; mount a projected token, which the kubelet refreshes",
 			claims.Expires.UTC().Format(time.RFC3339))
 	}
-	if !claims.hasAudience(r.audience) {
+	if !claims.HasAudience(r.audience) {
 		return Identity{}, deny("wrong_audience", "ServiceAccount token is for audience %q, want %q (serviceAccountToken.audience of the projected volume)",
 			strings.Join(claims.Audience, ","), r.audience)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/authcallout/parse"
 )
 
 // Subject is where the NATS server sends authorization requests (nats-server
@@ -24,10 +26,6 @@ const Subject = "$SYS.REQ.USER.AUTH"
 // queueGroup lets several replicas of the callout share the requests: each request is
 // answered by one of them.
 const queueGroup = "gpuscaler-auth-callout"
-
-// maxRequestLen bounds a request the callout decodes. A request is a JWT holding the
-// client's connect options and, on TLS, its certificate chain: a few KiB.
-const maxRequestLen = 64 << 10
 
 // Defaults of Config.
 const (
@@ -197,7 +195,7 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn) error {
 // takes as a refusal.
 func (s *Service) Authorize(ctx context.Context, request []byte) []byte {
 	start := s.now()
-	req, err := decodeRequest(request, start)
+	req, err := parse.Request(request, start)
 	if err != nil {
 		s.metrics.observe(0, "malformed_request", start, s.now())
 		s.log.Warn("dropping a malformed authorization request", "err", err)
@@ -278,37 +276,6 @@ func (s *Service) respond(req *jwt.AuthorizationRequestClaims, user, errMsg stri
 		return nil
 	}
 	return []byte(out)
-}
-
-// decodeRequest decodes and checks an authorization request: a JWT signed by the server
-// (a server key), addressed to the callout, unexpired, naming the user key to answer for.
-func decodeRequest(data []byte, now time.Time) (*jwt.AuthorizationRequestClaims, error) {
-	if len(data) > maxRequestLen {
-		return nil, fmt.Errorf("request is %d bytes, want at most %d", len(data), maxRequestLen)
-	}
-	if !bytes.HasPrefix(data, []byte("eyJ")) {
-		return nil, errors.New("request is not a JWT (an encrypted request needs the callout's xkey, which this callout does not use)")
-	}
-	req, err := jwt.DecodeAuthorizationRequestClaims(string(data))
-	if err != nil {
-		return nil, fmt.Errorf("decode request: %w", err)
-	}
-	if !nkeys.IsValidPublicServerKey(req.Issuer) {
-		return nil, fmt.Errorf("request is signed by %q, not a server", req.Issuer)
-	}
-	if req.Audience != "nats-authorization-request" {
-		return nil, fmt.Errorf("request is for audience %q, not nats-authorization-request", req.Audience)
-	}
-	if !nkeys.IsValidPublicUserKey(req.UserNkey) {
-		return nil, fmt.Errorf("request names user key %q, not a user key", req.UserNkey)
-	}
-	if req.Server.ID == "" {
-		return nil, errors.New("request names no server id")
-	}
-	if req.Expires != 0 && time.Unix(req.Expires, 0).Before(now.Add(-time.Second)) {
-		return nil, fmt.Errorf("request expired at %s", time.Unix(req.Expires, 0).UTC().Format(time.RFC3339))
-	}
-	return req, nil
 }
 
 // clientOf describes a request's client for logs.

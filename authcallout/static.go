@@ -9,30 +9,9 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
-	"sigs.k8s.io/yaml"
 
-	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/authcallout/parse"
 )
-
-// StaticUser is a client outside the cluster that logs in with a user name and password,
-// and gets the same limits a ServiceAccount of its role would.
-type StaticUser struct {
-	User string `json:"user"`
-	// PasswordHash is the bcrypt hash of the password (htpasswd -nbB, or
-	// `gpuscaler auth-callout hash-password`); the file never holds the password itself.
-	PasswordHash string `json:"passwordHash"`
-	// Role is producer, collector or scaler.
-	Role string `json:"role"`
-	// Namespace is the namespace a producer speaks for.
-	Namespace string `json:"namespace,omitempty"`
-	// Node is the node a collector speaks for.
-	Node string `json:"node,omitempty"`
-}
-
-// staticUsersFile is the --static-users file.
-type staticUsersFile struct {
-	Users []StaticUser `json:"users"`
-}
 
 // StaticUsers are checked static users by name (LoadStaticUsers, ParseStaticUsers).
 type StaticUsers map[string]staticUser
@@ -57,52 +36,19 @@ func LoadStaticUsers(path string) (StaticUsers, error) {
 	return users, nil
 }
 
-// ParseStaticUsers reads the YAML of a --static-users file.
+// ParseStaticUsers reads the YAML of a --static-users file (parse.StaticUsers).
 func ParseStaticUsers(data []byte) (StaticUsers, error) {
-	var f staticUsersFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, fmt.Errorf("want YAML {users: [{user, passwordHash, role, namespace|node}]}: %w", err)
+	users, err := parse.StaticUsers(data)
+	if err != nil {
+		return nil, err
 	}
-	out := make(StaticUsers, len(f.Users))
-	for i, u := range f.Users {
-		where := fmt.Sprintf("users[%d] (%q)", i, u.User)
-		if u.User == "" {
-			return nil, fmt.Errorf("%s: user is empty", where)
-		}
-		if _, dup := out[u.User]; dup {
-			return nil, fmt.Errorf("%s: user listed twice", where)
-		}
-		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-			return nil, fmt.Errorf("%s: passwordHash is not a bcrypt hash (htpasswd -nbB user password): %v", where, err)
-		}
+	out := make(StaticUsers, len(users))
+	for _, u := range users {
 		role, err := parseRole(u.Role)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, err // parse.StaticUsers checked it
 		}
-		id := Identity{Role: role, Name: "static:" + u.User}
-		switch role {
-		case RoleProducer:
-			if err := gpuscalerv1.ValidateNamespace(u.Namespace); err != nil {
-				return nil, fmt.Errorf("%s: a producer needs the namespace it speaks for: %w", where, err)
-			}
-			if u.Node != "" {
-				return nil, fmt.Errorf("%s: node %q is for collectors, not producers", where, u.Node)
-			}
-			id.Namespace = u.Namespace
-		case RoleCollector:
-			if err := gpuscalerv1.ValidateNodeName(u.Node); err != nil {
-				return nil, fmt.Errorf("%s: a collector needs the node it speaks for: %w", where, err)
-			}
-			if u.Namespace != "" {
-				return nil, fmt.Errorf("%s: namespace %q is for producers, not collectors", where, u.Namespace)
-			}
-			id.Node = u.Node
-		case RoleScaler:
-			if u.Namespace != "" || u.Node != "" {
-				return nil, fmt.Errorf("%s: a scaler speaks for no namespace or node", where)
-			}
-		}
-		out[u.User] = staticUser{hash: []byte(u.PasswordHash), id: id}
+		out[u.User] = staticUser{hash: []byte(u.PasswordHash), id: Identity{Role: role, Name: "static:" + u.User, Namespace: u.Namespace, Node: u.Node}}
 	}
 	return out, nil
 }
