@@ -7,15 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +25,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
@@ -108,7 +105,6 @@ func serviceAccount(ns, name, pod, podUID, node string) authenticationv1.UserInf
 // bus is a real nats-server whose every client but the callout's own is admitted by a
 // real Service.
 type bus struct {
-	srv  *server.Server
 	url  string
 	api  *apiserver
 	kube *fake.Clientset
@@ -132,26 +128,8 @@ func startBus(t testing.TB, o busOptions) *bus {
 		t.Fatal(err)
 	}
 	pub, _ := issuer.PublicKey()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte(NATSConfig{Issuer: pub, CalloutPassword: calloutPassword, StoreDir: filepath.Join(dir, "js")}.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatalf("NATS configuration: %v", err)
-	}
-	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready within 10s")
-	}
-	b := &bus{srv: srv, url: fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port), api: &apiserver{tokens: map[string]authenticationv1.UserInfo{}}}
+	ns := natstest.StartConfig(t, NATSConfig{Issuer: pub, CalloutPassword: calloutPassword}.String())
+	b := &bus{url: ns.ClientURL(), api: &apiserver{tokens: map[string]authenticationv1.UserInfo{}}}
 	b.kube = fake.NewClientset()
 	b.kube.PrependReactor("create", "tokenreviews", b.api.react)
 	log, buf := testkit.BufferLogger()

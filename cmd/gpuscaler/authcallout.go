@@ -5,19 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuscaler/gpuscaler/authcallout"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
-	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 const authCalloutAbout = `
@@ -122,26 +118,19 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	defer nc.Close()
 
 	g, ctx := errgroup.WithContext(ctx)
-	if httpAddr != "-" {
-		lis, err := net.Listen("tcp", httpAddr)
-		if err != nil {
-			return fmt.Errorf("HTTP listener: %w", err)
+	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
+		if !nc.IsConnected() {
+			return errors.New("NATS is not connected")
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		serve.Probes(mux, func() error {
-			if !nc.IsConnected() {
-				return errors.New("NATS is not connected")
-			}
-			select {
-			case <-svc.Ready():
-				return nil
-			default:
-				return errors.New("not yet subscribed to authorization requests")
-			}
-		})
-		log.Info("serving metrics and probes", "httpAddr", lis.Addr().String())
-		g.Go(func() error { return serve.HTTP(ctx, lis, mux) })
+		select {
+		case <-svc.Ready():
+			return nil
+		default:
+			return errors.New("not yet subscribed to authorization requests")
+		}
+	}, nil)
+	if err != nil {
+		return err
 	}
 	g.Go(func() error { return svc.Run(ctx, nc.Conn) })
 	return g.Wait()

@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpuscaler/gpuscaler/authcallout"
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
@@ -82,22 +80,7 @@ func TestAuthCalloutCommand(t *testing.T) {
 	seed := testkit.WriteFile(t, dir, "seed", []byte(strings.Repeat("s", 64)))
 	kp, _ := authcallout.LoadIssuer(seed)
 	pub, _ := kp.PublicKey()
-	conf := testkit.WriteFile(t, dir, "nats.conf", []byte(authcallout.NATSConfig{Issuer: pub, CalloutPassword: "pw", StoreDir: filepath.Join(dir, "js")}.String()))
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready")
-	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port)
+	url := natstest.StartConfig(t, authcallout.NATSConfig{Issuer: pub, CalloutPassword: "pw"}.String()).ClientURL()
 	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	users := testkit.WriteFile(t, dir, "users.yaml", []byte(`users:
 - user: ci

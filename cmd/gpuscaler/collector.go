@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -147,24 +148,18 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	if err != nil {
 		return err
 	}
-	if httpAddr != "-" {
-		lis, err := net.Listen("tcp", httpAddr)
-		if err != nil {
-			return fmt.Errorf("HTTP listener: %w", err)
+	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
+		if !nc.IsConnected() {
+			return errors.New("NATS is not connected")
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		serve.Probes(mux, func() error {
-			if !nc.IsConnected() {
-				return errors.New("NATS is not connected")
-			}
-			return c.Ready()
-		})
+		return c.Ready()
+	}, func(mux *http.ServeMux) {
 		if sim != nil {
 			mux.Handle("/sim", sim.Handler())
 		}
-		log.Info("serving metrics and probes", "httpAddr", lis.Addr().String())
-		g.Go(func() error { return serve.HTTP(ctx, lis, mux) })
+	})
+	if err != nil {
+		return err
 	}
 	g.Go(func() error { return c.Run(ctx) })
 	return g.Wait()
@@ -197,4 +192,27 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// serveMetricsAndProbes serves /metrics from reg and /healthz and /readyz (ready says
+// whether the part is ready) on httpAddr, plus what more adds, in g until ctx ends; "-"
+// turns HTTP off.
+func serveMetricsAndProbes(ctx context.Context, g *errgroup.Group, httpAddr string, reg *prometheus.Registry, log *slog.Logger,
+	ready func() error, more func(*http.ServeMux)) error {
+	if httpAddr == "-" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	serve.Probes(mux, ready)
+	if more != nil {
+		more(mux)
+	}
+	log.Info("serving metrics and probes", "httpAddr", lis.Addr().String())
+	g.Go(func() error { return serve.HTTP(ctx, lis, mux) })
+	return nil
 }

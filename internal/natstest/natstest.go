@@ -25,6 +25,19 @@ func Start(t testing.TB, addr, dir string) *embedded.Server {
 	return ns
 }
 
+// StartConfig starts an embedded NATS server on a free loopback port with the
+// nats-server configuration text config (accounts, authorization) and a temporary store,
+// and shuts it down at cleanup.
+func StartConfig(t testing.TB, config string) *embedded.Server {
+	t.Helper()
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Log: testkit.Logger(t), Config: config})
+	if err != nil {
+		t.Fatalf("start NATS: %v", err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
 // Connect connects to url as a long-running part does, reconnecting forever, and
 // closes the connection at cleanup.
 func Connect(t testing.TB, url string) *natsconn.Conn {
