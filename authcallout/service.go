@@ -23,6 +23,9 @@ import (
 // server/auth_callout.go, AuthCalloutSubject).
 const Subject = "$SYS.REQ.USER.AUTH"
 
+// maxConcurrent bounds the requests a Service answers at once.
+const maxConcurrent = 64
+
 // queueGroup lets several replicas of the callout share the requests: each request is
 // answered by one of them.
 const queueGroup = "gpuscaler-auth-callout"
@@ -154,11 +157,39 @@ func (s *Service) Ready() <-chan struct{} { return s.up }
 // Run answers requests on nc until ctx ends. nc must be logged in as one of the NATS
 // server's auth_callout auth_users.
 func (s *Service) Run(ctx context.Context, nc *nats.Conn) error {
+	// nats.go hands a subscription's messages over one at a time; a TokenReview takes a
+	// round trip to the API server, so each request is answered on its own goroutine,
+	// at most maxConcurrent at once: after a NATS restart every client reconnects at
+	// once, and the server gives up on a request after its auth timeout (2 s).
+	var (
+		sem     = make(chan struct{}, maxConcurrent)
+		wg      sync.WaitGroup
+		mu      sync.Mutex // guards stopped and wg.Add
+		stopped bool
+	)
+	defer func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		wg.Wait()
+	}()
 	sub, err := nc.QueueSubscribe(Subject, queueGroup, func(m *nats.Msg) {
-		resp := s.Authorize(ctx, m.Data)
-		if err := m.Respond(resp); err != nil {
-			s.log.Warn("cannot answer an authorization request", "err", err)
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
 		}
+		wg.Add(1)
+		mu.Unlock()
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp := s.Authorize(ctx, m.Data)
+			if err := m.Respond(resp); err != nil {
+				s.log.Warn("cannot answer an authorization request", "err", err)
+			}
+		}()
 	})
 	if err != nil {
 		return fmt.Errorf("auth callout: subscribe to %s: %w", Subject, err)
