@@ -346,3 +346,30 @@ func TestIssuedUserExpiresWithItsToken(t *testing.T) {
 		t.Fatalf("closed (last error %v) without the server's authentication-expired error", nc.LastError())
 	}
 }
+
+// TestReconnectStorm: after a NATS restart every client reconnects at once, and the
+// server gives up on a request after its auth timeout (2 s). With reviews taking 500 ms,
+// twelve clients connecting together all get in only if the callout answers them side
+// by side; one at a time, the later ones would wait 6 s.
+func TestReconnectStorm(t *testing.T) {
+	b := startBus(t, busOptions{reviewDelay: 500 * time.Millisecond})
+	tokens := make([]string, 12)
+	for i := range tokens {
+		tokens[i] = b.token(t, tenantA)
+	}
+	errs := make(chan error, len(tokens))
+	for _, tok := range tokens {
+		go func() {
+			nc, err := nats.Connect(b.url, nats.Token(tok), nats.Timeout(10*time.Second))
+			if err == nil {
+				nc.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range tokens {
+		if err := <-errs; err != nil {
+			t.Errorf("a client of the storm was refused: %v", err)
+		}
+	}
+}

@@ -117,6 +117,9 @@ type busOptions struct {
 	static    StaticUsers
 	podLookup bool
 	maxTTL    time.Duration
+	// reviewDelay is how long each TokenReview takes, as a slow or distant API
+	// server's would.
+	reviewDelay time.Duration
 }
 
 // startBus starts NATS with auth callout configured as the chart configures it, and the
@@ -135,7 +138,7 @@ func startBus(t testing.TB, o busOptions) *bus {
 	log, buf := testkit.BufferLogger()
 	b.log, b.reg = buf, prometheus.NewRegistry()
 	b.svc, err = New(Config{
-		Issuer: issuer, Audience: testAudience, Kube: clientsetKube{b.kube}, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
+		Issuer: issuer, Audience: testAudience, Kube: clientsetKube{b.kube, o.reviewDelay}, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
 		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: "*/*",
 		StaticUsers: o.static, Log: log, Registry: b.reg,
 	})
@@ -246,9 +249,13 @@ type userInfo = authenticationv1.UserInfo
 // clientsetKube is the callout's Kube over a client-go clientset (here the fake one):
 // what the binary's REST implementation does against a real API server, which test/e2e
 // runs.
-type clientsetKube struct{ kubernetes.Interface }
+type clientsetKube struct {
+	kubernetes.Interface
+	delay time.Duration // before each review
+}
 
 func (k clientsetKube) ReviewToken(ctx context.Context, token string, audiences []string) (TokenReviewStatus, error) {
+	time.Sleep(k.delay)
 	tr, err := k.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: audiences},
 	}, metav1.CreateOptions{})

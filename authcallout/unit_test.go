@@ -199,7 +199,7 @@ func authorizeService(t testing.TB) (*Service, string) {
 	kube.PrependReactor("create", "tokenreviews", api.react)
 	valid := fakeToken(t, testAudience, time.Now().Add(time.Hour))
 	api.tokens[valid] = tenantA
-	s, err := New(Config{Issuer: issuer, Kube: clientsetKube{kube}, Producers: "*/*", Collectors: "gpuscaler/gpuscaler-collector",
+	s, err := New(Config{Issuer: issuer, Kube: clientsetKube{Interface: kube}, Producers: "*/*", Collectors: "gpuscaler/gpuscaler-collector",
 		StaticUsers: StaticUsers{"ci": {hash: hash, id: Identity{Role: RoleProducer, Name: "static:ci", Namespace: "team-a"}}}})
 	if err != nil {
 		t.Fatal(err)
