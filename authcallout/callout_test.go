@@ -238,7 +238,7 @@ func TestRefusals(t *testing.T) {
 	}
 	// Every ServiceAccount may produce for its own namespace by default ("*/*"), so an
 	// unlisted one needs a narrower list: its own bus.
-	narrow := startNarrowBus(t)
+	narrow := startBus(t, busOptions{producers: "team-a/inference"})
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			bb := b
@@ -270,13 +270,6 @@ func TestRefusals(t *testing.T) {
 		}
 		errs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-b.x\"`)
 	})
-}
-
-func startNarrowBus(t *testing.T) *bus {
-	t.Helper()
-	b := startBus(t, busOptions{})
-	b.svc.reviewer.producers, _ = parsePatterns("producer identities", "team-a/inference")
-	return b
 }
 
 // TestCollectorNodeFromPod: without a node claim, --pod-lookup takes the node from the

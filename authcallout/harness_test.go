@@ -1,6 +1,7 @@
 package authcallout
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -117,6 +118,8 @@ type busOptions struct {
 	static    StaticUsers
 	podLookup bool
 	maxTTL    time.Duration
+	// producers are --producer-identities; empty means "*/*".
+	producers string
 	// reviewDelay is how long each TokenReview takes, as a slow or distant API
 	// server's would.
 	reviewDelay time.Duration
@@ -139,7 +142,7 @@ func startBus(t testing.TB, o busOptions) *bus {
 	b.log, b.reg = buf, prometheus.NewRegistry()
 	b.svc, err = New(Config{
 		Issuer: issuer, Audience: testAudience, Kube: clientsetKube{b.kube, o.reviewDelay}, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
-		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: "*/*",
+		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: cmp.Or(o.producers, "*/*"),
 		StaticUsers: o.static, Log: log, Registry: b.reg,
 	})
 	if err != nil {
