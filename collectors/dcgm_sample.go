@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuscaler/gpuscaler/collectors/xid"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -157,7 +158,7 @@ func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
 	x.lastTS = v.TS
 	x.count++
 	x.last = uint32(min(v.Value, math.MaxUint32))
-	if criticalXID(uint64(x.last)) {
+	if xid.Critical(uint64(x.last)) {
 		x.critical, x.at = x.last, now
 		if v.TS > 0 {
 			x.at = time.UnixMicro(v.TS)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuscaler/gpuscaler/collectors/xid"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -912,7 +913,7 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 		place := nvmlPlace{e.GpuInstanceId, e.ComputeInstanceId}
 		ev := nvmlXIDEvent{xid: uint32(min(e.EventData, math.MaxUint32)), at: s.now(), seq: s.xidSeq}
 		c.last[place] = ev
-		if criticalXID(e.EventData) {
+		if xid.Critical(e.EventData) {
 			c.critical[place] = ev
 		}
 	}

@@ -111,17 +111,3 @@ type PodDirectory interface {
 
 // ErrNoGPUSource reports that --source auto found no way to read the GPUs.
 var ErrNoGPUSource = errors.New("no GPU source available")
-
-// criticalXID reports whether XID error xid says the GPU itself is failing, as NVIDIA's
-// device plugin decides by default (k8s-device-plugin internal/rm/health.go,
-// getDisabledHealthCheckXids): every XID but the application errors 13 (graphics engine
-// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
-// cleanup), 68 (video processor exception) and 109 (context switch timeout), which end
-// one process and leave the GPU healthy. 0 is no XID. Every source judges XIDs by it.
-func criticalXID(xid uint64) bool {
-	switch xid {
-	case 0, 13, 31, 43, 45, 68, 109:
-		return false
-	}
-	return true
-}
