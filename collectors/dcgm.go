@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/collectors/dcgmerr"
 	"log/slog"
 	"maps"
 	"slices"
@@ -35,7 +36,7 @@ const (
 // The fields are watched as two groups. DCGM fails a whole watch, and watches none of
 // its fields, when the profiling module refuses its fields (a GPU without profiling
 // support, a non-root host engine, another profiler holding the counters: see
-// dcgmErrorClasses), so the profiling fields have a group of their own and the base
+// dcgmerr.ErrProfilingRefused), so the profiling fields have a group of their own and the base
 // fields are read whatever the profiling module says.
 var (
 	dcgmBaseFields = []uint16{
@@ -117,8 +118,8 @@ type dcgmGPUStatus struct {
 // method but Init is called only after Init succeeded, and none after Shutdown until
 // Init succeeds again.
 //
-// Errors are wrapped in the dcgmErrorClasses sentinels when their kind is known
-// (errDCGMConnection, errDCGMProfilingRefused, …).
+// Errors are wrapped in the dcgmerr sentinels when their kind is known
+// (dcgmerr.ErrConnection, dcgmerr.ErrProfilingRefused, …).
 type dcgmAPI interface {
 	// Init connects to DCGM: the embedded host engine when addr is empty, else the
 	// standalone nv-hostengine at addr.
@@ -285,7 +286,7 @@ func newDCGMSource(api dcgmAPI, ids dcgmIdentifier, now func() time.Time, cfg DC
 func (s *dcgmSource) Name() string { return "dcgm" }
 
 // Collect reads the latest watched values of every device. While the host engine is
-// unreachable it fails, with an error wrapping errDCGMConnection, and tries to
+// unreachable it fails, with an error wrapping dcgmerr.ErrConnection, and tries to
 // reconnect when the back-off allows.
 func (s *dcgmSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if err := ctx.Err(); err != nil {
@@ -309,7 +310,7 @@ func (s *dcgmSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 	}
 	for {
 		out, gone, err := s.read(now)
-		if err != nil && !errors.Is(err, errDCGMEntityGone) {
+		if err != nil && !errors.Is(err, dcgmerr.ErrEntityGone) {
 			return nil, s.failed(now, fmt.Errorf("DCGM (%s): %w", s.where, err))
 		}
 		if err != nil || gone {
@@ -336,7 +337,7 @@ func (s *dcgmSource) mayRediscover(now time.Time) bool {
 // counts Inits, and connects again only once Shutdown brought the count to zero) and
 // starts the back-off. It returns err.
 func (s *dcgmSource) failed(now time.Time, err error) error {
-	if !errors.Is(err, errDCGMConnection) || !s.connected {
+	if !errors.Is(err, dcgmerr.ErrConnection) || !s.connected {
 		return err
 	}
 	_ = s.api.Shutdown()
@@ -351,14 +352,14 @@ func (s *dcgmSource) failed(now time.Time, err error) error {
 // reconnect connects to DCGM again, if the back-off allows, and watches the devices.
 func (s *dcgmSource) reconnect(now time.Time) error {
 	if now.Before(s.nextTry) {
-		return fmt.Errorf("%w: DCGM (%s) unreachable since %s; next try in %s", errDCGMConnection, s.where,
+		return fmt.Errorf("%w: DCGM (%s) unreachable since %s; next try in %s", dcgmerr.ErrConnection, s.where,
 			s.downSince.Format(time.RFC3339), s.nextTry.Sub(now).Round(time.Millisecond))
 	}
 	if err := s.api.Init(s.cfg.Addr); err != nil {
 		s.backoff = min(2*s.backoff, dcgmMaxBackoff)
 		s.nextTry = now.Add(s.backoff)
 		s.log.Debug("DCGM reconnect failed", "where", s.where, "err", err, "retryIn", s.backoff)
-		return fmt.Errorf("%w: DCGM (%s) unreachable since %s: reconnect: %w", errDCGMConnection, s.where,
+		return fmt.Errorf("%w: DCGM (%s) unreachable since %s: reconnect: %w", dcgmerr.ErrConnection, s.where,
 			s.downSince.Format(time.RFC3339), err)
 	}
 	s.connected = true
@@ -428,7 +429,7 @@ func (s *dcgmSource) discover(now time.Time) (err error) {
 func (s *dcgmSource) watchProfiling(entities []dcgmEntity) error {
 	w, err := s.api.Watch(entities, dcgmProfilingFields, s.cfg.Every)
 	if err != nil {
-		if errors.Is(err, errDCGMConnection) {
+		if errors.Is(err, dcgmerr.ErrConnection) {
 			return fmt.Errorf("watch profiling fields: %w", err)
 		}
 		for _, f := range dcgmProfilingFields {
@@ -437,7 +438,7 @@ func (s *dcgmSource) watchProfiling(entities []dcgmEntity) error {
 		if s.profRefused == "" {
 			s.log.Warn("DCGM refuses the profiling fields: SM active, tensor active and MIG utilisation are not reported; "+
 				"the other readings are (retried at each rediscovery)",
-				"where", s.where, "reason", dcgmErrorName(err), "err", err)
+				"where", s.where, "reason", dcgmerr.Name(err), "err", err)
 		} else {
 			s.log.Debug("DCGM still refuses the profiling fields", "err", err)
 		}
@@ -639,7 +640,7 @@ func (s *dcgmSource) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone boo
 	}
 	if !anyRead && !anyFailed {
 		if gone {
-			return nil, true, fmt.Errorf("%w: DCGM no longer watches any device", errDCGMEntityGone)
+			return nil, true, fmt.Errorf("%w: DCGM no longer watches any device", dcgmerr.ErrEntityGone)
 		}
 		return nil, false, fmt.Errorf("no reading from any of %d devices: every DCGM field is blank", len(s.devices))
 	}

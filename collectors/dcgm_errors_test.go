@@ -3,13 +3,14 @@ package collectors
 import (
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/collectors/dcgmerr"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
 )
 
-// TestDCGMClassify checks dcgmClassify against DCGM's own codes (go-dcgm
+// TestDCGMClassify checks dcgmerr.Classify against DCGM's own codes (go-dcgm
 // pkg/dcgm/const.go DCGM_ST_*) and texts (NVIDIA/DCGM dcgmlib/src/dcgm_errors.c
 // errorString, dcgmErrorsC here), in the two forms go-dcgm hands them over: a
 // *dcgm.Error with Code (EntitiesGetLatestValues, GetSupportedDevices, GetDeviceInfo)
@@ -22,22 +23,22 @@ func TestDCGMClassify(t *testing.T) {
 		want     error
 		wantName string
 	}{
-		"CONNECTION_NOT_VALID":        {dcgm.DCGM_ST_CONNECTION_NOT_VALID, errDCGMConnection, "DCGM_ST_CONNECTION_NOT_VALID"},
-		"UNINITIALIZED":               {dcgm.DCGM_ST_UNINITIALIZED, errDCGMConnection, "DCGM_ST_UNINITIALIZED"},
-		"PROFILING_NOT_SUPPORTED":     {dcgm.DCGM_ST_PROFILING_NOT_SUPPORTED, errDCGMProfilingRefused, "DCGM_ST_PROFILING_NOT_SUPPORTED"},
-		"REQUIRES_ROOT":               {dcgm.DCGM_ST_REQUIRES_ROOT, errDCGMProfilingRefused, "DCGM_ST_REQUIRES_ROOT"},
-		"IN_USE":                      {dcgm.DCGM_ST_IN_USE, errDCGMProfilingRefused, "DCGM_ST_IN_USE"},
-		"MODULE_NOT_LOADED":           {dcgm.DCGM_ST_MODULE_NOT_LOADED, errDCGMProfilingRefused, "DCGM_ST_MODULE_NOT_LOADED"},
-		"PROFILING_LIBRARY_ERROR":     {dcgm.DCGM_ST_PROFILING_LIBRARY_ERROR, errDCGMProfilingRefused, "DCGM_ST_PROFILING_LIBRARY_ERROR"},
-		"PROFILING_MULTI_PASS":        {dcgm.DCGM_ST_PROFILING_MULTI_PASS, errDCGMProfilingRefused, "DCGM_ST_PROFILING_MULTI_PASS"},
-		"NOT_SUPPORTED":               {dcgm.DCGM_ST_NOT_SUPPORTED, errDCGMNotSupported, "DCGM_ST_NOT_SUPPORTED"},
-		"GPU_NOT_SUPPORTED":           {dcgm.DCGM_ST_GPU_NOT_SUPPORTED, errDCGMNotSupported, "DCGM_ST_GPU_NOT_SUPPORTED"},
-		"INSUFFICIENT_DRIVER_VERSION": {dcgm.DCGM_ST_INSUFFICIENT_DRIVER_VERSION, errDCGMNotSupported, "DCGM_ST_INSUFFICIENT_DRIVER_VERSION"},
-		"GPU_IS_LOST":                 {dcgm.DCGM_ST_GPU_IS_LOST, errDCGMGPULost, "DCGM_ST_GPU_IS_LOST"},
-		"RESET_REQUIRED":              {dcgm.DCGM_ST_RESET_REQUIRED, errDCGMResetRequired, "DCGM_ST_RESET_REQUIRED"},
-		"NOT_WATCHED":                 {dcgm.DCGM_ST_NOT_WATCHED, errDCGMEntityGone, "DCGM_ST_NOT_WATCHED"},
-		"INSTANCE_NOT_FOUND":          {dcgm.DCGM_ST_INSTANCE_NOT_FOUND, errDCGMEntityGone, "DCGM_ST_INSTANCE_NOT_FOUND"},
-		"COMPUTE_INSTANCE_NOT_FOUND":  {dcgm.DCGM_ST_COMPUTE_INSTANCE_NOT_FOUND, errDCGMEntityGone, "DCGM_ST_COMPUTE_INSTANCE_NOT_FOUND"},
+		"CONNECTION_NOT_VALID":        {dcgm.DCGM_ST_CONNECTION_NOT_VALID, dcgmerr.ErrConnection, "DCGM_ST_CONNECTION_NOT_VALID"},
+		"UNINITIALIZED":               {dcgm.DCGM_ST_UNINITIALIZED, dcgmerr.ErrConnection, "DCGM_ST_UNINITIALIZED"},
+		"PROFILING_NOT_SUPPORTED":     {dcgm.DCGM_ST_PROFILING_NOT_SUPPORTED, dcgmerr.ErrProfilingRefused, "DCGM_ST_PROFILING_NOT_SUPPORTED"},
+		"REQUIRES_ROOT":               {dcgm.DCGM_ST_REQUIRES_ROOT, dcgmerr.ErrProfilingRefused, "DCGM_ST_REQUIRES_ROOT"},
+		"IN_USE":                      {dcgm.DCGM_ST_IN_USE, dcgmerr.ErrProfilingRefused, "DCGM_ST_IN_USE"},
+		"MODULE_NOT_LOADED":           {dcgm.DCGM_ST_MODULE_NOT_LOADED, dcgmerr.ErrProfilingRefused, "DCGM_ST_MODULE_NOT_LOADED"},
+		"PROFILING_LIBRARY_ERROR":     {dcgm.DCGM_ST_PROFILING_LIBRARY_ERROR, dcgmerr.ErrProfilingRefused, "DCGM_ST_PROFILING_LIBRARY_ERROR"},
+		"PROFILING_MULTI_PASS":        {dcgm.DCGM_ST_PROFILING_MULTI_PASS, dcgmerr.ErrProfilingRefused, "DCGM_ST_PROFILING_MULTI_PASS"},
+		"NOT_SUPPORTED":               {dcgm.DCGM_ST_NOT_SUPPORTED, dcgmerr.ErrNotSupported, "DCGM_ST_NOT_SUPPORTED"},
+		"GPU_NOT_SUPPORTED":           {dcgm.DCGM_ST_GPU_NOT_SUPPORTED, dcgmerr.ErrNotSupported, "DCGM_ST_GPU_NOT_SUPPORTED"},
+		"INSUFFICIENT_DRIVER_VERSION": {dcgm.DCGM_ST_INSUFFICIENT_DRIVER_VERSION, dcgmerr.ErrNotSupported, "DCGM_ST_INSUFFICIENT_DRIVER_VERSION"},
+		"GPU_IS_LOST":                 {dcgm.DCGM_ST_GPU_IS_LOST, dcgmerr.ErrGPULost, "DCGM_ST_GPU_IS_LOST"},
+		"RESET_REQUIRED":              {dcgm.DCGM_ST_RESET_REQUIRED, dcgmerr.ErrResetRequired, "DCGM_ST_RESET_REQUIRED"},
+		"NOT_WATCHED":                 {dcgm.DCGM_ST_NOT_WATCHED, dcgmerr.ErrEntityGone, "DCGM_ST_NOT_WATCHED"},
+		"INSTANCE_NOT_FOUND":          {dcgm.DCGM_ST_INSTANCE_NOT_FOUND, dcgmerr.ErrEntityGone, "DCGM_ST_INSTANCE_NOT_FOUND"},
+		"COMPUTE_INSTANCE_NOT_FOUND":  {dcgm.DCGM_ST_COMPUTE_INSTANCE_NOT_FOUND, dcgmerr.ErrEntityGone, "DCGM_ST_COMPUTE_INSTANCE_NOT_FOUND"},
 		"BADPARAM is no kind":         {dcgm.DCGM_ST_BADPARAM, nil, ""},
 		"GENERIC_ERROR is no kind":    {dcgm.DCGM_ST_GENERIC_ERROR, nil, ""},
 		"NO_DATA is no kind":          {dcgm.DCGM_ST_NO_DATA, nil, ""},
@@ -50,14 +51,14 @@ func TestDCGMClassify(t *testing.T) {
 			if tc.want != nil && text == "" {
 				t.Fatalf("no dcgm_errors.c text for code %d in dcgmErrorsC", tc.code)
 			}
-			if got, gotName := dcgmClassify(tc.code, true, "something else entirely"); got != tc.want || gotName != tc.wantName {
+			if got, gotName := dcgmerr.Classify(tc.code, true, "something else entirely"); got != tc.want || gotName != tc.wantName {
 				t.Errorf("by code %d: got %v (%s), want %v (%s)", tc.code, got, gotName, tc.want, tc.wantName)
 			}
 			if text == "" {
 				return
 			}
 			for _, prefix := range []string{"", "error watching fields: ", "error connecting to nv-hostengine: "} {
-				if got, gotName := dcgmClassify(0, false, prefix+text); got != tc.want || gotName != tc.wantName {
+				if got, gotName := dcgmerr.Classify(0, false, prefix+text); got != tc.want || gotName != tc.wantName {
 					t.Errorf("by text %q: got %v (%s), want %v (%s)", prefix+text, got, gotName, tc.want, tc.wantName)
 				}
 			}
@@ -73,10 +74,10 @@ func TestDCGMErrWrapsGoDCGMErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		"*dcgm.Error with GPU_IS_LOST, wrapped":   {fmt.Errorf("GPU 3: %w", &dcgm.Error{Code: dcgm.DCGM_ST_GPU_IS_LOST}), errDCGMGPULost},
-		"*dcgm.Error's code beats any text":       {fmt.Errorf("Host engine connection invalid/disconnected: %w", &dcgm.Error{Code: dcgm.DCGM_ST_IN_USE}), errDCGMProfilingRefused},
-		"WatchFieldsWithGroupEx's text":           {errors.New("error watching fields: " + dcgmErrorsC[-36]), errDCGMProfilingRefused},
-		"connectStandaloneV2's text":              {errors.New("error connecting to nv-hostengine: " + dcgmErrorsC[-21]), errDCGMConnection},
+		"*dcgm.Error with GPU_IS_LOST, wrapped":   {fmt.Errorf("GPU 3: %w", &dcgm.Error{Code: dcgm.DCGM_ST_GPU_IS_LOST}), dcgmerr.ErrGPULost},
+		"*dcgm.Error's code beats any text":       {fmt.Errorf("Host engine connection invalid/disconnected: %w", &dcgm.Error{Code: dcgm.DCGM_ST_IN_USE}), dcgmerr.ErrProfilingRefused},
+		"WatchFieldsWithGroupEx's text":           {errors.New("error watching fields: " + dcgmErrorsC[-36]), dcgmerr.ErrProfilingRefused},
+		"connectStandaloneV2's text":              {errors.New("error connecting to nv-hostengine: " + dcgmErrorsC[-21]), dcgmerr.ErrConnection},
 		"GetGPUInstanceHierarchy's text, unknown": {errors.New("error retrieving DCGM MIG hierarchy: " + dcgmErrorsC[-3]), nil},
 		"no libdcgm": {errors.New("libdcgm.so.4 not found"), nil},
 	} {
@@ -85,7 +86,7 @@ func TestDCGMErrWrapsGoDCGMErrors(t *testing.T) {
 			if !errors.Is(got, tc.err) {
 				t.Errorf("got %v, want it to wrap the original %v", got, tc.err)
 			}
-			for _, kind := range []error{errDCGMConnection, errDCGMProfilingRefused, errDCGMNotSupported, errDCGMGPULost, errDCGMResetRequired, errDCGMEntityGone} {
+			for _, kind := range []error{dcgmerr.ErrConnection, dcgmerr.ErrProfilingRefused, dcgmerr.ErrNotSupported, dcgmerr.ErrGPULost, dcgmerr.ErrResetRequired, dcgmerr.ErrEntityGone} {
 				if errors.Is(got, kind) != (kind == tc.want) {
 					t.Errorf("got errors.Is(%v, %v) = %t, want %t", got, kind, errors.Is(got, kind), kind == tc.want)
 				}
@@ -98,29 +99,4 @@ func TestDCGMErrWrapsGoDCGMErrors(t *testing.T) {
 	if dcgmErr(nil) != nil {
 		t.Error("got an error from dcgmErr(nil), want nil")
 	}
-}
-
-// FuzzDCGMClassify: dcgmClassify reads the text of errors from a library it does not
-// control; on any text it must not panic, must give a kind and a name together, and
-// must read a text holding the connection message as a lost connection whatever
-// surrounds it.
-func FuzzDCGMClassify(f *testing.F) {
-	for _, text := range dcgmErrorsC {
-		f.Add(text, "", "")
-		f.Add(text, "error watching fields: ", " (extra)")
-	}
-	f.Add("", "", "")
-	f.Add("GPU is lost", "Profiling is not supported for this group of GPUs or ", "")
-	f.Fuzz(func(t *testing.T, text, prefix, suffix string) {
-		kind, name := dcgmClassify(0, false, prefix+text+suffix)
-		if (kind == nil) != (name == "") {
-			t.Fatalf("got kind %v with name %q: want both or neither", kind, name)
-		}
-		if kind != nil && !strings.HasPrefix(name, "DCGM_ST_") {
-			t.Fatalf("got name %q, want a DCGM_ST_ name", name)
-		}
-		if strings.Contains(prefix+text+suffix, dcgmErrorsC[-21]) && kind != errDCGMConnection {
-			t.Fatalf("text %q: got %v, want a lost connection", prefix+text+suffix, kind)
-		}
-	})
 }

@@ -3,6 +3,7 @@ package collectors
 import (
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/collectors/dcgmerr"
 	"strings"
 	"time"
 
@@ -36,9 +37,9 @@ func dcgmErr(err error) error {
 	}
 	var de *dcgm.Error
 	if errors.As(err, &de) {
-		return dcgmWrap(err, int(de.Code), true)
+		return dcgmerr.Wrap(err, int(de.Code), true)
 	}
-	return dcgmWrap(err, 0, false)
+	return dcgmerr.Wrap(err, 0, false)
 }
 
 func (d *goDCGM) Init(addr string) error {
@@ -66,7 +67,7 @@ func (d *goDCGM) GPUs() ([]dcgmGPU, error) {
 		info, err := dcgm.GetDeviceInfo(id)
 		if err != nil {
 			err = dcgmErr(err)
-			if errors.Is(err, errDCGMConnection) {
+			if errors.Is(err, dcgmerr.ErrConnection) {
 				return nil, fmt.Errorf("GPU %d: %w", id, err)
 			}
 			// One GPU DCGM cannot describe (lost, say) must not hide the others.

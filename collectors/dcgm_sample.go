@@ -3,6 +3,7 @@ package collectors
 import (
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/collectors/dcgmerr"
 	"math"
 	"time"
 
@@ -44,15 +45,15 @@ func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
 		if v.Status == 0 {
 			continue
 		}
-		kind, _ := dcgmClassify(v.Status, true, "")
+		kind, _ := dcgmerr.Classify(v.Status, true, "")
 		switch {
-		case errors.Is(kind, errDCGMGPULost), errors.Is(kind, errDCGMResetRequired):
+		case errors.Is(kind, dcgmerr.ErrGPULost), errors.Is(kind, dcgmerr.ErrResetRequired):
 			if r.failure == "" {
-				r.failure = fmt.Sprintf("%s (%s)", kind, dcgmStatusName(v.Status))
+				r.failure = fmt.Sprintf("%s (%s)", kind, dcgmerr.StatusName(v.Status))
 			}
-		case errors.Is(kind, errDCGMEntityGone):
+		case errors.Is(kind, dcgmerr.ErrEntityGone):
 			if r.goneWhy == "" {
-				r.goneWhy = fmt.Sprintf("DCGM no longer knows or watches it (%s)", dcgmStatusName(v.Status))
+				r.goneWhy = fmt.Sprintf("DCGM no longer knows or watches it (%s)", dcgmerr.StatusName(v.Status))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/collectors/dcgmerr"
 	"log/slog"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ import (
 
 // dcgmErrorsC is the text DCGM's errorString gives the return codes these tests use
 // (NVIDIA/DCGM dcgmlib/src/dcgm_errors.c, errorString; the codes are go-dcgm
-// pkg/dcgm/const.go's DCGM_ST_*). Written out here, not taken from dcgmErrorClasses, so
+// pkg/dcgm/const.go's DCGM_ST_*). Written out here, not taken from dcgmerr's classes, so
 // the classifier is checked against DCGM rather than against itself.
 var dcgmErrorsC = map[int]string{
 	-1:  "Bad parameter passed to function",
@@ -50,14 +51,14 @@ var dcgmErrorsC = map[int]string{
 // dcgmCodeErr is an error as goDCGM returns it from a go-dcgm function that keeps DCGM's
 // return code in a *dcgm.Error (EntitiesGetLatestValues, GetSupportedDevices: go-dcgm
 // pkg/dcgm/fields.go, api.go): classified by the code.
-func dcgmCodeErr(code int) error { return dcgmWrap(errors.New(dcgmErrorsC[code]), code, true) }
+func dcgmCodeErr(code int) error { return dcgmerr.Wrap(errors.New(dcgmErrorsC[code]), code, true) }
 
 // dcgmTextErr is an error as goDCGM returns it from a go-dcgm function that keeps only
 // DCGM's text behind its own prefix (WatchFieldsWithGroupEx: "error watching fields:
 // %s"; connectStandaloneV2: "error connecting to nv-hostengine: %s"; CreateGroup…):
 // classified by the text.
 func dcgmTextErr(prefix string, code int) error {
-	return dcgmWrap(fmt.Errorf("%s: %s", prefix, dcgmErrorsC[code]), 0, false)
+	return dcgmerr.Wrap(fmt.Errorf("%s: %s", prefix, dcgmErrorsC[code]), 0, false)
 }
 
 // fakeDCGM is a dcgmAPI over a model of one node's DCGM host engine, reproducing what
@@ -626,7 +627,7 @@ func TestDCGMProfilingRefused(t *testing.T) {
 			if n := strings.Count(logs.String(), "DCGM refuses the profiling fields"); n != 1 {
 				t.Errorf("got the refusal logged %d times, want once:\n%s", n, logs)
 			}
-			if want := dcgmStatusName(code); !strings.Contains(logs.String(), want) {
+			if want := dcgmerr.StatusName(code); !strings.Contains(logs.String(), want) {
 				t.Errorf("got log %q, want the reason %s", logs, want)
 			}
 			wantMetric := func(v int) string {
@@ -677,7 +678,7 @@ func TestDCGMReconnects(t *testing.T) {
 	for clk.now().Sub(start) < 100*time.Second {
 		n := f.count(mark, "Init")
 		samples, err := src.Collect(t.Context())
-		if !errors.Is(err, errDCGMConnection) || samples != nil {
+		if !errors.Is(err, dcgmerr.ErrConnection) || samples != nil {
 			t.Fatalf("at +%s: got %d samples, %v; want no samples and a connection error", clk.now().Sub(start), len(samples), err)
 		}
 		if f.count(mark, "Init") > n {
@@ -697,7 +698,7 @@ func TestDCGMReconnects(t *testing.T) {
 	var samples []*gpuscalerv1.GPUSample
 	for samples == nil {
 		var err error
-		if samples, err = src.Collect(t.Context()); err != nil && !errors.Is(err, errDCGMConnection) {
+		if samples, err = src.Collect(t.Context()); err != nil && !errors.Is(err, dcgmerr.ErrConnection) {
 			t.Fatalf("got %v, want a connection error until the back-off allows the next try", err)
 		}
 		clk.advance(500 * time.Millisecond)
@@ -715,7 +716,7 @@ func TestDCGMReconnects(t *testing.T) {
 	}
 	// A second outage is logged again.
 	f.restart()
-	if _, err := src.Collect(t.Context()); !errors.Is(err, errDCGMConnection) {
+	if _, err := src.Collect(t.Context()); !errors.Is(err, dcgmerr.ErrConnection) {
 		t.Fatalf("after the second restart: got %v, want a connection error", err)
 	}
 	if n := strings.Count(logs.String(), "connection lost"); n != 2 {
@@ -773,7 +774,7 @@ func TestDCGMRediscovers(t *testing.T) {
 			f.insts = seven
 			nvMIGs[gpu] = migUUIDs(seven)[gpu]
 			clk.advance(2 * time.Second)
-			gone := fmt.Sprintf("DCGM no longer knows or watches it (%s)", dcgmStatusName(goneStatus))
+			gone := fmt.Sprintf("DCGM no longer knows or watches it (%s)", dcgmerr.StatusName(goneStatus))
 			if got, want := ids(collect(t, src)), []string{"GPU-1/", "MIG-1/" + gone, "MIG-2/" + gone}; !slices.Equal(got, want) {
 				t.Fatalf("right after the re-layout: got %q, want %q", got, want)
 			}
@@ -1015,7 +1016,7 @@ func TestDCGMCloseWhileDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.restart()
-	if _, err := src.Collect(context.Background()); !errors.Is(err, errDCGMConnection) {
+	if _, err := src.Collect(context.Background()); !errors.Is(err, dcgmerr.ErrConnection) {
 		t.Fatalf("got %v, want a connection error", err)
 	}
 	if err := src.Close(); err != nil {
