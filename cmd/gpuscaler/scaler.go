@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -67,29 +68,14 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	cfg.StaleAfter = staleAfter
-	switch {
-	case tombstoneTTL < 0:
-		return usageError{fmt.Errorf("--node-tombstone-ttl %s: want a duration, or 0 to keep no tombstones", tombstoneTTL)}
-	case tombstoneTTL == 0:
-		cfg.NodeTombstoneTTL = -1
-	default:
-		cfg.NodeTombstoneTTL = tombstoneTTL
+	if cfg.NodeTombstoneTTL, err = zeroMeansOff("node-tombstone-ttl", tombstoneTTL, "a duration, or 0 to keep no tombstones"); err != nil {
+		return err
 	}
-	switch {
-	case maxConsumers < 0:
-		return usageError{fmt.Errorf("--max-followed-consumers %d: want a number of consumers, or 0 to follow none", maxConsumers)}
-	case maxConsumers == 0:
-		cfg.MaxFollowedConsumers = -1
-	default:
-		cfg.MaxFollowedConsumers = maxConsumers
+	if cfg.MaxFollowedConsumers, err = zeroMeansOff("max-followed-consumers", maxConsumers, "a number of consumers, or 0 to follow none"); err != nil {
+		return err
 	}
-	switch {
-	case maxQueuesPerNS < 0:
-		return usageError{fmt.Errorf("--max-queues-per-namespace %d: want a number of queues, or 0 for no limit", maxQueuesPerNS)}
-	case maxQueuesPerNS == 0:
-		cfg.MaxQueuesPerNamespace = -1
-	default:
-		cfg.MaxQueuesPerNamespace = maxQueuesPerNS
+	if cfg.MaxQueuesPerNamespace, err = zeroMeansOff("max-queues-per-namespace", maxQueuesPerNS, "a number of queues, or 0 for no limit"); err != nil {
+		return err
 	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
 
@@ -143,4 +129,17 @@ func urlHint(urls string) string {
 		return ""
 	}
 	return " --nats-url " + urls
+}
+
+// zeroMeansOff reads a flag whose 0 turns its feature off, for a scaler.Config field
+// where 0 means the default and a negative value means off: 0 becomes -1, a negative
+// value is a usage error saying want.
+func zeroMeansOff[T int | time.Duration](flag string, v T, want string) (T, error) {
+	switch {
+	case v < 0:
+		return 0, usageError{fmt.Errorf("--%s %v: want %s", flag, v, want)}
+	case v == 0:
+		return -1, nil
+	}
+	return v, nil
 }

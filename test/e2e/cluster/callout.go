@@ -93,13 +93,7 @@ authorization {
 	if err != nil {
 		return nil, err
 	}
-	err = Eventually(ctx, time.Minute, 100*time.Millisecond, "nats-server (auth callout) healthy", b.NATS.Server, func(ctx context.Context) (bool, error) {
-		if err := httpOK(ctx, "http://"+b.NATS.MonitorAddr+"/healthz"); err != nil {
-			return false, Retry(err)
-		}
-		return true, nil
-	})
-	if err != nil {
+	if err := waitHTTPOK(ctx, time.Minute, 100*time.Millisecond, "nats-server (auth callout) healthy", b.NATS.Server, "http://"+b.NATS.MonitorAddr+"/healthz"); err != nil {
 		return nil, err
 	}
 	if b.HTTPAddr, err = FreeAddr(); err != nil {
