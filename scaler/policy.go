@@ -3,7 +3,6 @@ package scaler
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -79,21 +78,57 @@ func (r Reading) Active() (bool, error) {
 	return false, errors.Join(errs...)
 }
 
-// Read evaluates t against the latest reports.
 // Read evaluates t's queue and GPU parts against the latest reports. A stream+consumer
 // backlog and the capacity cap come from the server, which composes the sources.
 func (s *State) Read(t *Trigger) Reading {
 	now := s.now()
-	var r Reading
+	var (
+		r   Reading
+		sel *selection
+		key selKey
+	)
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	if t.Queue != "" {
 		r.queue = s.readQueue(t, now)
 	}
 	if t.PodSelector != nil {
-		s.readGPUs(t, now, &r)
+		r.hasGPU = true
+		r.gpuUtil.defined = t.GPUUtilTarget > 0
+		r.gpuMemory.defined = t.GPUMemoryTarget > 0
+		if err := s.nodesFresh(t, now); err != nil {
+			r.failGPU(err)
+		} else {
+			key = selKey{t.Namespace, t.PodSelector.String()}
+			sel = s.selections[key]
+		}
+	}
+	s.mu.RUnlock()
+	if t.PodSelector != nil && r.gpuActiveErr == nil {
+		if sel == nil {
+			sel = s.selectionFor(t.Namespace, t.PodSelector, key)
+		}
+		s.readGPUs(t, sel, now, &r)
 	}
 	return r
+}
+
+// failGPU fails every GPU part of r with err.
+func (r *Reading) failGPU(err error) {
+	r.gpuUtil.err, r.gpuMemory.err, r.gpuActiveErr = err, err, err
+}
+
+// nodesFresh fails with ErrUnavailable when no node has reported within t's staleAfter:
+// the collectors, or the scaler's view of NATS, are down. s.mu must be held.
+func (s *State) nodesFresh(t *Trigger, now time.Time) error {
+	switch {
+	case len(s.nodes) == 0:
+		return fmt.Errorf("%w: no node report since this scaler started at %s; are the collectors running and publishing to NATS?",
+			ErrUnavailable, stamp(s.started))
+	case now.Sub(s.newestNode) > t.StaleAfter:
+		return fmt.Errorf("%w: no node has reported since %s, %s ago, longer than staleAfter %s; are the collectors running?",
+			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
+	}
+	return nil
 }
 
 // readQueue reads the backlog of t's queue. s.mu must be held.
@@ -170,67 +205,58 @@ func (s *State) capacity(t *Trigger) (int, error) {
 	return slots, nil
 }
 
-// readGPUs reads the GPUs held by pods of t's namespace that match its podSelector, on
-// every node. s.mu must be held.
-func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
-	r.hasGPU = true
-	r.gpuUtil.defined = t.GPUUtilTarget > 0
-	r.gpuMemory.defined = t.GPUMemoryTarget > 0
-	fail := func(err error) {
-		r.gpuUtil.err, r.gpuMemory.err, r.gpuActiveErr = err, err, err
+// readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so
+// every call and replica sums in the same order and names the same GPU in an error. It
+// takes no lock (see selection): its cost is the nodes holding the selected pods.
+func (s *State) readGPUs(t *Trigger, sel *selection, now time.Time, r *Reading) {
+	sel.lastRead.Store(now.UnixNano())
+	var sum gpuSums
+	slots := sel.load()
+	if testHookReading != nil {
+		testHookReading()
 	}
-	switch {
-	case len(s.nodes) == 0:
-		fail(fmt.Errorf("%w: no node report since this scaler started at %s; are the collectors running and publishing to NATS?",
-			ErrUnavailable, stamp(s.started)))
-		return
-	case now.Sub(s.newestNode) > t.StaleAfter:
-		fail(fmt.Errorf("%w: no node has reported since %s, %s ago, longer than staleAfter %s; are the collectors running?",
-			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter))
-		return
-	}
-
-	var (
-		gpus            float64 // GPUs the selected pods hold: a shared device in part
-		pods            int
-		utilSum, memSum float64
-		nodePods        []string // the selected pods of one node: a pod never spans nodes
-		// The first node (by name) found stale, holding a pod it cannot describe, or
-		// missing a figure: maps iterate in random order, and every call and replica
-		// should name the same one.
-		stale, unknown, noUtil, noMem culprit
-	)
-	for e := range s.byNamespace[t.Namespace] {
-		nodePods = nodePods[:0]
-		for _, v := range e.gpusOf(t.Namespace) {
-			if !v.labelsUnknown && !t.PodSelector.Matches(v.labels) {
-				continue
-			}
-			if now.Sub(e.stored) > t.StaleAfter {
-				stale.consider(e, v)
-				break
-			}
-			if v.labelsUnknown || v.unattributed {
-				unknown.consider(e, v)
-				continue
-			}
-			gpus += v.share
-			if !slices.Contains(nodePods, v.pod) {
-				nodePods = append(nodePods, v.pod)
-				pods++
-			}
-			if v.hasUtil {
-				utilSum += v.util
-			} else {
-				noUtil.consider(e, v)
-			}
-			if v.hasMem {
-				memSum += v.memPct
-			} else {
-				noMem.consider(e, v)
-			}
+	for _, slot := range slots {
+		p := slot.part.Load()
+		if now.Sub(p.e.stored) > t.StaleAfter {
+			sum.stale = culprit{p.e, p.view(p.first)}
+			break // the first by name: nothing else is read from stale data
 		}
+		if p.unknown >= 0 && sum.unknown.e == nil {
+			sum.unknown = culprit{p.e, p.view(p.unknown)}
+		}
+		if p.noUtil >= 0 && sum.noUtil.e == nil {
+			sum.noUtil = culprit{p.e, p.view(p.noUtil)}
+		}
+		if p.noMem >= 0 && sum.noMem.e == nil {
+			sum.noMem = culprit{p.e, p.view(p.noMem)}
+		}
+		sum.gpus += p.gpus
+		sum.pods += int(p.pods)
+		sum.util += p.util
+		sum.mem += p.mem
 	}
+	s.judgeGPUs(t, now, sum, r)
+}
+
+// testHookReading, when set by a test, runs in the middle of every podSelector read.
+var testHookReading func()
+
+// gpuSums is what a trigger's selected pods hold, summed over nodes, and the first node
+// (by name) found stale, holding a pod it cannot describe, or missing a figure: every
+// call and replica should name the same one.
+type gpuSums struct {
+	gpus                          float64 // GPUs the selected pods hold: a shared device in part
+	pods                          int
+	util, mem                     float64
+	stale, unknown, noUtil, noMem culprit
+}
+
+// judgeGPUs turns the sums into t's GPU metrics and activity, or the error that stands
+// for them.
+func (s *State) judgeGPUs(t *Trigger, now time.Time, sum gpuSums, r *Reading) {
+	fail := r.failGPU
+	gpus, pods, utilSum, memSum := sum.gpus, sum.pods, sum.util, sum.mem
+	stale, unknown, noUtil, noMem := sum.stale, sum.unknown, sum.noUtil, sum.noMem
 	if e, v := stale.e, stale.v; e != nil {
 		fail(fmt.Errorf("%w: node %s last reported at %s, %s ago, longer than staleAfter %s, and then held GPU %s of pod %s/%s, which podSelector %q selects",
 			ErrUnavailable, e.report.GetNode(), stamp(e.stored), now.Sub(e.stored).Round(time.Second), t.StaleAfter,
@@ -248,7 +274,10 @@ func (s *State) readGPUs(t *Trigger, now time.Time, r *Reading) {
 		return
 	}
 	if pods == 0 {
-		if err := s.tombstoned(t); err != nil {
+		s.mu.RLock()
+		err := s.tombstoned(t)
+		s.mu.RUnlock()
+		if err != nil {
 			fail(err)
 			return
 		}

@@ -48,6 +48,12 @@ type State struct {
 	tombsByNS     map[string]map[*nodeEntry]struct{}
 	tombstoneTTL  time.Duration
 	maxTombstones int // defaultMaxTombstones; tests lower it
+	// selections are what the podSelectors that triggers read select, kept up to date
+	// as nodes report (see selection), by namespace and selector; selIndex finds those a
+	// report may concern, by namespace. candidates is the applier's scratch space.
+	selections map[selKey]*selection
+	selIndex   map[string]*selectionIndex
+	candidates []*selection
 	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
@@ -70,6 +76,8 @@ type nodeEntry struct {
 	nsGPUs     [][]gpuView
 	// free counts the allocatable devices not allocated, by MIG profile ("" for whole GPUs).
 	free map[string]int
+	// selections are those the node's pods take part in. Written under State.mu.
+	selections []*selection
 }
 
 // gpuView is what a podSelector trigger reads of one pod's hold on one device. A device
@@ -159,6 +167,8 @@ func NewState(now func() time.Time) *State {
 		queues:      make(map[queueKey]*queueEntry),
 		queuesPerNS: make(map[string]int),
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
+		selections:  make(map[selKey]*selection),
+		selIndex:    make(map[string]*selectionIndex),
 		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
 		// keeps the production default.
 		tombstoneTTL:   DefaultNodeTombstoneTTL,
@@ -254,6 +264,7 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	s.nodes[r.GetNode()] = e
 	s.gpus += len(r.GetGpus())
 	index(s.byNamespace, e)
+	s.updateSelections(old, e)
 	if stored.After(s.newestNode) {
 		s.newestNode = stored
 	}
@@ -405,6 +416,7 @@ func (s *State) Forget(cutoff time.Time) int {
 	for name, e := range s.nodes {
 		if e.stored.Before(cutoff) {
 			s.unindex(e)
+			s.updateSelections(e, nil)
 			delete(s.nodes, name)
 			n++
 			if e.forgotten = e.stored.Add(maxAge); len(e.namespaces) > 0 && now.Before(e.forgotten.Add(s.tombstoneTTL)) {
@@ -425,6 +437,7 @@ func (s *State) Forget(cutoff time.Time) int {
 	if len(s.nodes) == 0 {
 		s.newestNode = time.Time{}
 	}
+	s.dropIdleSelections(now.Add(-selectionIdleAfter))
 	for k, e := range s.queues {
 		if e.stored.Before(cutoff) {
 			delete(s.queues, k)

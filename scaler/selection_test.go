@@ -1,0 +1,239 @@
+package scaler
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// fullScan reads t's GPUs the way the scaler did before selections: every GPU of the
+// namespace, every node, matched on each read. It is the oracle selections must agree
+// with.
+func (s *State) fullScan(t *Trigger) Reading {
+	now := s.now()
+	var r Reading
+	r.hasGPU = true
+	r.gpuUtil.defined = t.GPUUtilTarget > 0
+	r.gpuMemory.defined = t.GPUMemoryTarget > 0
+	s.mu.RLock()
+	err := s.nodesFresh(t, now)
+	var sum gpuSums
+	for e := range s.byNamespace[t.Namespace] {
+		var nodePods []string
+		for _, v := range e.gpusOf(t.Namespace) {
+			if !v.labelsUnknown && !t.PodSelector.Matches(v.labels) {
+				continue
+			}
+			if now.Sub(e.stored) > t.StaleAfter {
+				sum.stale.consider(e, v)
+				break
+			}
+			if v.labelsUnknown || v.unattributed {
+				sum.unknown.consider(e, v)
+				continue
+			}
+			sum.gpus += v.share
+			if !slices.Contains(nodePods, v.pod) {
+				nodePods = append(nodePods, v.pod)
+				sum.pods++
+			}
+			if v.hasUtil {
+				sum.util += v.util
+			} else {
+				sum.noUtil.consider(e, v)
+			}
+			if v.hasMem {
+				sum.mem += v.memPct
+			} else {
+				sum.noMem.consider(e, v)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	if err != nil {
+		r.failGPU(err)
+		return r
+	}
+	s.judgeGPUs(t, now, sum, &r)
+	return r
+}
+
+// randomReport builds a report of node with pods of namespaces a and b, labels drawn
+// from a few apps and tiers, and every kind of trouble: shared devices, pods whose own
+// use is measured, labels unknown, devices unattributed, figures missing.
+func randomReport(rng *rand.Rand, node string) *gpuscalerv1.NodeReport {
+	r := &gpuscalerv1.NodeReport{Node: node, Source: "sim"}
+	pod := func(g int) *gpuscalerv1.PodRef {
+		p := &gpuscalerv1.PodRef{
+			Namespace: []string{"a", "b"}[rng.IntN(2)],
+			Name:      fmt.Sprintf("%s-p%d", node, rng.IntN(4)+g%2),
+			Labels:    map[string]string{"app": []string{"x", "y", "z"}[rng.IntN(3)]},
+		}
+		if rng.IntN(2) == 0 {
+			p.Labels["tier"] = []string{"gpu", "cpu"}[rng.IntN(2)]
+		}
+		if rng.IntN(25) == 0 {
+			p.Labels, p.LabelsUnknown = nil, true
+		}
+		return p
+	}
+	for g := range rng.IntN(5) {
+		smp := &gpuscalerv1.GPUSample{Uuid: fmt.Sprintf("GPU-%s-%d", node, g), Index: uint32(g)}
+		if rng.IntN(12) != 0 {
+			smp.GpuUtil = proto.Float64(float64(rng.IntN(101)))
+		}
+		if rng.IntN(12) != 0 {
+			smp.FbUsedBytes, smp.FbTotalBytes = proto.Uint64(uint64(rng.IntN(80))<<30), proto.Uint64(80<<30)
+		}
+		switch rng.IntN(4) {
+		case 0: // free
+		case 1: // shared by two or three pods
+			smp.Shared = true
+			smp.Pod = pod(g)
+			for range 1 + rng.IntN(2) {
+				smp.OtherPods = append(smp.OtherPods, pod(g+1))
+			}
+			if rng.IntN(2) == 0 {
+				for _, p := range append([]*gpuscalerv1.PodRef{smp.Pod}, smp.OtherPods...) {
+					p.GpuUtil = proto.Float64(float64(rng.IntN(50)))
+				}
+			}
+		default:
+			smp.Pod = pod(g)
+		}
+		r.Gpus = append(r.Gpus, smp)
+	}
+	if rng.IntN(15) == 0 {
+		r.Unattributed = append(r.Unattributed, &gpuscalerv1.UnattributedDevice{Id: "MIG-" + node, Pod: pod(0), Reason: "test"})
+	}
+	return r
+}
+
+// TestSelectionsAgreeWithFullScan applies random reports, reads random selectors, moves
+// the clock, forgets nodes and reports again, and checks after every step that each
+// trigger's reading, errors included, is what a full scan of the namespace gives.
+func TestSelectionsAgreeWithFullScan(t *testing.T) {
+	selectors := []string{"app=x", "app in (x,y)", "app!=x", "tier", "!tier", "app=x,tier=gpu", "app notin (y)", "tier=gpu", "app=none"}
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		clock := newFakeClock(t0)
+		s := NewState(clock.Now)
+		s.SetNodeTombstoneTTL(time.Hour)
+		nodes := make([]string, 3+rng.IntN(10))
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("n%02d", i)
+		}
+		var triggers []*Trigger
+		for _, ns := range []string{"a", "b"} {
+			for _, sel := range selectors {
+				triggers = append(triggers, mustTrigger(t, ns, map[string]string{"podSelector": sel, "gpuUtilTarget": "50", "gpuMemoryTarget": "60", "activationGpuUtil": "5"}))
+			}
+		}
+		for step := range 60 {
+			switch k := rng.IntN(10); {
+			case k < 6: // a node reports, stored up to 40 s ago
+				node := nodes[rng.IntN(len(nodes))]
+				stored := clock.Now().Add(-time.Duration(rng.IntN(40)) * time.Second)
+				s.Apply(gpuscalerv1.Event{Node: randomReport(rng, node)}, stored)
+			case k < 8:
+				clock.Advance(time.Duration(rng.IntN(20)) * time.Second)
+			case k < 9:
+				s.Forget(clock.Now().Add(-time.Duration(20+rng.IntN(40)) * time.Second))
+			default: // a selection no one reads for long enough is dropped, then built anew
+				clock.Advance(selectionIdleAfter + time.Second)
+				s.Forget(clock.Now().Add(-2 * time.Hour))
+			}
+			for _, tr := range triggers {
+				if rng.IntN(3) == 0 {
+					continue // not every trigger is read every time: the others' selections go on
+				}
+				compareReadings(t, fmt.Sprintf("seed %d step %d: %s %q", seed, step, tr.Namespace, tr.PodSelector), s.Read(tr), s.fullScan(tr))
+			}
+		}
+	}
+}
+
+func compareReadings(t *testing.T, what string, got, want Reading) {
+	t.Helper()
+	for _, m := range []string{MetricGPUUtil, MetricGPUMemory} {
+		gv, gerr := got.Metric(m)
+		wv, werr := want.Metric(m)
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) || math.Abs(gv-wv) > 1e-9*max(1, math.Abs(wv)) {
+			t.Fatalf("%s: %s = %v, %v; the full scan gives %v, %v", what, m, gv, gerr, wv, werr)
+		}
+	}
+	ga, gerr := got.Active()
+	wa, werr := want.Active()
+	if ga != wa || fmt.Sprint(gerr) != fmt.Sprint(werr) {
+		t.Fatalf("%s: Active() = %v, %v; the full scan gives %v, %v", what, ga, gerr, wa, werr)
+	}
+}
+
+// TestReadDoesNotHoldUpTheApplier stops a read in the middle of summing a selection and
+// applies a report of a node the read is summing: the apply must finish while the read
+// waits. Before selections, a read held the state's read lock for its whole walk of the
+// namespace, and the apply waited for it.
+func TestReadDoesNotHoldUpTheApplier(t *testing.T) {
+	s := NewState(nil)
+	report := func(util float64) gpuscalerv1.Event {
+		return nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, util, 10, 80))
+	}
+	s.Apply(report(10), time.Now())
+	tr := mustTrigger(t, "ml", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"})
+	wantMetric(t, s.Read(tr), MetricGPUUtil, 10)
+
+	reading, applied := make(chan struct{}), make(chan struct{})
+	testHookReading = func() {
+		close(reading)
+		select {
+		case <-applied:
+		case <-time.After(10 * time.Second): // a deadlock detector, not a timing assertion
+		}
+	}
+	defer func() { testHookReading = nil }()
+	got := make(chan Reading)
+	go func() { got <- s.Read(tr) }()
+	<-reading
+	testHookReading = nil
+	done := make(chan struct{})
+	go func() { s.Apply(report(90), time.Now()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Apply waited for a read in progress")
+	}
+	close(applied)
+	<-got // the read in flight may give either report: each is whole
+	wantMetric(t, s.Read(tr), MetricGPUUtil, 90)
+}
+
+// TestIdleSelectionsAreDropped checks that a selection no trigger reads stops costing the
+// applier: Forget drops it, and its nodes forget it.
+func TestIdleSelectionsAreDropped(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 40, 10, 80)), t0)
+	tr := mustTrigger(t, "ml", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"})
+	wantMetric(t, s.Read(tr), MetricGPUUtil, 40)
+	clock.Advance(selectionIdleAfter / 2)
+	s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 60, 10, 80)), clock.Now())
+	s.Forget(t0.Add(-time.Hour))
+	wantMetric(t, s.Read(tr), MetricGPUUtil, 60) // read again: kept
+	clock.Advance(selectionIdleAfter + time.Second)
+	s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", map[string]string{"app": "llm"}, 70, 10, 80)), clock.Now())
+	s.Forget(t0.Add(-time.Hour))
+	s.mu.RLock()
+	selections, idx, held := len(s.selections), len(s.selIndex), len(s.nodes["n1"].selections)
+	s.mu.RUnlock()
+	if selections != 0 || idx != 0 || held != 0 {
+		t.Fatalf("after %s unread: %d selections, %d namespace indexes, node n1 in %d selections; want none", selectionIdleAfter, selections, idx, held)
+	}
+	wantMetric(t, s.Read(tr), MetricGPUUtil, 70) // built anew on the next read
+}
