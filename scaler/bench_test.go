@@ -83,3 +83,93 @@ func BenchmarkApplyNode(b *testing.B) {
 		s.Apply(ev, now)
 	}
 }
+
+// bigNamespaceState is issue 12's large case: 1,000 nodes × 8 GPUs, 7,000 of them held
+// by pods of 700 apps of 10 GPUs in one namespace, each app spread over 10 nodes, and a
+// selection read for each app (so the applier keeps them up to date).
+func bigNamespaceState(b *testing.B) (*State, []*Trigger, []gpuscalerv1.Event) {
+	b.Helper()
+	s := NewState(nil)
+	now := time.Now()
+	events := make([]gpuscalerv1.Event, 1000)
+	for i := range events {
+		r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("node-%04d", i), Source: "sim"}
+		for g := range 8 {
+			smp := &gpuscalerv1.GPUSample{Uuid: fmt.Sprintf("GPU-%d-%d", i, g), GpuUtil: proto.Float64(float64(g * 10)),
+				FbUsedBytes: proto.Uint64(1 << 30), FbTotalBytes: proto.Uint64(80 << 30)}
+			if gpu := i*8 + g; gpu < 7000 {
+				app := gpu % 700
+				smp.Pod = &gpuscalerv1.PodRef{Namespace: "big", Name: fmt.Sprintf("svc-%03d-%d", app, i),
+					Labels: map[string]string{"app": fmt.Sprintf("svc-%03d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"}}
+			}
+			r.Gpus = append(r.Gpus, smp)
+		}
+		events[i] = gpuscalerv1.Event{Node: r}
+		s.Apply(events[i], now)
+	}
+	triggers := make([]*Trigger, 700)
+	for app := range triggers {
+		triggers[app], _ = ParseTrigger("big", map[string]string{"podSelector": fmt.Sprintf("app=svc-%03d,tier=gpu", app), "gpuUtilTarget": "60"}, 0)
+		if _, err := s.Read(triggers[app]).Metric(MetricGPUUtil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s, triggers, events
+}
+
+// BenchmarkReadGPUBigNamespace reads one app of 10 GPUs in a namespace of 7,000.
+func BenchmarkReadGPUBigNamespace(b *testing.B) {
+	s, triggers, _ := bigNamespaceState(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Read(triggers[i%len(triggers)]).Metric(MetricGPUUtil); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkApplyNodeBigNamespace applies reports of nodes whose 8 GPUs are held by pods
+// of 8 apps, each app's selection kept up to date.
+func BenchmarkApplyNodeBigNamespace(b *testing.B) {
+	s, _, events := bigNamespaceState(b)
+	now := time.Now()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Apply(events[i%875], now)
+		i++
+	}
+}
+
+// BenchmarkApplyWhileReading applies reports as BenchmarkApplyNodeBigNamespace does while
+// another goroutine reads the apps' triggers flat out: reads must not slow the applier
+// down beyond the CPU they take.
+func BenchmarkApplyWhileReading(b *testing.B) {
+	s, triggers, events := bigNamespaceState(b)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			s.Read(triggers[n%len(triggers)])
+			n++
+		}
+	}()
+	now := time.Now()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Apply(events[i%875], now)
+		i++
+	}
+	close(stop)
+	b.ReportMetric(float64(<-done)/b.Elapsed().Seconds(), "reads/s")
+}

@@ -57,19 +57,23 @@ type selPart struct {
 
 func (p *selPart) view(i int32) gpuView { return p.e.nsGPUs[p.ns][i] }
 
-// part computes what e gives a selection of namespace e.namespaces[j], or nil when the
-// selector selects none of its pods (and can tell).
-func (e *nodeEntry) part(j int, sel labels.Selector) *selPart {
-	p := &selPart{e: e, ns: int32(j), first: -1, unknown: -1, noUtil: -1, noMem: -1}
+// part computes into p what e gives a selection of namespace e.namespaces[j], trying the
+// views at the positions in only (ascending), or every view when only is nil. It reports
+// false when the selector selects none of them (and can tell).
+func (e *nodeEntry) part(p *selPart, j int, sel labels.Selector, only []int32) bool {
+	*p = selPart{e: e, ns: int32(j), first: -1, unknown: -1, noUtil: -1, noMem: -1}
 	var seen [16]string // the node's selected pods: a pod never spans nodes
 	pods := seen[:0]
 	views := e.nsGPUs[j]
-	for i := range views {
-		v := &views[i]
+	for k := 0; k < len(views) && (only == nil || k < len(only)); k++ {
+		at := int32(k)
+		if only != nil {
+			at = only[k]
+		}
+		v := &views[at]
 		if !v.labelsUnknown && !sel.Matches(v.labels) {
 			continue
 		}
-		at := int32(i)
 		if p.first < 0 {
 			p.first = at
 		}
@@ -93,10 +97,7 @@ func (e *nodeEntry) part(j int, sel labels.Selector) *selPart {
 			p.noMem = firstOf(views, p.noMem, at)
 		}
 	}
-	if p.first < 0 {
-		return nil
-	}
-	return p
+	return p.first >= 0
 }
 
 // firstOf returns whichever of views[cur] and views[at] an error names first: measured
@@ -164,8 +165,10 @@ func (sel *selection) drop(node string) {
 // requires a label value (app=x, app in (x,y)) is found through that label; the others
 // (only !=, notin, exists) are tried on every pod of the namespace.
 type selectionIndex struct {
-	all       []*selection
-	byLabel   map[labelPair][]*selection
+	all []*selection
+	// byLabel finds selections by label key, then value. The keys are few (app, tier...),
+	// so a pod's labels are looked up by these keys rather than each label hashed.
+	byLabel   map[string]map[string][]*selection
 	unindexed []*selection
 }
 
@@ -197,7 +200,12 @@ func (x *selectionIndex) add(sel *selection) {
 		return
 	}
 	for _, p := range pairs {
-		x.byLabel[p] = append(x.byLabel[p], sel)
+		values := x.byLabel[p.key]
+		if values == nil {
+			values = make(map[string][]*selection)
+			x.byLabel[p.key] = values
+		}
+		values[p.value] = append(values[p.value], sel)
 	}
 }
 
@@ -208,31 +216,66 @@ func (x *selectionIndex) remove(sel *selection) {
 	x.all = del(x.all)
 	x.unindexed = del(x.unindexed)
 	for _, p := range indexPairs(sel.selector) {
-		if x.byLabel[p] = del(x.byLabel[p]); len(x.byLabel[p]) == 0 {
-			delete(x.byLabel, p)
+		values := x.byLabel[p.key]
+		if values[p.value] = del(values[p.value]); len(values[p.value]) == 0 {
+			delete(values, p.value)
+		}
+		if len(values) == 0 {
+			delete(x.byLabel, p.key)
 		}
 	}
 }
 
-// candidates appends to dst the selections that may select one of views' pods.
-func (x *selectionIndex) candidates(dst []*selection, views []gpuView) []*selection {
-	add := func(sels []*selection) {
-		for _, sel := range sels {
-			if !slices.Contains(dst, sel) {
-				dst = append(dst, sel)
+// candidate is a selection a report may concern, and the positions of the views that may
+// be its pods' (nil: all of them).
+type candidate struct {
+	sel   *selection
+	views []int32
+	all   bool
+}
+
+// candidates returns, in dst (reused: its view lists keep their storage), the selections
+// that may select one of views' pods. A selection found through a label value can only
+// select the views that carry it, so only those are tried.
+func (x *selectionIndex) candidates(dst []candidate, views []gpuView) []candidate {
+	find := func(sel *selection) *candidate {
+		for i := range dst {
+			if dst[i].sel == sel {
+				return &dst[i]
 			}
+		}
+		if len(dst) < cap(dst) {
+			dst = dst[:len(dst)+1]
+			c := &dst[len(dst)-1]
+			c.sel, c.views, c.all = sel, c.views[:0], false
+			return c
+		}
+		dst = append(dst, candidate{sel: sel})
+		return &dst[len(dst)-1]
+	}
+	addAll := func(sels []*selection) {
+		for _, sel := range sels {
+			find(sel).all = true
 		}
 	}
 	for i := range views {
 		if views[i].labelsUnknown { // any selector may select it
-			add(x.all)
+			addAll(x.all)
 			return dst
 		}
 	}
-	add(x.unindexed)
-	for i := range views {
-		for k, v := range views[i].labels {
-			add(x.byLabel[labelPair{k, v}])
+	addAll(x.unindexed)
+	for key, values := range x.byLabel {
+		for i := range views {
+			v, ok := views[i].labels[key]
+			if !ok {
+				continue
+			}
+			for _, sel := range values[v] {
+				if c := find(sel); !c.all && (len(c.views) == 0 || c.views[len(c.views)-1] != int32(i)) {
+					c.views = append(c.views, int32(i))
+				}
+			}
 		}
 	}
 	return dst
@@ -255,7 +298,7 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 	var slots []*selSlot
 	for e := range s.byNamespace[ns] {
 		j := slices.Index(e.namespaces, ns)
-		if p := e.part(j, sel); p != nil {
+		if p := new(selPart); e.part(p, j, sel, nil) {
 			slot := &selSlot{node: e.report.GetNode()}
 			slot.part.Store(p)
 			slots = append(slots, slot)
@@ -267,7 +310,7 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 	s.selections[key] = x
 	idx := s.selIndex[ns]
 	if idx == nil {
-		idx = &selectionIndex{byLabel: make(map[labelPair][]*selection)}
+		idx = &selectionIndex{byLabel: make(map[string]map[string][]*selection)}
 		s.selIndex[ns] = idx
 	}
 	idx.add(x)
@@ -278,31 +321,44 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 // old's away from those that no longer do. old may be nil (a new node) and so may e (a
 // node forgotten). s.mu must be held.
 func (s *State) updateSelections(old, e *nodeEntry) {
-	var node string
 	if e != nil {
-		node = e.report.GetNode()
-		cands := s.candidates[:0]
+		node := e.report.GetNode()
+		var parts []selPart // allocated once per report, for every part it gives
 		for j, ns := range e.namespaces {
 			idx := s.selIndex[ns]
 			if idx == nil {
 				continue
 			}
-			from := len(cands)
-			cands = idx.candidates(cands, e.nsGPUs[j])
-			for _, sel := range cands[from:] {
-				if p := e.part(j, sel.selector); p != nil {
-					sel.set(node, p)
-					e.selections = append(e.selections, sel)
+			s.candidates = idx.candidates(s.candidates[:0], e.nsGPUs[j])
+			for i := range s.candidates {
+				c := &s.candidates[i]
+				if parts == nil {
+					parts = make([]selPart, 0, len(s.candidates))
+				}
+				if len(parts) == cap(parts) { // a report of many namespaces: rare
+					parts = make([]selPart, 0, len(s.candidates))
+				}
+				only := c.views
+				if c.all {
+					only = nil
+				}
+				parts = parts[:len(parts)+1]
+				if p := &parts[len(parts)-1]; e.part(p, j, c.sel.selector, only) {
+					c.sel.set(node, p)
+					e.selections = append(e.selections, c.sel)
+				} else {
+					parts = parts[:len(parts)-1]
 				}
 			}
+			for i := range s.candidates {
+				s.candidates[i].sel = nil // keep no dropped selection alive
+			}
 		}
-		clear(cands)
-		s.candidates = cands[:0]
 	}
 	if old == nil {
 		return
 	}
-	node = old.report.GetNode()
+	node := old.report.GetNode()
 	for _, sel := range old.selections {
 		if e == nil || !slices.Contains(e.selections, sel) {
 			sel.drop(node)
