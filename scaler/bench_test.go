@@ -17,18 +17,7 @@ func benchState(b *testing.B) *State {
 	s := NewState(nil)
 	now := time.Now()
 	for i := range 1000 {
-		r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("node-%04d", i), Source: "sim"}
-		for g := range 8 {
-			smp := &gpuscalerv1.GPUSample{Uuid: fmt.Sprintf("GPU-%d-%d", i, g), GpuUtil: proto.Float64(float64(g * 10)),
-				FbUsedBytes: proto.Uint64(1 << 30), FbTotalBytes: proto.Uint64(80 << 30)}
-			if g != 7 {
-				app := (i*8 + g) % 100
-				smp.Pod = &gpuscalerv1.PodRef{Namespace: fmt.Sprintf("ns-%02d", app%50), Name: fmt.Sprintf("svc-%02d-%d", app, i),
-					Labels: map[string]string{"app": fmt.Sprintf("svc-%02d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"}}
-			}
-			r.Gpus = append(r.Gpus, smp)
-		}
-		s.Apply(gpuscalerv1.Event{Node: r}, now)
+		s.Apply(gpuscalerv1.Event{Node: benchNodeReport(i)}, now)
 		if err := s.Apply(queueEvent("ml", fmt.Sprintf("q-%d", i), uint64(i), 0), now); err != nil {
 			b.Fatal(err) // 1,000 queues in one namespace: as many as the default limit allows
 		}
@@ -58,6 +47,22 @@ func BenchmarkReadQueue(b *testing.B) {
 	}
 }
 
+// benchNodeReport is node i's report in benchState.
+func benchNodeReport(i int) *gpuscalerv1.NodeReport {
+	r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("node-%04d", i), Source: "sim"}
+	for g := range 8 {
+		smp := &gpuscalerv1.GPUSample{Uuid: fmt.Sprintf("GPU-%d-%d", i, g), GpuUtil: proto.Float64(float64(g * 10)),
+			FbUsedBytes: proto.Uint64(1 << 30), FbTotalBytes: proto.Uint64(80 << 30)}
+		if g != 7 {
+			app := (i*8 + g) % 100
+			smp.Pod = &gpuscalerv1.PodRef{Namespace: fmt.Sprintf("ns-%02d", app%50), Name: fmt.Sprintf("svc-%02d-%d", app, i),
+				Labels: map[string]string{"app": fmt.Sprintf("svc-%02d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"}}
+		}
+		r.Gpus = append(r.Gpus, smp)
+	}
+	return r
+}
+
 // BenchmarkReadGPU reads one app's GPUs: about 56 GPUs on 56 nodes among 1,000.
 func BenchmarkReadGPU(b *testing.B) {
 	s := benchState(b)
@@ -72,11 +77,7 @@ func BenchmarkReadGPU(b *testing.B) {
 
 func BenchmarkApplyNode(b *testing.B) {
 	s := benchState(b)
-	r := &gpuscalerv1.NodeReport{Node: "node-0001"}
-	s.mu.RLock()
-	r.Gpus = s.nodes["node-0001"].report.GetGpus()
-	s.mu.RUnlock()
-	ev := gpuscalerv1.Event{Node: r}
+	ev := gpuscalerv1.Event{Node: benchNodeReport(1)}
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -330,7 +330,7 @@ func (s *State) tombstoned(t *Trigger) error {
 	var found culprit
 	for e := range s.tombsByNS[t.Namespace] {
 		for _, v := range e.gpusOf(t.Namespace) {
-			if v.labelsUnknown || t.PodSelector.Matches(v.labels) {
+			if v.labelsUnknown || t.PodSelector.Matches(&v.labels) {
 				found.consider(e, v)
 				break
 			}

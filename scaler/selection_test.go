@@ -28,7 +28,7 @@ func (s *State) fullScan(t *Trigger) Reading {
 	for e := range s.byNamespace[t.Namespace] {
 		var nodePods []string
 		for _, v := range e.gpusOf(t.Namespace) {
-			if !v.labelsUnknown && !t.PodSelector.Matches(v.labels) {
+			if !v.labelsUnknown && !t.PodSelector.Matches(&v.labels) {
 				continue
 			}
 			if now.Sub(e.stored) > t.StaleAfter {

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -63,7 +61,13 @@ type State struct {
 type queueKey struct{ namespace, queue string }
 
 type nodeEntry struct {
+	// report is what the state keeps of the node's report: its name, source, labels and
+	// unattributed devices. The GPU samples, pods and devices are kept only in the
+	// compact forms below (gpus, nsGPUs, free), so a tracked GPU costs a few hundred
+	// bytes rather than its whole decoded message.
 	report *gpuscalerv1.NodeReport
+	// gpus holds, in the report's order, what messages say of each GPU.
+	gpus []gpuInfo
 	// stored is when NATS stored the report: the one clock every scaler replica shares.
 	stored time.Time
 	// forgotten is when Forget dropped the node and kept it as a tombstone; zero for a
@@ -80,6 +84,9 @@ type nodeEntry struct {
 	selections []*selection
 }
 
+// gpuInfo is what an error message names of a GPU: its device id and, when unhealthy, why.
+type gpuInfo struct{ id, unhealthy string }
+
 // gpuView is what a podSelector trigger reads of one pod's hold on one device. A device
 // held by several pods (shared by time-slicing, MPS or GKE sharing) gives each a view
 // with its share of the device:
@@ -93,11 +100,11 @@ type nodeEntry struct {
 // Summed over a trigger's pods, a device then counts once, whole, when the trigger
 // selects all its pods, and in part when it shares the device with other workloads.
 type gpuView struct {
-	labels  labels.Set // the pod's labels
-	pod     string     // the pod's name
-	share   float64    // GPUs this hold stands for, 0 < share <= 1
-	util    float64    // utilisation in GPU-percent (percent times share); valid when hasUtil
-	memPct  float64    // framebuffer used in GPU-percent; valid when hasMem
+	labels  podLabels // the pod's labels
+	pod     string    // the pod's name
+	share   float64   // GPUs this hold stands for, 0 < share <= 1
+	util    float64   // utilisation in GPU-percent (percent times share); valid when hasUtil
+	memPct  float64   // framebuffer used in GPU-percent; valid when hasMem
 	hasUtil bool
 	hasMem  bool
 	// labelsUnknown says the collector could not read the pod's labels: no podSelector
@@ -118,7 +125,7 @@ func (e *nodeEntry) device(v gpuView) string {
 	if v.unattributed {
 		return e.report.GetUnattributed()[v.index].GetId()
 	}
-	return e.report.GetGpus()[v.index].DeviceID()
+	return e.gpus[v.index].id
 }
 
 // unattributedReason returns why v's device could not be matched to a GPU.
@@ -134,7 +141,7 @@ func (e *nodeEntry) unhealthy(v gpuView) string {
 	if v.unattributed {
 		return ""
 	}
-	return e.report.GetGpus()[v.index].GetUnhealthy()
+	return e.gpus[v.index].unhealthy
 }
 
 // gpusOf returns the GPUs held by pods of namespace ns.
@@ -249,9 +256,16 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 }
 
 func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
-	e := &nodeEntry{report: r, stored: stored}
-	e.indexNamespaces()
-	e.countFree()
+	// One shard applies all of a node's reports, in order: prev stays its latest.
+	s.mu.RLock()
+	prev := s.nodes[r.GetNode()]
+	s.mu.RUnlock()
+	e := &nodeEntry{
+		report: &gpuscalerv1.NodeReport{Node: r.GetNode(), Source: r.GetSource(), NodeLabels: r.GetNodeLabels(), Unattributed: r.GetUnattributed()},
+		stored: stored,
+	}
+	e.indexNamespaces(r, prev)
+	e.countFree(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.nodes[r.GetNode()]
@@ -262,7 +276,7 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 		s.bury(tomb)
 	}
 	s.nodes[r.GetNode()] = e
-	s.gpus += len(r.GetGpus())
+	s.gpus += len(e.gpus)
 	index(s.byNamespace, e)
 	s.updateSelections(old, e)
 	if stored.After(s.newestNode) {
@@ -295,7 +309,7 @@ func unindexFrom(m map[string]map[*nodeEntry]struct{}, e *nodeEntry) {
 
 // unindex removes e from the namespace index and the GPU count. s.mu must be held.
 func (s *State) unindex(e *nodeEntry) {
-	s.gpus -= len(e.report.GetGpus())
+	s.gpus -= len(e.gpus)
 	unindexFrom(s.byNamespace, e)
 }
 
@@ -305,10 +319,22 @@ func (s *State) bury(tomb *nodeEntry) {
 	unindexFrom(s.tombsByNS, tomb)
 }
 
-// indexNamespaces groups the node's pods' holds on devices by the pods' namespace: the
-// devices matched to GPUs (see gpuView for a shared device's split) and those the
-// collector could not match.
-func (e *nodeEntry) indexNamespaces() {
+// indexNamespaces groups the pods' holds on devices in report r by the pods' namespace:
+// the devices matched to GPUs (see gpuView for a shared device's split) and those the
+// collector could not match. It shares labels, pod names and device ids with prev, the
+// node's previous entry, where they did not change: a node's pods change far more
+// seldom than it reports.
+func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
+	reuse := func(p *gpuscalerv1.PodRef) (string, podLabels) {
+		if prev != nil {
+			for _, v := range prev.gpusOf(p.GetNamespace()) { // a few views: no map to build
+				if v.pod == p.GetName() && v.labels.equal(p.GetLabels()) {
+					return v.pod, v.labels
+				}
+			}
+		}
+		return p.GetName(), newPodLabels(p.GetLabels())
+	}
 	add := func(ns string, v gpuView) {
 		j := slices.Index(e.namespaces, ns)
 		if j < 0 {
@@ -318,7 +344,12 @@ func (e *nodeEntry) indexNamespaces() {
 		}
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
-	for gi, g := range e.report.GetGpus() {
+	e.gpus = make([]gpuInfo, len(r.GetGpus()))
+	for gi, g := range r.GetGpus() {
+		e.gpus[gi] = gpuInfo{id: g.DeviceID(), unhealthy: g.GetUnhealthy()}
+		if prev != nil && gi < len(prev.gpus) && prev.gpus[gi].id == e.gpus[gi].id {
+			e.gpus[gi].id = prev.gpus[gi].id
+		}
 		n := g.NumPods()
 		if n == 0 {
 			continue
@@ -337,7 +368,8 @@ func (e *nodeEntry) indexNamespaces() {
 		}
 		for i := range n {
 			p := g.PodAt(i)
-			v := gpuView{labels: p.GetLabels(), pod: p.GetName(), share: share, labelsUnknown: p.GetLabelsUnknown(), index: int32(gi)}
+			name, lbls := reuse(p)
+			v := gpuView{labels: lbls, pod: name, share: share, labelsUnknown: p.GetLabelsUnknown(), index: int32(gi)}
 			switch {
 			case own:
 				v.util, v.hasUtil = p.GetGpuUtil(), true
@@ -350,9 +382,10 @@ func (e *nodeEntry) indexNamespaces() {
 			add(p.GetNamespace(), v)
 		}
 	}
-	for ui, u := range e.report.GetUnattributed() {
+	for ui, u := range r.GetUnattributed() {
 		p := u.GetPod()
-		add(p.GetNamespace(), gpuView{labels: p.GetLabels(), pod: p.GetName(), labelsUnknown: p.GetLabelsUnknown(), unattributed: true, index: int32(ui)})
+		name, lbls := reuse(p)
+		add(p.GetNamespace(), gpuView{labels: lbls, pod: name, labelsUnknown: p.GetLabelsUnknown(), unattributed: true, index: int32(ui)})
 	}
 }
 
@@ -362,13 +395,13 @@ func (e *nodeEntry) indexNamespaces() {
 // plugin's renameByDefault (nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared) are a
 // resource of their own, which such a Job cannot use, so they are not counted; replicas
 // offered under the plain name are, one each, as the scheduler hands them out.
-func (e *nodeEntry) countFree() {
-	allocated := make(map[string]struct{}, len(e.report.GetAllocated()))
-	for _, d := range e.report.GetAllocated() {
+func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport) {
+	allocated := make(map[string]struct{}, len(r.GetAllocated()))
+	for _, d := range r.GetAllocated() {
 		allocated[d.GetId()] = struct{}{}
 	}
 	e.free = make(map[string]int, 1)
-	for _, d := range e.report.GetAllocatable() {
+	for _, d := range r.GetAllocatable() {
 		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || d.RenamedReplica() {
 			continue
 		}
