@@ -449,6 +449,18 @@ func (f *follower) refuse(namespace, kind string, err error) {
 	}
 }
 
+// producerConflict counts a queue report that replaced another producer's while the two
+// reported the queue by turns, and logs it at most once a minute per queue. The metric
+// has no namespace or queue label: each would be a time series.
+func (f *follower) producerConflict(c ProducerConflict) {
+	f.metrics.producerConflicts.Inc()
+	if f.drops.allow("producers " + c.Namespace + "/" + c.Queue) { // no subject has a space: keys of their own
+		f.log.Warn("two producers report one queue by turns, and its backlog flaps between their figures: one queue must have one producer (logged once a minute per queue)",
+			"namespace", c.Namespace, "queue", c.Queue, "producer", c.Producer, "backlog", c.Backlog,
+			"otherProducer", c.Other, "otherBacklog", c.OtherBacklog)
+	}
+}
+
 // natsClock estimates how far the NATS server's clock is from this process's. Reports
 // are judged by the time NATS stored them, so "now" must be NATS's now: a scaler whose
 // clock ran 40 s ahead would otherwise find every report stale, and one running behind
