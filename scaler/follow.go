@@ -86,7 +86,8 @@ func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
 // (so there is neither a gap nor an overlap between the replay and the live part). A
 // watchdog checks the stream every few seconds: when it is gone or was created anew (NATS
 // restarted with a memory stream, an operator deleted it) the follower sets the stream up
-// again and replays; the same check reads the NATS server's clock.
+// again and replays. Setting the stream up reads the NATS server's clock, before the
+// replay, and so does every check.
 type follower struct {
 	js      jetstream.JetStream
 	stream  StreamConfig
@@ -218,15 +219,20 @@ func (f *follower) ensureStream(ctx context.Context) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	want := f.stream.jetStreamConfig()
+	sent := f.clock.local()
 	s, err := f.js.CreateOrUpdateStream(ctx, want)
 	if err == nil {
-		return s.CachedInfo().Created, nil
+		info := s.CachedInfo()
+		f.observeClock(info.TimeStamp, sent)
+		return info.Created, nil
 	}
+	sent = f.clock.local()
 	existing, getErr := f.js.Stream(ctx, want.Name)
 	if getErr != nil {
 		return time.Time{}, fmt.Errorf("create or update stream %s: %w", want.Name, err)
 	}
 	info := existing.CachedInfo()
+	f.observeClock(info.TimeStamp, sent)
 	if !slices.Contains(info.Config.Subjects, gpuscalerv1.SubjectAll) && !slices.Contains(info.Config.Subjects, ">") {
 		return time.Time{}, fmt.Errorf("stream %s exists with subjects %v, which do not capture %s, and cannot be updated: %w",
 			want.Name, info.Config.Subjects, gpuscalerv1.SubjectAll, err)
@@ -237,6 +243,27 @@ func (f *follower) ensureStream(ctx context.Context) (time.Time, error) {
 	return info.Created, nil
 }
 
+// observeClock reads the server's clock from the stream info of a request sent at sent,
+// and answered now. ensureStream calls it with the answer to its create or update
+// request, which comes before the replay and so before the scaler is ready: staleness is
+// judged on the server's clock from the first answer on, not only after the watchdog's
+// first check. nats-server stamps the stream info of those answers as it does that of a
+// stream info request (TimeStamp: time.Now().UTC() in jsStreamCreateRequest and
+// jsStreamUpdateRequest, server/jetstream_api.go, and in their clustered counterparts in
+// server/jetstream_cluster.go). A server older than 2.10 sends no stamp (nats-server
+// pull request 4133 added it), in reply to any request: the scaler then has no way to
+// read the server's clock and judges on its own, as it says once.
+func (f *follower) observeClock(server, sent time.Time) {
+	received := f.clock.local()
+	if f.clock.observe(server, sent, received) {
+		return
+	}
+	if f.clock.unstamped.CompareAndSwap(false, true) {
+		f.log.Warn("the NATS server does not send its time (nats-server before 2.10): reports' ages are judged on this machine's clock, which must then agree with the server's",
+			"stream", gpuscalerv1.StreamName)
+	}
+}
+
 // checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
 // is not the one being followed, and reads the server's clock on the way.
 func (f *follower) checkStream(ctx context.Context, created time.Time) error {
@@ -244,7 +271,6 @@ func (f *follower) checkStream(ctx context.Context, created time.Time) error {
 	defer cancel()
 	sent := f.clock.local()
 	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
-	received := f.clock.local()
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return fmt.Errorf("%w: stream %s is gone", errStreamChanged, gpuscalerv1.StreamName)
@@ -252,7 +278,7 @@ func (f *follower) checkStream(ctx context.Context, created time.Time) error {
 		return err // NATS unreachable: the connection reconnects, and readiness watches it
 	}
 	info := s.CachedInfo()
-	f.clock.observe(info.TimeStamp, sent, received)
+	f.observeClock(info.TimeStamp, sent)
 	if !info.Created.Equal(created) {
 		return fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, gpuscalerv1.StreamName, stamp(info.Created))
 	}
@@ -423,6 +449,18 @@ func (f *follower) refuse(namespace, kind string, err error) {
 	}
 }
 
+// producerConflict counts a queue report that replaced another producer's while the two
+// reported the queue by turns, and logs it at most once a minute per queue. The metric
+// has no namespace or queue label: each would be a time series.
+func (f *follower) producerConflict(c ProducerConflict) {
+	f.metrics.producerConflicts.Inc()
+	if f.drops.allow("producers " + c.Namespace + "/" + c.Queue) { // no subject has a space: keys of their own
+		f.log.Warn("two producers report one queue by turns, and its backlog flaps between their figures: one queue must have one producer (logged once a minute per queue)",
+			"namespace", c.Namespace, "queue", c.Queue, "producer", c.Producer, "backlog", c.Backlog,
+			"otherProducer", c.Other, "otherBacklog", c.OtherBacklog)
+	}
+}
+
 // natsClock estimates how far the NATS server's clock is from this process's. Reports
 // are judged by the time NATS stored them, so "now" must be NATS's now: a scaler whose
 // clock ran 40 s ahead would otherwise find every report stale, and one running behind
@@ -430,15 +468,19 @@ func (f *follower) refuse(namespace, kind string, err error) {
 type natsClock struct {
 	local func() time.Time
 	skew  atomic.Int64 // server minus local, nanoseconds
+	// unstamped is set once the server was found to send no time, so that is said once.
+	unstamped atomic.Bool
 }
 
 // observe records a server time read by a request sent and answered at the given local
-// times, taking the server to have read its clock halfway through.
-func (c *natsClock) observe(server, sent, received time.Time) {
+// times, taking the server to have read its clock halfway through, and reports whether
+// there was a time to record.
+func (c *natsClock) observe(server, sent, received time.Time) bool {
 	if server.IsZero() {
-		return
+		return false
 	}
 	c.skew.Store(int64(server.Sub(sent.Add(received.Sub(sent) / 2))))
+	return true
 }
 
 // Now is the NATS server's time, as best known.

@@ -23,6 +23,7 @@ type metrics struct {
 	replayMessages    prometheus.Gauge
 	consumersFollowed prometheus.Gauge
 	consumersRefused  prometheus.Counter
+	producerConflicts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
@@ -64,12 +65,17 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_consumers_refused_total",
 			Help: "Calls refused (ResourceExhausted) because their trigger named a JetStream consumer not followed while --max-followed-consumers were.",
 		}),
+		producerConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_queue_producer_conflicts_total",
+			Help: "Queue reports that replaced another producer's report while the two reported the queue by turns (within a minute): its backlog flaps between their figures. One queue must have one producer; the queues are logged.",
+		}),
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
 		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
+		m.producerConflicts,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",
@@ -108,11 +114,14 @@ var (
 		"Entries the scaler holds, by kind (node, gpu, queue, and node_tombstone: forgotten nodes whose pods keep their triggers Unavailable).", []string{"kind"}, nil)
 	namespacesAtQueueLimitDesc = prometheus.NewDesc("gpuscaler_scaler_namespaces_at_queue_limit",
 		"Namespaces with as many queues as --max-queues-per-namespace allows; reports of their new queues are dropped, and logged naming the namespace.", nil, nil)
+	queuesWithProducerConflictDesc = prometheus.NewDesc("gpuscaler_scaler_queues_with_producer_conflict",
+		"Queues reported by more than one producer by turns within the last minute (see gpuscaler_scaler_queue_producer_conflicts_total).", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- stateEntriesDesc
 	ch <- namespacesAtQueueLimitDesc
+	ch <- queuesWithProducerConflictDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -122,6 +131,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(queues), "queue")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(c.state.Tombstones()), "node_tombstone")
 	ch <- prometheus.MustNewConstMetric(namespacesAtQueueLimitDesc, prometheus.GaugeValue, float64(c.state.NamespacesAtQueueLimit()))
+	ch <- prometheus.MustNewConstMetric(queuesWithProducerConflictDesc, prometheus.GaugeValue, float64(c.state.QueuesWithProducerConflict()))
 }
 
 func boolFloat(b bool) float64 {

@@ -179,6 +179,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	}
 	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
 	s.follower.metrics = s.metrics
+	s.state.SetProducerConflictHook(s.follower.producerConflict)
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}

@@ -56,6 +56,9 @@ type State struct {
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
 	queueWatch map[queueKey]map[*Watch]struct{}
+	// onProducerConflict, when set, is told of every ProducerConflict, after s.mu is
+	// released.
+	onProducerConflict func(ProducerConflict)
 }
 
 type queueKey struct{ namespace, queue string }
@@ -157,6 +160,11 @@ func (e *nodeEntry) gpusOf(ns string) []gpuView {
 type queueEntry struct {
 	report *gpuscalerv1.QueueReport
 	stored time.Time
+	// producers is the queue's history of producers once it has had more than one (see
+	// producerHistory); conflicted is when NATS stored the last report that was a
+	// ProducerConflict, zero if none was.
+	producers  producerHistory
+	conflicted time.Time
 }
 
 // NewState returns an empty State that tells time with now (time.Now when nil).
@@ -238,16 +246,28 @@ func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) error {
 
 func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 	k := queueKey{r.GetNamespace(), r.GetQueue()}
+	var conflict *ProducerConflict
+	var onConflict func(ProducerConflict)
+	defer func() { // runs after the deferred unlock below: no one waits on s.mu for it
+		if conflict != nil && onConflict != nil {
+			onConflict(*conflict)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, known := s.queues[k]; !known {
+	old, known := s.queues[k]
+	if !known {
 		if s.atQueueLimit(k.namespace) {
 			return fmt.Errorf("%w: report for queue %s/%s dropped: namespace %s has %d queues, as many as --max-queues-per-namespace allows",
 				ErrQueueLimit, k.namespace, k.queue, k.namespace, s.queuesPerNS[k.namespace])
 		}
 		s.queuesPerNS[k.namespace]++
 	}
-	s.queues[k] = &queueEntry{report: r, stored: stored}
+	e := &queueEntry{report: r, stored: stored}
+	if conflict = e.succeed(old); conflict != nil {
+		onConflict = s.onProducerConflict
+	}
+	s.queues[k] = e
 	backlog := float64(r.Backlog())
 	for w := range s.queueWatch[k] {
 		w.notify(backlog)

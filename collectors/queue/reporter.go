@@ -12,7 +12,8 @@
 //
 // The scaler keeps only the latest report per queue, so each queue needs exactly one
 // Reporter across all its producer processes; processes that share a queue must report
-// through one of them.
+// through one of them. The scaler counts and logs producer ids that report one queue by
+// turns; a Reporter's id is new for each Reporter, so a restart is not taken for that.
 //
 // `gpuscaler publish queue` is the shell equivalent of one report. The package meets the
 // scaler only in the event contract (proto/gpuscaler/v1) and does not import it.
