@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
@@ -174,26 +172,30 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 // capacity counts the replicas of t that free devices can take now: on each node that
 // reported within staleAfter and matches t's nodeSelector, its free devices of t's MIG
 // profile, or its free whole GPUs divided by gpusPerReplica (rounded down per node: a
-// replica cannot span nodes). Nodes silent longer are counted as full.
+// replica cannot span nodes). Nodes silent longer are counted as full. It walks the
+// nodes of t's pool (see nodePool) without holding the state's lock.
 func (s *State) capacity(t *Trigger) (int, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	now := s.now()
-	switch {
-	case len(s.nodes) == 0:
-		return 0, fmt.Errorf("%w: capacity unknown: no node report since this scaler started at %s; are the collectors running?",
-			ErrUnavailable, stamp(s.started))
-	case now.Sub(s.newestNode) > t.StaleAfter:
-		return 0, fmt.Errorf("%w: capacity unknown: no node has reported since %s, %s ago, longer than staleAfter %s",
-			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
+	key := ""
+	if t.NodeSelector != nil {
+		key = t.NodeSelector.String()
 	}
+	s.mu.RLock()
+	err := s.capacityKnown(t, now)
+	pool := s.pools[key]
+	s.mu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+	if pool == nil {
+		pool = s.poolFor(key, t.NodeSelector)
+	}
+	pool.lastRead.Store(now.UnixNano())
 	per := max(t.GPUsPerReplica, 1)
 	slots := 0
-	for _, e := range s.nodes {
+	for _, slot := range pool.nodes.load() {
+		e := slot.v.Load()
 		if now.Sub(e.stored) > t.StaleAfter {
-			continue
-		}
-		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
 			continue
 		}
 		if t.GPUProfile != "" {
@@ -205,18 +207,32 @@ func (s *State) capacity(t *Trigger) (int, error) {
 	return slots, nil
 }
 
+// capacityKnown fails with ErrUnavailable when no node has reported within t's
+// staleAfter. s.mu must be held.
+func (s *State) capacityKnown(t *Trigger, now time.Time) error {
+	switch {
+	case len(s.nodes) == 0:
+		return fmt.Errorf("%w: capacity unknown: no node report since this scaler started at %s; are the collectors running?",
+			ErrUnavailable, stamp(s.started))
+	case now.Sub(s.newestNode) > t.StaleAfter:
+		return fmt.Errorf("%w: capacity unknown: no node has reported since %s, %s ago, longer than staleAfter %s",
+			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
+	}
+	return nil
+}
+
 // readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so
 // every call and replica sums in the same order and names the same GPU in an error. It
 // takes no lock (see selection): its cost is the nodes holding the selected pods.
 func (s *State) readGPUs(t *Trigger, sel *selection, now time.Time, r *Reading) {
 	sel.lastRead.Store(now.UnixNano())
 	var sum gpuSums
-	slots := sel.load()
+	slots := sel.parts.load()
 	if testHookReading != nil {
 		testHookReading()
 	}
 	for _, slot := range slots {
-		p := slot.part.Load()
+		p := slot.v.Load()
 		if now.Sub(p.e.stored) > t.StaleAfter {
 			sum.stale = culprit{p.e, p.view(p.first)}
 			break // the first by name: nothing else is read from stale data

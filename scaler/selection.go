@@ -27,19 +27,13 @@ type selection struct {
 	namespace string
 	selector  labels.Selector
 	key       selKey
-	slots     atomic.Pointer[[]*selSlot]
+	parts     nodeList[selPart]
 	// lastRead is when a trigger last read the selection (State's clock, Unix
 	// nanoseconds): Forget drops selections no trigger has read for selectionIdleAfter.
 	lastRead atomic.Int64
 }
 
 type selKey struct{ namespace, selector string }
-
-// selSlot holds one node's part of a selection.
-type selSlot struct {
-	node string
-	part atomic.Pointer[selPart]
-}
 
 // selPart is what one node report gives a selection: the sums over the GPUs held by the
 // selected pods, and where in the report to find the GPU an error names. Positions index
@@ -124,40 +118,68 @@ func firstOf(views []gpuView, cur, at int32) int32 {
 	return cur
 }
 
-func (sel *selection) load() []*selSlot {
-	if p := sel.slots.Load(); p != nil {
+// nodeList maps node names to values, for readers that take no lock: the slots, sorted
+// by node name, are copied and replaced whole when a node joins or leaves, and a slot's
+// value is swapped atomically when its node reports again. One writer at a time (the
+// applier, under State.mu).
+type nodeList[T any] struct {
+	p atomic.Pointer[[]*nodeSlot[T]]
+}
+
+type nodeSlot[T any] struct {
+	node string
+	v    atomic.Pointer[T]
+}
+
+// load returns the slots, sorted by node name.
+func (l *nodeList[T]) load() []*nodeSlot[T] {
+	if p := l.p.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-func compareSlot(s *selSlot, node string) int { return strings.Compare(s.node, node) }
-
-// set makes p the node's part. The applier alone calls it, under State.mu.
-func (sel *selection) set(node string, p *selPart) {
-	cur := sel.load()
-	i, found := slices.BinarySearchFunc(cur, node, compareSlot)
-	if found {
-		cur[i].part.Store(p)
-		return
-	}
-	slot := &selSlot{node: node}
-	slot.part.Store(p)
-	next := make([]*selSlot, 0, len(cur)+1)
-	next = append(append(append(next, cur[:i]...), slot), cur[i:]...)
-	sel.slots.Store(&next)
+func (l *nodeList[T]) find(node string) (int, bool) {
+	return slices.BinarySearchFunc(l.load(), node, func(s *nodeSlot[T], node string) int { return strings.Compare(s.node, node) })
 }
 
-// drop removes the node's part. The applier alone calls it, under State.mu.
-func (sel *selection) drop(node string) {
-	cur := sel.load()
-	i, found := slices.BinarySearchFunc(cur, node, compareSlot)
+// set makes v the node's value.
+func (l *nodeList[T]) set(node string, v *T) {
+	i, found := l.find(node)
+	cur := l.load()
+	if found {
+		cur[i].v.Store(v)
+		return
+	}
+	slot := &nodeSlot[T]{node: node}
+	slot.v.Store(v)
+	next := make([]*nodeSlot[T], 0, len(cur)+1)
+	next = append(append(append(next, cur[:i]...), slot), cur[i:]...)
+	l.p.Store(&next)
+}
+
+// drop removes the node.
+func (l *nodeList[T]) drop(node string) {
+	i, found := l.find(node)
 	if !found {
 		return
 	}
-	next := make([]*selSlot, 0, len(cur)-1)
+	cur := l.load()
+	next := make([]*nodeSlot[T], 0, len(cur)-1)
 	next = append(append(next, cur[:i]...), cur[i+1:]...)
-	sel.slots.Store(&next)
+	l.p.Store(&next)
+}
+
+// build fills an empty list at once: vals by node name.
+func (l *nodeList[T]) build(vals map[string]*T) {
+	slots := make([]*nodeSlot[T], 0, len(vals))
+	for node, v := range vals {
+		slot := &nodeSlot[T]{node: node}
+		slot.v.Store(v)
+		slots = append(slots, slot)
+	}
+	slices.SortFunc(slots, func(a, b *nodeSlot[T]) int { return strings.Compare(a.node, b.node) })
+	l.p.Store(&slots)
 }
 
 // selectionIndex finds the selections of one namespace that may select a pod, without
@@ -295,18 +317,15 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 		return found
 	}
 	x := &selection{namespace: ns, selector: sel, key: key}
-	var slots []*selSlot
+	parts := make(map[string]*selPart)
 	for e := range s.byNamespace[ns] {
 		j := slices.Index(e.namespaces, ns)
 		if p := new(selPart); e.part(p, j, sel, nil) {
-			slot := &selSlot{node: e.report.GetNode()}
-			slot.part.Store(p)
-			slots = append(slots, slot)
+			parts[e.report.GetNode()] = p
 			e.selections = append(e.selections, x)
 		}
 	}
-	slices.SortFunc(slots, func(a, b *selSlot) int { return strings.Compare(a.node, b.node) })
-	x.slots.Store(&slots)
+	x.parts.build(parts)
 	s.selections[key] = x
 	idx := s.selIndex[ns]
 	if idx == nil {
@@ -344,7 +363,7 @@ func (s *State) updateSelections(old, e *nodeEntry) {
 				}
 				parts = parts[:len(parts)+1]
 				if p := &parts[len(parts)-1]; e.part(p, j, c.sel.selector, only) {
-					c.sel.set(node, p)
+					c.sel.parts.set(node, p)
 					e.selections = append(e.selections, c.sel)
 				} else {
 					parts = parts[:len(parts)-1]
@@ -361,7 +380,7 @@ func (s *State) updateSelections(old, e *nodeEntry) {
 	node := old.report.GetNode()
 	for _, sel := range old.selections {
 		if e == nil || !slices.Contains(e.selections, sel) {
-			sel.drop(node)
+			sel.parts.drop(node)
 		}
 	}
 }
@@ -379,8 +398,8 @@ func (s *State) dropIdleSelections(cutoff time.Time) {
 				delete(s.selIndex, key.namespace)
 			}
 		}
-		for _, slot := range sel.load() {
-			if p := slot.part.Load(); p != nil {
+		for _, slot := range sel.parts.load() {
+			if p := slot.v.Load(); p != nil {
 				p.e.selections = slices.DeleteFunc(p.e.selections, func(o *selection) bool { return o == sel })
 			}
 		}
@@ -431,4 +450,59 @@ func (l podLabels) equal(m map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// A nodePool is the nodes a capacityAware trigger's nodeSelector matches (every node for
+// none), kept up to date as nodes report, so that counting free GPUs walks its nodes
+// without the state's lock. Its values are the nodes' entries, which never change once
+// applied.
+type nodePool struct {
+	selector labels.Selector // nil: every node
+	nodes    nodeList[nodeEntry]
+	lastRead atomic.Int64 // as selection.lastRead
+}
+
+func (p *nodePool) matches(e *nodeEntry) bool {
+	return p.selector == nil || p.selector.Matches(labels.Set(e.report.GetNodeLabels()))
+}
+
+// poolFor returns the pool of nodeSelector sel (nil: every node), key its String, built
+// from the nodes known when no trigger read it before.
+func (s *State) poolFor(key string, sel labels.Selector) *nodePool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if found := s.pools[key]; found != nil {
+		return found
+	}
+	p := &nodePool{selector: sel}
+	nodes := make(map[string]*nodeEntry)
+	for name, e := range s.nodes {
+		if p.matches(e) {
+			nodes[name] = e
+		}
+	}
+	p.nodes.build(nodes)
+	s.pools[key] = p
+	return p
+}
+
+// updatePools puts e in the pools whose nodeSelector matches its node, and takes its node
+// out of the others; e nil takes node out of every pool. s.mu must be held.
+func (s *State) updatePools(node string, e *nodeEntry) {
+	for _, p := range s.pools {
+		if e != nil && p.matches(e) {
+			p.nodes.set(node, e)
+		} else {
+			p.nodes.drop(node)
+		}
+	}
+}
+
+// dropIdlePools forgets the pools no trigger read since before cutoff. s.mu must be held.
+func (s *State) dropIdlePools(cutoff time.Time) {
+	for key, p := range s.pools {
+		if p.lastRead.Load() < cutoff.UnixNano() {
+			delete(s.pools, key)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/labels"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -236,4 +237,88 @@ func TestIdleSelectionsAreDropped(t *testing.T) {
 		t.Fatalf("after %s unread: %d selections, %d namespace indexes, node n1 in %d selections; want none", selectionIdleAfter, selections, idx, held)
 	}
 	wantMetric(t, s.Read(tr), MetricGPUUtil, 70) // built anew on the next read
+}
+
+// capacityFullScan counts free slots the way the scaler did before pools: every node,
+// its labels matched on each read. It is the oracle pools must agree with.
+func (s *State) capacityFullScan(t *Trigger) (int, error) {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.capacityKnown(t, now); err != nil {
+		return 0, err
+	}
+	slots := 0
+	for _, e := range s.nodes {
+		if now.Sub(e.stored) > t.StaleAfter || t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
+			continue
+		}
+		if t.GPUProfile != "" {
+			slots += e.free[t.GPUProfile]
+		} else {
+			slots += e.free[""] / max(t.GPUsPerReplica, 1)
+		}
+	}
+	return slots, nil
+}
+
+// TestPoolsAgreeWithFullScan applies random reports of labelled nodes with free, taken,
+// unhealthy and MIG devices, moves the clock and forgets nodes, and checks every
+// capacityAware trigger's count against a full scan after every step.
+func TestPoolsAgreeWithFullScan(t *testing.T) {
+	var triggers []*Trigger
+	for _, sel := range []string{"", "pool=a", "pool in (a,b)", "!pool", "pool!=b"} {
+		for _, per := range []string{"1", "2", "4", "1g.10gb"} {
+			md := map[string]string{"queue": "jobs", "capacityAware": "true", "gpusPerReplica": per}
+			if sel != "" {
+				md["nodeSelector"] = sel
+			}
+			triggers = append(triggers, mustTrigger(t, "ml", md))
+		}
+	}
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		clock := newFakeClock(t0)
+		s := NewState(clock.Now)
+		for step := range 80 {
+			switch k := rng.IntN(10); {
+			case k < 7:
+				node := fmt.Sprintf("n%02d", rng.IntN(12))
+				r := &gpuscalerv1.NodeReport{Node: node, Source: "sim"}
+				if l := rng.IntN(4); l < 3 {
+					r.NodeLabels = map[string]string{"pool": []string{"a", "b", "c"}[l]}
+				}
+				for d := range rng.IntN(9) {
+					dev := &gpuscalerv1.Device{Id: fmt.Sprintf("GPU-%s-%d", node, d), Resource: "nvidia.com/gpu"}
+					if rng.IntN(3) == 0 {
+						dev.Id, dev.Resource = fmt.Sprintf("MIG-%s-%d", node, d), "nvidia.com/mig-1g.10gb"
+					}
+					dev.Unhealthy = rng.IntN(10) == 0
+					r.Allocatable = append(r.Allocatable, dev)
+					if rng.IntN(3) == 0 {
+						r.Allocated = append(r.Allocated, &gpuscalerv1.Device{Id: dev.Id, Resource: dev.Resource})
+					}
+				}
+				s.Apply(gpuscalerv1.Event{Node: r}, clock.Now().Add(-time.Duration(rng.IntN(40))*time.Second))
+			case k < 8:
+				clock.Advance(time.Duration(rng.IntN(20)) * time.Second)
+			case k < 9:
+				s.Forget(clock.Now().Add(-time.Duration(20+rng.IntN(40)) * time.Second))
+			default:
+				clock.Advance(selectionIdleAfter + time.Second)
+				s.Forget(clock.Now().Add(-2 * time.Hour))
+			}
+			for _, tr := range triggers {
+				if rng.IntN(3) == 0 {
+					continue
+				}
+				got, gerr := s.capacity(tr)
+				want, werr := s.capacityFullScan(tr)
+				if got != want || fmt.Sprint(gerr) != fmt.Sprint(werr) {
+					t.Fatalf("seed %d step %d: nodeSelector %v, gpusPerReplica %d, profile %q: capacity %d, %v; the full scan gives %d, %v",
+						seed, step, tr.NodeSelector, tr.GPUsPerReplica, tr.GPUProfile, got, gerr, want, werr)
+				}
+			}
+		}
+	}
 }

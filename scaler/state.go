@@ -51,6 +51,8 @@ type State struct {
 	// report may concern, by namespace. candidates is the applier's scratch space.
 	selections map[selKey]*selection
 	selIndex   map[string]*selectionIndex
+	// pools are the nodes capacityAware triggers count free GPUs on, by nodeSelector.
+	pools      map[string]*nodePool
 	candidates []candidate
 	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
@@ -184,6 +186,7 @@ func NewState(now func() time.Time) *State {
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
 		selections:  make(map[selKey]*selection),
 		selIndex:    make(map[string]*selectionIndex),
+		pools:       make(map[string]*nodePool),
 		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
 		// keeps the production default.
 		tombstoneTTL:   DefaultNodeTombstoneTTL,
@@ -299,6 +302,7 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	s.gpus += len(e.gpus)
 	index(s.byNamespace, e)
 	s.updateSelections(old, e)
+	s.updatePools(r.GetNode(), e)
 	if stored.After(s.newestNode) {
 		s.newestNode = stored
 	}
@@ -470,6 +474,7 @@ func (s *State) Forget(cutoff time.Time) int {
 		if e.stored.Before(cutoff) {
 			s.unindex(e)
 			s.updateSelections(e, nil)
+			s.updatePools(name, nil)
 			delete(s.nodes, name)
 			n++
 			if e.forgotten = e.stored.Add(maxAge); len(e.namespaces) > 0 && now.Before(e.forgotten.Add(s.tombstoneTTL)) {
@@ -491,6 +496,7 @@ func (s *State) Forget(cutoff time.Time) int {
 		s.newestNode = time.Time{}
 	}
 	s.dropIdleSelections(now.Add(-selectionIdleAfter))
+	s.dropIdlePools(now.Add(-selectionIdleAfter))
 	for k, e := range s.queues {
 		if e.stored.Before(cutoff) {
 			delete(s.queues, k)
