@@ -280,6 +280,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		maxStale: s.cfg.Stream.MaxAge,
 		metrics:  s.metrics,
 		log:      s.log.With("component", "grpc"),
+		triggers: newTriggerCache(defaultTriggerCacheSize),
 	})
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -33,6 +33,9 @@ type Server struct {
 	maxStale time.Duration
 	metrics  *metrics
 	log      *slog.Logger
+	// triggers caches parsed metadata; nil parses on every call. A Trigger is never
+	// changed once parsed, so calls share it.
+	triggers *triggerCache
 }
 
 // IsActive answers KEDA's activation question. KEDA applies no threshold of its own to an
@@ -149,15 +152,21 @@ func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
 	if ref == nil {
 		return nil, status.Error(codes.InvalidArgument, "scaledObjectRef is required")
 	}
-	t, err := ParseTrigger(ref.GetNamespace(), ref.GetScalerMetadata(), s.stale)
-	if err != nil {
-		return nil, toStatus(err)
+	parse := func() (*Trigger, error) {
+		t, err := ParseTrigger(ref.GetNamespace(), ref.GetScalerMetadata(), s.stale)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if s.maxStale > 0 && t.StaleAfter > s.maxStale {
+			return nil, toStatus(&MetadataError{Key: KeyStaleAfter, Value: t.StaleAfter.String(),
+				Want: fmt.Sprintf("at most %s, the scaler's --stream-max-age, after which a silent node is forgotten", s.maxStale)})
+		}
+		return t, nil
 	}
-	if s.maxStale > 0 && t.StaleAfter > s.maxStale {
-		return nil, toStatus(&MetadataError{Key: KeyStaleAfter, Value: t.StaleAfter.String(),
-			Want: fmt.Sprintf("at most %s, the scaler's --stream-max-age, after which a silent node is forgotten", s.maxStale)})
+	if s.triggers == nil {
+		return parse()
 	}
-	return t, nil
+	return s.triggers.get(ref.GetNamespace(), ref.GetScalerMetadata(), parse)
 }
 
 func (s *Server) checkReady() error {
