@@ -77,7 +77,7 @@ func TestCapacityCap(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			md := map[string]string{"capacityAware": "true"}
+			md := map[string]string{"capacityAware": "true", "gpusPerReplica": "1"}
 			for k, v := range tc.md {
 				md[k] = v
 			}
@@ -97,7 +97,7 @@ func TestCapacityCap(t *testing.T) {
 func TestCapacityUnknown(t *testing.T) {
 	clock := newFakeClock(t0)
 	s := NewState(clock.Now)
-	tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true"})
+	tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"})
 	s.Apply(queueEvent("ml", "train", 5, 0), t0)
 
 	r := readyServer(s).read(tr)

@@ -262,7 +262,7 @@ func TestWorkQueueCapacity(t *testing.T) {
 	}
 	pub.node(capacityNode("a1", nil, 8, 5, nil, false).Node) // 3 GPUs free
 
-	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers", "capacityAware": "true"})
+	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers", "capacityAware": "true", "gpusPerReplica": "1"})
 	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, r); return err == nil && v == 1+3 })
 }
 
