@@ -151,7 +151,7 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 // up, and a Job with a part batch holds its GPUs as a full one does. Rounding down would
 // leave it out, and since KEDA subtracts every Job not finished, it would create one Job
 // fewer than the free GPUs take. Rounding up errs only where Jobs take more than target
-// items each, which KEDA never asks of them.
+// items each, which is not how KEDA sizes them.
 //
 // KEDA sees the value and the target as quantities printed to three decimals
 // (pkg/scalers/scaler.go, quantityFromFloat64) and divides them in floating point, so

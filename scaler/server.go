@@ -50,9 +50,9 @@ func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 }
 
 // StreamIsActive sends the trigger's activation state when opened, then true each time the
-// trigger as a whole becomes active, as soon as the report that made it so is applied. KEDA ignores a pushed
-// false, so none is sent after the first message. It ends with a nil error when the
-// scaler stops, so KEDA reconnects in 2 s rather than backing off.
+// trigger as a whole becomes active, as soon as the report that made it so is applied.
+// KEDA ignores a pushed false, so none is sent after the first message. It ends with a
+// nil error when the scaler stops, so KEDA reconnects in 2 s rather than backing off.
 func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) error {
 	t, err := s.trigger(ref)
 	if err != nil {
