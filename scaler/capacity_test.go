@@ -3,8 +3,11 @@ package scaler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -74,7 +77,7 @@ func TestCapacityCap(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			md := map[string]string{"capacityAware": "true"}
+			md := map[string]string{"capacityAware": "true", "gpusPerReplica": "1"}
 			for k, v := range tc.md {
 				md[k] = v
 			}
@@ -94,7 +97,7 @@ func TestCapacityCap(t *testing.T) {
 func TestCapacityUnknown(t *testing.T) {
 	clock := newFakeClock(t0)
 	s := NewState(clock.Now)
-	tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true"})
+	tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"})
 	s.Apply(queueEvent("ml", "train", 5, 0), t0)
 
 	r := readyServer(s).read(tr)
@@ -109,4 +112,89 @@ func TestCapacityUnknown(t *testing.T) {
 	s.Apply(queueEvent("ml", "train", 5, 0), clock.Now())
 	_, err = readyServer(s).read(tr).Metric(MetricQueueBacklog)
 	wantUnavailable(t, err, "capacity unknown: no node has reported since 2026-11-22T10:00:00Z, 1m0s ago")
+}
+
+// kedaJobsToCreate is what KEDA v2.21 does with a capacityAware ScaledJob trigger's value:
+// the value and the target reach it as quantities printed to three decimals
+// (pkg/scalers/scaler.go, quantityFromFloat64), it divides the value by the target
+// (pkg/scaling/scaledjob/metrics.go, CalculateQueueLengthAndMaxValue), rounds up
+// (IsScaledJobActive), and under the default scaling strategy creates that many Jobs less
+// those not finished yet (pkg/scaling/executor/scale_jobs.go, defaultScalingStrategy).
+func kedaJobsToCreate(value, target float64, unfinished int) int {
+	quantity := func(v float64) float64 {
+		q := resource.MustParse(fmt.Sprintf("%.3f", v))
+		return q.AsApproximateFloat64()
+	}
+	jobs := int(math.Ceil(quantity(value) / quantity(target)))
+	return max(0, jobs-unfinished)
+}
+
+// TestCapacityCapInJobs: a capacityAware trigger's value, divided by queueTarget as KEDA
+// divides it, is the Jobs running (one per queueTarget items in flight, rounded up, as
+// KEDA made them) plus those free GPUs can take, plus the headroom: KEDA then creates
+// exactly as many Jobs as the free GPUs (and headroom) take, whatever the target.
+func TestCapacityCapInJobs(t *testing.T) {
+	tests := map[string]struct {
+		target            string
+		waiting, inFlight uint64
+		running           int // the Jobs KEDA counts as not finished
+		headroom          string
+		want              int // Jobs KEDA creates
+	}{
+		// The case the issue names: 2 Jobs of 4 items each running, 8 GPUs free.
+		"queueTarget 4":                {target: "4", waiting: 100, inFlight: 8, running: 2, want: 8},
+		"queueTarget 4, part batch":    {target: "4", waiting: 100, inFlight: 7, running: 2, want: 8},
+		"queueTarget 4, headroom 2":    {target: "4", waiting: 100, inFlight: 8, running: 2, headroom: "2", want: 10},
+		"queueTarget 1":                {target: "1", waiting: 100, inFlight: 3, running: 3, want: 8},
+		"queueTarget 2.5":              {target: "2.5", waiting: 100, inFlight: 5, running: 2, want: 8},
+		"queueTarget 3":                {target: "3", waiting: 100, inFlight: 4, running: 2, want: 8},
+		"queueTarget 7":                {target: "7", waiting: 1000, inFlight: 14, running: 2, want: 8},
+		"queueTarget 0.5":              {target: "0.5", waiting: 100, inFlight: 3, running: 6, want: 8},
+		"queueTarget 0.1":              {target: "0.1", waiting: 100, inFlight: 1, running: 10, want: 8},
+		"queueTarget 0.3":              {target: "0.3", waiting: 100, inFlight: 1, running: 4, want: 8},
+		"queueTarget 0.003":            {target: "0.003", waiting: 100, inFlight: 1, running: 334, want: 8},
+		"queueTarget 12345.678":        {target: "12345.678", waiting: 1_000_000, inFlight: 20000, running: 2, want: 8},
+		"nothing running":              {target: "4", waiting: 100, want: 8},
+		"backlog below capacity":       {target: "4", waiting: 10, inFlight: 8, running: 2, want: 3},
+		"backlog below capacity, 0.5":  {target: "0.5", waiting: 1, inFlight: 1, running: 2, want: 2},
+		"queueTarget 4, nothing waits": {target: "4", inFlight: 8, running: 2, want: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := NewState(newFakeClock(t0).Now)
+			s.Apply(capacityNode("a1", nil, 8, 0, nil, false), t0) // 8 GPUs free
+			s.Apply(queueEvent("ml", "train", tc.waiting, tc.inFlight), t0)
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "queueTarget": tc.target}
+			if tc.headroom != "" {
+				md["capacityHeadroom"] = tc.headroom
+			}
+			tr := mustTrigger(t, "ml", md)
+			v, err := readyServer(s).read(tr).Metric(MetricQueueBacklog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kedaJobsToCreate(v, tr.QueueTarget, tc.running); got != tc.want {
+				t.Fatalf("value %v with queueTarget %v and %d Jobs running: KEDA creates %d Jobs, want %d", v, tr.QueueTarget, tc.running, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCapBacklogMatchesKEDA: for targets across their range, whole and fractional, KEDA's
+// arithmetic turns the cap for n Jobs into exactly n Jobs, never n+1 (a Job Pending for
+// want of GPUs) nor n-1.
+func TestCapBacklogMatchesKEDA(t *testing.T) {
+	var targets []float64
+	for m := 1; m <= 5000; m += 7 {
+		targets = append(targets, float64(m)/1000)
+	}
+	targets = append(targets, 0.002, 0.003, 1, 2, 7, 10, 64, 12345.678, 1e6)
+	for _, target := range targets {
+		for n := 1; n <= 100; n++ {
+			v := capBacklog(target, 0, n)
+			if got := kedaJobsToCreate(v, target, 0); got != n {
+				t.Fatalf("queueTarget %v, %d Jobs: cap %v makes KEDA create %d", target, n, v, got)
+			}
+		}
+	}
 }

@@ -237,6 +237,15 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	} else if t.GPUUtilTarget == 0 && t.GPUMemoryTarget == 0 {
 		return fail(KeyPodSelector, "gpuUtilTarget or gpuMemoryTarget set too: the metric to scale on")
 	}
+	// A key that shapes nothing the trigger gives would be accepted and ignored, and the
+	// workload would scale in a way its author did not write.
+	if t.Queue == "" && t.Stream == "" {
+		for _, k := range []string{KeyQueueTarget, KeyActivationQueueDepth} {
+			if _, ok := md[k]; ok {
+				return fail(k, "queue, or stream with consumer, set too: "+k+" applies to a backlog, and a trigger with only podSelector measures none")
+			}
+		}
+	}
 	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
 		return fail(KeyCapacityAware, "a queue or stream: capacity caps a backlog")
 	}
@@ -249,6 +258,16 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 		if _, ok := md[k]; ok && !t.CapacityAware {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}
+	}
+	_, perReplicaGiven := md[KeyGPUsPerReplica]
+	// The cap counts the Jobs that free GPUs can take. Taking 1 GPU per Job when none is
+	// given would, for an 8-GPU Job, create 8 times the Jobs that fit, all but one in 8
+	// Pending; nothing observed can say what a Job not yet created will ask for.
+	if t.CapacityAware && !perReplicaGiven {
+		return fail(KeyCapacityAware, `gpusPerReplica set too: the cap counts the Jobs free GPUs can take, so it needs the GPUs one Job asks for (a number, or a MIG profile such as "1g.10gb"); taking 1 for an 8-GPU Job would create 8 times the Jobs that fit`)
+	}
+	if perReplicaGiven && t.PodSelector == nil && !t.CapacityAware {
+		return fail(KeyGPUsPerReplica, `podSelector or capacityAware "true" set too: gpusPerReplica divides the GPU metrics or sizes the capacity cap, and this trigger has neither`)
 	}
 	return nil
 }

@@ -108,7 +108,7 @@ var (
 	baseQueue    = metaOf(KeyQueue, "jobs")
 	baseGPU      = metaOf(KeyPodSelector, "app=llm", KeyGPUUtilTarget, "70")
 	baseStream   = metaOf(KeyStream, "WORK", KeyConsumer, "workers")
-	baseCapacity = metaOf(KeyQueue, "jobs", KeyCapacityAware, "true")
+	baseCapacity = metaOf(KeyQueue, "jobs", KeyCapacityAware, "true", KeyGPUsPerReplica, "1")
 )
 
 // parseOK parses metadata that must be valid.
@@ -218,7 +218,7 @@ func TestParseTriggerDefaults(t *testing.T) {
 func TestParseTriggerValidValues(t *testing.T) {
 	queue := func(v *triggerView) { v.Queue = "jobs" }
 	gpu := func(v *triggerView) { v.PodSelector = "app=llm"; v.GPUUtilTarget = 70 }
-	capacity := func(v *triggerView) { v.Queue = "jobs"; v.CapacityAware = true }
+	capacity := func(v *triggerView) { v.Queue = "jobs"; v.CapacityAware = true; v.GPUsPerReplica = 1 }
 	tests := map[string]struct {
 		metadata map[string]string
 		base     func(v *triggerView)
@@ -263,11 +263,11 @@ func TestParseTriggerValidValues(t *testing.T) {
 			v.GPUMemoryTarget = 80
 		}},
 
-		"gpusPerReplica 1":           {metaWith(baseGPU, KeyGPUsPerReplica, "1"), gpu, func(v *triggerView) { v.GPUsPerReplica = 1 }},
-		"gpusPerReplica 8":           {metaWith(baseGPU, KeyGPUsPerReplica, "8"), gpu, func(v *triggerView) { v.GPUsPerReplica = 8 }},
-		"gpusPerReplica 1024":        {metaWith(baseGPU, KeyGPUsPerReplica, "1024"), gpu, func(v *triggerView) { v.GPUsPerReplica = 1024 }},
-		"gpusPerReplica white space": {metaWith(baseGPU, KeyGPUsPerReplica, " 2 "), gpu, func(v *triggerView) { v.GPUsPerReplica = 2 }},
-		"gpusPerReplica with queue":  {metaWith(baseQueue, KeyGPUsPerReplica, "4"), queue, func(v *triggerView) { v.GPUsPerReplica = 4 }},
+		"gpusPerReplica 1":             {metaWith(baseGPU, KeyGPUsPerReplica, "1"), gpu, func(v *triggerView) { v.GPUsPerReplica = 1 }},
+		"gpusPerReplica 8":             {metaWith(baseGPU, KeyGPUsPerReplica, "8"), gpu, func(v *triggerView) { v.GPUsPerReplica = 8 }},
+		"gpusPerReplica 1024":          {metaWith(baseGPU, KeyGPUsPerReplica, "1024"), gpu, func(v *triggerView) { v.GPUsPerReplica = 1024 }},
+		"gpusPerReplica white space":   {metaWith(baseGPU, KeyGPUsPerReplica, " 2 "), gpu, func(v *triggerView) { v.GPUsPerReplica = 2 }},
+		"gpusPerReplica with capacity": {metaWith(baseCapacity, KeyGPUsPerReplica, "4"), capacity, func(v *triggerView) { v.GPUsPerReplica = 4 }},
 		"MIG 1g.10gb": {metaWith(baseGPU, KeyGPUsPerReplica, "1g.10gb"), gpu, func(v *triggerView) {
 			v.GPUsPerReplica, v.GPUProfile = 1, "1g.10gb"
 		}},
@@ -285,15 +285,18 @@ func TestParseTriggerValidValues(t *testing.T) {
 		}},
 
 		"capacityAware true":                {baseCapacity, nil, capacity},
-		"capacityAware 1":                   {metaOf(KeyQueue, "jobs", KeyCapacityAware, "1"), nil, capacity},
-		"capacityAware TRUE":                {metaOf(KeyQueue, "jobs", KeyCapacityAware, "TRUE"), nil, capacity},
+		"capacityAware 1":                   {metaWith(baseCapacity, KeyCapacityAware, "1"), nil, capacity},
+		"capacityAware TRUE":                {metaWith(baseCapacity, KeyCapacityAware, "TRUE"), nil, capacity},
 		"capacityAware false":               {metaWith(baseQueue, KeyCapacityAware, "false"), queue, func(v *triggerView) {}},
 		"capacityHeadroom 0":                {metaWith(baseCapacity, KeyCapacityHeadroom, "0"), nil, capacity},
 		"capacityHeadroom 3":                {metaWith(baseCapacity, KeyCapacityHeadroom, " 3 "), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 3 }},
 		"capacityHeadroom 1e6":              {metaWith(baseCapacity, KeyCapacityHeadroom, "1000000"), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 1_000_000 }},
 		"capacityAware false without queue": {metaWith(baseGPU, KeyCapacityAware, "false"), gpu, func(v *triggerView) {}},
-		"capacityAware with stream": {metaWith(baseStream, KeyCapacityAware, "true"), nil, func(v *triggerView) {
-			v.Stream, v.Consumer, v.CapacityAware = "WORK", "workers", true
+		"capacityAware with stream": {metaWith(baseStream, KeyCapacityAware, "true", KeyGPUsPerReplica, "8"), nil, func(v *triggerView) {
+			v.Stream, v.Consumer, v.CapacityAware, v.GPUsPerReplica = "WORK", "workers", true, 8
+		}},
+		"capacityAware with a MIG profile": {metaWith(baseCapacity, KeyGPUsPerReplica, "1g.10gb"), capacity, func(v *triggerView) {
+			v.GPUProfile = "1g.10gb"
 		}},
 		"nodeSelector": {metaWith(baseCapacity, KeyNodeSelector, "gpu=a100"), capacity, func(v *triggerView) { v.NodeSelector = "gpu=a100" }},
 		"nodeSelector set-based": {metaWith(baseCapacity, KeyNodeSelector, "gpu in (a100,h100)"), capacity, func(v *triggerView) {
@@ -511,11 +514,47 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"nodeSelector with pods only": {
 			metadata: metaWith(baseGPU, KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100", want: `capacityAware "true" too`,
 		},
+		// capacityAware counts the Jobs free GPUs can take: with gpusPerReplica defaulting
+		// to 1, an 8-GPU Job would be created 8 times too often, every extra one Pending.
+		"capacityAware without gpusPerReplica": {
+			metadata: metaOf(KeyQueue, "jobs", KeyCapacityAware, "true"), key: KeyCapacityAware, value: "true",
+			want: "gpusPerReplica set too: the cap counts the Jobs free GPUs can take",
+		},
+		"capacityAware without gpusPerReplica, with stream": {
+			metadata: metaWith(baseStream, KeyCapacityAware, "1", KeyNodeSelector, "gpu=a100"), key: KeyCapacityAware, value: "1",
+			want: "gpusPerReplica set too",
+		},
+		// Keys a trigger would accept and then ignore.
+		"queueTarget with pods only": {
+			metadata: metaWith(baseGPU, KeyQueueTarget, "4"), key: KeyQueueTarget, value: "4",
+			want: "queue, or stream with consumer, set too: queueTarget applies to a backlog",
+		},
+		"activationQueueDepth with pods only": {
+			metadata: metaWith(baseGPU, KeyActivationQueueDepth, "0"), key: KeyActivationQueueDepth, value: "0",
+			want: "queue, or stream with consumer, set too: activationQueueDepth applies to a backlog",
+		},
+		"gpusPerReplica with queue only": {
+			metadata: metaWith(baseQueue, KeyGPUsPerReplica, "2"), key: KeyGPUsPerReplica, value: "2",
+			want: `podSelector or capacityAware "true" set too`,
+		},
+		"gpusPerReplica with stream only": {
+			metadata: metaWith(baseStream, KeyGPUsPerReplica, "1g.10gb"), key: KeyGPUsPerReplica, value: "1g.10gb",
+			want: `podSelector or capacityAware "true" set too`,
+		},
+		"gpusPerReplica with capacityAware false": {
+			metadata: metaWith(baseQueue, KeyCapacityAware, "false", KeyGPUsPerReplica, "8"), key: KeyGPUsPerReplica, value: "8",
+			want: `podSelector or capacityAware "true" set too`,
+		},
 
-		"queue and pods":                 {metadata: metaWith(baseQueue, KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"), valid: true},
-		"stream, capacity and nodes":     {metadata: metaWith(baseStream, KeyCapacityAware, "true", KeyNodeSelector, "gpu=a100"), valid: true},
-		"pods with capacityAware false":  {metadata: metaWith(baseGPU, KeyCapacityAware, "false"), valid: true},
-		"queue with gpusPerReplica only": {metadata: metaWith(baseQueue, KeyGPUsPerReplica, "2"), valid: true},
+		"queue and pods":                   {metadata: metaWith(baseQueue, KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"), valid: true},
+		"stream, capacity and nodes":       {metadata: metaWith(baseStream, KeyCapacityAware, "true", KeyGPUsPerReplica, "8", KeyNodeSelector, "gpu=a100"), valid: true},
+		"capacity with a MIG profile":      {metadata: metaWith(baseQueue, KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"), valid: true},
+		"pods with capacityAware false":    {metadata: metaWith(baseGPU, KeyCapacityAware, "false"), valid: true},
+		"queue with capacityAware false":   {metadata: metaWith(baseQueue, KeyCapacityAware, "false"), valid: true},
+		"queue and pods, gpusPerReplica":   {metadata: metaWith(baseQueue, KeyPodSelector, "app=llm", KeyGPUUtilTarget, "70", KeyGPUsPerReplica, "2"), valid: true},
+		"queue and pods, queueTarget":      {metadata: metaWith(baseGPU, KeyQueue, "jobs", KeyQueueTarget, "4", KeyActivationQueueDepth, "1"), valid: true},
+		"stream and pods, queueTarget":     {metadata: metaWith(baseGPU, KeyStream, "WORK", KeyConsumer, "workers", KeyQueueTarget, "4"), valid: true},
+		"pods with gpusPerReplica (a MIG)": {metadata: metaWith(baseGPU, KeyGPUsPerReplica, "1g.10gb"), valid: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -536,7 +575,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
-		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyGPUsPerReplica, "1g.10gb"),
+		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
@@ -599,6 +638,12 @@ func TestParseTriggerFromEnv(t *testing.T) {
 	})
 	t.Run("combination rules see FromEnv keys", func(t *testing.T) {
 		parseErr(t, "ml", metaWith(baseQueue, "gpuUtilTargetFromEnv", "70"), "gpuUtilTargetFromEnv", "70", "podSelector set too")
+		parseErr(t, "ml", metaWith(baseGPU, "queueTargetFromEnv", "4"), "queueTargetFromEnv", "4", "queue, or stream with consumer, set too")
+		parseErr(t, "ml", metaWith(baseGPU, "activationQueueDepthFromEnv", "2"), "activationQueueDepthFromEnv", "2", "queue, or stream with consumer, set too")
+		parseErr(t, "ml", metaWith(baseQueue, "gpusPerReplicaFromEnv", "2"), "gpusPerReplicaFromEnv", "2", `podSelector or capacityAware "true" set too`)
+		parseErr(t, "ml", metaWith(baseQueue, "capacityAwareFromEnv", "true"), "capacityAwareFromEnv", "true", "gpusPerReplica set too")
+		// The key comes from the environment, so the trigger gives it as gpusPerReplicaFromEnv.
+		parseOK(t, "ml", metaWith(baseQueue, "capacityAwareFromEnv", "true", "gpusPerReplicaFromEnv", "8"), 0)
 	})
 }
 
@@ -802,6 +847,11 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyGPUsPerReplica, "1025", "", "", true, 0},
 		{"ml", KeyCapacityAware, "true", KeyNodeSelector, "gpu=a100", true, 0},
 		{"ml", KeyCapacityAware, "true", KeyNodeSelector, "gpu=a100", false, 0},
+		{"ml", KeyCapacityAware, "true", KeyGPUsPerReplica, "8", true, 0},
+		{"ml", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb", true, 0},
+		{"ml", "capacityAwareFromEnv", "true", "gpusPerReplicaFromEnv", "2", true, 0},
+		{"ml", KeyPodSelector, "app=llm", KeyQueueTarget, "4", false, 0},
+		{"ml", KeyPodSelector, "app=llm", "activationQueueDepthFromEnv", "1", false, 0},
 		{"ml", KeyNodeSelector, "gpu=a100", "", "", true, 0},
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
@@ -964,6 +1014,23 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	}
 	if tr.GPUsPerReplica < 0 || tr.GPUsPerReplica > 1024 {
 		t.Errorf("GPUsPerReplica: got %d, want 0 to 1024", tr.GPUsPerReplica)
+	}
+	// No key is accepted and then ignored: capacity needs the GPUs one Job asks for, and
+	// gpusPerReplica and the backlog's keys need something they apply to.
+	if tr.CapacityAware && tr.GPUsPerReplica == 0 {
+		t.Errorf("CapacityAware without GPUsPerReplica (%+v)", v)
+	}
+	if tr.GPUsPerReplica != 0 && tr.PodSelector == nil && !tr.CapacityAware {
+		t.Errorf("GPUsPerReplica %d with neither PodSelector nor CapacityAware (%+v)", tr.GPUsPerReplica, v)
+	}
+	if tr.Queue == "" && tr.Stream == "" {
+		for _, k := range []string{KeyQueueTarget, KeyActivationQueueDepth} {
+			for _, name := range []string{k, k + fromEnvSuffix} {
+				if _, ok := metadata[name]; ok {
+					t.Errorf("accepted %s with neither Queue nor Stream (%+v)", name, v)
+				}
+			}
+		}
 	}
 	if tr.GPUProfile != "" && (tr.GPUsPerReplica != 1 || !migProfile.MatchString(tr.GPUProfile)) {
 		t.Errorf("GPUProfile %q with GPUsPerReplica %d: want a MIG profile and 1", tr.GPUProfile, tr.GPUsPerReplica)

@@ -3,6 +3,8 @@ package scaler
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 )
 
@@ -155,8 +157,9 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 }
 
 // capQueue caps a queue's backlog, for a capacityAware trigger, at what the cluster can
-// place now: what is running, plus the replicas free GPUs can take, plus the headroom.
-// The activation decision stays on the whole backlog: the queue has work either way.
+// place now: the backlog, in items, at which KEDA wants as many Jobs as are running, plus
+// those free GPUs can take, plus the headroom (see capBacklog). The activation decision
+// stays on the whole backlog: the queue has work either way.
 func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if !m.defined || m.err != nil {
 		return
@@ -166,7 +169,48 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 		m.value, m.err = 0, err
 		return
 	}
-	m.value = min(m.value, m.running+float64(slots+t.CapacityHeadroom))
+	m.value = min(m.value, capBacklog(t.QueueTarget, m.running, slots+t.CapacityHeadroom))
+}
+
+// capBacklog returns the backlog, in items, at which a ScaledJob with queueTarget target
+// wants the Jobs working on running items plus more. KEDA divides a ScaledJob's value by
+// its target and rounds up to a number of Jobs (pkg/scaling/scaledjob/metrics.go), then,
+// under the default scaling strategy, creates that many less the Jobs not finished yet
+// (pkg/scaling/executor/scale_jobs.go). The cap must be in items, as the backlog is: a
+// count of Jobs compared with items would let a queueTarget of 4 create a quarter of the
+// Jobs the GPUs can take, and one of 0.5 twice as many.
+//
+// The running Jobs are ceil(running/target): KEDA made one Job per target items, rounding
+// up, and a Job with a part batch holds its GPUs as a full one does. Rounding down would
+// leave it out, and since KEDA subtracts every Job not finished, it would create one Job
+// fewer than the free GPUs take. Rounding up errs only where Jobs take more than target
+// items each, which is not how KEDA sizes them.
+//
+// KEDA sees the value and the target as quantities printed to three decimals
+// (pkg/scalers/scaler.go, quantityFromFloat64) and divides them in floating point, so
+// the maths is done in those thousandths. A whole target divides a whole value exactly.
+// A fractional one need not: a value of exactly n targets can come out a hair above n
+// and round up to a Job too many (for a target of 0.003, about one n in fifteen), so the
+// cap is then one thousandth of an item less, which still divides to more than n-1 for
+// any target of 0.002 or more. For a target of 0.001, where a thousandth is a whole Job,
+// it stays exact.
+func capBacklog(target, running float64, more int) float64 {
+	perJob := thousandths(target)
+	jobs := math.Ceil(running*1000/perJob) + float64(more)
+	if jobs <= 0 {
+		return 0
+	}
+	capped := jobs * perJob
+	if math.Mod(perJob, 1000) != 0 && perJob >= 2 {
+		capped--
+	}
+	return capped / 1000
+}
+
+// thousandths returns v in thousandths, rounded as KEDA prints a quantity: %.3f.
+func thousandths(v float64) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 3, 64), 64)
+	return math.Round(f * 1000)
 }
 
 // capacity counts the replicas of t that free devices can take now: on each node that

@@ -52,10 +52,10 @@ func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 	return &pb.IsActiveResponse{Result: active}, nil
 }
 
-// StreamIsActive sends the trigger's activation state when opened, then true each time it
-// becomes active, as soon as the report that made it so is applied. KEDA ignores a pushed
-// false, so none is sent after the first message. It ends with a nil error when the
-// scaler stops, so KEDA reconnects in 2 s rather than backing off.
+// StreamIsActive sends the trigger's activation state when opened, then true each time the
+// trigger as a whole becomes active, as soon as the report that made it so is applied.
+// KEDA ignores a pushed false, so none is sent after the first message. It ends with a
+// nil error when the scaler stops, so KEDA reconnects in 2 s rather than backing off.
 func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) error {
 	t, err := s.trigger(ref)
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	s.metrics.streamsOpen.Inc()
 	defer s.metrics.streamsOpen.Dec()
 
-	active, _ := s.active(t) // unknown counts as inactive: only a true moves KEDA
+	active, gpuActive := s.look(t)
 	if err := stream.Send(&pb.IsActiveResponse{Result: active}); err != nil {
 		return err
 	}
@@ -91,10 +91,20 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-w.C:
-			if w.SawInactive() {
-				active = false // the queue went inactive since the last look, however briefly
+			// Taken before the look, so a dip applied during it wakes the next one.
+			dipped := w.SawInactive()
+			now, gpuNow := s.look(t)
+			// A backlog at or below activationQueueDepth since the last look made the whole
+			// trigger inactive, however briefly, unless its GPU part held it active. Node
+			// reports wake no stream, so that part is known only at the looks: active at
+			// both, it is taken as active between them. Otherwise a combined trigger whose
+			// pods are busy while its queue is empty would push true on every heartbeat of
+			// that queue, and KEDA writes the ScaledObject's status for each push. A
+			// workload at zero replicas holds no GPUs, so its GPU part is inactive and the
+			// push that wakes it is never held back.
+			if dipped && !(gpuActive && gpuNow) {
+				active = false
 			}
-			now, _ := s.active(t)
 			if now && !active {
 				if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
 					return err
@@ -102,9 +112,18 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 				s.metrics.activationsPushed.Inc()
 				s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
 			}
-			active = now
+			active, gpuActive = now, gpuNow
 		}
 	}
+}
+
+// look reads t for StreamIsActive: whether the trigger is active, and whether its GPU
+// part alone is. Unknown counts as inactive: only a true moves KEDA. The stream opens
+// once the state is ready, so readiness needs no check here.
+func (s *Server) look(t *Trigger) (active, gpuActive bool) {
+	r := s.read(t)
+	active, _ = r.Active()
+	return active, r.hasGPU && r.gpuActiveErr == nil && r.gpuActive
 }
 
 // GetMetricSpec returns the trigger's metrics and per-replica targets. It needs no data,

@@ -211,6 +211,54 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	}
 }
 
+// TestStreamIsActiveCombinedTriggerPushesOnce: a trigger with a queue and a podSelector
+// whose pods are busy stays active while its queue is empty, so the queue's heartbeats,
+// empty each time, push nothing: KEDA writes the ScaledObject's status for every push,
+// and a push a second per trigger would use up its apiserver rate. Once the pods are idle
+// too, an empty report is a dip of the whole trigger, and the next work is pushed.
+func TestStreamIsActiveCombinedTriggerPushesOnce(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	llm := map[string]string{"app": "llm"}
+	busy := &gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 90, 60, 80)}}
+	idle := &gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 0, 60, 80)}}
+	applied := func(publish func()) {
+		t.Helper()
+		before := s.State().Applied()
+		publish()
+		testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > before })
+	}
+	applied(func() { pub.node(busy) })
+	applied(func() { pub.queue("ml", "jobs", 0, 0) })
+
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{
+		"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, true) // the pods are busy: active when opened
+	for range 30 {
+		applied(func() { pub.queue("ml", "jobs", 0, 0) }) // heartbeats of an empty queue
+	}
+	// The pods go idle: the whole trigger is inactive, which the next heartbeat shows; then
+	// work arrives, a real activation. Its push is the first message since the opening
+	// one, or a heartbeat above pushed.
+	applied(func() { pub.node(idle) })
+	applied(func() { pub.queue("ml", "jobs", 0, 0) })
+	applied(func() { pub.queue("ml", "jobs", 1, 0) })
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
+		t.Fatalf("activations pushed = %v, want 1: only the queue's work after the pods went idle", got)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("stream sent %v after the activation, want nothing more", m)
+	default:
+	}
+}
+
 // TestThousandStreams opens 1,000 streams at once: one queue report reaches each of the
 // streams on that queue, none of the others, and shutdown ends every one cleanly.
 func TestThousandStreams(t *testing.T) {

@@ -536,7 +536,8 @@ type Watch struct {
 	c chan struct{}
 	// activationDepth is the trigger's activationQueueDepth; sawInactive records that a
 	// backlog at or below it was applied, even if it rose again before the watcher looked.
-	// Wake-ups merge, so without it a brief dip could go unseen.
+	// Wake-ups merge, so without it a brief dip could go unseen. It speaks for the queue
+	// part alone: the watcher judges whether the whole trigger went inactive.
 	activationDepth float64
 	sawInactive     atomic.Bool
 

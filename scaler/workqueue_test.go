@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // makeWorkQueue makes a JetStream work queue WORK on work.> with a durable pull consumer
@@ -188,6 +189,66 @@ func TestWorkQueueInfoFetchedOncePerRefresh(t *testing.T) {
 	}
 }
 
+// TestWorkQueueCombinedTriggerPushesOnce: a stream+consumer trigger with a podSelector
+// whose pods are busy stays active while the consumer is empty, so the consumer's
+// fetches, empty each time, push nothing. Once the pods are idle too, an empty fetch is a
+// dip of the whole trigger, and the first new message is pushed.
+func TestWorkQueueCombinedTriggerPushesOnce(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{ConsumerRefresh: 10 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	makeWorkQueue(t, pub.js)
+	llm := map[string]string{"app": "llm"}
+	busy := &gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 90, 60, 80)}}
+	idle := &gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 0, 60, 80)}}
+	applied := func(r *gpuscalerv1.NodeReport) {
+		t.Helper()
+		before := s.State().Applied()
+		pub.node(r)
+		testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > before })
+	}
+	applied(busy)
+
+	var fetches atomic.Int64
+	spy := natstest.Connect(t, ns.ClientURL())
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.INFO.WORK.workers", func(*nats.Msg) { fetches.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// waitFetches waits until n more fetches have begun: the one before the last has then
+	// been recorded and its watchers woken.
+	waitFetches := func(n int64) {
+		t.Helper()
+		from := fetches.Load()
+		testkit.Eventually(t, 5*time.Second, func() bool { return fetches.Load() >= from+n })
+	}
+
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "inference", map[string]string{
+		"stream": "WORK", "consumer": "workers", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, true) // the pods are busy: active when opened
+	waitFetches(30)          // fetches of an empty consumer
+	applied(idle)
+	waitFetches(2) // a fetch since the pods went idle: the whole trigger is inactive
+	publishWork(t, pub.js, 1)
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
+		t.Fatalf("activations pushed = %v, want 1: only the message after the pods went idle", got)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("stream sent %v after the activation, want nothing more", m)
+	default:
+	}
+}
+
 // TestWorkQueueCapacity: capacity caps a stream backlog with its ack-pending part as
 // what is running.
 func TestWorkQueueCapacity(t *testing.T) {
@@ -201,7 +262,7 @@ func TestWorkQueueCapacity(t *testing.T) {
 	}
 	pub.node(capacityNode("a1", nil, 8, 5, nil, false).Node) // 3 GPUs free
 
-	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers", "capacityAware": "true"})
+	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers", "capacityAware": "true", "gpusPerReplica": "1"})
 	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, r); return err == nil && v == 1+3 })
 }
 

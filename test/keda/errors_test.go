@@ -78,8 +78,23 @@ func TestErrors(t *testing.T) {
 			metric:   "s0-gpu-util",
 			wantCode: codes.Unavailable, wantMsg: "no node report",
 		},
-		"capacity before any node reported": {
+		"capacityAware without gpusPerReplica": {
 			metadata: map[string]string{"queue": "orders", "capacityAware": "true"},
+			metric:   "s0-queue-backlog",
+			wantCode: codes.InvalidArgument, wantMsg: "gpusPerReplica set too",
+		},
+		"queueTarget on a podSelector-only trigger": {
+			metadata: map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "queueTarget": "4"},
+			metric:   "s0-gpu-util",
+			wantCode: codes.InvalidArgument, wantMsg: `queueTarget="4"`,
+		},
+		"gpusPerReplica on a queue-only trigger": {
+			metadata: map[string]string{"queue": "orders", "gpusPerReplica": "8"},
+			metric:   "s0-queue-backlog",
+			wantCode: codes.InvalidArgument, wantMsg: `gpusPerReplica="8"`,
+		},
+		"capacity before any node reported": {
+			metadata: map[string]string{"queue": "orders", "capacityAware": "true", "gpusPerReplica": "1"},
 			metric:   "s0-queue-backlog",
 			wantCode: codes.Unavailable, wantMsg: "capacity unknown",
 		},

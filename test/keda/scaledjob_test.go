@@ -20,8 +20,9 @@ var capacityNodes = map[string]simNode{
 
 // TestScaledJobCapacity runs a ScaledJob's trigger through KEDA's scaler and then KEDA's
 // own ScaledJob maths (pkg/scaling/scaledjob, as its scale handler does): a
-// capacityAware queue's backlog of 10 waiting + 1 running is capped at what is running
-// plus the Jobs free GPUs can place now, plus capacityHeadroom.
+// capacityAware queue's backlog of 10 waiting + 1 running is capped, in items, at what
+// makes KEDA want the Jobs running plus those free GPUs can place now, plus
+// capacityHeadroom, whatever the queueTarget.
 func TestScaledJobCapacity(t *testing.T) {
 	s := startScaler(t)
 	s.startCollectors(t, capacityNodes)
@@ -59,9 +60,19 @@ func TestScaledJobCapacity(t *testing.T) {
 			metadata:  map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"},
 			wantValue: 8, wantMaxJobs: 8,
 		},
-		"queueTarget 3: KEDA divides the capped value": {
+		// The cap is in items: queueTarget × (⌈running / queueTarget⌉ + what fits), so that
+		// KEDA's ⌈value / queueTarget⌉ is the Jobs running plus those that fit.
+		"queueTarget 3: the backlog is below the cap": {
 			metadata:  map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "2", "queueTarget": "3"},
-			wantValue: 4, wantMaxJobs: 2, // ⌈4 / 3⌉
+			wantValue: 11, wantMaxJobs: 4, // cap 3 × (1 + 3) = 12; ⌈11 / 3⌉
+		},
+		"queueTarget 2: capped at 2 × (1 running + 3 placeable)": {
+			metadata:  map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "2", "queueTarget": "2"},
+			wantValue: 8, wantMaxJobs: 4,
+		},
+		"queueTarget 0.5: one item is 2 Jobs, never more than fit": {
+			metadata:  map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "2", "queueTarget": "0.5"},
+			wantValue: 2.499, wantMaxJobs: 5, // 2 running + 3 placeable; 2.5 less a thousandth, see capBacklog
 		},
 		"backlog below capacity is not capped": {
 			metadata:  map[string]string{"queue": "small", "capacityAware": "true", "gpusPerReplica": "2"},
