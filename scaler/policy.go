@@ -269,6 +269,7 @@ func (s *State) capacityKnown(t *Trigger, now time.Time) error {
 // every call and replica sums in the same order and names the same GPU in an error. It
 // takes no lock (see selection): its cost is the nodes holding the selected pods.
 func (s *State) readGPUs(t *Trigger, sel *selection, now time.Time, r *Reading) {
+	<-sel.built
 	sel.lastRead.Store(now.UnixNano())
 	var sum gpuSums
 	slots := sel.parts.load()

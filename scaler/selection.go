@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -28,6 +29,8 @@ type selection struct {
 	selector  labels.Selector
 	key       selKey
 	parts     nodeList[selPart]
+	// built is closed once the selection holds every node (see selectionFor).
+	built chan struct{}
 	// lastRead is when a trigger last read the selection (State's clock, Unix
 	// nanoseconds): Forget drops selections no trigger has read for selectionIdleAfter.
 	lastRead atomic.Int64
@@ -182,6 +185,28 @@ func (l *nodeList[T]) build(vals map[string]*T) {
 	l.p.Store(&slots)
 }
 
+// merge adds slots, sorted by node name, in one copy; where a node is in the list
+// already, its slot there stays.
+func (l *nodeList[T]) merge(slots []*nodeSlot[T]) {
+	cur := l.load()
+	next := make([]*nodeSlot[T], 0, len(cur)+len(slots))
+	i, j := 0, 0
+	for i < len(cur) || j < len(slots) {
+		switch {
+		case j == len(slots) || i < len(cur) && cur[i].node < slots[j].node:
+			next = append(next, cur[i])
+			i++
+		case i == len(cur) || slots[j].node < cur[i].node:
+			next = append(next, slots[j])
+			j++
+		default: // the same node: keep the list's
+			next = append(next, cur[i])
+			i, j = i+1, j+1
+		}
+	}
+	l.p.Store(&next)
+}
+
 // selectionIndex finds the selections of one namespace that may select a pod, without
 // matching every selector against every pod of every report: a selection whose selector
 // requires a label value (app=x, app in (x,y)) is found through that label; the others
@@ -308,24 +333,23 @@ func (x *selectionIndex) candidates(dst []candidate, views []gpuView) []candidat
 // every 15 s; a selection silent this long belongs to a trigger that is gone.
 const selectionIdleAfter = 10 * time.Minute
 
+// testHookBuilding, when set by a test, runs while a selection is built outside the lock.
+var testHookBuilding func()
+
 // selectionFor returns the selection of namespace ns and selector sel, building it from
-// the nodes of the namespace when no trigger read it before.
+// the nodes of the namespace when no trigger read it before. The building walks every
+// node of the namespace, so it runs outside the state's lock: the selection is
+// registered first, so that reports applied meanwhile update it themselves, and the
+// nodes whose entry has not changed since are added at the end. Readers wait for it.
 func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *selection {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if found := s.selections[key]; found != nil {
+		s.mu.Unlock()
+		<-found.built
 		return found
 	}
-	x := &selection{namespace: ns, selector: sel, key: key}
-	parts := make(map[string]*selPart)
-	for e := range s.byNamespace[ns] {
-		j := slices.Index(e.namespaces, ns)
-		if p := new(selPart); e.part(p, j, sel, nil) {
-			parts[e.report.GetNode()] = p
-			e.selections = append(e.selections, x)
-		}
-	}
-	x.parts.build(parts)
+	x := &selection{namespace: ns, selector: sel, key: key, built: make(chan struct{})}
+	x.lastRead.Store(s.now().UnixNano()) // not idle while it is built
 	s.selections[key] = x
 	idx := s.selIndex[ns]
 	if idx == nil {
@@ -333,6 +357,34 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 		s.selIndex[ns] = idx
 	}
 	idx.add(x)
+	entries := slices.Collect(maps.Keys(s.byNamespace[ns]))
+	s.mu.Unlock()
+	defer close(x.built)
+
+	var found []*nodeSlot[selPart]
+	for _, e := range entries {
+		if p := new(selPart); e.part(p, slices.Index(e.namespaces, ns), sel, nil) {
+			slot := &nodeSlot[selPart]{node: e.report.GetNode()}
+			slot.v.Store(p)
+			found = append(found, slot)
+		}
+	}
+	slices.SortFunc(found, func(a, b *nodeSlot[selPart]) int { return strings.Compare(a.node, b.node) })
+	if testHookBuilding != nil {
+		testHookBuilding()
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found = slices.DeleteFunc(found, func(slot *nodeSlot[selPart]) bool {
+		e := slot.v.Load().e
+		if s.nodes[slot.node] != e { // reported again since, so updated x itself, or forgotten
+			return true
+		}
+		e.selections = append(e.selections, x)
+		return false
+	})
+	x.parts.merge(found)
 	return x
 }
 

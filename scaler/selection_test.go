@@ -322,3 +322,72 @@ func TestPoolsAgreeWithFullScan(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectionsBuiltWhileReportsArrive builds selections while reports are applied
+// concurrently, dropping them as idle and building them again, then checks every reading
+// against the full scan once the reports stop: a report applied while a selection was
+// being built must not be lost or overwritten by the older entry the building read.
+func TestSelectionsBuiltWhileReportsArrive(t *testing.T) {
+	selectors := []string{"app=x", "app in (x,y)", "app!=x", "tier=gpu"}
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	rng := rand.New(rand.NewPCG(3, 3))
+	reports := make([]*gpuscalerv1.NodeReport, 400)
+	for i := range reports {
+		reports[i] = randomReport(rng, fmt.Sprintf("n%02d", i%16))
+	}
+	for _, r := range reports[:16] {
+		s.Apply(gpuscalerv1.Event{Node: r}, t0)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, r := range reports[16:] {
+			s.Apply(gpuscalerv1.Event{Node: r}, t0)
+		}
+	}()
+	for round := 0; ; round++ {
+		for _, sel := range selectors {
+			s.Read(mustTrigger(t, "a", map[string]string{"podSelector": sel, "gpuUtilTarget": "50"}))
+		}
+		select {
+		case <-done:
+			for _, sel := range selectors {
+				tr := mustTrigger(t, "a", map[string]string{"podSelector": sel, "gpuUtilTarget": "50"})
+				compareReadings(t, fmt.Sprintf("after %d rounds: %q", round, sel), s.Read(tr), s.fullScan(tr))
+			}
+			return
+		default:
+		}
+		if round%3 == 2 { // every selection idle: dropped, built again next round
+			s.mu.Lock()
+			s.dropIdleSelections(clock.Now().Add(time.Hour))
+			s.mu.Unlock()
+		}
+	}
+}
+
+// TestReportDuringSelectionBuild applies reports while a selection is being built: one
+// that changes a node's pods, one of a node new to the namespace, and a forgotten node.
+// The built selection must hold what they say, not what the nodes held when the
+// building began.
+func TestReportDuringSelectionBuild(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	llm := map[string]string{"app": "llm"}
+	s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", llm, 10, 10, 80)), t0)
+	s.Apply(nodeEvent("n2", gpu("GPU-2", "ml", "llm-1", llm, 20, 10, 80)), t0)
+	s.Apply(nodeEvent("n3", gpu("GPU-3", "ml", "llm-2", llm, 30, 10, 80)), t0.Add(-time.Minute))
+	testHookBuilding = func() {
+		testHookBuilding = nil
+		s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", llm, 70, 10, 80)), t0) // changed
+		s.Apply(nodeEvent("n4", gpu("GPU-4", "ml", "llm-3", llm, 40, 10, 80)), t0) // new
+		s.Forget(t0.Add(-30 * time.Second))                                        // n3 forgotten
+		s.Apply(nodeEvent("n2", gpu("GPU-2", "ml", "other", nil, 20, 10, 80)), t0) // no longer selected
+	}
+	defer func() { testHookBuilding = nil }()
+	tr := mustTrigger(t, "ml", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"})
+	got := s.Read(tr)
+	compareReadings(t, "built during reports", got, s.fullScan(tr))
+	wantMetric(t, got, MetricGPUUtil, 110) // n1 at 70 and n4 at 40
+}
