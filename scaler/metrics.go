@@ -111,7 +111,7 @@ type stateCollector struct{ state *State }
 
 var (
 	stateEntriesDesc = prometheus.NewDesc("gpuscaler_scaler_state_entries",
-		"Entries the scaler holds, by kind (node, gpu, queue, and node_tombstone: forgotten nodes whose pods keep their triggers Unavailable).", []string{"kind"}, nil)
+		"Entries the scaler holds, by kind (node, gpu, queue; node_tombstone: forgotten nodes whose pods keep their triggers Unavailable; selection: podSelectors kept up to date for the triggers that read them; node_pool: nodeSelectors kept for capacityAware triggers).", []string{"kind"}, nil)
 	namespacesAtQueueLimitDesc = prometheus.NewDesc("gpuscaler_scaler_namespaces_at_queue_limit",
 		"Namespaces with as many queues as --max-queues-per-namespace allows; reports of their new queues are dropped, and logged naming the namespace.", nil, nil)
 	queuesWithProducerConflictDesc = prometheus.NewDesc("gpuscaler_scaler_queues_with_producer_conflict",
@@ -130,6 +130,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(gpus), "gpu")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(queues), "queue")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(c.state.Tombstones()), "node_tombstone")
+	selections, pools := c.state.Aggregates()
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(selections), "selection")
+	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(pools), "node_pool")
 	ch <- prometheus.MustNewConstMetric(namespacesAtQueueLimitDesc, prometheus.GaugeValue, float64(c.state.NamespacesAtQueueLimit()))
 	ch <- prometheus.MustNewConstMetric(queuesWithProducerConflictDesc, prometheus.GaugeValue, float64(c.state.QueuesWithProducerConflict()))
 }

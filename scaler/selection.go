@@ -558,3 +558,10 @@ func (s *State) dropIdlePools(cutoff time.Time) {
 		}
 	}
 }
+
+// Aggregates reports how many selections and node pools the state keeps up to date.
+func (s *State) Aggregates() (selections, pools int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.selections), len(s.pools)
+}
