@@ -68,11 +68,15 @@ bench: build ## run gpuscaler bench (about a minute) and the go test benchmarks
 	./bin/gpuscaler bench --log-level warn --out bench.json
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: bench-large
+bench-large: build ## run gpuscaler bench at the sizes its targets are set at: 10,000 nodes and triggers, a namespace of 7,000 GPUs (a few minutes)
+	./bin/gpuscaler bench --scale large --log-level warn --out bench-large.json
+
 .PHONY: bench-smoke
 bench-smoke: build ## small gpuscaler bench runs, on an open bus and through the auth callout, to check the command works
 	for auth in open callout; do \
 	  ./bin/gpuscaler bench --log-level warn --nodes 100 --activations 100 --triggers 100 --calls 1000 \
-	    --rates 5000 --step 1s --memory-nodes 500 --out "" --nats-auth $$auth || exit 1; \
+	    --big-namespace-gpus 200 --rates 5000 --step 250ms --memory-nodes 500 --out "" --nats-auth $$auth || exit 1; \
 	done
 
 .PHONY: bench-collector

@@ -262,6 +262,29 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"log-format":           `(default "text")`,
 		"log-level":            `(default "info")`,
 	}
+	benchFlags := map[string]string{
+		"scale":              `(default "default")`,
+		"nodes":              "(default 1000)",
+		"gpus-per-node":      "(default 8)",
+		"node-interval":      "(default 1s)",
+		"big-namespace-gpus": "",
+		"activations":        "(default 1000)",
+		"triggers":           "(default 1000)",
+		"calls":              "(default 20000)",
+		"polling-interval":   "(default 30s)",
+		"hpa-sync-period":    "(default 15s)",
+		"rates":              `(default "10000,20000,30000,40000,50000,60000,80000")`,
+		"step":               "(default 3s)",
+		"memory-nodes":       "(default 10000)",
+		"scaler-rss":         "(default true)",
+		"out":                `(default "bench.json")`,
+		"check":              "",
+		"cpu-profile":        "",
+		"stream-memory":      "",
+		"nats-auth":          `(default "open")`,
+		"log-format":         `(default "text")`,
+		"log-level":          `(default "info")`,
+	}
 	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
@@ -279,7 +302,8 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"auth-callout":  {[]string{"auth-callout", "--help"}, "Usage: gpuscaler auth-callout [flags] | issuer-key | hash-password", []map[string]string{calloutFlags}},
 		"auth-callout issuer-key": {[]string{"auth-callout", "issuer-key", "--help"}, "Usage: gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]",
 			[]map[string]string{{"issuer-seed-file": "", "out": ""}}},
-		"demo": {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
+		"demo":  {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
+		"bench": {[]string{"bench", "--help"}, "Usage: gpuscaler bench [flags]", []map[string]string{benchFlags}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -507,18 +531,28 @@ func TestCommandLineUsageErrors(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		"scaler unknown flag":           {args: []string{"scaler", "--bogus"}, want: []string{"flag provided but not defined: -bogus"}},
-		"scaler unexpected argument":    {args: []string{"scaler", "now"}, want: []string{`unexpected argument "now"`}},
-		"scaler log level":              {args: []string{"scaler", "--log-level", "banana"}, want: []string{`--log-level "banana"`}},
-		"scaler log format":             {args: []string{"scaler", "--log-format", "xml"}, want: []string{`--log-format "xml"`}},
-		"scaler stale-after from env":   {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_STALE_AFTER": "banana"}, want: []string{"GPUSCALER_STALE_AFTER", "banana"}},
-		"scaler log level from env":     {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_LOG_LEVEL": "loud"}, want: []string{"--log-level", "loud"}},
-		"scaler stream-replicas":        {args: []string{"scaler", "--stream-replicas", "two"}, want: []string{"-stream-replicas"}},
-		"scaler negative consumer cap":  {args: []string{"scaler", "--max-followed-consumers", "-1"}, want: []string{"--max-followed-consumers -1", "0 to follow none"}},
-		"scaler negative queue cap":     {args: []string{"scaler", "--max-queues-per-namespace", "-5"}, want: []string{"--max-queues-per-namespace -5", "0 for no limit"}},
-		"version unexpected argument":   {args: []string{"version", "now"}, want: []string{`unexpected argument "now"`}},
-		"demo one node":                 {args: []string{"demo", "--nodes", "1"}, want: []string{"nodes 1: want 2 to 64"}},
-		"demo too short":                {args: []string{"demo", "--duration", "1s"}, want: []string{"duration 1s: want at least 5s"}},
+		"scaler unknown flag":          {args: []string{"scaler", "--bogus"}, want: []string{"flag provided but not defined: -bogus"}},
+		"scaler unexpected argument":   {args: []string{"scaler", "now"}, want: []string{`unexpected argument "now"`}},
+		"scaler log level":             {args: []string{"scaler", "--log-level", "banana"}, want: []string{`--log-level "banana"`}},
+		"scaler log format":            {args: []string{"scaler", "--log-format", "xml"}, want: []string{`--log-format "xml"`}},
+		"scaler stale-after from env":  {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_STALE_AFTER": "banana"}, want: []string{"GPUSCALER_STALE_AFTER", "banana"}},
+		"scaler log level from env":    {args: []string{"scaler"}, env: map[string]string{"GPUSCALER_LOG_LEVEL": "loud"}, want: []string{"--log-level", "loud"}},
+		"scaler stream-replicas":       {args: []string{"scaler", "--stream-replicas", "two"}, want: []string{"-stream-replicas"}},
+		"scaler negative consumer cap": {args: []string{"scaler", "--max-followed-consumers", "-1"}, want: []string{"--max-followed-consumers -1", "0 to follow none"}},
+		"scaler negative queue cap":    {args: []string{"scaler", "--max-queues-per-namespace", "-5"}, want: []string{"--max-queues-per-namespace -5", "0 for no limit"}},
+		"version unexpected argument":  {args: []string{"version", "now"}, want: []string{`unexpected argument "now"`}},
+		"demo one node":                {args: []string{"demo", "--nodes", "1"}, want: []string{"nodes 1: want 2 to 64"}},
+		"demo too short":               {args: []string{"demo", "--duration", "1s"}, want: []string{"duration 1s: want at least 5s"}},
+		"bench unknown scale":          {args: []string{"bench", "--scale", "huge"}, want: []string{`--scale "huge"`, "want default or large"}},
+		"bench namespace too big":      {args: []string{"bench", "--nodes", "10", "--big-namespace-gpus", "71"}, want: []string{"--big-namespace-gpus 71: want 0 to 70"}},
+		// --scale large sets --big-namespace-gpus 7000, more than 10 nodes hold: the
+		// error shows --nodes 10, given, won over the scale's 10000.
+		"bench large scale, nodes given": {args: []string{"bench", "--scale", "large", "--nodes", "10"}, want: []string{"--big-namespace-gpus 7000: want 0 to 70"}},
+		"bench large scale, nodes from env": {
+			args: []string{"bench", "--scale", "large"},
+			env:  map[string]string{"GPUSCALER_NODES": "10"},
+			want: []string{"--big-namespace-gpus 7000: want 0 to 70"},
+		},
 		"publish without kind":          {args: []string{"publish"}, want: []string{"want 'publish queue' or 'publish node'"}},
 		"publish unknown kind":          {args: []string{"publish", "job"}, want: []string{"want 'publish queue' or 'publish node'"}},
 		"publish queue without waiting": {args: queue, want: []string{"--waiting"}},
