@@ -389,7 +389,7 @@ func (s *State) judgeGPUs(t *Trigger, now time.Time, sum gpuSums, r *Reading) {
 // absence as an idle workload would be a silent zero. s.mu must be held.
 func (s *State) tombstoned(t *Trigger) error {
 	var found culprit
-	for e := range s.tombsByNS[t.Namespace] {
+	for _, e := range s.tombsByNS[t.Namespace] {
 		for _, v := range e.gpusOf(t.Namespace) {
 			if v.labelsUnknown || t.PodSelector.Matches(&v.labels) {
 				found.consider(e, v)

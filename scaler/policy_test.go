@@ -249,7 +249,7 @@ func TestGPUMetricsFollowReports(t *testing.T) {
 		t.Fatalf("Size() = %d nodes, %d gpus; want 2, 2", nodes, gpus)
 	}
 	s.mu.RLock()
-	_, stillIndexed := s.byNamespace["ml"][s.nodes["n1"]]
+	_, stillIndexed := s.byNamespace["ml"]["n1"]
 	s.mu.RUnlock()
 	if stillIndexed {
 		t.Fatal("n1 is still indexed under namespace ml after its pod left")

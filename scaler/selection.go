@@ -357,7 +357,7 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 		s.selIndex[ns] = idx
 	}
 	idx.add(x)
-	entries := slices.Collect(maps.Keys(s.byNamespace[ns]))
+	entries := slices.Collect(maps.Values(s.byNamespace[ns]))
 	s.mu.Unlock()
 	defer close(x.built)
 

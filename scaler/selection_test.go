@@ -26,7 +26,7 @@ func (s *State) fullScan(t *Trigger) Reading {
 	s.mu.RLock()
 	err := s.nodesFresh(t, now)
 	var sum gpuSums
-	for e := range s.byNamespace[t.Namespace] {
+	for _, e := range s.byNamespace[t.Namespace] {
 		var nodePods []string
 		for _, v := range e.gpusOf(t.Namespace) {
 			if !v.labelsUnknown && !t.PodSelector.Matches(&v.labels) {

@@ -27,7 +27,7 @@ type State struct {
 	nodes map[string]*nodeEntry
 	// byNamespace indexes nodes by the namespaces of the pods holding their GPUs, so a
 	// podSelector trigger reads the few nodes that hold its namespace's pods.
-	byNamespace map[string]map[*nodeEntry]struct{}
+	byNamespace map[string]map[string]*nodeEntry
 	// newestNode is the newest stored time of any node report.
 	newestNode time.Time
 	gpus       int
@@ -43,7 +43,7 @@ type State struct {
 	// rather than reading their absence as an idle workload. A tombstone goes when its node
 	// reports again, after tombstoneTTL, or, oldest first, past maxTombstones.
 	tombstones    map[string]*nodeEntry
-	tombsByNS     map[string]map[*nodeEntry]struct{}
+	tombsByNS     map[string]map[string]*nodeEntry
 	tombstoneTTL  time.Duration
 	maxTombstones int // defaultMaxTombstones; tests lower it
 	// selections are what the podSelectors that triggers read select, kept up to date
@@ -178,9 +178,9 @@ func NewState(now func() time.Time) *State {
 		now:         now,
 		started:     now(),
 		nodes:       make(map[string]*nodeEntry),
-		byNamespace: make(map[string]map[*nodeEntry]struct{}),
+		byNamespace: make(map[string]map[string]*nodeEntry),
 		tombstones:  make(map[string]*nodeEntry),
-		tombsByNS:   make(map[string]map[*nodeEntry]struct{}),
+		tombsByNS:   make(map[string]map[string]*nodeEntry),
 		queues:      make(map[queueKey]*queueEntry),
 		queuesPerNS: make(map[string]int),
 		queueWatch:  make(map[queueKey]map[*Watch]struct{}),
@@ -292,6 +292,9 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.nodes[r.GetNode()]
+	// Index first, then unindex what is left of old: a namespace in both keeps its
+	// place in the index, which is updated in place rather than deleted and added back.
+	index(s.byNamespace, e)
 	if old != nil {
 		s.unindex(old)
 	}
@@ -300,7 +303,6 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	}
 	s.nodes[r.GetNode()] = e
 	s.gpus += len(e.gpus)
-	index(s.byNamespace, e)
 	s.updateSelections(old, e)
 	s.updatePools(r.GetNode(), e)
 	if stored.After(s.newestNode) {
@@ -308,23 +310,29 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	}
 }
 
-// index adds e to a namespace index.
-func index(m map[string]map[*nodeEntry]struct{}, e *nodeEntry) {
+// index adds e to a namespace index, in place of an older entry of its node.
+func index(m map[string]map[string]*nodeEntry, e *nodeEntry) {
+	name := e.report.GetNode()
 	for _, ns := range e.namespaces {
 		set := m[ns]
 		if set == nil {
-			set = make(map[*nodeEntry]struct{})
+			set = make(map[string]*nodeEntry)
 			m[ns] = set
 		}
-		set[e] = struct{}{}
+		set[name] = e
 	}
 }
 
-// unindexFrom removes e from a namespace index.
-func unindexFrom(m map[string]map[*nodeEntry]struct{}, e *nodeEntry) {
+// unindexFrom removes e from a namespace index where a newer entry of its node has not
+// taken its place.
+func unindexFrom(m map[string]map[string]*nodeEntry, e *nodeEntry) {
+	name := e.report.GetNode()
 	for _, ns := range e.namespaces {
 		set := m[ns]
-		delete(set, e)
+		if set[name] != e {
+			continue
+		}
+		delete(set, name)
 		if len(set) == 0 {
 			delete(m, ns)
 		}
@@ -349,9 +357,31 @@ func (s *State) bury(tomb *nodeEntry) {
 // node's previous entry, where they did not change: a node's pods change far more
 // seldom than it reports.
 func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
-	reuse := func(p *gpuscalerv1.PodRef) (string, podLabels) {
+	last := -1 // the namespace added to last: a node's pods are mostly of one
+	slot := func(ns string) int {
+		if last >= 0 && e.namespaces[last] == ns {
+			return last
+		}
+		if last = slices.Index(e.namespaces, ns); last < 0 {
+			last = len(e.namespaces)
+			e.namespaces = append(e.namespaces, ns)
+			var views []gpuView
+			if last == 0 { // room for every view in the first: most nodes hold one namespace
+				views = make([]gpuView, 0, len(r.GetGpus())+len(r.GetUnattributed()))
+			}
+			e.nsGPUs = append(e.nsGPUs, views)
+		}
+		return last
+	}
+	// reuse returns the pod's name and labels as prev holds them when they did not
+	// change, looking first at the view in the same place, where it almost always is.
+	reuse := func(p *gpuscalerv1.PodRef, at int) (string, podLabels) {
 		if prev != nil {
-			for _, v := range prev.gpusOf(p.GetNamespace()) { // a few views: no map to build
+			views := prev.gpusOf(p.GetNamespace())
+			if at < len(views) && views[at].pod == p.GetName() && views[at].labels.equal(p.GetLabels()) {
+				return views[at].pod, views[at].labels
+			}
+			for _, v := range views {
 				if v.pod == p.GetName() && v.labels.equal(p.GetLabels()) {
 					return v.pod, v.labels
 				}
@@ -359,13 +389,10 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 		}
 		return p.GetName(), newPodLabels(p.GetLabels())
 	}
-	add := func(ns string, v gpuView) {
-		j := slices.Index(e.namespaces, ns)
-		if j < 0 {
-			j = len(e.namespaces)
-			e.namespaces = append(e.namespaces, ns)
-			e.nsGPUs = append(e.nsGPUs, nil)
-		}
+	add := func(p *gpuscalerv1.PodRef, v gpuView) {
+		j := slot(p.GetNamespace())
+		v.pod, v.labels = reuse(p, len(e.nsGPUs[j]))
+		v.labelsUnknown = p.GetLabelsUnknown()
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
 	e.gpus = make([]gpuInfo, len(r.GetGpus()))
@@ -392,8 +419,7 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 		}
 		for i := range n {
 			p := g.PodAt(i)
-			name, lbls := reuse(p)
-			v := gpuView{labels: lbls, pod: name, share: share, labelsUnknown: p.GetLabelsUnknown(), index: int32(gi)}
+			v := gpuView{share: share, index: int32(gi)}
 			switch {
 			case own:
 				v.util, v.hasUtil = p.GetGpuUtil(), true
@@ -403,13 +429,11 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 			if hasMem {
 				v.memPct, v.hasMem = memPct*share, true
 			}
-			add(p.GetNamespace(), v)
+			add(p, v)
 		}
 	}
 	for ui, u := range r.GetUnattributed() {
-		p := u.GetPod()
-		name, lbls := reuse(p)
-		add(p.GetNamespace(), gpuView{labels: lbls, pod: name, labelsUnknown: p.GetLabelsUnknown(), unattributed: true, index: int32(ui)})
+		add(u.GetPod(), gpuView{unattributed: true, index: int32(ui)})
 	}
 }
 
