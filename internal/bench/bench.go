@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
@@ -169,6 +170,11 @@ type Result struct {
 	// GetMetricsGPUBig is the podSelector triggers of the big namespace (also counted in
 	// GetMetricsGPU).
 	GetMetricsGPUBig Latency `json:"get_metrics_gpu_big_namespace"`
+	// GRPCFloor is a gRPC health Check on the same connection, made right after each
+	// GetMetrics call: what a call costs that asks the scaler nothing. InScaler is the
+	// scaler's own part of each call, the trigger read from its state in process.
+	GRPCFloor Latency `json:"grpc_floor"`
+	InScaler  Latency `json:"get_metrics_in_scaler"`
 	// Ingest is ingestion at the scaler's apply path, without NATS.
 	Ingest Ingest `json:"ingest_apply_path"`
 	// Absorb is ingestion end to end, through NATS, with no reads; AbsorbWithReads the
@@ -327,7 +333,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}
 
 	step(5, fmt.Sprintf("GetMetrics latency: %d calls over %d triggers (queue and GPU), one at a time", cfg.Calls, cfg.Triggers))
-	if res.GetMetrics, res.GetMetricsQueue, res.GetMetricsGPU, res.GetMetricsGPUBig, err = measureGetMetrics(ctx, client, pubs, trigs, cfg.Calls, progress); err != nil {
+	gm := getMetricsRun{client: client, health: healthpb.NewHealthClient(conn), state: s.State(), pubs: pubs, trigs: trigs, calls: cfg.Calls}
+	if err = gm.measure(ctx, progress, res); err != nil {
 		return nil, fmt.Errorf("GetMetrics: %w", err)
 	}
 	stopBackground()
@@ -550,11 +557,17 @@ func receive(ctx context.Context, ch <-chan bool) (bool, error) {
 
 // measureGetMetrics publishes the queue triggers' reports, checks every trigger answers,
 // then asks GetMetrics calls times, one call at a time, of the triggers in turn.
-func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs *publishers, trigs []trigger, calls int, progress io.Writer) (all, queue, gpu, gpuBig Latency, err error) {
+func (g getMetricsRun) measure(ctx context.Context, progress io.Writer, res *Result) error {
+	client, pubs, trigs, calls := g.client, g.pubs, g.trigs, g.calls
 	reqs := make([]*pb.GetMetricsRequest, len(trigs))
+	parsed := make([]*scaler.Trigger, len(trigs))
 	last := -1 // the last queue trigger, whose report is published last
 	for i, t := range trigs {
 		reqs[i] = &pb.GetMetricsRequest{ScaledObjectRef: t.ref, MetricName: t.metric}
+		var err error
+		if parsed[i], err = scaler.ParseTrigger(t.ref.GetNamespace(), t.ref.GetScalerMetadata(), 0); err != nil {
+			return err
+		}
 		if t.kind == kindQueue {
 			subject, data := queueReport(t.queue, t.waiting)
 			pubs.publish(i, subject, data)
@@ -572,7 +585,7 @@ func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs
 			_, err := client.GetMetrics(ctx, reqs[last])
 			return err == nil
 		}); err != nil {
-			return all, queue, gpu, gpuBig, err
+			return err
 		}
 	}
 	var done atomic.Int64 // read by the progress lines
@@ -580,28 +593,53 @@ func measureGetMetrics(ctx context.Context, client pb.ExternalScalerClient, pubs
 	for _, r := range reqs { // every trigger answers, and warms its connection path
 		if _, err := client.GetMetrics(ctx, r); err != nil {
 			stop()
-			return all, queue, gpu, gpuBig, fmt.Errorf("trigger %s/%s: %w", r.GetScaledObjectRef().GetNamespace(), r.GetScaledObjectRef().GetName(), err)
+			return fmt.Errorf("trigger %s/%s: %w", r.GetScaledObjectRef().GetNamespace(), r.GetScaledObjectRef().GetName(), err)
 		}
 		done.Add(1)
 	}
 	stop()
 	done.Store(0)
 	times := make([]time.Duration, 0, calls)
+	floor := make([]time.Duration, 0, calls)
+	inScaler := make([]time.Duration, 0, calls)
 	var byKind [triggerKinds][]time.Duration
 	stop = every(progress, 5*time.Second, func() string { return fmt.Sprintf("      %d of %d calls", done.Load(), calls) })
 	defer stop()
 	for i := range calls {
 		start := time.Now()
 		if _, err := client.GetMetrics(ctx, reqs[i%len(reqs)]); err != nil {
-			return all, queue, gpu, gpuBig, err
+			return err
 		}
 		d := time.Since(start)
 		times = append(times, d)
 		k := trigs[i%len(reqs)].kind
 		byKind[k] = append(byKind[k], d)
+		start = time.Now()
+		if _, err := g.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			return err
+		}
+		floor = append(floor, time.Since(start))
+		start = time.Now()
+		if _, err := g.state.Read(parsed[i%len(reqs)]).Metric(trigs[i%len(reqs)].metric); err != nil {
+			return err
+		}
+		inScaler = append(inScaler, time.Since(start))
 		done.Add(1)
 	}
-	return summarise(times), summarise(byKind[kindQueue]), summarise(append(slices.Clone(byKind[kindGPU]), byKind[kindGPUBig]...)), summarise(byKind[kindGPUBig]), nil
+	res.GetMetrics, res.GetMetricsQueue = summarise(times), summarise(byKind[kindQueue])
+	res.GetMetricsGPU = summarise(append(slices.Clone(byKind[kindGPU]), byKind[kindGPUBig]...))
+	res.GetMetricsGPUBig, res.GRPCFloor, res.InScaler = summarise(byKind[kindGPUBig]), summarise(floor), summarise(inScaler)
+	return nil
+}
+
+// getMetricsRun is what the GetMetrics measurement calls and reads.
+type getMetricsRun struct {
+	client pb.ExternalScalerClient
+	health healthpb.HealthClient
+	state  *scaler.State
+	pubs   *publishers
+	trigs  []trigger
+	calls  int
 }
 
 // queueHeartbeat publishes every queue trigger's report each period until ctx ends.
@@ -731,7 +769,7 @@ func summarise(d []time.Duration) Latency {
 		return Latency{}
 	}
 	slices.Sort(d)
-	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	ms := func(x time.Duration) float64 { return float64(x) / float64(time.Millisecond) }
 	q := func(p float64) time.Duration {
 		i := int(p*float64(len(d))+0.999999) - 1
 		return d[min(max(i, 0), len(d)-1)]
@@ -846,6 +884,10 @@ func (r *Result) Table(w io.Writer) {
 	if r.GetMetricsGPUBig.Count > 0 {
 		tw(fmt.Sprintf("    in %s (%d GPUs)", BigNamespace, r.Config.BigNamespaceGPUs), fmt.Sprintf("p50 %.3f  p99 %.3f ms", r.GetMetricsGPUBig.P50, r.GetMetricsGPUBig.P99), "", "")
 	}
+	if r.GRPCFloor.Count > 0 {
+		tw("  gRPC alone: a health Check after each call", fmt.Sprintf("p50 %.3f  p99 %.3f ms", r.GRPCFloor.P50, r.GRPCFloor.P99), "", "")
+		tw("  the scaler's part: the trigger read in process", fmt.Sprintf("p50 %.4f  p99 %.4f ms", r.InScaler.P50, r.InScaler.P99), "", "")
+	}
 
 	in := r.Ingest
 	fmt.Fprintf(w, "  NodeReports applied at the apply path: decoded and applied to the scaler's state by %d goroutines, no NATS; reads through gRPC\n", in.Appliers)
@@ -859,6 +901,21 @@ func (r *Result) Table(w io.Writer) {
 		tw(fmt.Sprintf("  reads flat out: %d readers, %.0f/s made", l.Readers, l.PerS), fmt.Sprintf("%.0f/s, %.0f%% of no reads", in.FlatOut.Rate, 100*in.FlatOutRatio),
 			fmt.Sprintf("≥ %.0f%% of no reads", 100*r.Targets.FlatOutRatio), mark(r.flatOutMet(), r.fullSize()))
 		failed("  ", l)
+	}
+	if ao := in.ApplyOnly; ao.NoReads.Applied > 0 {
+		fmt.Fprintf(w, "  the same with the reports of %d nodes decoded beforehand: the state's own part\n", in.ApplyOnlyNodes)
+		tw("  no reads", fmt.Sprintf("%.0f/s", ao.NoReads.Rate), "", "")
+		if l := ao.KEDA.Reads; l != nil {
+			ok := ao.KEDA.Rate >= float64(r.Targets.IngestPerS) && readsKeptUp(l)
+			tw(fmt.Sprintf("  reads at KEDA's rate: %.0f/s asked, %.0f/s made", l.OfferedPerS, l.PerS), fmt.Sprintf("%.0f/s", ao.KEDA.Rate),
+				fmt.Sprintf("≥ %d/s, reads all made", r.Targets.IngestPerS), mark(ok, r.fullSize()))
+			failed("  ", l)
+		}
+		if l := ao.FlatOut.Reads; l != nil {
+			tw(fmt.Sprintf("  reads flat out: %d readers, %.0f/s made", l.Readers, l.PerS), fmt.Sprintf("%.0f/s, %.0f%% of no reads", ao.FlatOut.Rate, 100*ao.FlatOutRatio),
+				fmt.Sprintf("≥ %.0f%% of no reads", 100*r.Targets.FlatOutRatio), mark(ao.FlatOutRatio >= r.Targets.FlatOutRatio, r.fullSize()))
+			failed("  ", l)
+		}
 	}
 
 	fmt.Fprintln(w, "  NodeReports absorbed end to end: published to NATS by the bench, followed by the scaler, without falling behind")

@@ -186,19 +186,28 @@ type IngestRun struct {
 // shards, as fast as they can, with no NATS in between, while the scaler's gRPC server
 // answers reads of the same State.
 type Ingest struct {
-	Appliers int       `json:"appliers"`
-	NoReads  IngestRun `json:"no_reads"`
-	KEDA     IngestRun `json:"reads_at_keda_rate"`
-	FlatOut  IngestRun `json:"reads_flat_out"`
+	Appliers int `json:"appliers"`
+	IngestRuns
+	// ApplyOnly is the same runs with reports decoded beforehand: the state's own part.
+	ApplyOnly IngestRuns `json:"apply_only"`
+	// ApplyOnlyNodes is how many nodes' decoded reports ApplyOnly applies in turn.
+	ApplyOnlyNodes int `json:"apply_only_nodes"`
+}
+
+// IngestRuns is ingestion with no reads, with reads at KEDA's rate and reads flat out.
+type IngestRuns struct {
+	NoReads IngestRun `json:"no_reads"`
+	KEDA    IngestRun `json:"reads_at_keda_rate"`
+	FlatOut IngestRun `json:"reads_flat_out"`
 	// FlatOutRatio is FlatOut's rate over NoReads'.
 	FlatOutRatio float64 `json:"flat_out_ratio"`
 }
 
-// applyFlatOut decodes and applies the nodes' reports to state from n goroutines for d,
+// applyFlatOut decodes and applies the nodes' reports (or applies decoded, when given) to state from n goroutines for d,
 // as the follower does (scaler/follow.go apply: gpuscalerv1.Decode, then State.Apply),
 // and returns how many it applied. Goroutine j takes nodes j, j+n, j+2n…, so with as
 // many nodes as a multiple of n each node has one applier, as it has one shard.
-func applyFlatOut(state *scaler.State, nodes []node, n int, d time.Duration) IngestRun {
+func applyFlatOut(state *scaler.State, nodes []node, decoded []gpuscalerv1.Event, n int, d time.Duration) IngestRun {
 	var stop atomic.Bool
 	var total atomic.Int64
 	var wg sync.WaitGroup
@@ -209,6 +218,11 @@ func applyFlatOut(state *scaler.State, nodes []node, n int, d time.Duration) Ing
 		wg.Go(func() {
 			applied := 0
 			for i := j; !stop.Load(); i += n {
+				if decoded != nil { // the state keeps nothing of a report it is handed
+					_ = state.Apply(decoded[i%len(decoded)], time.Now())
+					applied++
+					continue
+				}
 				nd := nodes[i%len(nodes)]
 				ev, err := gpuscalerv1.Decode(nd.subject, nd.data)
 				if err != nil {
@@ -230,18 +244,38 @@ func applyFlatOut(state *scaler.State, nodes []node, n int, d time.Duration) Ing
 // with reads flat out from as many readers as appliers, each for d.
 func measureIngest(ctx context.Context, state *scaler.State, nodes []node, rd *readers, appliers int, kedaRate float64, d time.Duration, progress io.Writer) Ingest {
 	res := Ingest{Appliers: appliers}
-	applyFlatOut(state, nodes, appliers, d/4) // warm up: the heap grows to its working size
+	applyFlatOut(state, nodes, nil, appliers, d/4) // warm up: the heap grows to its working size
+	res.IngestRuns = ingestRuns(ctx, rd, appliers, kedaRate, progress, func() IngestRun { return applyFlatOut(state, nodes, nil, appliers, d) })
+	// The same with reports decoded beforehand, of as many nodes as the state holds
+	// cheaply twice (a decoded 8-GPU report is about 15 kB).
+	decoded := make([]gpuscalerv1.Event, min(len(nodes), 2000))
+	for i := range decoded {
+		ev, err := gpuscalerv1.Decode(nodes[i].subject, nodes[i].data)
+		if err != nil {
+			panic(err) // the reports were built valid; anything else is a bug here
+		}
+		decoded[i] = ev
+	}
+	res.ApplyOnlyNodes = len(decoded)
+	fmt.Fprintf(progress, "      the same, reports of %d nodes decoded beforehand:\n", len(decoded))
+	res.ApplyOnly = ingestRuns(ctx, rd, appliers, kedaRate, progress, func() IngestRun { return applyFlatOut(state, nodes, decoded, appliers, d) })
+	return res
+}
+
+// ingestRuns runs apply with no reads, with reads at KEDA's rate and with reads flat out.
+func ingestRuns(ctx context.Context, rd *readers, appliers int, kedaRate float64, progress io.Writer, apply func() IngestRun) IngestRuns {
+	var res IngestRuns
 	withReads := func(read func(stop <-chan struct{}) ReadLoad) IngestRun {
 		stop := make(chan struct{})
 		done := make(chan ReadLoad, 1)
 		go func() { done <- read(stop) }()
-		run := applyFlatOut(state, nodes, appliers, d)
+		run := apply()
 		close(stop)
 		load := <-done
 		run.Reads = &load
 		return run
 	}
-	res.NoReads = applyFlatOut(state, nodes, appliers, d)
+	res.NoReads = apply()
 	fmt.Fprintf(progress, "      no reads: %.0f applied/s\n", res.NoReads.Rate)
 	res.KEDA = withReads(func(stop <-chan struct{}) ReadLoad { return rd.atRate(ctx, stop, kedaRate) })
 	fmt.Fprintf(progress, "      reads at KEDA's rate (%.0f/s asked, %.0f/s made): %.0f applied/s\n", kedaRate, res.KEDA.Reads.PerS, res.KEDA.Rate)
