@@ -95,7 +95,7 @@ func (s *State) Read(t *Trigger) Reading {
 		r.hasGPU = true
 		r.gpuUtil.defined = t.GPUUtilTarget > 0
 		r.gpuMemory.defined = t.GPUMemoryTarget > 0
-		if err := s.nodesFresh(t, now); err != nil {
+		if err := s.nodesFresh(t, now, ""); err != nil {
 			r.failGPU(err)
 		} else {
 			key = selKey{t.Namespace, t.PodSelector.String()}
@@ -117,16 +117,17 @@ func (r *Reading) failGPU(err error) {
 	r.gpuUtil.err, r.gpuMemory.err, r.gpuActiveErr = err, err, err
 }
 
-// nodesFresh fails with ErrUnavailable when no node has reported within t's staleAfter:
-// the collectors, or the scaler's view of NATS, are down. s.mu must be held.
-func (s *State) nodesFresh(t *Trigger, now time.Time) error {
+// nodesFresh fails with ErrUnavailable, its message begun with what, when no node has
+// reported within t's staleAfter: the collectors, or the scaler's view of NATS, are
+// down. s.mu must be held.
+func (s *State) nodesFresh(t *Trigger, now time.Time, what string) error {
 	switch {
 	case len(s.nodes) == 0:
-		return fmt.Errorf("%w: no node report since this scaler started at %s; are the collectors running and publishing to NATS?",
-			ErrUnavailable, stamp(s.started))
+		return fmt.Errorf("%w: %sno node report since this scaler started at %s; are the collectors running and publishing to NATS?",
+			ErrUnavailable, what, stamp(s.started))
 	case now.Sub(s.newestNode) > t.StaleAfter:
-		return fmt.Errorf("%w: no node has reported since %s, %s ago, longer than staleAfter %s; are the collectors running?",
-			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
+		return fmt.Errorf("%w: %sno node has reported since %s, %s ago, longer than staleAfter %s; are the collectors running?",
+			ErrUnavailable, what, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
 	}
 	return nil
 }
@@ -225,7 +226,7 @@ func (s *State) capacity(t *Trigger) (int, error) {
 		key = t.NodeSelector.String()
 	}
 	s.mu.RLock()
-	err := s.capacityKnown(t, now)
+	err := s.nodesFresh(t, now, "capacity unknown: ")
 	pool := s.pools[key]
 	s.mu.RUnlock()
 	if err != nil {
@@ -249,20 +250,6 @@ func (s *State) capacity(t *Trigger) (int, error) {
 		}
 	}
 	return slots, nil
-}
-
-// capacityKnown fails with ErrUnavailable when no node has reported within t's
-// staleAfter. s.mu must be held.
-func (s *State) capacityKnown(t *Trigger, now time.Time) error {
-	switch {
-	case len(s.nodes) == 0:
-		return fmt.Errorf("%w: capacity unknown: no node report since this scaler started at %s; are the collectors running?",
-			ErrUnavailable, stamp(s.started))
-	case now.Sub(s.newestNode) > t.StaleAfter:
-		return fmt.Errorf("%w: capacity unknown: no node has reported since %s, %s ago, longer than staleAfter %s",
-			ErrUnavailable, stamp(s.newestNode), now.Sub(s.newestNode).Round(time.Second), t.StaleAfter)
-	}
-	return nil
 }
 
 // readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so

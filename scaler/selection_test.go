@@ -24,7 +24,7 @@ func (s *State) fullScan(t *Trigger) Reading {
 	r.gpuUtil.defined = t.GPUUtilTarget > 0
 	r.gpuMemory.defined = t.GPUMemoryTarget > 0
 	s.mu.RLock()
-	err := s.nodesFresh(t, now)
+	err := s.nodesFresh(t, now, "")
 	var sum gpuSums
 	for _, e := range s.byNamespace[t.Namespace] {
 		var nodePods []string
@@ -245,7 +245,7 @@ func (s *State) capacityFullScan(t *Trigger) (int, error) {
 	now := s.now()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.capacityKnown(t, now); err != nil {
+	if err := s.nodesFresh(t, now, "capacity unknown: "); err != nil {
 		return 0, err
 	}
 	slots := 0
