@@ -25,10 +25,8 @@ import (
 // A read may therefore see one node's newer report next to another's older one, as any
 // read between two reports would: every part is one report, whole.
 type selection struct {
-	namespace string
-	selector  labels.Selector
-	key       selKey
-	parts     nodeList[selPart]
+	selector labels.Selector
+	parts    nodeList[selPart]
 	// built is closed once the selection holds every node (see selectionFor).
 	built chan struct{}
 	// lastRead is when a trigger last read the selection (State's clock, Unix
@@ -348,7 +346,7 @@ func (s *State) selectionFor(ns string, sel labels.Selector, key selKey) *select
 		<-found.built
 		return found
 	}
-	x := &selection{namespace: ns, selector: sel, key: key, built: make(chan struct{})}
+	x := &selection{selector: sel, built: make(chan struct{})}
 	x.lastRead.Store(s.now().UnixNano()) // not idle while it is built
 	s.selections[key] = x
 	idx := s.selIndex[ns]
