@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/scaler/metadata"
 )
 
 // TestReadmeDocumentsEveryKey keeps the README's trigger-metadata table and metric table
@@ -14,7 +16,7 @@ func TestReadmeDocumentsEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	for _, k := range knownKeys {
+	for _, k := range metadata.Keys() {
 		if !strings.Contains(readme, "`"+k+"`") {
 			t.Errorf("README.md does not document trigger key %q", k)
 		}

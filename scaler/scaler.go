@@ -31,6 +31,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/metadata"
 )
 
 // Config is the scaler's configuration. The zero value serves gRPC on :9090 and HTTP on
@@ -119,7 +120,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	switch {
 	case cfg.StaleAfter == 0:
 		cfg.StaleAfter = DefaultStaleAfter
-	case cfg.StaleAfter < time.Second || cfg.StaleAfter > maxStale:
+	case cfg.StaleAfter < time.Second || cfg.StaleAfter > metadata.MaxStaleAfter:
 		return nil, fmt.Errorf("stale-after %s: want a duration from 1s to 24h, as a trigger's staleAfter", cfg.StaleAfter)
 	}
 	cfg.Stream = cfg.Stream.withDefaults()

@@ -1,4 +1,9 @@
-package scaler
+// Package metadata parses the trigger metadata of KEDA ScaledObjects and ScaledJobs that
+// consult gpuscaler (DESIGN.md, "The KEDA contract") into a Trigger. It is the scaler's
+// parser of outside input, kept in a package of its own, with few dependencies, so that
+// its fuzz target runs fast: Go's fuzzer follows the coverage of every package a test
+// binary links, and the scaler's links gRPC, NATS and Prometheus.
+package metadata
 
 import (
 	"errors"
@@ -59,9 +64,11 @@ const (
 const (
 	minTarget   = 0.001
 	maxTarget   = 1e15
-	maxStale    = 24 * time.Hour
 	emptyKeyTag = "(empty key)"
 )
+
+// MaxStaleAfter bounds staleAfter, and the scaler's default for it.
+const MaxStaleAfter = 24 * time.Hour
 
 // fromEnvSuffix marks a key whose value KEDA resolved from the workload's environment.
 const fromEnvSuffix = "FromEnv"
@@ -77,23 +84,26 @@ var knownKeys = []string{
 	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
 }
 
-// ErrInvalidMetadata reports trigger metadata gpuscaler cannot act on. The gRPC server
-// answers it with InvalidArgument.
-var ErrInvalidMetadata = errors.New("invalid trigger metadata")
+// Keys returns every key gpuscaler reads, in the order errors list them.
+func Keys() []string { return slices.Clone(knownKeys) }
 
-// MetadataError names the key, the value and what was expected.
-type MetadataError struct {
+// ErrInvalid reports trigger metadata gpuscaler cannot act on. The gRPC server
+// answers it with InvalidArgument.
+var ErrInvalid = errors.New("invalid trigger metadata")
+
+// Error names the key, the value and what was expected.
+type Error struct {
 	Key   string
 	Value string
 	Want  string
 }
 
-func (e *MetadataError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("trigger metadata %s=%q: want %s", e.Key, e.Value, e.Want)
 }
 
-// Is makes errors.Is(err, ErrInvalidMetadata) true.
-func (e *MetadataError) Is(target error) bool { return target == ErrInvalidMetadata }
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
 // Trigger is one parsed trigger: what to measure for a ScaledObject or ScaledJob, in its
 // namespace. A zero field means the key was not given. Triggers are immutable once parsed.
@@ -161,10 +171,10 @@ func (t *Trigger) MetricSpecs() []MetricSpec {
 
 // ParseTrigger parses a trigger's metadata for a ScaledObject in namespace. defaultStaleAfter
 // applies when the trigger gives no staleAfter (DefaultStaleAfter when zero). Every error
-// is a *MetadataError.
+// is a *Error.
 func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfter time.Duration) (*Trigger, error) {
 	if err := gpuscalerv1.ValidateNamespace(namespace); err != nil {
-		return nil, &MetadataError{Key: "namespace", Value: namespace, Want: "the ScaledObject's namespace, a DNS-1123 label"}
+		return nil, &Error{Key: "namespace", Value: namespace, Want: "the ScaledObject's namespace, a DNS-1123 label"}
 	}
 	md, written, err := resolveKeys(metadata)
 	if err != nil {
@@ -214,7 +224,7 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 		if name == "" {
 			name = key
 		}
-		return &MetadataError{Key: name, Value: md[key], Want: want}
+		return &Error{Key: name, Value: md[key], Want: want}
 	}
 	if (t.Stream == "") != (t.Consumer == "") {
 		if t.Stream == "" {
@@ -285,12 +295,12 @@ func resolveKeys(metadata map[string]string) (md, written map[string]string, err
 			continue
 		}
 		if k == "" {
-			return nil, nil, &MetadataError{Key: emptyKeyTag, Value: v, Want: "a key name; one of " + strings.Join(knownKeys, ", ")}
+			return nil, nil, &Error{Key: emptyKeyTag, Value: v, Want: "a key name; one of " + strings.Join(knownKeys, ", ")}
 		}
 		key := k
 		if base, ok := strings.CutSuffix(k, fromEnvSuffix); ok && slices.Contains(knownKeys, base) {
 			if _, both := metadata[base]; both {
-				return nil, nil, &MetadataError{Key: k, Value: v, Want: fmt.Sprintf("either %s or %s, not both", base, k)}
+				return nil, nil, &Error{Key: k, Value: v, Want: fmt.Sprintf("either %s or %s, not both", base, k)}
 			}
 			key = base
 			written[key] = k
@@ -300,7 +310,7 @@ func resolveKeys(metadata map[string]string) (md, written map[string]string, err
 			if guess := closestKey(key); guess != "" {
 				want = fmt.Sprintf("a known key; did you mean %q? (known: %s)", guess, strings.Join(knownKeys, ", "))
 			}
-			return nil, nil, &MetadataError{Key: k, Value: v, Want: want}
+			return nil, nil, &Error{Key: k, Value: v, Want: want}
 		}
 		md[key] = v
 	}
@@ -360,7 +370,7 @@ func (p *parser) fail(key, value, want string) {
 		if w, ok := p.written[key]; ok {
 			key = w
 		}
-		p.err = &MetadataError{Key: key, Value: value, Want: want}
+		p.err = &Error{Key: key, Value: value, Want: want}
 	}
 }
 
@@ -425,7 +435,7 @@ func (p *parser) duration(key string, dst *time.Duration) {
 		return
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d < time.Second || d > maxStale {
+	if err != nil || d < time.Second || d > MaxStaleAfter {
 		p.fail(key, v, `a duration from 1s to 24h, such as "30s" or "2m"`)
 		return
 	}

@@ -1,4 +1,4 @@
-package scaler
+package metadata
 
 import (
 	"errors"
@@ -126,7 +126,7 @@ func parseOK(t *testing.T, ns string, metadata map[string]string, defaultStaleAf
 
 // parseErr parses metadata that must be rejected and checks the error names key and
 // value, and that its Want holds each of wantContains.
-func parseErr(t *testing.T, ns string, metadata map[string]string, key, value string, wantContains ...string) *MetadataError {
+func parseErr(t *testing.T, ns string, metadata map[string]string, key, value string, wantContains ...string) *Error {
 	t.Helper()
 	tr, err := ParseTrigger(ns, metadata, 0)
 	if err == nil {
@@ -141,29 +141,29 @@ func parseErr(t *testing.T, ns string, metadata map[string]string, key, value st
 	return checkMetadataError(t, err, key, value, wantContains...)
 }
 
-// checkMetadataError checks err is a *MetadataError matching ErrInvalidMetadata that
+// checkMetadataError checks err is a *Error matching ErrInvalid that
 // names key and value.
-func checkMetadataError(t *testing.T, err error, key, value string, wantContains ...string) *MetadataError {
+func checkMetadataError(t *testing.T, err error, key, value string, wantContains ...string) *Error {
 	t.Helper()
-	if !errors.Is(err, ErrInvalidMetadata) {
-		t.Errorf("errors.Is(%v, ErrInvalidMetadata): got false, want true", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid): got false, want true", err)
 	}
-	var me *MetadataError
+	var me *Error
 	if !errors.As(err, &me) {
-		t.Fatalf("errors.As(%v, *MetadataError): got false (%T), want true", err, err)
+		t.Fatalf("errors.As(%v, *Error): got false (%T), want true", err, err)
 	}
 	if me.Key != key {
-		t.Errorf("MetadataError.Key: got %q, want %q (error %v)", me.Key, key, err)
+		t.Errorf("Error.Key: got %q, want %q (error %v)", me.Key, key, err)
 	}
 	if me.Value != value {
-		t.Errorf("MetadataError.Value: got %q, want %q (error %v)", me.Value, value, err)
+		t.Errorf("Error.Value: got %q, want %q (error %v)", me.Value, value, err)
 	}
 	if me.Want == "" {
-		t.Errorf("MetadataError.Want: got empty, want what was expected (error %v)", err)
+		t.Errorf("Error.Want: got empty, want what was expected (error %v)", err)
 	}
 	for _, s := range wantContains {
 		if !strings.Contains(me.Want, s) {
-			t.Errorf("MetadataError.Want: got %q, want it to contain %q", me.Want, s)
+			t.Errorf("Error.Want: got %q, want it to contain %q", me.Want, s)
 		}
 	}
 	return me
@@ -366,7 +366,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	type invalid struct {
 		metadata map[string]string
 		key      string // the key the error must name; its value is metadata[key]
-		want     string // part of MetadataError.Want
+		want     string // part of Error.Want
 	}
 	tests := map[string]invalid{}
 	add := func(base map[string]string, key, want string, values ...string) {
@@ -688,27 +688,27 @@ func TestParseTriggerUnknownKeys(t *testing.T) {
 			gotGuess := strings.Contains(me.Want, "did you mean")
 			switch {
 			case tc.guess != "" && !strings.Contains(me.Want, `did you mean "`+tc.guess+`"`):
-				t.Errorf("MetadataError.Want: got %q, want it to ask: did you mean %q", me.Want, tc.guess)
+				t.Errorf("Error.Want: got %q, want it to ask: did you mean %q", me.Want, tc.guess)
 			case tc.guess == "" && gotGuess:
-				t.Errorf("MetadataError.Want: got %q, want no guess", me.Want)
+				t.Errorf("Error.Want: got %q, want no guess", me.Want)
 			}
 		})
 	}
 }
 
 // TestParseTriggerEmptyKey: a metadata key "" is unknown, and the error must still say
-// which key is wrong, as every MetadataError names its key.
+// which key is wrong, as every Error names its key.
 func TestParseTriggerEmptyKey(t *testing.T) {
 	_, err := ParseTrigger("ml", metaWith(baseQueue, "", "5"), 0)
 	if err == nil {
 		t.Fatal("ParseTrigger with key \"\": got no error, want one")
 	}
-	var me *MetadataError
+	var me *Error
 	if !errors.As(err, &me) {
-		t.Fatalf("errors.As(%v, *MetadataError): got false, want true", err)
+		t.Fatalf("errors.As(%v, *Error): got false, want true", err)
 	}
 	if me.Key == "" {
-		t.Errorf("MetadataError.Key: got empty (%v), want a non-empty name for the empty key", err)
+		t.Errorf("Error.Key: got empty (%v), want a non-empty name for the empty key", err)
 	}
 }
 
@@ -813,8 +813,8 @@ func TestMetadataErrorMessage(t *testing.T) {
 	if got, want := err.Error(), `trigger metadata queueTarget="-3": want a number from 0.001 to 1e15`; got != want {
 		t.Errorf("Error(): got %q, want %q", got, want)
 	}
-	if !errors.Is(me, ErrInvalidMetadata) {
-		t.Errorf("errors.Is(%v, ErrInvalidMetadata): got false, want true", me)
+	if !errors.Is(me, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid): got false, want true", me)
 	}
 	if errors.Is(me, errors.New("invalid trigger metadata")) {
 		t.Errorf("errors.Is(%v, another error with the same text): got true, want false", me)
@@ -822,7 +822,7 @@ func TestMetadataErrorMessage(t *testing.T) {
 }
 
 // FuzzParseTrigger feeds ParseTrigger arbitrary namespaces, keys and values, and checks it
-// never panics, rejects with a *MetadataError naming a key, and accepts only triggers that
+// never panics, rejects with a *Error naming a key, and accepts only triggers that
 // keep the Trigger invariants.
 func FuzzParseTrigger(f *testing.F) {
 	type seed struct {
@@ -896,28 +896,28 @@ func checkFuzzError(t *testing.T, err error, tr *Trigger, metadata map[string]st
 	if tr != nil {
 		t.Errorf("got trigger %+v with error %v, want nil trigger", viewOf(tr), err)
 	}
-	if !errors.Is(err, ErrInvalidMetadata) {
-		t.Errorf("errors.Is(%v, ErrInvalidMetadata): got false, want true", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid): got false, want true", err)
 	}
-	var me *MetadataError
+	var me *Error
 	if !errors.As(err, &me) {
-		t.Fatalf("errors.As(%v, *MetadataError): got false (%T), want true", err, err)
+		t.Fatalf("errors.As(%v, *Error): got false (%T), want true", err, err)
 	}
 	if me.Key == "" {
-		t.Errorf("MetadataError.Key: got empty, want a key (error %v, metadata %q)", err, metadata)
+		t.Errorf("Error.Key: got empty, want a key (error %v, metadata %q)", err, metadata)
 	}
 	if me.Want == "" {
-		t.Errorf("MetadataError.Want: got empty, want what was expected (error %v)", err)
+		t.Errorf("Error.Want: got empty, want what was expected (error %v)", err)
 	}
 	_, given := metadata[me.Key]
 	if me.Key == emptyKeyTag {
 		_, given = metadata[""]
 	}
 	if me.Key != "namespace" && !given && !slices.Contains(knownKeys, me.Key) {
-		t.Errorf("MetadataError.Key: got %q, want namespace, a given key or a known key (metadata %q)", me.Key, metadata)
+		t.Errorf("Error.Key: got %q, want namespace, a given key or a known key (metadata %q)", me.Key, metadata)
 	}
 	if v, ok := metadata[me.Key]; ok && me.Key != "namespace" && me.Value != v {
-		t.Errorf("MetadataError.Value for %s: got %q, want the given %q", me.Key, me.Value, v)
+		t.Errorf("Error.Value for %s: got %q, want the given %q", me.Key, me.Value, v)
 	}
 	if msg := err.Error(); !strings.Contains(msg, me.Key) {
 		t.Errorf("Error(): got %q, want it to name key %q", msg, me.Key)
