@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -199,6 +200,21 @@ func expectMsg(t *testing.T, msgs <-chan bool, want bool) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no stream message within 5s, want %v", want)
+	}
+}
+
+// expectOnePush checks that the stream pushed true, that it was the scaler's one push
+// since the stream opened, and that nothing followed it; why says what made it.
+func expectOnePush(t *testing.T, s *testScaler, msgs <-chan bool, why string) {
+	t.Helper()
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
+		t.Fatalf("activations pushed = %v, want 1: only %s", got, why)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("stream sent %v after the activation, want nothing more", m)
+	default:
 	}
 }
 

@@ -248,15 +248,7 @@ func TestStreamIsActiveCombinedTriggerPushesOnce(t *testing.T) {
 	applied(func() { pub.node(idle) })
 	applied(func() { pub.queue("ml", "jobs", 0, 0) })
 	applied(func() { pub.queue("ml", "jobs", 1, 0) })
-	expectMsg(t, msgs, true)
-	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
-		t.Fatalf("activations pushed = %v, want 1: only the queue's work after the pods went idle", got)
-	}
-	select {
-	case m := <-msgs:
-		t.Fatalf("stream sent %v after the activation, want nothing more", m)
-	default:
-	}
+	expectOnePush(t, s, msgs, "the queue's work after the pods went idle")
 }
 
 // TestThousandStreams opens 1,000 streams at once: one queue report reaches each of the

@@ -238,15 +238,7 @@ func TestWorkQueueCombinedTriggerPushesOnce(t *testing.T) {
 	applied(idle)
 	waitFetches(2) // a fetch since the pods went idle: the whole trigger is inactive
 	publishWork(t, pub.js, 1)
-	expectMsg(t, msgs, true)
-	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
-		t.Fatalf("activations pushed = %v, want 1: only the message after the pods went idle", got)
-	}
-	select {
-	case m := <-msgs:
-		t.Fatalf("stream sent %v after the activation, want nothing more", m)
-	default:
-	}
+	expectOnePush(t, s, msgs, "the message after the pods went idle")
 }
 
 // TestWorkQueueCapacity: capacity caps a stream backlog with its ack-pending part as
