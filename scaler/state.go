@@ -51,9 +51,9 @@ type State struct {
 	// report may concern, by namespace. candidates is the applier's scratch space.
 	selections map[selKey]*selection
 	selIndex   map[string]*selectionIndex
-	// pools are the nodes capacityAware triggers count free GPUs on, by nodeSelector.
-	pools      map[string]*nodePool
 	candidates []candidate
+	// pools are the nodes capacityAware triggers count free GPUs on, by nodeSelector.
+	pools map[string]*nodePool
 	// queueWatch holds the watchers to wake on a queue's report. Node reports wake no one:
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
