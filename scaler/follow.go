@@ -326,14 +326,11 @@ func (f *follower) handle(msg jetstream.Msg) {
 // take tens: with 10,000 nodes reporting, a queue report sharing their shards waited
 // milliseconds in them.
 func (f *follower) shardFor(subject string) int {
-	if strings.HasPrefix(subject, queueSubjectPrefix) {
+	if strings.HasPrefix(subject, gpuscalerv1.QueueSubjectPrefix) {
 		return len(f.shards) - 1
 	}
 	return shardOf(subject, len(f.shards)-1)
 }
-
-// queueSubjectPrefix begins every queue report's subject.
-const queueSubjectPrefix = gpuscalerv1.SubjectPrefix + ".queue."
 
 // startShards starts n goroutines for node reports and one for queue reports (see
 // shardFor), which decode and apply messages until ctx ends. Decoding

@@ -400,11 +400,21 @@ type culprit struct {
 }
 
 func (c *culprit) consider(e *nodeEntry, v gpuView) {
-	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() ||
-		(e == c.e && (v.unattributed != c.v.unattributed && !v.unattributed ||
-			v.unattributed == c.v.unattributed && (v.index < c.v.index || v.index == c.v.index && v.pod < c.v.pod))) {
+	if c.e == nil || e.report.GetNode() < c.e.report.GetNode() || e == c.e && namedBefore(&v, &c.v) {
 		c.e, c.v = e, v
 	}
+}
+
+// namedBefore reports whether an error names a before b, two views of one node: measured
+// devices before unattributed ones, then by place in the report, then by pod.
+func namedBefore(a, b *gpuView) bool {
+	switch {
+	case a.unattributed != b.unattributed:
+		return !a.unattributed
+	case a.index != b.index:
+		return a.index < b.index
+	}
+	return a.pod < b.pod
 }
 
 // stamp formats a time for error messages: UTC, to the second.

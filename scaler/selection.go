@@ -95,25 +95,10 @@ func (e *nodeEntry) part(p *selPart, j int, sel labels.Selector, only []int32) b
 	return p.first >= 0
 }
 
-// firstOf returns whichever of views[cur] and views[at] an error names first: measured
-// devices before unattributed ones, then by place in the report, then by pod.
+// firstOf returns whichever of views[cur] and views[at] an error names first (see
+// namedBefore); cur -1 is none.
 func firstOf(views []gpuView, cur, at int32) int32 {
-	if cur < 0 {
-		return at
-	}
-	a, b := &views[at], &views[cur]
-	switch {
-	case a.unattributed != b.unattributed:
-		if !a.unattributed {
-			return at
-		}
-		return cur
-	case a.index != b.index:
-		if a.index < b.index {
-			return at
-		}
-		return cur
-	case a.pod < b.pod:
+	if cur < 0 || namedBefore(&views[at], &views[cur]) {
 		return at
 	}
 	return cur

@@ -439,7 +439,7 @@ func newPublishers(ctx context.Context, bus *benchBus, n int) (*publishers, erro
 
 func (p *publishers) publish(i int, subject string, data []byte) {
 	conns := p.nodes
-	if strings.HasPrefix(subject, queueSubjects) {
+	if strings.HasPrefix(subject, gpuscalerv1.QueueSubjectPrefix) {
 		conns = p.queues
 	}
 	_ = conns[i%len(conns)].Publish(subject, data)

@@ -208,9 +208,6 @@ func (w *workload) triggers() []trigger {
 	return out
 }
 
-// queueSubjects begins the subject of every queue report the bench publishes.
-const queueSubjects = gpuscalerv1.SubjectPrefix + ".queue."
-
 // queueNamespace holds every queue of the bench.
 const queueNamespace = "bench-q"
 

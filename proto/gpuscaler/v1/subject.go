@@ -22,6 +22,8 @@ const (
 	SubjectAll = SubjectPrefix + ".>"
 	// StreamName is the JetStream stream that keeps the latest report per subject.
 	StreamName = "GPUSCALER"
+	// QueueSubjectPrefix begins every queue report's subject.
+	QueueSubjectPrefix = SubjectPrefix + "." + queueKind + "."
 
 	nodeKind  = "node"
 	queueKind = "queue"
