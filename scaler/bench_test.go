@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -173,4 +174,38 @@ func BenchmarkApplyWhileReading(b *testing.B) {
 	}
 	close(stop)
 	b.ReportMetric(float64(<-done)/b.Elapsed().Seconds(), "reads/s")
+}
+
+// benchServer is a ready Server over benchState with the trigger cache the scaler runs
+// with, answering as the gRPC handlers do (without the transport).
+func benchServer(b *testing.B) *Server {
+	b.Helper()
+	srv := readyServer(benchState(b))
+	srv.triggers = newTriggerCache(defaultTriggerCacheSize)
+	return srv
+}
+
+// BenchmarkGetMetrics is one GetMetrics call of a queue trigger as KEDA makes it, from
+// the parsed-trigger cache to the response.
+func BenchmarkGetMetrics(b *testing.B) {
+	srv := benchServer(b)
+	req := &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "svc", map[string]string{"queue": "q-500"}), MetricName: MetricQueueBacklog}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.GetMetrics(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGetMetricsGPU is BenchmarkGetMetrics for one app's GPUs (as BenchmarkReadGPU).
+func BenchmarkGetMetricsGPU(b *testing.B) {
+	srv := benchServer(b)
+	req := &pb.GetMetricsRequest{ScaledObjectRef: ref("ns-01", "svc-01", map[string]string{"podSelector": "app=svc-01,tier=gpu", "gpuUtilTarget": "60"}), MetricName: MetricGPUUtil}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.GetMetrics(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
