@@ -176,12 +176,13 @@ func BenchmarkApplyWhileReading(b *testing.B) {
 	b.ReportMetric(float64(<-done)/b.Elapsed().Seconds(), "reads/s")
 }
 
-// benchServer is a ready Server over benchState with the trigger cache the scaler runs
-// with, answering as the gRPC handlers do (without the transport).
+// benchServer is a ready Server over benchState with the trigger cache and call recorder
+// the scaler runs with, answering as the gRPC handlers do (without the transport).
 func benchServer(b *testing.B) *Server {
 	b.Helper()
 	srv := readyServer(benchState(b))
 	srv.triggers = newTriggerCache(defaultTriggerCacheSize)
+	srv.calls = newCallRecorder(time.Now, defaultCallRows, defaultCallIdleAfter)
 	return srv
 }
 

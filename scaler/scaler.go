@@ -272,7 +272,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
-	pb.RegisterExternalScalerServer(srv, &Server{
+	server := &Server{
 		state:    s.state,
 		work:     work,
 		ready:    s.ready,
@@ -282,7 +282,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 		metrics:  s.metrics,
 		log:      s.log.With("component", "grpc"),
 		triggers: newTriggerCache(defaultTriggerCacheSize),
-	})
+		calls:    newCallRecorder(s.cfg.Now, defaultCallRows, defaultCallIdleAfter),
+	}
+	pb.RegisterExternalScalerServer(srv, server)
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv, healthSrv)
@@ -305,7 +307,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 	g.Go(func() error { return s.forgetLoop(ctx) })
 	if s.httpLis != nil {
 		s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
-		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler()) })
+		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler(server)) })
 	}
 	return g.Wait()
 }
@@ -357,7 +359,7 @@ func (s *Scaler) forget() {
 	}
 }
 
-func (s *Scaler) httpHandler() http.Handler {
+func (s *Scaler) httpHandler(srv *Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	serve.Probes(mux, s.readiness)

@@ -36,18 +36,24 @@ type Server struct {
 	// triggers caches parsed metadata; nil parses on every call. A Trigger is never
 	// changed once parsed, so calls share it.
 	triggers *triggerCache
+	// calls records each trigger's last calls for the status page; nil records none, as
+	// does a server without a trigger cache, whose entries name the triggers.
+	calls *callRecorder
 }
 
 // IsActive answers KEDA's activation question. KEDA applies no threshold of its own to an
 // external scaler: this answer is the decision.
 func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
-	t, err := s.trigger(ref)
+	t, k, err := s.trigger(ref)
+	active := false
+	if err == nil {
+		if active, err = s.active(t); err != nil {
+			err = toStatus(err)
+		}
+	}
+	s.calls.isActive(k, active, err)
 	if err != nil {
 		return nil, err
-	}
-	active, err := s.active(t)
-	if err != nil {
-		return nil, toStatus(err)
 	}
 	return &pb.IsActiveResponse{Result: active}, nil
 }
@@ -56,11 +62,14 @@ func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 // trigger as a whole becomes active, as soon as the report that made it so is applied.
 // KEDA ignores a pushed false, so none is sent after the first message. It ends with a
 // nil error when the scaler stops, so KEDA reconnects in 2 s rather than backing off.
-func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) error {
-	t, err := s.trigger(ref)
+func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) (err error) {
+	t, k, err := s.trigger(ref)
 	if err != nil {
+		s.calls.streamEnded(k, false, err)
 		return err
 	}
+	opened := false
+	defer func() { s.calls.streamEnded(k, opened, err) }()
 	ctx := stream.Context()
 	select {
 	case <-s.ready:
@@ -84,6 +93,8 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	if err := stream.Send(&pb.IsActiveResponse{Result: active}); err != nil {
 		return err
 	}
+	s.calls.streamOpened(k, active)
+	opened = true
 	for {
 		select {
 		case <-s.done:
@@ -110,6 +121,7 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 					return err
 				}
 				s.metrics.activationsPushed.Inc()
+				s.calls.streamSent(k)
 				s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
 			}
 			active, gpuActive = now, gpuNow
@@ -129,7 +141,8 @@ func (s *Server) look(t *Trigger) (active, gpuActive bool) {
 // GetMetricSpec returns the trigger's metrics and per-replica targets. It needs no data,
 // so it answers before the state is restored.
 func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
-	t, err := s.trigger(ref)
+	t, k, err := s.trigger(ref)
+	s.calls.metricSpec(k, err)
 	if err != nil {
 		return nil, err
 	}
@@ -148,16 +161,19 @@ func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.
 // GetMetrics returns the current value of one metric. The HPA sums it over the trigger
 // and divides by the target (AverageValue): desired replicas = ceil(value / target).
 func (s *Server) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.GetMetricsResponse, error) {
-	t, err := s.trigger(req.GetScaledObjectRef())
+	t, k, err := s.trigger(req.GetScaledObjectRef())
+	var v float64
+	if err == nil {
+		if err = s.checkReady(); err == nil {
+			v, err = s.read(t).Metric(req.GetMetricName())
+		}
+		if err != nil {
+			err = toStatus(err)
+		}
+	}
+	s.calls.metric(k, req.GetMetricName(), v, err)
 	if err != nil {
 		return nil, err
-	}
-	if err := s.checkReady(); err != nil {
-		return nil, toStatus(err)
-	}
-	v, err := s.read(t).Metric(req.GetMetricName())
-	if err != nil {
-		return nil, toStatus(err)
 	}
 	return &pb.GetMetricsResponse{MetricValues: []*pb.MetricValue{{
 		MetricName:       req.GetMetricName(),
@@ -166,10 +182,11 @@ func (s *Server) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.G
 	}}}, nil
 }
 
-// trigger parses the ScaledObject's trigger metadata; errors are gRPC statuses.
-func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
+// trigger parses the ScaledObject's trigger metadata; errors are gRPC statuses. The key
+// names the trigger to the call recorder, even when its metadata is invalid.
+func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, callKey, error) {
 	if ref == nil {
-		return nil, status.Error(codes.InvalidArgument, "scaledObjectRef is required")
+		return nil, callKey{}, status.Error(codes.InvalidArgument, "scaledObjectRef is required")
 	}
 	parse := func() (*Trigger, error) {
 		t, err := ParseTrigger(ref.GetNamespace(), ref.GetScalerMetadata(), s.stale)
@@ -183,9 +200,11 @@ func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, error) {
 		return t, nil
 	}
 	if s.triggers == nil {
-		return parse()
+		t, err := parse()
+		return t, callKey{}, err
 	}
-	return s.triggers.get(ref.GetNamespace(), ref.GetScalerMetadata(), parse)
+	e := s.triggers.entry(ref.GetNamespace(), ref.GetScalerMetadata(), parse)
+	return e.t, callKey{entry: e, name: ref.GetName()}, e.err
 }
 
 func (s *Server) checkReady() error {

@@ -14,10 +14,12 @@ type triggerCache struct {
 	max  int
 
 	mu      sync.RWMutex // guards entries and size
-	entries map[uint64][]cachedTrigger
+	entries map[uint64][]*cachedTrigger
 	size    int
 }
 
+// cachedTrigger is one parsed trigger. It is never changed once made, and the status
+// page's call recorder keys on its address: one entry, one trigger.
 type cachedTrigger struct {
 	namespace string
 	metadata  map[string]string
@@ -30,7 +32,7 @@ type cachedTrigger struct {
 const defaultTriggerCacheSize = 100_000
 
 func newTriggerCache(max int) *triggerCache {
-	return &triggerCache{seed: maphash.MakeSeed(), max: max, entries: make(map[uint64][]cachedTrigger)}
+	return &triggerCache{seed: maphash.MakeSeed(), max: max, entries: make(map[uint64][]*cachedTrigger)}
 }
 
 // hash combines the namespace and every key and value, independent of the map's order.
@@ -46,12 +48,18 @@ func (c *triggerCache) hash(namespace string, md map[string]string) uint64 {
 // get returns what parse gave for the namespace and metadata, calling it when they were
 // not seen before. parse must depend on nothing else.
 func (c *triggerCache) get(namespace string, md map[string]string, parse func() (*Trigger, error)) (*Trigger, error) {
+	e := c.entry(namespace, md, parse)
+	return e.t, e.err
+}
+
+// entry is get's entry itself.
+func (c *triggerCache) entry(namespace string, md map[string]string, parse func() (*Trigger, error)) *cachedTrigger {
 	h := c.hash(namespace, md)
 	c.mu.RLock()
 	for _, e := range c.entries[h] {
 		if e.namespace == namespace && maps.Equal(e.metadata, md) {
 			c.mu.RUnlock()
-			return e.t, e.err
+			return e
 		}
 	}
 	c.mu.RUnlock()
@@ -62,7 +70,8 @@ func (c *triggerCache) get(namespace string, md map[string]string, parse func() 
 		clear(c.entries)
 		c.size = 0
 	}
-	c.entries[h] = append(c.entries[h], cachedTrigger{namespace: namespace, metadata: maps.Clone(md), t: t, err: err})
+	e := &cachedTrigger{namespace: namespace, metadata: maps.Clone(md), t: t, err: err}
+	c.entries[h] = append(c.entries[h], e)
 	c.size++
-	return t, err
+	return e
 }
