@@ -272,7 +272,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
-	pb.RegisterExternalScalerServer(srv, &Server{
+	keda := &Server{
 		state:    s.state,
 		work:     work,
 		ready:    s.ready,
@@ -282,7 +282,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 		metrics:  s.metrics,
 		log:      s.log.With("component", "grpc"),
 		triggers: newTriggerCache(defaultTriggerCacheSize),
-	})
+	}
+	pb.RegisterExternalScalerServer(srv, keda)
+	gpuscalerv1.RegisterExplainerServer(srv, explainer{srv: keda})
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv, healthSrv)
