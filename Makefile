@@ -22,7 +22,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Reflection-free (un)marshalling of the events: 3.5x faster decoding of a NodeReport.
 # The same version gRPC already requires, so generator and runtime agree.
 PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.1-0.20240319094008-0393e58bdf10
-PROTO_FILES := proto/externalscaler/externalscaler.proto proto/gpuscaler/v1/events.proto
+PROTO_FILES := proto/externalscaler/externalscaler.proto proto/gpuscaler/v1/events.proto proto/gpuscaler/v1/explain.proto
 
 .PHONY: help
 help: ## list the targets

@@ -272,7 +272,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
-	server := &Server{
+	keda := &Server{
 		state:    s.state,
 		work:     work,
 		ready:    s.ready,
@@ -284,7 +284,8 @@ func (s *Scaler) Run(ctx context.Context) error {
 		triggers: newTriggerCache(defaultTriggerCacheSize),
 		calls:    newCallRecorder(s.cfg.Now, defaultCallRows, defaultCallIdleAfter),
 	}
-	pb.RegisterExternalScalerServer(srv, server)
+	pb.RegisterExternalScalerServer(srv, keda)
+	gpuscalerv1.RegisterExplainerServer(srv, explainer{srv: keda})
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv, healthSrv)
@@ -307,7 +308,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 	g.Go(func() error { return s.forgetLoop(ctx) })
 	if s.httpLis != nil {
 		s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
-		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler(server)) })
+		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler(keda)) })
 	}
 	return g.Wait()
 }

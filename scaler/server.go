@@ -226,10 +226,7 @@ func (s *Server) active(t *Trigger) (bool, error) {
 // read answers t from every source: the state for queues and GPUs, the followed
 // JetStream consumer for stream triggers, then the capacity cap.
 func (s *Server) read(t *Trigger) Reading {
-	r := s.state.Read(t)
-	if t.Stream != "" {
-		r.queue = s.work.read(t)
-	}
+	r := s.readRaw(t)
 	if t.CapacityAware {
 		s.state.capQueue(t, &r.queue)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // TestMutualTLS serves gRPC with a server certificate and a client CA, as a
@@ -57,6 +58,12 @@ func TestMutualTLS(t *testing.T) {
 			_, err := pb.NewExternalScalerClient(conn).GetMetricSpec(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
 			if (err == nil) != tc.wantOK {
 				t.Fatalf("GetMetricSpec error = %v, want success %v", err, tc.wantOK)
+			}
+			// Explain is served under the same TLS: whoever may not ask KEDA's questions
+			// may not ask it either.
+			_, err = gpuscalerv1.NewExplainerClient(conn).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: map[string]string{"queue": "jobs"}})
+			if (err == nil) != tc.wantOK {
+				t.Fatalf("Explain error = %v, want success %v", err, tc.wantOK)
 			}
 		})
 	}

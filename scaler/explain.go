@@ -1,0 +1,452 @@
+package scaler
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/labels"
+
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// explainer serves the Explainer service beside the ExternalScaler one, on the same
+// server and so under the same TLS.
+type explainer struct {
+	gpuscalerv1.UnimplementedExplainerServer
+	srv *Server
+}
+
+func (x explainer) Explain(ctx context.Context, req *gpuscalerv1.ExplainRequest) (*gpuscalerv1.Explanation, error) {
+	return x.srv.Explain(ctx, req)
+}
+
+// Explain reads one trigger as KEDA's calls would, through the same code, and says from
+// what: the queue report or consumer, the nodes and GPUs of the selected pods, the free
+// capacity, how old each is, and reasons an operator can act on. It only reads: it
+// neither keeps a selection nor a node pool for the trigger, so explaining a trigger no
+// one polls leaves the state as it was. It walks the namespace's nodes, not a
+// selection, so it costs what a read cost before selections; the state's lock is held
+// only to copy the list of entries, which never change once applied.
+func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*gpuscalerv1.Explanation, error) {
+	if req == nil {
+		return nil, status.Error(codes.InvalidArgument, "request is required")
+	}
+	now := s.state.now()
+	ex := &gpuscalerv1.Explanation{
+		Namespace: req.GetNamespace(),
+		Name:      req.GetName(),
+		ReadAt:    timestamppb.New(now),
+		Ready:     s.checkReady() == nil,
+		Answer:    &gpuscalerv1.Answer{},
+	}
+	t, _, err := s.trigger(&pb.ScaledObjectRef{Name: req.GetName(), Namespace: req.GetNamespace(), ScalerMetadata: req.GetMetadata()})
+	if err != nil {
+		setError(&ex.Answer.ErrorCode, &ex.Answer.Error, err)
+		ex.Reasons = append(ex.Reasons, "KEDA gets this error from every call for this trigger, so nothing scales on it: fix the trigger's metadata. KEDA reports it in the ScaledObject's (or ScaledJob's) status and events.")
+		return ex, nil
+	}
+	ex.Effective = effective(t)
+
+	var r Reading
+	if ex.Ready {
+		r = s.readRaw(t)
+	}
+	uncapped := r.queue
+	if ex.Ready && t.CapacityAware {
+		s.state.capQueue(t, &r.queue)
+	}
+	s.answer(ex, t, r)
+
+	if t.Queue != "" {
+		ex.Queue = s.state.queueStatus(t, now)
+	} else if t.Stream != "" {
+		ex.Queue = &gpuscalerv1.QueueStatus{Namespace: t.Namespace, Queue: t.Stream + "/" + t.Consumer, FromConsumer: true}
+		if uncapped.defined && uncapped.err == nil {
+			ex.Queue.Backlog = int64(uncapped.value)
+			ex.Queue.InFlight = int64(uncapped.running)
+			ex.Queue.Waiting = ex.Queue.Backlog - ex.Queue.InFlight
+		}
+	}
+	if t.PodSelector != nil {
+		ex.Nodes, ex.NamespaceGpuPods = s.state.explainGPUs(t, now)
+	}
+	if t.CapacityAware {
+		ex.Capacity = s.state.explainCapacity(t, now)
+		if uncapped.defined && uncapped.err == nil {
+			ex.Capacity.Backlog = uncapped.value
+			ex.Capacity.Capped = r.queue.value
+		}
+	}
+	ex.Reasons = reasons(ex, t, r)
+	return ex, nil
+}
+
+// answer fills ex.Answer with what IsActive, GetMetricSpec and GetMetrics answer for t
+// from r, read when the state is ready.
+func (s *Server) answer(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) {
+	a := ex.Answer
+	var activeErr error
+	if ex.Ready {
+		a.Active, activeErr = r.Active()
+	} else {
+		activeErr = errNotReady
+	}
+	if activeErr != nil {
+		a.Active = false
+		setError(&a.ErrorCode, &a.Error, toStatus(activeErr))
+	}
+	for _, m := range t.MetricSpecs() {
+		ma := &gpuscalerv1.MetricAnswer{Name: m.Name, Target: m.Target}
+		v, err := r.Metric(m.Name)
+		if !ex.Ready {
+			err = errNotReady
+		}
+		if err != nil {
+			setError(&ma.ErrorCode, &ma.Error, toStatus(err))
+		} else {
+			ma.Value = v
+			ma.Replicas = int64(math.Ceil(v / m.Target))
+		}
+		a.Metrics = append(a.Metrics, ma)
+	}
+}
+
+// setError writes err's gRPC code name and message.
+func setError(code, msg *string, err error) {
+	st := status.Convert(err)
+	*code, *msg = st.Code().String(), st.Message()
+}
+
+// effective renders t as the scaler understood it: every key it uses, with defaults.
+func effective(t *Trigger) map[string]string {
+	m := map[string]string{KeyStaleAfter: t.StaleAfter.String()}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	if t.Queue != "" || t.Stream != "" {
+		if t.Queue != "" {
+			m[KeyQueue] = t.Queue
+		} else {
+			m[KeyStream], m[KeyConsumer] = t.Stream, t.Consumer
+		}
+		m[KeyQueueTarget] = num(t.QueueTarget)
+		m[KeyActivationQueueDepth] = num(t.ActivationQueueDepth)
+	}
+	if t.PodSelector != nil {
+		m[KeyPodSelector] = t.PodSelector.String()
+		if t.GPUUtilTarget > 0 {
+			m[KeyGPUUtilTarget] = num(t.GPUUtilTarget)
+		}
+		if t.ActivateOnUtil {
+			m[KeyActivationGPUUtil] = num(t.ActivationGPUUtil)
+		}
+		if t.GPUMemoryTarget > 0 {
+			m[KeyGPUMemoryTarget] = num(t.GPUMemoryTarget)
+		}
+	}
+	switch {
+	case t.GPUProfile != "":
+		m[KeyGPUsPerReplica] = t.GPUProfile
+	case t.GPUsPerReplica > 0:
+		m[KeyGPUsPerReplica] = strconv.Itoa(t.GPUsPerReplica)
+	}
+	if t.CapacityAware {
+		m[KeyCapacityAware] = "true"
+		m[KeyCapacityHeadroom] = strconv.Itoa(t.CapacityHeadroom)
+		if t.NodeSelector != nil {
+			m[KeyNodeSelector] = t.NodeSelector.String()
+		}
+	}
+	return m
+}
+
+// queueStatus returns what the state holds of t's queue, nil when it holds no report.
+func (s *State) queueStatus(t *Trigger, now time.Time) *gpuscalerv1.QueueStatus {
+	s.mu.RLock()
+	e := s.queues[queueKey{t.Namespace, t.Queue}]
+	s.mu.RUnlock()
+	if e == nil {
+		return &gpuscalerv1.QueueStatus{Namespace: t.Namespace, Queue: t.Queue}
+	}
+	q := e.status(now)
+	q.Stale = now.Sub(e.stored) > t.StaleAfter
+	return q
+}
+
+func (e *queueEntry) status(now time.Time) *gpuscalerv1.QueueStatus {
+	r := e.report
+	return &gpuscalerv1.QueueStatus{
+		Namespace:        r.GetNamespace(),
+		Queue:            r.GetQueue(),
+		Waiting:          clampInt64(r.GetWaiting()),
+		InFlight:         clampInt64(r.GetInFlight()),
+		Backlog:          clampInt64(r.Backlog()),
+		ProducerId:       r.GetProducerId(),
+		Stored:           timestamppb.New(e.stored),
+		Age:              durationpb.New(now.Sub(e.stored)),
+		ProducerConflict: !e.conflicted.IsZero() && !e.conflicted.Before(now.Add(-producerConflictWindow)),
+	}
+}
+
+func clampInt64(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
+
+// Queues returns the latest report of every queue, by namespace and name.
+func (s *State) Queues() []*gpuscalerv1.QueueStatus {
+	now := s.now()
+	s.mu.RLock()
+	out := make([]*gpuscalerv1.QueueStatus, 0, len(s.queues))
+	for _, e := range s.queues {
+		out = append(out, e.status(now))
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *gpuscalerv1.QueueStatus) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Queue, b.Queue))
+	})
+	return out
+}
+
+// Nodes returns the latest report of every live node, by name: its GPUs, the pods
+// holding each, and its free devices.
+func (s *State) Nodes() []*gpuscalerv1.NodeStatus {
+	now := s.now()
+	entries := s.entries(nil)
+	out := make([]*gpuscalerv1.NodeStatus, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, e.status(now, nil))
+	}
+	return out
+}
+
+// entries copies the live node entries, of namespace ns's pods only when ns is not nil,
+// sorted by node name. Entries never change once applied, so they are read after the
+// lock is released.
+func (s *State) entries(ns *string) []*nodeEntry {
+	s.mu.RLock()
+	var out []*nodeEntry
+	if ns == nil {
+		out = make([]*nodeEntry, 0, len(s.nodes))
+		for _, e := range s.nodes {
+			out = append(out, e)
+		}
+	} else {
+		for _, e := range s.byNamespace[*ns] {
+			out = append(out, e)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *nodeEntry) int { return strings.Compare(a.report.GetNode(), b.report.GetNode()) })
+	return out
+}
+
+// status renders e, with the holds keep keeps (every hold when keep is nil). With keep
+// set, a GPU none of whose holds is kept is left out.
+func (e *nodeEntry) status(now time.Time, keep func(*gpuView) bool) *gpuscalerv1.NodeStatus {
+	n := &gpuscalerv1.NodeStatus{
+		Node:     e.report.GetNode(),
+		Source:   e.report.GetSource(),
+		Stored:   timestamppb.New(e.stored),
+		Age:      durationpb.New(now.Sub(e.stored)),
+		GpuCount: int32(len(e.gpus)),
+		Free:     make(map[string]int32, len(e.free)),
+	}
+	for profile, free := range e.free {
+		n.Free[profile] = int32(free)
+	}
+	gpus := make([]*gpuscalerv1.GPUStatus, len(e.gpus))
+	for i, g := range e.gpus {
+		gpus[i] = &gpuscalerv1.GPUStatus{Device: g.id, Unhealthy: g.unhealthy}
+	}
+	for j, ns := range e.namespaces {
+		for k := range e.nsGPUs[j] {
+			v := &e.nsGPUs[j][k]
+			if keep != nil && !keep(v) {
+				continue
+			}
+			if v.unattributed {
+				if keep != nil { // with keep nil, every unattributed device is listed below
+					n.Unattributed = append(n.Unattributed, &gpuscalerv1.UnattributedStatus{
+						Device: e.device(*v), Reason: e.unattributedReason(*v), Namespace: ns, Pod: v.pod,
+					})
+				}
+				continue
+			}
+			h := &gpuscalerv1.GPUHold{Namespace: ns, Pod: v.pod, Share: v.share, LabelsUnknown: v.labelsUnknown}
+			if v.hasUtil {
+				h.Util = proto.Float64(v.util)
+			}
+			if v.hasMem {
+				h.Memory = proto.Float64(v.memPct)
+			}
+			g := gpus[v.index]
+			g.Holds = append(g.Holds, h)
+		}
+	}
+	if keep == nil {
+		// Every unattributed device, whoever holds it.
+		for _, u := range e.report.GetUnattributed() {
+			us := &gpuscalerv1.UnattributedStatus{Device: u.GetId(), Reason: u.GetReason()}
+			if p := u.GetPod(); p != nil {
+				us.Namespace, us.Pod = p.GetNamespace(), p.GetName()
+			}
+			n.Unattributed = append(n.Unattributed, us)
+		}
+	}
+	for _, g := range gpus {
+		if keep == nil || len(g.Holds) > 0 {
+			slices.SortFunc(g.Holds, func(a, b *gpuscalerv1.GPUHold) int {
+				return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod))
+			})
+			n.Gpus = append(n.Gpus, g)
+		}
+	}
+	return n
+}
+
+// explainGPUs returns the nodes holding GPUs of the pods t's podSelector selects, or
+// cannot tell whether it selects, each with those GPUs only; and how many pods of the
+// namespace hold GPUs at all.
+func (s *State) explainGPUs(t *Trigger, now time.Time) (nodes []*gpuscalerv1.NodeStatus, nsPods int32) {
+	keep := func(v *gpuView) bool { return v.labelsUnknown || t.PodSelector.Matches(&v.labels) }
+	for _, e := range s.entries(&t.Namespace) {
+		views := e.gpusOf(t.Namespace)
+		var pods []string
+		selected := false
+		for k := range views {
+			if !slices.Contains(pods, views[k].pod) {
+				pods = append(pods, views[k].pod)
+			}
+			selected = selected || keep(&views[k])
+		}
+		nsPods += int32(len(pods))
+		if selected {
+			n := e.status(now, keep)
+			n.Stale = now.Sub(e.stored) > t.StaleAfter
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, nsPods
+}
+
+// explainCapacity returns what t's capacity count finds on each node its nodeSelector
+// matches, as capacity counts it.
+func (s *State) explainCapacity(t *Trigger, now time.Time) *gpuscalerv1.Capacity {
+	c := &gpuscalerv1.Capacity{
+		Headroom:       int32(t.CapacityHeadroom),
+		GpusPerReplica: int32(max(t.GPUsPerReplica, 1)),
+		Profile:        t.GPUProfile,
+	}
+	if t.GPUProfile != "" {
+		c.GpusPerReplica = 0
+	}
+	if t.NodeSelector != nil {
+		c.NodeSelector = t.NodeSelector.String()
+	}
+	for _, e := range s.entries(nil) {
+		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
+			continue
+		}
+		nc := &gpuscalerv1.NodeCapacity{
+			Node:  e.report.GetNode(),
+			Free:  int32(e.free[t.GPUProfile]),
+			Age:   durationpb.New(now.Sub(e.stored)),
+			Stale: now.Sub(e.stored) > t.StaleAfter,
+		}
+		if !nc.Stale {
+			nc.Slots = nc.Free
+			if t.GPUProfile == "" {
+				nc.Slots /= c.GpusPerReplica
+			}
+		}
+		c.Slots += nc.Slots
+		c.Nodes = append(c.Nodes, nc)
+	}
+	return c
+}
+
+// reasons says, in sentences an operator can act on, what made ex's answer and what
+// would change it.
+func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if !ex.Ready {
+		add("The scaler is restoring its state from NATS: KEDA gets Unavailable until it is ready, and keeps the workload as it is (or applies the ScaledObject's fallback).")
+		return out
+	}
+	a := ex.Answer
+	switch {
+	case a.Active:
+		add("Active: KEDA scales the workload from zero to minReplicaCount (at least 1) and keeps it there while the trigger stays active.")
+	case a.Error != "":
+		add("IsActive fails (%s): KEDA neither scales to nor from zero on this trigger and, after fallback.failureThreshold failures, applies the ScaledObject's fallback if it has one; with fallback.replicas 0 that is a scale to zero.", a.ErrorCode)
+	default:
+		add("Inactive: KEDA scales the workload to zero (when minReplicaCount is 0) once the trigger has been inactive for cooldownPeriod.")
+	}
+	if q := ex.Queue; q != nil && r.queue.defined && r.queue.err == nil {
+		if r.queue.active {
+			add("The queue's backlog %s is above activationQueueDepth %s.", num(r.queue.value), num(t.ActivationQueueDepth))
+		} else {
+			add("The queue's backlog %s is at or below activationQueueDepth %s: the queue alone does not activate the trigger.", num(r.queue.value), num(t.ActivationQueueDepth))
+		}
+	}
+	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {
+		var gpus float64
+		for _, n := range ex.Nodes {
+			for _, g := range n.Gpus {
+				for _, h := range g.Holds {
+					gpus += h.Share
+				}
+			}
+		}
+		switch {
+		case len(ex.Nodes) == 0 && ex.NamespaceGpuPods > 0:
+			add("podSelector %q selects none of the %d pods holding GPUs in namespace %s: check the selector against the workload's pod labels.", t.PodSelector.String(), ex.NamespaceGpuPods, t.Namespace)
+		case len(ex.Nodes) == 0:
+			add("No pod in namespace %s holds a GPU: a workload at zero replicas holds none, so its GPU part is inactive and cannot wake it; the queue (or KEDA's minReplicaCount) must.", t.Namespace)
+		case t.ActivateOnUtil && r.gpuActive:
+			add("The selected pods hold %s GPUs whose average utilisation is above activationGpuUtil %s.", num(gpus), num(t.ActivationGPUUtil))
+		case t.ActivateOnUtil:
+			add("The selected pods hold %s GPUs whose average utilisation is at or below activationGpuUtil %s: the GPU part is inactive.", num(gpus), num(t.ActivationGPUUtil))
+		default:
+			add("The selected pods hold %s GPUs: the GPU part is active while they hold any.", num(gpus))
+		}
+	}
+	for _, m := range a.Metrics {
+		if m.Error != "" {
+			add("%s fails (%s): the HPA cannot compute this metric and keeps the current replica count rather than guess; KEDA's fallback applies after fallback.failureThreshold failures.", m.Name, m.ErrorCode)
+			continue
+		}
+		add("%s is %s against a target of %s per replica: on its own it asks the HPA for %d replicas, before KEDA's minReplicaCount and maxReplicaCount (a ScaledJob divides by the average target of its metrics instead).",
+			m.Name, num(m.Value), num(m.Target), m.Replicas)
+	}
+	if c := ex.Capacity; c != nil && c.Backlog > c.Capped {
+		add("capacityAware capped the backlog from %s to %s items: free devices take %d more replicas on the nodes nodeSelector matches, plus capacityHeadroom %d, so no Job is created that would wait Pending for a GPU.",
+			num(c.Backlog), num(c.Capped), c.Slots, c.Headroom)
+	}
+	return out
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// readRaw reads t from every source, before the capacity cap (see read).
+func (s *Server) readRaw(t *Trigger) Reading {
+	r := s.state.Read(t)
+	if t.Stream != "" {
+		r.queue = s.work.read(t)
+	}
+	return r
+}

@@ -1,0 +1,226 @@
+package scaler
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// TestExplainAgreesWithKEDAsCalls asks a running scaler, over gRPC, what KEDA's own calls
+// answer for a set of triggers and what Explain says they answer: the two must agree,
+// value for value and error code for error code, as Explain claims to read through the
+// same code. It then checks what Explain says the answers came from.
+func TestExplainAgreesWithKEDAsCalls(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	other := map[string]string{"app": "other"}
+	pub.node(&gpuscalerv1.NodeReport{Node: "n2", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{
+		gpu("GPU-A", "ml", "llm-0", llm, 80, 40, 80),
+		sharedGPU("GPU-B", 60, podRef("ml", "llm-1", llm), podRef("ml", "other-0", other)),
+		gpu("GPU-C", "", "", nil, 0, 0, 80), // free
+	}})
+	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-D", "ml", "llm-2", llm, 90, 60, 80)}})
+	pub.node(&gpuscalerv1.NodeReport{Node: "n3", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-E", "web", "llm-0", llm, 10, 10, 80)}})
+	pub.queue("ml", "jobs", 7, 2)
+	explainer := gpuscalerv1.NewExplainerClient(s.conn)
+	testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() == 4 })
+
+	triggers := map[string]map[string]string{
+		"queue":                 {"queue": "jobs", "queueTarget": "4"},
+		"gpus":                  {"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "50"},
+		"queue and gpus":        {"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "70"},
+		"queue never reported":  {"queue": "nothing"},
+		"selector matches none": {"podSelector": "app=nothing", "gpuUtilTarget": "70"},
+		"invalid metadata":      {"queue": "jobs", "gpusPerReplica": "2"},
+	}
+	explained := map[string]*gpuscalerv1.Explanation{}
+	for name, md := range triggers {
+		t.Run(name, func(t *testing.T) {
+			r := ref("ml", "svc", md)
+			ex, err := explainer.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: r.Namespace, Name: r.Name, Metadata: r.ScalerMetadata})
+			if err != nil {
+				t.Fatalf("Explain: %v; want an explanation, whatever the trigger", err)
+			}
+			explained[name] = ex
+			active, err := s.client.IsActive(t.Context(), r)
+			if got, want := ex.GetAnswer().GetErrorCode(), codeName(err); got != want || ex.GetAnswer().GetActive() != active.GetResult() {
+				t.Fatalf("Explain says active=%v code=%s; IsActive says %v, %v", ex.GetAnswer().GetActive(), got, active.GetResult(), err)
+			}
+			if err != nil && ex.GetAnswer().GetError() != status.Convert(err).Message() {
+				t.Fatalf("Explain's error %q, IsActive's %q", ex.GetAnswer().GetError(), status.Convert(err).Message())
+			}
+			spec, err := s.client.GetMetricSpec(t.Context(), r)
+			if len(ex.GetAnswer().GetMetrics()) != len(spec.GetMetricSpecs()) {
+				t.Fatalf("Explain gives %d metrics, GetMetricSpec %d (%v)", len(ex.GetAnswer().GetMetrics()), len(spec.GetMetricSpecs()), err)
+			}
+			for i, m := range spec.GetMetricSpecs() {
+				got := ex.GetAnswer().GetMetrics()[i]
+				resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: m.GetMetricName()})
+				var value float64
+				if err == nil {
+					value = resp.GetMetricValues()[0].GetMetricValueFloat()
+				}
+				if got.GetName() != m.GetMetricName() || got.GetTarget() != m.GetTargetSizeFloat() ||
+					got.GetErrorCode() != codeName(err) || got.GetValue() != value {
+					t.Fatalf("Explain's metric %v; GetMetricSpec %v, GetMetrics %v, %v", got, m, resp, err)
+				}
+			}
+		})
+	}
+
+	// The queue: its report, and why it activates.
+	q := explained["queue"]
+	if got := q.GetQueue(); got.GetWaiting() != 7 || got.GetInFlight() != 2 || got.GetBacklog() != 9 || got.GetStale() || got.GetStored() == nil {
+		t.Errorf("queue = %v, want 7 waiting, 2 in flight, fresh", got)
+	}
+	wantReason(t, q, "backlog 9 is above activationQueueDepth 0", "queue-backlog is 9 against a target of 4 per replica: on its own it asks the HPA for 3 replicas")
+	if q.GetEffective()[KeyQueueTarget] != "4" || q.GetEffective()[KeyStaleAfter] != "30s" {
+		t.Errorf("effective = %v, want queueTarget 4 and the default staleAfter 30s", q.GetEffective())
+	}
+
+	// The GPUs: the nodes holding the selected pods, by name, each with those GPUs only.
+	g := explained["gpus"]
+	var got []string
+	for _, n := range g.GetNodes() {
+		if n.GetStale() || n.GetAge() == nil || n.GetSource() != "sim" {
+			t.Errorf("node %s: stale %v, age %v, source %q; want fresh, aged, sim", n.GetNode(), n.GetStale(), n.GetAge(), n.GetSource())
+		}
+		for _, d := range n.GetGpus() {
+			for _, h := range d.GetHolds() {
+				got = append(got, n.GetNode()+"/"+d.GetDevice()+"/"+h.GetPod()+"/"+num(h.GetShare())+"/"+num(h.GetUtil()))
+			}
+		}
+	}
+	// GPU-B is shared with a pod of another workload: the explanation shows this
+	// workload's half, at half the device's 60%, as the sum counts it.
+	want := []string{"n1/GPU-D/llm-2/1/90", "n2/GPU-A/llm-0/1/80", "n2/GPU-B/llm-1/0.5/30"}
+	if !slices.Equal(got, want) {
+		t.Errorf("holds = %v, want %v (GPU-C free, other-0 not selected, n3 another namespace)", got, want)
+	}
+	if n := g.GetNamespaceGpuPods(); n != 4 {
+		t.Errorf("namespace GPU pods = %d, want 4 (llm-0, llm-1, llm-2, other-0)", n)
+	}
+
+	wantReason(t, explained["selector matches none"], `podSelector "app=nothing" selects none of the 4 pods holding GPUs in namespace ml`)
+	if n := explained["selector matches none"].GetNodes(); len(n) != 0 {
+		t.Errorf("nodes = %v, want none", n)
+	}
+	inv := explained["invalid metadata"]
+	if inv.GetAnswer().GetErrorCode() != codes.InvalidArgument.String() || !strings.Contains(inv.GetAnswer().GetError(), "gpusPerReplica") || len(inv.GetEffective()) != 0 {
+		t.Errorf("invalid metadata: answer %v, effective %v; want InvalidArgument naming gpusPerReplica, nothing effective", inv.GetAnswer(), inv.GetEffective())
+	}
+	if q := explained["queue never reported"]; q.GetAnswer().GetErrorCode() != codes.Unavailable.String() || q.GetQueue().GetStored() != nil {
+		t.Errorf("queue never reported: answer %v, queue %v; want Unavailable and no report", q.GetAnswer(), q.GetQueue())
+	}
+}
+
+func codeName(err error) string {
+	if err == nil {
+		return ""
+	}
+	return status.Code(err).String()
+}
+
+func wantReason(t *testing.T, ex *gpuscalerv1.Explanation, parts ...string) {
+	t.Helper()
+	all := strings.Join(ex.GetReasons(), "\n")
+	for _, p := range parts {
+		if !strings.Contains(all, p) {
+			t.Errorf("reasons do not say %q:\n%s", p, all)
+		}
+	}
+}
+
+// TestExplainCapacity checks what Explain says a capacityAware trigger counts, node by
+// node, against what the trigger's read answers.
+func TestExplainCapacity(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	a100 := map[string]string{"pool": "a100"}
+	s.Apply(capacityNode("a1", a100, 8, 3, nil, false), t0)                              // 5 free: 2 replicas of 2
+	s.Apply(capacityNode("a2", a100, 8, 7, nil, false), t0)                              // 1 free: none
+	s.Apply(capacityNode("h1", map[string]string{"pool": "h100"}, 8, 0, nil, false), t0) // another pool
+	s.Apply(capacityNode("a3", a100, 8, 0, nil, false), t0.Add(-time.Minute))            // silent: full
+	s.Apply(queueEvent("ml", "train", 50, 2), t0)
+	srv := readyServer(s)
+	md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "2", "nodeSelector": "pool=a100", "queueTarget": "1"}
+	ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "train", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ex.GetCapacity()
+	var nodes []string
+	for _, n := range c.GetNodes() {
+		nodes = append(nodes, n.GetNode()+":"+itoa(int(n.GetFree()))+"/"+itoa(int(n.GetSlots())))
+		if n.GetStale() != (n.GetNode() == "a3") {
+			t.Errorf("node %s stale = %v", n.GetNode(), n.GetStale())
+		}
+	}
+	if want := []string{"a1:5/2", "a2:1/0", "a3:8/0"}; !slices.Equal(nodes, want) {
+		t.Errorf("capacity nodes (free/slots) = %v, want %v", nodes, want)
+	}
+	v, err := srv.read(mustTrigger(t, "ml", md)).Metric(MetricQueueBacklog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 running plus 2 replicas' worth: 4 items of the 52.
+	if c.GetSlots() != 2 || c.GetBacklog() != 52 || c.GetCapped() != v || v != 4 || ex.GetAnswer().GetMetrics()[0].GetValue() != v {
+		t.Errorf("capacity = %v, answer %v; want 2 slots, backlog 52 capped at the read's %v (4)", c, ex.GetAnswer(), v)
+	}
+	wantReason(t, ex, "capacityAware capped the backlog from 52 to 4 items")
+
+	// Not ready: what KEDA gets then, and nothing read.
+	srv.ready = make(chan struct{})
+	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	if ex.GetReady() || ex.GetAnswer().GetErrorCode() != codes.Unavailable.String() || ex.GetAnswer().GetMetrics()[0].GetErrorCode() != codes.Unavailable.String() {
+		t.Errorf("not ready: %v, want Unavailable throughout", ex)
+	}
+	if sel, pools := s.Aggregates(); sel != 0 || pools != 1 {
+		t.Errorf("aggregates = %d selections, %d pools; want only the pool the read made: Explain keeps none", sel, pools)
+	}
+}
+
+// TestStateNodesAndQueues checks the whole picture the status page renders.
+func TestStateNodesAndQueues(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	report := &gpuscalerv1.NodeReport{Node: "n1", Source: "dcgm", Gpus: []*gpuscalerv1.GPUSample{
+		gpu("GPU-1", "ml", "llm-0", llm, 50, 40, 80),
+		gpu("GPU-2", "", "", nil, 0, 0, 80),
+		sharedGPU("GPU-3", 40, podRef("web", "b", nil), podRef("ml", "a", llm)),
+	}, Unattributed: []*gpuscalerv1.UnattributedDevice{{Id: "MIG-9", Reason: "no such MIG device", Pod: podRef("ml", "x", nil)}}}
+	report.Gpus[1].Unhealthy = "XID 79"
+	s.Apply(gpuscalerv1.Event{Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindNode, Node: "n1"}, Node: report}, t0)
+	s.Apply(queueEvent("ml", "b", 1, 0), t0)
+	s.Apply(queueEvent("ml", "a", 3, 1), t0.Add(-time.Second))
+	clock.Advance(2 * time.Second)
+
+	nodes := s.Nodes()
+	if len(nodes) != 1 || len(nodes[0].GetGpus()) != 3 || nodes[0].GetGpuCount() != 3 || nodes[0].GetAge().AsDuration() != 2*time.Second {
+		t.Fatalf("nodes = %v, want n1 with its 3 GPUs, 2s old", nodes)
+	}
+	g := nodes[0].GetGpus()
+	if len(g[1].GetHolds()) != 0 || g[1].GetUnhealthy() != "XID 79" {
+		t.Errorf("GPU-2 = %v, want free and unhealthy", g[1])
+	}
+	if h := g[2].GetHolds(); len(h) != 2 || h[0].GetNamespace() != "ml" || h[1].GetNamespace() != "web" || h[0].GetShare() != 0.5 {
+		t.Errorf("GPU-3 holds = %v, want ml/a then web/b, half each", h)
+	}
+	if u := nodes[0].GetUnattributed(); len(u) != 1 || u[0].GetReason() != "no such MIG device" || u[0].GetPod() != "x" {
+		t.Errorf("unattributed = %v", u)
+	}
+	queues := s.Queues()
+	if len(queues) != 2 || queues[0].GetQueue() != "a" || queues[0].GetBacklog() != 4 || queues[0].GetAge().AsDuration() != 3*time.Second {
+		t.Errorf("queues = %v, want ml/a (backlog 4, 3s old) then ml/b", queues)
+	}
+}
