@@ -101,6 +101,8 @@ type Scaler struct {
 	metrics  *metrics
 	follower *follower
 	ready    chan struct{}
+	// calls records KEDA's calls for the status page; the gRPC server writes it.
+	calls *callRecorder
 
 	grpcLis net.Listener
 	httpLis net.Listener // nil when HTTP is disabled
@@ -157,6 +159,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		clock: clock,
 		state: NewState(clock.Now),
 		ready: make(chan struct{}),
+		calls: newCallRecorder(cfg.Now, defaultCallRows, defaultCallIdleAfter),
 	}
 	s.state.SetNodeTombstoneTTL(cfg.Stream.tombstoneTTL)
 	if cfg.MaxQueuesPerNamespace != 0 {
@@ -282,7 +285,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		metrics:  s.metrics,
 		log:      s.log.With("component", "grpc"),
 		triggers: newTriggerCache(defaultTriggerCacheSize),
-		calls:    newCallRecorder(s.cfg.Now, defaultCallRows, defaultCallIdleAfter),
+		calls:    s.calls,
 	}
 	pb.RegisterExternalScalerServer(srv, keda)
 	gpuscalerv1.RegisterExplainerServer(srv, explainer{srv: keda})
@@ -364,5 +367,6 @@ func (s *Scaler) httpHandler(srv *Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	serve.Probes(mux, s.readiness)
+	newStatusPage(s, srv).register(mux)
 	return mux
 }
