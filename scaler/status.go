@@ -79,13 +79,13 @@ func (p *statusPage) register(mux *http.ServeMux) {
 
 // statusHeader is what every view shows at its top.
 type statusHeader struct {
-	Title      string
-	Replica    string
-	Version    string
-	Ready      bool
-	NotReady   string // why not, when not ready
-	Refresh    int    // seconds between reloads; 0: none
-	Namespace  string // the filter; "" for every namespace
+	Title     string
+	Replica   string
+	Version   string
+	Ready     bool
+	NotReady  string // why not, when not ready
+	Refresh   int    // seconds between reloads; 0: none
+	Namespace string // the filter; "" for every namespace
 	// StaleAfter is the scaler's default staleAfter; reports older are marked.
 	StaleAfter  string
 	StaleAfterD time.Duration
