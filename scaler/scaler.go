@@ -39,8 +39,12 @@ import (
 type Config struct {
 	// GRPCAddr is where KEDA reaches the ExternalScaler service. Default ":9090".
 	GRPCAddr string
-	// HTTPAddr serves /metrics, /healthz and /readyz. Default ":8080"; "-" disables it.
+	// HTTPAddr serves /metrics, /healthz, /readyz and the status page. Default ":8080";
+	// "-" disables it.
 	HTTPAddr string
+	// NoStatusPage leaves the status page (/status) off HTTPAddr. The page shows every
+	// namespace's triggers, queues and pods to whoever reaches HTTPAddr.
+	NoStatusPage bool
 	// TLS for the gRPC server.
 	TLS TLSConfig
 	// Stream shapes the GPUSCALER stream.
@@ -367,6 +371,8 @@ func (s *Scaler) httpHandler(srv *Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	serve.Probes(mux, s.readiness)
-	newStatusPage(s, srv).register(mux)
+	if !s.cfg.NoStatusPage {
+		newStatusPage(s, srv).register(mux)
+	}
 	return mux
 }

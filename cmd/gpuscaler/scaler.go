@@ -42,7 +42,8 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", `address of /metrics, /healthz, /readyz and /status; "-" turns HTTP off`)
+	statusPage := fs.Bool("status-page", true, "serve the status page, /status on --http-addr: the triggers KEDA asked about with their answers, every queue, node and GPU and the pods holding them, to whoever reaches --http-addr")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of the gRPC server (TLS when set)")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
@@ -68,6 +69,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	cfg.StaleAfter = staleAfter
+	cfg.NoStatusPage = !*statusPage
 	if cfg.NodeTombstoneTTL, err = zeroMeansOff("node-tombstone-ttl", tombstoneTTL, "a duration, or 0 to keep no tombstones"); err != nil {
 		return err
 	}
