@@ -352,6 +352,10 @@ func TestNetworkPolicies(t *testing.T) {
 			if c.Name == "cert-manager" && metricsOpen {
 				t.Errorf("got the scaler's /metrics open to a tenant with metricsFrom set, want only the monitoring namespace")
 			}
+			// The status page shows every namespace's triggers, queues and pods.
+			if flagValue(scaler.Spec.Template.Spec.Containers[0].Args, "status-page") != "false" && metricsOpen {
+				t.Errorf("got the scaler's status page on (--status-page not false) and its HTTP port open to a tenant, want one or the other")
+			}
 		})
 	}
 }

@@ -61,6 +61,15 @@ func TestValuesRejected(t *testing.T) {
 			values: map[string]any{"authCallout": map[string]any{"replica": 3}},
 			want:   "replica",
 		},
+		"a status page anyone reaches": {
+			values: map[string]any{"scaler": map[string]any{"statusPage": true}},
+			want:   "scaler.statusPage shows every namespace's triggers, queues and pods to whoever reaches scaler.httpPort: it needs networkPolicy.enabled with networkPolicy.metricsFrom",
+		},
+		"a status page without NetworkPolicies": {
+			values: map[string]any{"scaler": map[string]any{"statusPage": true}, "networkPolicy": map[string]any{"enabled": false,
+				"metricsFrom": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}}}},
+			want: "scaler.statusPage shows every namespace's",
+		},
 		"two NATS servers": {
 			values: map[string]any{"nats": map[string]any{"replicas": 2}},
 			want:   "nats.replicas 2",

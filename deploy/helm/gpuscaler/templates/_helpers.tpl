@@ -253,6 +253,9 @@ generated
 {{- if and .Values.nats.enabled .Values.nats.tls.enabled (not .Values.nats.tls.serverSecretName) }}
 {{- fail "nats.tls.serverSecretName is required when the bundled NATS serves TLS (nats.enabled and nats.tls.enabled)" }}
 {{- end }}
+{{- if and .Values.scaler.statusPage (not (and .Values.networkPolicy.enabled .Values.networkPolicy.metricsFrom)) }}
+{{- fail "scaler.statusPage shows every namespace's triggers, queues and pods to whoever reaches scaler.httpPort: it needs networkPolicy.enabled with networkPolicy.metricsFrom naming who may (kubectl port-forward reaches it whatever the policy)" }}
+{{- end }}
 {{- if and .Values.nats.enabled (eq (int .Values.nats.replicas) 2) }}
 {{- fail "nats.replicas 2 cannot survive losing one server (JetStream needs a majority): use 1, 3 or 5" }}
 {{- end }}
