@@ -58,32 +58,27 @@ func (b *browser) run(args ...string) []byte {
 	return stdout.Bytes()
 }
 
-// dom loads url and returns the document as the browser holds it once loaded.
-func (b *browser) dom(url string) *html.Node {
+// load loads url in a window w×h, and returns the document as the browser holds it once
+// loaded and the screenshot it takes then, a PNG. With GPUSCALER_SCREENSHOT_DIR set, it
+// keeps a copy of the screenshot there under name, to look at.
+func (b *browser) load(url, name string, w, h int) (*html.Node, []byte) {
 	b.t.Helper()
-	doc, err := html.Parse(bytes.NewReader(b.run("--dump-dom", url)))
+	path := filepath.Join(b.t.TempDir(), name)
+	dom := b.run("--dump-dom", "--screenshot="+path, "--window-size="+itoa(w)+","+itoa(h), url)
+	doc, err := html.Parse(bytes.NewReader(dom))
 	if err != nil {
 		b.t.Fatalf("parse the DOM of %s: %v", url, err)
 	}
-	return doc
-}
-
-// screenshot loads url in a window w×h and returns the PNG it takes. With
-// GPUSCALER_SCREENSHOT_DIR set, it keeps a copy there under name, to look at.
-func (b *browser) screenshot(url, name string, w, h int) []byte {
-	b.t.Helper()
-	path := filepath.Join(b.t.TempDir(), name)
-	b.run("--screenshot="+path, "--window-size="+itoa(w)+","+itoa(h), url)
-	data, err := os.ReadFile(path)
+	shot, err := os.ReadFile(path)
 	if err != nil {
 		b.t.Fatalf("chromium took no screenshot of %s: %v", url, err)
 	}
 	if dir := os.Getenv("GPUSCALER_SCREENSHOT_DIR"); dir != "" {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), shot, 0o644); err != nil {
 			b.t.Fatal(err)
 		}
 	}
-	return data
+	return doc, shot
 }
 
 func findAll(n *html.Node, match func(*html.Node) bool) []*html.Node {
@@ -274,7 +269,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	s := statusFixture(t)
 	base := "http://" + s.HTTPAddr().String()
 
-	doc := b.dom(base + "/status")
+	doc, shot := b.load(base+"/status", "status.png", 1400, 1100)
+	checkScreenshot(t, shot, 1400, 1100)
 	title := findAll(doc, func(n *html.Node) bool { return n.DataAtom == atom.Title })
 	if len(title) != 1 || text(title[0]) != "gpuscaler status" {
 		t.Fatalf("title = %v, want gpuscaler status: a hostile name ran a script", text(doc))
@@ -314,9 +310,6 @@ func TestStatusPageInBrowser(t *testing.T) {
 	wantContains(t, "gpu-node-b's row", rowWith(t, nodes, "gpu-node-b "), "nvml", "1 GPU", "unhealthy XID 79: fallen off the bus")
 	wantContains(t, "the nodes' heading", text(doc), "Nodes 2: 6 GPUs, 2 whole GPUs free")
 
-	png1 := b.screenshot(base+"/status", "status.png", 1400, 1100)
-	checkScreenshot(t, png1, 1400, 1100)
-
 	// The trigger's explanation, through the page's own link.
 	links := findAll(byID(t, doc, "triggers"), func(n *html.Node) bool { return n.DataAtom == atom.A })
 	var href string
@@ -330,7 +323,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !strings.HasPrefix(href, "/status/trigger?id=") {
 		t.Fatalf("ml/llm's link = %q, want /status/trigger?id=…", href)
 	}
-	detail := b.dom(base + href)
+	detail, shot := b.load(base+href, "status-trigger.png", 1400, 1500)
+	checkScreenshot(t, shot, 1400, 1500)
 	wantContains(t, "the explanation's answer", text(byID(t, detail, "answer")),
 		"IsActive active", "queue-backlog 15 / 5 per replica → 3 replicas", "gpu-util 150 / 60 per replica → 3 replicas")
 	wantContains(t, "the explanation's reasons", text(byID(t, detail, "reasons")),
@@ -344,8 +338,6 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if strings.Contains(gpus[0], "GPU-a3") || strings.Contains(gpus[0], "GPU-a4") {
 		t.Errorf("the selected GPUs %q show GPUs no selected pod holds", gpus[0])
 	}
-	png2 := b.screenshot(base+href, "status-trigger.png", 1400, 1500)
-	checkScreenshot(t, png2, 1400, 1500)
 }
 
 // checkScreenshot checks data is a w×h PNG drawn with the page's styles: the header's
