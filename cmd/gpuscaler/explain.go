@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -261,6 +262,8 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		if tg.TrigName != "" {
 			title += fmt.Sprintf(" (%s)", tg.TrigName)
 		}
+	} else if tg.Name != "" {
+		title = fmt.Sprintf("Trigger of %s/%s", tg.Namespace, tg.Name)
 	} else {
 		title = fmt.Sprintf("Trigger in namespace %s", tg.Namespace)
 	}
@@ -270,7 +273,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 	}
 
 	fmt.Fprintln(w, "\nKEDA gets")
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	tw := newTable(w)
 	a := ex.GetAnswer()
 	if a.GetError() != "" {
 		fmt.Fprintf(tw, "  IsActive\t%s: %s\n", a.GetErrorCode(), a.GetError())
@@ -320,7 +323,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		if len(ex.GetNodes()) == 0 {
 			fmt.Fprintln(w, "  none")
 		} else {
-			tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			tw = newTable(w)
 			fmt.Fprintln(tw, "  NODE\tREPORTED\tSOURCE\tDEVICE\tPOD\tSHARE\tUTIL\tMEMORY\tNOTE")
 			for _, n := range ex.GetNodes() {
 				when := age(n.GetAge()) + " ago" + flagIf(n.GetStale(), " STALE")
@@ -350,7 +353,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		fmt.Fprintf(w, "\nCapacity on nodes matching nodeSelector %q, %s: %d replicas free, headroom %d\n",
 			cmpOr(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
 		if len(c.GetNodes()) > 0 {
-			tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			tw = newTable(w)
 			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS")
 			for _, n := range c.GetNodes() {
 				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots())
@@ -365,6 +368,30 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			fmt.Fprintf(w, "  - %s\n", r)
 		}
 	}
+}
+
+// table aligns columns as tabwriter does, without the padding it leaves after a last
+// column that is empty.
+type table struct {
+	out io.Writer
+	buf bytes.Buffer
+	tw  *tabwriter.Writer
+}
+
+func newTable(w io.Writer) *table {
+	t := &table{out: w}
+	t.tw = tabwriter.NewWriter(&t.buf, 2, 4, 2, ' ', 0)
+	return t
+}
+
+func (t *table) Write(p []byte) (int, error) { return t.tw.Write(p) }
+
+func (t *table) Flush() {
+	t.tw.Flush()
+	for line := range strings.Lines(t.buf.String()) {
+		fmt.Fprintln(t.out, strings.TrimRight(line, " \n"))
+	}
+	t.buf.Reset()
 }
 
 func fnum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
