@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,20 +132,35 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 	}
 }
 
+// TestConfigValidate checks Validate on a configuration as Run sees it, its zero values
+// filled: zero is a default there, a negative value a mistake. (The command calls Validate
+// on its flags as given, so a zero there is refused: see cmd/gpuscaler's
+// TestDemoFlagErrors.)
 func TestConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cfg  Config
 		want string
 	}{
-		"defaults":            {Config{}, ""},
-		"one node":            {Config{Nodes: 1}, "nodes 1"},
-		"too few GPUs":        {Config{GPUsPerNode: 2}, "gpus-per-node 2"},
-		"too many GPUs":       {Config{GPUsPerNode: 17}, "gpus-per-node 17"},
-		"too short":           {Config{Duration: time.Second}, "duration 1s"},
-		"two nodes of 4 GPUs": {Config{Nodes: 2, GPUsPerNode: 4}, ""},
+		"defaults":             {Config{}, ""},
+		"one node":             {Config{Nodes: 1}, "--nodes 1: want 2 to 64"},
+		"negative nodes":       {Config{Nodes: -4}, "--nodes -4: want 2 to 64"},
+		"too few GPUs":         {Config{GPUsPerNode: 2}, "--gpus-per-node 2"},
+		"too many GPUs":        {Config{GPUsPerNode: 17}, "--gpus-per-node 17"},
+		"negative GPUs":        {Config{GPUsPerNode: -8}, "--gpus-per-node -8"},
+		"too short":            {Config{Duration: time.Second}, "--duration 1s"},
+		"negative duration":    {Config{Duration: -time.Minute}, "--duration -1m0s"},
+		"negative polling":     {Config{Timing: Timing{PollingInterval: -time.Second}}, "--polling-interval -1s: want more than 0"},
+		"negative HPA sync":    {Config{Timing: Timing{HPASync: -time.Second}}, "--hpa-sync -1s: want more than 0"},
+		"negative cooldown":    {Config{Timing: Timing{Cooldown: -time.Second}}, "--cooldown -1s: want 0 or more"},
+		"no cooldown, as KEDA": {Config{Timing: Timing{Cooldown: 0}}, ""},
+		"negative startup":     {Config{Timing: Timing{Startup: -time.Second}}, "Timing.Startup -1s"},
+		"gRPC address no port": {Config{GRPCAddr: "localhost"}, `--grpc-addr "localhost": want host:port`},
+		"HTTP off":             {Config{HTTPAddr: "-"}, ""},
+		"NATS port too big":    {Config{NATSAddr: "127.0.0.1:65536"}, `--nats-addr "127.0.0.1:65536"`},
+		"two nodes of 4 GPUs":  {Config{Nodes: 2, GPUsPerNode: 4}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := tc.cfg.Validate()
+			err := tc.cfg.withDefaults().Validate()
 			if tc.want == "" && err != nil {
 				t.Fatalf("Validate = %v, want nil", err)
 			}
@@ -152,6 +168,22 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want an error naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestFreeIfTaken holds a port with a real listener: the demo moves off it only then.
+func TestFreeIfTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got, taken := freeIfTaken(l.Addr().String()); !taken || got != "127.0.0.1:0" {
+		t.Errorf("freeIfTaken(%s), held: got %q, %v; want 127.0.0.1:0, true", l.Addr(), got, taken)
+	}
+	free := testkit.FreeAddr(t)
+	if got, taken := freeIfTaken(free); taken || got != free {
+		t.Errorf("freeIfTaken(%s), free: got %q, %v; want it unchanged, false", free, got, taken)
 	}
 }
 
