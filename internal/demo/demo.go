@@ -641,7 +641,10 @@ func (w *world) row(ctx context.Context, now time.Time, rate float64) {
 	if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: scaler.MetricQueueBacklog}); err == nil {
 		r.backlog = resp.GetMetricValues()[0].GetMetricValueFloat()
 	}
-	r.util = -1
+	r.util, r.utilServing = -1, -1
+	if u, ok := w.inf.servingUtil(now); ok {
+		r.utilServing = u // the simulation's: the scaler answers only the sum over every GPU
+	}
 	if held := w.inf.gpusHeld(); held > 0 {
 		if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: scaler.MetricGPUUtil}); err == nil {
 			// gpu-util is the sum over the workload's GPUs per replica of one GPU.
@@ -690,7 +693,35 @@ type Summary struct {
 	TrainingNoWork    int     `json:"training_jobs_without_work"`
 	TrainingGPUSecs   float64 `json:"training_gpu_seconds"`
 	TrainingPoolGPUs  int     `json:"training_pool_gpus"`
-	Rows              []Row   `json:"timeline"`
+	// StartupSeconds is how long a new replica loads its model before it serves.
+	StartupSeconds float64 `json:"replica_startup_s"`
+	// Phases are the load's phases as they ran, in order; a run stopped early ends
+	// inside one.
+	Phases []PhaseSpan `json:"phases"`
+	Rows   []Row       `json:"timeline"`
+}
+
+// PhaseSpan is one phase of the load: requests arrived at Rate per second from From to To
+// seconds since the start.
+type PhaseSpan struct {
+	Name string  `json:"name"`
+	From float64 `json:"from_s"`
+	To   float64 `json:"to_s"`
+	Rate float64 `json:"requests_per_s"`
+}
+
+// phaseSpans lays the load profile over a run of duration that lasted elapsed.
+func phaseSpans(duration, elapsed time.Duration) []PhaseSpan {
+	var spans []PhaseSpan
+	from := 0.0
+	for _, p := range profile {
+		to := min(p.until*duration.Seconds(), elapsed.Seconds())
+		if to > from {
+			spans = append(spans, PhaseSpan{Name: p.name, From: from, To: to, Rate: p.rate})
+		}
+		from = max(from, to)
+	}
+	return spans
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -715,6 +746,7 @@ func (w *world) summary(elapsed time.Duration, completed bool, gpuSecInf, gpuSec
 		TrainingSubmitted: w.train.submitted, TrainingFinished: w.train.finished, TrainingCreated: w.train.created,
 		TrainingPeakRun: w.train.maxRunning, TrainingPeakPend: w.train.maxPending, TrainingNoWork: w.train.noWork, TrainingGPUSecs: gpuSecJobs,
 		TrainingPoolGPUs: w.cluster.gpus("training"),
+		StartupSeconds:   w.cfg.Timing.Startup.Seconds(), Phases: phaseSpans(w.cfg.Duration, elapsed),
 	}
 	for _, a := range w.tl.activations {
 		s.Activations = append(s.Activations, ActivationSummary{AtSeconds: a.at.Sub(w.tl.start).Seconds(),
