@@ -46,7 +46,7 @@ func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated arrivals, service times and GPU noise")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", demo.DefaultGRPCAddr, "where the scaler serves KEDA's ExternalScaler gRPC while the demo runs; left unset and taken by another program, a free port, which the demo prints")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", demo.DefaultHTTPAddr, `where the scaler serves /metrics, /healthz and /readyz; "-" turns HTTP off; left unset and taken, a free port`)
-	fs.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:0", "where the embedded NATS server listens; port 0 picks a free one, which the demo prints (its own parts connect in-process)")
+	fs.StringVar(&cfg.NATSAddr, "nats-addr", demo.DefaultNATSAddr, "where the embedded NATS server listens; left unset and taken (a local nats-server), a free port, which the demo prints")
 	fs.DurationVar(&cfg.Timing.PollingInterval, "polling-interval", 5*time.Second, "the ScaledObject's and ScaledJob's pollingInterval")
 	fs.DurationVar(&cfg.Timing.Cooldown, "cooldown", 15*time.Second, "the ScaledObject's cooldownPeriod; 0, as in KEDA, goes back to zero at the first inactive answer")
 	fs.DurationVar(&cfg.Timing.HPASync, "hpa-sync", 5*time.Second, "the HPA's sync period (kube-controller-manager's --horizontal-pod-autoscaler-sync-period, 15s by default there)")
@@ -75,8 +75,8 @@ func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.
 			if *a.addr == "" {
 				return usageError{fmt.Errorf("--%s \"\": want host:port, such as 127.0.0.1:0 (port 0 picks a free one)%s", a.flag, a.hint)}
 			}
-		} else if a.flag != "nats-addr" {
-			*a.addr = "" // the default, which the demo may move when another program holds it
+		} else {
+			*a.addr = "" // the default, which the demo moves when another program holds it
 		}
 	}
 	// A minute's run must not end in an error about a file: open the outputs first.

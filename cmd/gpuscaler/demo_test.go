@@ -121,7 +121,7 @@ func TestDemoRunsWhenItsDefaultPortsAreTaken(t *testing.T) {
 	out := stdout.String()
 	t.Logf("demo output:\n%s", out)
 	for _, want := range []string{
-		"127.0.0.1:9090 is in use", "127.0.0.1:8080 is in use", // said, not silent
+		"127.0.0.1:4222 is in use", "127.0.0.1:9090 is in use", "127.0.0.1:8080 is in use", // said, not silent
 		"summary (stopped early)", "wrote " + chart, "wrote " + jsonPath,
 	} {
 		if !strings.Contains(out, want) {

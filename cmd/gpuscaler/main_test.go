@@ -237,7 +237,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"seed":             "(default 1)",
 		"grpc-addr":        `(default "127.0.0.1:9090")`,
 		"http-addr":        `(default "127.0.0.1:8080")`,
-		"nats-addr":        `(default "127.0.0.1:0")`,
+		"nats-addr":        `(default "127.0.0.1:4222")`,
 		"polling-interval": "(default 5s)",
 		"cooldown":         "(default 15s)",
 		"hpa-sync":         "(default 5s)",

@@ -45,15 +45,13 @@ type Config struct {
 	Seed uint64
 	// GRPCAddr is where the scaler serves KEDA's ExternalScaler [DefaultGRPCAddr], so a
 	// real KEDA can be pointed at it while the demo runs. HTTPAddr serves its /metrics
-	// [DefaultHTTPAddr; "-" for none]. An address left empty whose default port another
-	// program holds is replaced by a free port, and the header says so: the demo must
-	// not fail for a port nobody asked for. An address given is used as given. Port 0
-	// picks a free one.
-	GRPCAddr, HTTPAddr string
-	// NATSAddr is the embedded NATS server's client address [127.0.0.1 and a free port,
-	// printed in the header]: the demo's own parts connect in-process, so nothing needs
-	// a fixed port, and a local nats-server on 4222 does not stop the demo.
-	NATSAddr string
+	// [DefaultHTTPAddr; "-" for none]. NATSAddr is the embedded NATS server's client
+	// address [DefaultNATSAddr], where `gpuscaler publish` and the example producer find
+	// it by default; the demo's own parts connect in-process. An address left empty
+	// whose default port another program holds (a local nats-server, say) is replaced by
+	// a free port, and the header says so: the demo must not fail for a port nobody
+	// asked for. An address given is used as given. Port 0 picks a free one.
+	GRPCAddr, HTTPAddr, NATSAddr string
 	// Timing of KEDA, the HPA and the simulated parts.
 	Timing Timing
 	// Out receives the timeline and the summary [discarded].
@@ -62,11 +60,12 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// The scaler's addresses when Config leaves them empty: KEDA's usual scalerAddress port
-// on loopback.
+// The addresses when Config leaves them empty: the scaler's and NATS's usual ports, on
+// loopback.
 const (
 	DefaultGRPCAddr = "127.0.0.1:9090"
 	DefaultHTTPAddr = "127.0.0.1:8080"
+	DefaultNATSAddr = "127.0.0.1:4222"
 )
 
 // Timing holds the demo's clocks. KEDA's defaults (pollingInterval 30s, cooldownPeriod
@@ -109,9 +108,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GPUsPerNode == 0 {
 		c.GPUsPerNode = 8
-	}
-	if c.NATSAddr == "" {
-		c.NATSAddr = "127.0.0.1:0"
 	}
 	t := &c.Timing
 	or(&t.PollingInterval, 5*time.Second)
@@ -213,14 +209,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		def  string
 		what string
 		flag string
-	}{{&cfg.GRPCAddr, DefaultGRPCAddr, "the scaler's gRPC", "grpc-addr"}, {&cfg.HTTPAddr, DefaultHTTPAddr, "its HTTP", "http-addr"}} {
+		hint string
+	}{{&cfg.GRPCAddr, DefaultGRPCAddr, "the scaler's gRPC", "grpc-addr", ""}, {&cfg.HTTPAddr, DefaultHTTPAddr, "its HTTP", "http-addr", ""},
+		{&cfg.NATSAddr, DefaultNATSAddr, "the embedded NATS", "nats-addr", "; give gpuscaler publish its URL, above, as --nats-url"}} {
 		if *a.addr != "" {
 			continue
 		}
 		var taken bool
 		*a.addr, taken = freeIfTaken(a.def)
 		if taken {
-			notes = append(notes, fmt.Sprintf("%s is in use, so %s took a free port (--%s chooses one)", a.def, a.what, a.flag))
+			notes = append(notes, fmt.Sprintf("%s is in use, so %s took a free port (--%s chooses one%s)", a.def, a.what, a.flag, a.hint))
 		}
 	}
 
