@@ -50,7 +50,7 @@ func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.
 	fs.DurationVar(&cfg.Timing.PollingInterval, "polling-interval", 5*time.Second, "the ScaledObject's and ScaledJob's pollingInterval")
 	fs.DurationVar(&cfg.Timing.Cooldown, "cooldown", 15*time.Second, "the ScaledObject's cooldownPeriod; 0, as in KEDA, goes back to zero at the first inactive answer")
 	fs.DurationVar(&cfg.Timing.HPASync, "hpa-sync", 5*time.Second, "the HPA's sync period (kube-controller-manager's --horizontal-pod-autoscaler-sync-period, 15s by default there)")
-	fs.StringVar(&chart, "chart", "", "write the timeline as an SVG chart to this file (backlog, GPU utilisation, replicas and Jobs over time), also when stopped early")
+	fs.StringVar(&chart, "chart", "", "write the timeline as an SVG chart to this file (the load's phases, arrivals, backlog, GPU utilisation, replicas and Jobs over time), also when stopped early")
 	fs.StringVar(&jsonPath, "json", "", "write the summary and timeline as JSON to this file, also when stopped early")
 	newLogger := logFlags(fs, stderr, "warn") // the timeline is the output; logs only say what went wrong
 	if err := parseFlags(fs, args, env); err != nil {
@@ -122,19 +122,19 @@ type outputs map[string]*output
 func openOutputs(paths map[string]string) (outputs, error) {
 	outs := outputs{}
 	byPath := map[string]string{}
-	for _, flag := range slices.Sorted(maps.Keys(paths)) {
-		path := paths[flag]
+	for _, name := range slices.Sorted(maps.Keys(paths)) {
+		path := paths[name]
 		if path == "" {
 			continue
 		}
 		abs, err := filepath.Abs(path)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("--%s %q: %w", flag, path, err), outs.abandon())
+			return nil, errors.Join(fmt.Errorf("--%s %q: %w", name, path, err), outs.abandon())
 		}
 		if other, ok := byPath[abs]; ok {
-			return nil, errors.Join(fmt.Errorf("--%s and --%s both name %s: want two files", other, flag, path), outs.abandon())
+			return nil, errors.Join(fmt.Errorf("--%s and --%s both name %s: want two files", other, name, path), outs.abandon())
 		}
-		byPath[abs] = flag
+		byPath[abs] = name
 		_, statErr := os.Stat(path)
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 		if err != nil {
@@ -142,9 +142,9 @@ func openOutputs(paths map[string]string) (outputs, error) {
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return nil, errors.Join(fmt.Errorf("--%s %q: %w: want a file the demo can write (checked before the run, so as not to waste it)", flag, path, err), outs.abandon())
+			return nil, errors.Join(fmt.Errorf("--%s %q: %w: want a file the demo can write (checked before the run, so as not to waste it)", name, path, err), outs.abandon())
 		}
-		outs[flag] = &output{path: path, f: f, created: errors.Is(statErr, fs.ErrNotExist)}
+		outs[name] = &output{path: path, f: f, created: errors.Is(statErr, fs.ErrNotExist)}
 	}
 	return outs, nil
 }

@@ -298,8 +298,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 }
 
 // freeIfTaken returns addr, or, when another program holds its port, the same host with
-// port 0 (a free port) and true. Any other failure to listen is left for the scaler to
-// report, on addr.
+// port 0 (a free port) and true. Any other failure to listen is left for the listener that
+// follows to report, on addr, as is a port taken between this probe and that listener.
 func freeIfTaken(addr string) (string, bool) {
 	l, err := net.Listen("tcp", addr)
 	if err == nil {
