@@ -427,17 +427,35 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 	}
 	for _, m := range a.Metrics {
 		if m.Error != "" {
-			add("%s fails (%s): the HPA cannot compute this metric and keeps the current replica count rather than guess; KEDA's fallback applies after fallback.failureThreshold failures.", m.Name, m.ErrorCode)
+			add("%s fails (%s): the HPA cannot compute it, and on this metric alone keeps the current replica count rather than guess; KEDA's fallback applies after fallback.failureThreshold failures.", m.Name, m.ErrorCode)
 			continue
 		}
 		add("%s is %s against a target of %s per replica: on its own it asks the HPA for %d replicas, before KEDA's minReplicaCount and maxReplicaCount (a ScaledJob divides by the average target of its metrics instead).",
 			m.Name, num(m.Value), num(m.Target), m.Replicas)
+	}
+	if most, failed := mostReplicas(a.Metrics); len(a.Metrics) > 1 && failed == 0 {
+		add("With %d metrics, the HPA of a ScaledObject takes the one that asks for the most replicas: %d.", len(a.Metrics), most)
+	} else if failed > 0 && failed < len(a.Metrics) {
+		add("%d of %d metrics fail: the HPA may still scale up on the others (to %d here), but does not scale down while any fails (computeReplicasForMetrics in kube-controller-manager).", failed, len(a.Metrics), most)
 	}
 	if c := ex.Capacity; c != nil && c.Backlog > c.Capped {
 		add("capacityAware capped the backlog from %s to %s items: free devices take %d more replicas on the nodes nodeSelector matches, plus capacityHeadroom %d, so no Job is created that would wait Pending for a GPU.",
 			num(c.Backlog), num(c.Capped), c.Slots, c.Headroom)
 	}
 	return out
+}
+
+// mostReplicas returns the most replicas the metrics that answer ask for, and how many
+// fail.
+func mostReplicas(ms []*gpuscalerv1.MetricAnswer) (most int64, failed int) {
+	for _, m := range ms {
+		if m.Error != "" {
+			failed++
+			continue
+		}
+		most = max(most, m.Replicas)
+	}
+	return most, failed
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -224,3 +224,22 @@ func TestStateNodesAndQueues(t *testing.T) {
 		t.Errorf("queues = %v, want ml/a (backlog 4, 3s old) then ml/b", queues)
 	}
 }
+
+// TestExplainSeveralMetrics: the HPA takes the metric asking for the most replicas, and
+// scales only up while one fails.
+func TestExplainSeveralMetrics(t *testing.T) {
+	clock := newFakeClock(t0)
+	s := NewState(clock.Now)
+	s.Apply(nodeEvent("n1", gpu("GPU-1", "ml", "llm-0", llm, 90, 40, 80), gpu("GPU-2", "ml", "llm-1", llm, 80, 40, 80)), t0)
+	s.Apply(queueEvent("ml", "q", 3, 0), t0)
+	srv := readyServer(s)
+	md := map[string]string{"queue": "q", "queueTarget": "4", "podSelector": "app=llm", "gpuUtilTarget": "70"}
+	ex, _ := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	// 3/4 asks for 1 replica, 170/70 for 3.
+	wantReason(t, ex, "With 2 metrics, the HPA of a ScaledObject takes the one that asks for the most replicas: 3.")
+
+	clock.Advance(time.Minute) // both stale
+	s.Apply(queueEvent("ml", "q", 3, 0), t0.Add(time.Minute))
+	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	wantReason(t, ex, "1 of 2 metrics fail: the HPA may still scale up on the others (to 1 here), but does not scale down while any fails")
+}

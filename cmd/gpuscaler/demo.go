@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/demo"
@@ -37,14 +44,14 @@ func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.
 	fs.IntVar(&cfg.Nodes, "nodes", 4, "simulated GPU nodes, half for inference and half for training")
 	fs.IntVar(&cfg.GPUsPerNode, "gpus-per-node", 8, "GPUs per simulated node")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated arrivals, service times and GPU noise")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "where the scaler serves KEDA's ExternalScaler gRPC while the demo runs")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", `where the scaler serves /metrics, /healthz and /readyz; "-" turns HTTP off`)
-	fs.StringVar(&cfg.NATSAddr, "nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", demo.DefaultGRPCAddr, "where the scaler serves KEDA's ExternalScaler gRPC while the demo runs; left unset and taken by another program, a free port, which the demo prints")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", demo.DefaultHTTPAddr, `where the scaler serves /metrics, /healthz and /readyz; "-" turns HTTP off; left unset and taken, a free port`)
+	fs.StringVar(&cfg.NATSAddr, "nats-addr", demo.DefaultNATSAddr, "where the embedded NATS server listens; left unset and taken (a local nats-server), a free port, which the demo prints")
 	fs.DurationVar(&cfg.Timing.PollingInterval, "polling-interval", 5*time.Second, "the ScaledObject's and ScaledJob's pollingInterval")
-	fs.DurationVar(&cfg.Timing.Cooldown, "cooldown", 15*time.Second, "the ScaledObject's cooldownPeriod")
+	fs.DurationVar(&cfg.Timing.Cooldown, "cooldown", 15*time.Second, "the ScaledObject's cooldownPeriod; 0, as in KEDA, goes back to zero at the first inactive answer")
 	fs.DurationVar(&cfg.Timing.HPASync, "hpa-sync", 5*time.Second, "the HPA's sync period (kube-controller-manager's --horizontal-pod-autoscaler-sync-period, 15s by default there)")
-	fs.StringVar(&chart, "chart", "", "write the timeline as an SVG chart to this file (backlog, GPU utilisation, replicas and Jobs over time)")
-	fs.StringVar(&jsonPath, "json", "", "write the summary and timeline as JSON to this file")
+	fs.StringVar(&chart, "chart", "", "write the timeline as an SVG chart to this file (the load's phases, arrivals, backlog, GPU utilisation, replicas and Jobs over time), also when stopped early")
+	fs.StringVar(&jsonPath, "json", "", "write the summary and timeline as JSON to this file, also when stopped early")
 	newLogger := logFlags(fs, stderr, "warn") // the timeline is the output; logs only say what went wrong
 	if err := parseFlags(fs, args, env); err != nil {
 		return err
@@ -53,34 +60,121 @@ func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	// The flags hold their defaults already, so Validate sees what the user gave: a zero
+	// that means nothing (--duration 0) is an error, not the default.
 	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, a := range []struct {
+		flag, hint string
+		addr       *string
+	}{{"grpc-addr", "", &cfg.GRPCAddr}, {"http-addr", `, or "-" to turn HTTP off`, &cfg.HTTPAddr}, {"nats-addr", "", &cfg.NATSAddr}} {
+		if _, fromEnv := env(envName(a.flag)); given[a.flag] || fromEnv {
+			if *a.addr == "" {
+				return usageError{fmt.Errorf("--%s \"\": want host:port, such as 127.0.0.1:0 (port 0 picks a free one)%s", a.flag, a.hint)}
+			}
+		} else {
+			*a.addr = "" // the default, which the demo moves when another program holds it
+		}
+	}
+	// A minute's run must not end in an error about a file: open the outputs first.
+	outs, err := openOutputs(map[string]string{"chart": chart, "json": jsonPath})
+	if err != nil {
 		return usageError{err}
 	}
 	cfg.Out, cfg.Log = stdout, log.With("component", "demo")
 	sum, err := demo.Run(ctx, cfg)
 	if err != nil {
-		return err
+		return errors.Join(err, outs.abandon())
 	}
-	if chart != "" {
-		f, err := os.Create(chart)
-		if err != nil {
+	// A run stopped early (Ctrl-C) returns its summary too: write it all the same.
+	if f := outs["chart"]; f != nil {
+		if err := f.write(func(w io.Writer) error { return demo.WriteChart(w, sum) }); err != nil {
 			return err
 		}
-		if err := demo.WriteChart(f, sum); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", chart, err)
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", chart)
+		fmt.Fprintf(stdout, "wrote %s\n", f.path)
 	}
-	if jsonPath != "" {
+	if f := outs["json"]; f != nil {
 		data, _ := json.MarshalIndent(sum, "", "  ")
-		if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+		if err := f.write(func(w io.Writer) error { _, err := w.Write(append(data, '\n')); return err }); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
+		fmt.Fprintf(stdout, "wrote %s\n", f.path)
 	}
 	return nil
+}
+
+// output is a file the demo writes at the end, opened before the run so that a path it
+// cannot write fails at once.
+type output struct {
+	path    string
+	f       *os.File
+	created bool // by openOutputs: removed again if the run fails
+}
+
+// outputs are the demo's output files by flag name; a flag left empty has none.
+type outputs map[string]*output
+
+// openOutputs opens each non-empty path for writing, creating it if need be but leaving
+// what it holds until the run has something to replace it with.
+func openOutputs(paths map[string]string) (outputs, error) {
+	outs := outputs{}
+	byPath := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(paths)) {
+		path := paths[name]
+		if path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("--%s %q: %w", name, path, err), outs.abandon())
+		}
+		if other, ok := byPath[abs]; ok {
+			return nil, errors.Join(fmt.Errorf("--%s and --%s both name %s: want two files", other, name, path), outs.abandon())
+		}
+		byPath[abs] = name
+		_, statErr := os.Stat(path)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, errors.Join(fmt.Errorf("--%s %q: %w: want a file the demo can write (checked before the run, so as not to waste it)", name, path, err), outs.abandon())
+		}
+		outs[name] = &output{path: path, f: f, created: errors.Is(statErr, fs.ErrNotExist)}
+	}
+	return outs, nil
+}
+
+// write replaces the file's content with what fill writes, and closes it.
+func (o *output) write(fill func(io.Writer) error) error {
+	err := o.f.Truncate(0)
+	if err == nil {
+		b := bufio.NewWriter(o.f)
+		if err = fill(b); err == nil {
+			err = b.Flush()
+		}
+	}
+	if cerr := o.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", o.path, err)
+	}
+	return nil
+}
+
+// abandon closes every file, removing those openOutputs created, for a run that failed.
+func (outs outputs) abandon() error {
+	var errs []error
+	for _, o := range outs {
+		errs = append(errs, o.f.Close())
+		if o.created {
+			errs = append(errs, os.Remove(o.path))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -33,6 +33,9 @@ func newFlagSet(name, synopsis, about string, out io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: gpuscaler %s\n\n%s\n\nFlags (each also read from its environment variable; a flag given on the command line wins):\n", synopsis, strings.TrimSpace(about))
 		fs.VisitAll(func(f *flag.Flag) {
+			if isShort(f) {
+				return // named in its long flag's description
+			}
 			typ, usage := flag.UnquoteUsage(f)
 			fmt.Fprintf(out, "  --%s", f.Name)
 			if typ != "" {
@@ -74,7 +77,7 @@ func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
+		if given[f.Name] || isShort(f) {
 			return
 		}
 		if v, ok := env(envName(f.Name)); ok {
@@ -87,6 +90,17 @@ func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
 		return usageError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// shortFlag adds -short as another name of the flag long, already defined.
+func shortFlag(fs *flag.FlagSet, short, long string) {
+	fs.Var(fs.Lookup(long).Value, short, "short for --"+long)
+}
+
+// isShort reports whether f is another name of a long flag (shortFlag): help lists it in
+// the long flag's description, and it reads no environment variable of its own.
+func isShort(f *flag.Flag) bool {
+	return len(f.Name) == 1 && strings.HasPrefix(f.Usage, "short for --")
 }
 
 // natsFlags adds the flags that say how to reach NATS.

@@ -25,6 +25,7 @@ func commands() []command {
 		{"scaler", "run the KEDA external scaler (with an embedded NATS server unless --nats-url is given)", runScaler},
 		{"collector", "read this node's GPUs and pods, and publish a NodeReport every interval", runCollector},
 		{"demo", "run everything on this machine with simulated GPUs and print a live timeline", runDemo},
+		{"explain", "ask a running scaler what it answers KEDA for a trigger, and why", runExplain},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
 		{"auth-callout", "admit NATS clients by their Kubernetes ServiceAccount token (a NATS auth callout), each only for its own namespace or node", runAuthCallout},
 		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},

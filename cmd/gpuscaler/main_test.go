@@ -286,6 +286,21 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"log-format":         `(default "text")`,
 		"log-level":          `(default "info")`,
 	}
+	explainFlags := map[string]string{
+		"file":                     "",
+		"namespace":                "",
+		"name":                     "",
+		"metadata":                 "",
+		"scaler-address":           "",
+		"tls":                      "",
+		"tls-ca":                   "",
+		"tls-cert":                 "",
+		"tls-key":                  "",
+		"tls-server-name":          "",
+		"tls-insecure-skip-verify": "",
+		"output":                   `(default "table")`,
+		"timeout":                  "(default 10s)",
+	}
 	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
@@ -303,8 +318,9 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"auth-callout":  {[]string{"auth-callout", "--help"}, "Usage: gpuscaler auth-callout [flags] | issuer-key | hash-password", []map[string]string{calloutFlags}},
 		"auth-callout issuer-key": {[]string{"auth-callout", "issuer-key", "--help"}, "Usage: gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]",
 			[]map[string]string{{"issuer-seed-file": "", "out": ""}}},
-		"demo":  {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
-		"bench": {[]string{"bench", "--help"}, "Usage: gpuscaler bench [flags]", []map[string]string{benchFlags}},
+		"demo":    {[]string{"demo", "--help"}, "Usage: gpuscaler demo [flags]", []map[string]string{demoFlags}},
+		"explain": {[]string{"explain", "--help"}, "Usage: gpuscaler explain (--metadata KEY=VALUE... | --file FILE) [flags]", []map[string]string{explainFlags}},
+		"bench":   {[]string{"bench", "--help"}, "Usage: gpuscaler bench [flags]", []map[string]string{benchFlags}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -153,14 +152,8 @@ func readNodeReport(file string, stdin io.Reader) (*gpuscalerv1.NodeReport, erro
 	if err != nil {
 		return nil, err
 	}
-	r := new(gpuscalerv1.NodeReport)
-	if err := protojson.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("%s: not a NodeReport in protobuf JSON: %w", file, err)
-	}
-	if r.ObservedAt == nil {
-		r.ObservedAt = timestamppb.Now()
-	}
-	if err := r.Validate(); err != nil {
+	r, err := gpuscalerv1.NodeReportFromJSON(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return r, nil

@@ -15,7 +15,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,12 +40,17 @@ type Config struct {
 	// Nodes [4] with GPUsPerNode GPUs each [8]; the first half (rounded up) form the
 	// inference pool, the rest the training pool (node label pool=…).
 	Nodes, GPUsPerNode int
-	// Seed makes arrivals, service times and GPU noise repeatable [1].
+	// Seed makes arrivals, service times and GPU noise repeatable. Zero is a seed like
+	// any other; the command's default is 1.
 	Seed uint64
-	// GRPCAddr is where the scaler serves KEDA's ExternalScaler ["127.0.0.1:9090"], so a
+	// GRPCAddr is where the scaler serves KEDA's ExternalScaler [DefaultGRPCAddr], so a
 	// real KEDA can be pointed at it while the demo runs. HTTPAddr serves its /metrics
-	// ["127.0.0.1:8080"; "-" for none]. NATSAddr is the embedded NATS server's client
-	// address ["127.0.0.1:4222"]. Port 0 picks a free one.
+	// [DefaultHTTPAddr; "-" for none]. NATSAddr is the embedded NATS server's client
+	// address [DefaultNATSAddr], where `gpuscaler publish` and the example producer find
+	// it by default; the demo's own parts connect in-process. An address left empty
+	// whose default port another program holds (a local nats-server, say) is replaced by
+	// a free port, and the header says so: the demo must not fail for a port nobody
+	// asked for. An address given is used as given. Port 0 picks a free one.
 	GRPCAddr, HTTPAddr, NATSAddr string
 	// Timing of KEDA, the HPA and the simulated parts.
 	Timing Timing
@@ -53,6 +60,14 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// The addresses when Config leaves them empty: the scaler's and NATS's usual ports, on
+// loopback.
+const (
+	DefaultGRPCAddr = "127.0.0.1:9090"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+	DefaultNATSAddr = "127.0.0.1:4222"
+)
+
 // Timing holds the demo's clocks. KEDA's defaults (pollingInterval 30s, cooldownPeriod
 // 300s, the HPA's 15s sync and 300s scale-down window) would leave a one-minute run with
 // little to show, so the demo sets shorter ones, as a ScaledObject (and a cluster's
@@ -60,7 +75,9 @@ type Config struct {
 type Timing struct {
 	// PollingInterval is the ScaledObject's and ScaledJob's pollingInterval [5s].
 	PollingInterval time.Duration
-	// Cooldown is the ScaledObject's cooldownPeriod [15s].
+	// Cooldown is the ScaledObject's cooldownPeriod. Unlike the other fields, zero means
+	// what it means to KEDA, none: back to zero replicas at the first inactive answer.
+	// The command's default is 15s.
 	Cooldown time.Duration
 	// HPASync is the HPA's sync period [5s; kube-controller-manager's default is 15s].
 	HPASync time.Duration
@@ -77,34 +94,23 @@ type Timing struct {
 	Step, Row time.Duration
 }
 
+// withDefaults fills the fields left at zero. A negative value is kept, for Validate to
+// refuse: it is a mistake, not a request for the default.
 func (c Config) withDefaults() Config {
 	or := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
+		if *d == 0 {
 			*d = v
 		}
 	}
 	or(&c.Duration, time.Minute)
-	if c.Nodes <= 0 {
+	if c.Nodes == 0 {
 		c.Nodes = 4
 	}
-	if c.GPUsPerNode <= 0 {
+	if c.GPUsPerNode == 0 {
 		c.GPUsPerNode = 8
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = "127.0.0.1:9090"
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8080"
-	}
-	if c.NATSAddr == "" {
-		c.NATSAddr = "127.0.0.1:4222"
 	}
 	t := &c.Timing
 	or(&t.PollingInterval, 5*time.Second)
-	or(&t.Cooldown, 15*time.Second)
 	or(&t.HPASync, 5*time.Second)
 	or(&t.ScaleDownWindow, 15*time.Second)
 	or(&t.Startup, 4*time.Second)
@@ -122,15 +128,46 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports a configuration the demo cannot run.
+// Validate reports a configuration the demo cannot run, naming each field by the
+// command's flag. It judges the values as they are: Run fills the zero values with their
+// defaults first, while the command, whose flags hold their defaults already, calls it
+// on what the user gave, so a zero that means nothing there (--duration 0) is refused
+// rather than silently replaced.
 func (c Config) Validate() error {
+	t := c.Timing
 	switch {
-	case c.Nodes < 0 || c.Nodes == 1 || c.Nodes > 64:
-		return fmt.Errorf("nodes %d: want 2 to 64 (half serve inference, half training)", c.Nodes)
-	case c.GPUsPerNode < 0 || (c.GPUsPerNode > 0 && c.GPUsPerNode < gpusPerJob) || c.GPUsPerNode > 16:
-		return fmt.Errorf("gpus-per-node %d: want %d to 16 (a training Job takes %d GPUs of one node)", c.GPUsPerNode, gpusPerJob, gpusPerJob)
-	case c.Duration < 0 || (c.Duration > 0 && c.Duration < 5*time.Second):
-		return fmt.Errorf("duration %s: want at least 5s", c.Duration)
+	case c.Nodes < 2 || c.Nodes > 64:
+		return fmt.Errorf("--nodes %d: want 2 to 64 (half serve inference, half training)", c.Nodes)
+	case c.GPUsPerNode < gpusPerJob || c.GPUsPerNode > 16:
+		return fmt.Errorf("--gpus-per-node %d: want %d to 16 (a training Job takes %d GPUs of one node)", c.GPUsPerNode, gpusPerJob, gpusPerJob)
+	case c.Duration < 5*time.Second:
+		return fmt.Errorf("--duration %s: want at least 5s", c.Duration)
+	case t.PollingInterval <= 0:
+		return fmt.Errorf("--polling-interval %s: want more than 0 (KEDA asks the scaler once per interval)", t.PollingInterval)
+	case t.Cooldown < 0:
+		return fmt.Errorf("--cooldown %s: want 0 or more (0: back to zero replicas at the first inactive answer)", t.Cooldown)
+	case t.HPASync <= 0:
+		return fmt.Errorf("--hpa-sync %s: want more than 0 (the HPA acts once per period)", t.HPASync)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"ScaleDownWindow", t.ScaleDownWindow}, {"Startup", t.Startup}, {"JobRun", t.JobRun}, {"NodeInterval", t.NodeInterval},
+		{"QueueInterval", t.QueueInterval}, {"Step", t.Step}, {"Row", t.Row}} { // no flags: set by tests
+		if d.d < 0 {
+			return fmt.Errorf("Timing.%s %s: want 0 or more (0 for the default)", d.name, d.d)
+		}
+	}
+	for _, a := range []struct{ flag, addr, off string }{
+		{"grpc-addr", c.GRPCAddr, ""}, {"http-addr", c.HTTPAddr, "-"}, {"nats-addr", c.NATSAddr, ""},
+	} {
+		if a.addr == "" || a.addr == a.off {
+			continue // the default, or HTTP off
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("--%s %q: want host:port, such as 127.0.0.1:0 (port 0 picks a free one)", a.flag, a.addr)
+		}
 	}
 	return nil
 }
@@ -161,15 +198,33 @@ func trainingTrigger() map[string]string {
 // cfg.Out, and returns what it measured. A run stopped early (Ctrl-C) still returns its
 // summary, with Completed false.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	log := cfg.Log
+	var notes []string
+	for _, a := range []struct {
+		addr *string
+		def  string
+		what string
+		flag string
+		hint string
+	}{{&cfg.GRPCAddr, DefaultGRPCAddr, "the scaler's gRPC", "grpc-addr", ""}, {&cfg.HTTPAddr, DefaultHTTPAddr, "its HTTP", "http-addr", ""},
+		{&cfg.NATSAddr, DefaultNATSAddr, "the embedded NATS", "nats-addr", "; give gpuscaler publish its URL, above, as --nats-url"}} {
+		if *a.addr != "" {
+			continue
+		}
+		var taken bool
+		*a.addr, taken = freeIfTaken(a.def)
+		if taken {
+			notes = append(notes, fmt.Sprintf("%s is in use, so %s took a free port (--%s chooses one%s)", a.def, a.what, a.flag, a.hint))
+		}
+	}
 
 	ns, err := embedded.Start(embedded.Options{Addr: cfg.NATSAddr, Log: log.With("component", "embedded-nats")})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--nats-addr %s: %w", cfg.NATSAddr, err)
 	}
 	defer ns.Shutdown()
 	connect := func(name string) (*natsconn.Conn, error) {
@@ -231,7 +286,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return fail(err)
 	}
-	printHeader(cfg, s, ns.ClientURL())
+	printHeader(cfg, s, ns.ClientURL(), notes)
 	sum, runErr := w.run(gctx)
 	closeErr := w.close()
 	stop()
@@ -242,12 +297,35 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	return sum, nil
 }
 
-func printHeader(cfg Config, s *scaler.Scaler, natsURL string) {
+// freeIfTaken returns addr, or, when another program holds its port, the same host with
+// port 0 (a free port) and true. Any other failure to listen is left for the listener that
+// follows to report, on addr, as is a port taken between this probe and that listener.
+func freeIfTaken(addr string) (string, bool) {
+	l, err := net.Listen("tcp", addr)
+	if err == nil {
+		l.Close()
+		return addr, false
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return addr, false
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	return net.JoinHostPort(host, "0"), true
+}
+
+func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 	out := cfg.Out
 	inf, tr := (cfg.Nodes+1)/2, cfg.Nodes/2
 	fmt.Fprintf(out, "gpuscaler demo: %s, %d simulated nodes × %d GPUs (%d for inference, %d for training), seed %d\n",
 		cfg.Duration, cfg.Nodes, cfg.GPUsPerNode, inf*cfg.GPUsPerNode, tr*cfg.GPUsPerNode, cfg.Seed)
-	fmt.Fprintf(out, "  scaler   gRPC %s (a real KEDA can use it: scalerAddress %s), NATS %s\n", s.GRPCAddr(), s.GRPCAddr(), natsURL)
+	metrics := ""
+	if a := s.HTTPAddr(); a != nil {
+		metrics = fmt.Sprintf(", metrics http://%s/metrics", a)
+	}
+	fmt.Fprintf(out, "  scaler   gRPC %s (a real KEDA can use it: scalerAddress %s)%s, NATS %s\n", s.GRPCAddr(), s.GRPCAddr(), metrics, natsURL)
+	for _, n := range notes {
+		fmt.Fprintf(out, "  note     %s\n", n)
+	}
 	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
 		inferenceNS, inferenceName, inferenceQueue, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
@@ -561,7 +639,10 @@ func (w *world) row(ctx context.Context, now time.Time, rate float64) {
 	if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: scaler.MetricQueueBacklog}); err == nil {
 		r.backlog = resp.GetMetricValues()[0].GetMetricValueFloat()
 	}
-	r.util = -1
+	r.util, r.utilServing = -1, -1
+	if u, ok := w.inf.servingUtil(now); ok {
+		r.utilServing = u // the simulation's: the scaler answers only the sum over every GPU
+	}
 	if held := w.inf.gpusHeld(); held > 0 {
 		if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: scaler.MetricGPUUtil}); err == nil {
 			// gpu-util is the sum over the workload's GPUs per replica of one GPU.
@@ -610,7 +691,35 @@ type Summary struct {
 	TrainingNoWork    int     `json:"training_jobs_without_work"`
 	TrainingGPUSecs   float64 `json:"training_gpu_seconds"`
 	TrainingPoolGPUs  int     `json:"training_pool_gpus"`
-	Rows              []Row   `json:"timeline"`
+	// StartupSeconds is how long a new replica loads its model before it serves.
+	StartupSeconds float64 `json:"replica_startup_s"`
+	// Phases are the load's phases as they ran, in order; a run stopped early ends
+	// inside one.
+	Phases []PhaseSpan `json:"phases"`
+	Rows   []Row       `json:"timeline"`
+}
+
+// PhaseSpan is one phase of the load: requests arrived at Rate per second from From to To
+// seconds since the start.
+type PhaseSpan struct {
+	Name string  `json:"name"`
+	From float64 `json:"from_s"`
+	To   float64 `json:"to_s"`
+	Rate float64 `json:"requests_per_s"`
+}
+
+// phaseSpans lays the load profile over a run of duration that lasted elapsed.
+func phaseSpans(duration, elapsed time.Duration) []PhaseSpan {
+	var spans []PhaseSpan
+	from := 0.0
+	for _, p := range profile {
+		to := min(p.until*duration.Seconds(), elapsed.Seconds())
+		if to > from {
+			spans = append(spans, PhaseSpan{Name: p.name, From: from, To: to, Rate: p.rate})
+		}
+		from = max(from, to)
+	}
+	return spans
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -635,6 +744,7 @@ func (w *world) summary(elapsed time.Duration, completed bool, gpuSecInf, gpuSec
 		TrainingSubmitted: w.train.submitted, TrainingFinished: w.train.finished, TrainingCreated: w.train.created,
 		TrainingPeakRun: w.train.maxRunning, TrainingPeakPend: w.train.maxPending, TrainingNoWork: w.train.noWork, TrainingGPUSecs: gpuSecJobs,
 		TrainingPoolGPUs: w.cluster.gpus("training"),
+		StartupSeconds:   w.cfg.Timing.Startup.Seconds(), Phases: phaseSpans(w.cfg.Duration, elapsed),
 	}
 	for _, a := range w.tl.activations {
 		s.Activations = append(s.Activations, ActivationSummary{AtSeconds: a.at.Sub(w.tl.start).Seconds(),

@@ -6,8 +6,10 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,20 +133,35 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 	}
 }
 
+// TestConfigValidate checks Validate on a configuration as Run sees it, its zero values
+// filled: zero is a default there, a negative value a mistake. (The command calls Validate
+// on its flags as given, so a zero there is refused: see cmd/gpuscaler's
+// TestDemoFlagErrors.)
 func TestConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cfg  Config
 		want string
 	}{
-		"defaults":            {Config{}, ""},
-		"one node":            {Config{Nodes: 1}, "nodes 1"},
-		"too few GPUs":        {Config{GPUsPerNode: 2}, "gpus-per-node 2"},
-		"too many GPUs":       {Config{GPUsPerNode: 17}, "gpus-per-node 17"},
-		"too short":           {Config{Duration: time.Second}, "duration 1s"},
-		"two nodes of 4 GPUs": {Config{Nodes: 2, GPUsPerNode: 4}, ""},
+		"defaults":             {Config{}, ""},
+		"one node":             {Config{Nodes: 1}, "--nodes 1: want 2 to 64"},
+		"negative nodes":       {Config{Nodes: -4}, "--nodes -4: want 2 to 64"},
+		"too few GPUs":         {Config{GPUsPerNode: 2}, "--gpus-per-node 2"},
+		"too many GPUs":        {Config{GPUsPerNode: 17}, "--gpus-per-node 17"},
+		"negative GPUs":        {Config{GPUsPerNode: -8}, "--gpus-per-node -8"},
+		"too short":            {Config{Duration: time.Second}, "--duration 1s"},
+		"negative duration":    {Config{Duration: -time.Minute}, "--duration -1m0s"},
+		"negative polling":     {Config{Timing: Timing{PollingInterval: -time.Second}}, "--polling-interval -1s: want more than 0"},
+		"negative HPA sync":    {Config{Timing: Timing{HPASync: -time.Second}}, "--hpa-sync -1s: want more than 0"},
+		"negative cooldown":    {Config{Timing: Timing{Cooldown: -time.Second}}, "--cooldown -1s: want 0 or more"},
+		"no cooldown, as KEDA": {Config{Timing: Timing{Cooldown: 0}}, ""},
+		"negative startup":     {Config{Timing: Timing{Startup: -time.Second}}, "Timing.Startup -1s"},
+		"gRPC address no port": {Config{GRPCAddr: "localhost"}, `--grpc-addr "localhost": want host:port`},
+		"HTTP off":             {Config{HTTPAddr: "-"}, ""},
+		"NATS port too big":    {Config{NATSAddr: "127.0.0.1:65536"}, `--nats-addr "127.0.0.1:65536"`},
+		"two nodes of 4 GPUs":  {Config{Nodes: 2, GPUsPerNode: 4}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := tc.cfg.Validate()
+			err := tc.cfg.withDefaults().Validate()
 			if tc.want == "" && err != nil {
 				t.Fatalf("Validate = %v, want nil", err)
 			}
@@ -155,22 +172,27 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestFreeIfTaken holds a port with a real listener: the demo moves off it only then.
+func TestFreeIfTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got, taken := freeIfTaken(l.Addr().String()); !taken || got != "127.0.0.1:0" {
+		t.Errorf("freeIfTaken(%s), held: got %q, %v; want 127.0.0.1:0, true", l.Addr(), got, taken)
+	}
+	free := testkit.FreeAddr(t)
+	if got, taken := freeIfTaken(free); taken || got != free {
+		t.Errorf("freeIfTaken(%s), free: got %q, %v; want it unchanged, false", free, got, taken)
+	}
+}
+
 // TestChartGolden draws a fixed summary and compares it with testdata/chart.svg (go test
 // -update rewrites it). Look at the file after a change: it is what users see.
 func TestChartGolden(t *testing.T) {
-	util := func(v float64) *float64 { return &v }
-	sum := &Summary{Seconds: 10, RequestsServed: 42, GPUSeconds: 12, SecondsAtZero: 3,
-		Activations: []ActivationSummary{{AtSeconds: 2, Milliseconds: 0.4, Via: "push"}}}
-	for i := range 11 {
-		r := Row{Seconds: float64(i), Backlog: float64(i * (10 - i)), Rate: float64(i % 4), Replicas: min(i/2, 3), Ready: min(i/3, 3),
-			JobsRunning: i % 3, JobQueue: 5 - i/2}
-		if i >= 2 {
-			r.Util = util(float64(10 * i))
-		}
-		sum.Rows = append(sum.Rows, r)
-	}
 	var got bytes.Buffer
-	if err := WriteChart(&got, sum); err != nil {
+	if err := WriteChart(&got, chartSummary()); err != nil {
 		t.Fatal(err)
 	}
 	checkSVG(t, got.Bytes())
@@ -186,6 +208,213 @@ func TestChartGolden(t *testing.T) {
 	}
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Errorf("chart differs from %s; run go test ./internal/demo -run TestChartGolden -update and look at it", path)
+	}
+}
+
+// chartSummary is a small run: a burst from 2 s that a replica wakes for, three more
+// replicas loading from 4 s to 6 s while the first serves flat out, a backlog peaking at
+// 210, then a quieter sustained phase and idle.
+func chartSummary() *Summary {
+	sum := &Summary{Seconds: 12, RequestsServed: 42, GPUSeconds: 12, SecondsAtZero: 3, StartupSeconds: 2,
+		Activations: []ActivationSummary{{AtSeconds: 2, Milliseconds: 0.4, Via: "push"}},
+		Phases: []PhaseSpan{{Name: "idle", From: 0, To: 2}, {Name: "burst", From: 2, To: 6, Rate: 20},
+			{Name: "sustained", From: 6, To: 9, Rate: 8}, {Name: "idle", From: 9, To: 12}}}
+	backlog := []float64{0, 0, 20, 80, 150, 210, 180, 120, 60, 10, 0, 0, 0}
+	for i := range 13 {
+		r := Row{Seconds: float64(i), Backlog: backlog[i], Replicas: min(max(i-1, 0), 4), JobsRunning: i % 3, JobQueue: max(5-i/2, 0)}
+		switch {
+		case i >= 2 && i < 6:
+			r.Rate = 20
+		case i >= 6 && i < 9:
+			r.Rate = 8
+		}
+		switch {
+		case i >= 3 && i < 6: // one serves at 95%, the others load at 2%
+			r.Ready, r.Replicas = 1, 4
+			r.UtilServing, r.Util = ptr(95.0), ptr((95.0+3*2)/4)
+		case i >= 6 && i < 11:
+			r.Ready, r.Replicas = 4, 4
+			r.UtilServing, r.Util = ptr(float64(90-10*(i-6))), ptr(float64(90-10*(i-6)))
+		case i == 2:
+			r.Util = ptr(2.0) // the first replica, loading: nothing serves yet
+		}
+		sum.Rows = append(sum.Rows, r)
+	}
+	return sum
+}
+
+// TestChartAxisFitsPeak draws a backlog peaking at 210: its axis must end at 250, not 500,
+// where half the panel stayed empty.
+func TestChartAxisFitsPeak(t *testing.T) {
+	sum := &Summary{Seconds: 3}
+	for i, b := range []float64{0, 210, 40} {
+		sum.Rows = append(sum.Rows, Row{Seconds: float64(i), Backlog: b})
+	}
+	var out bytes.Buffer
+	if err := WriteChart(&out, sum); err != nil {
+		t.Fatal(err)
+	}
+	texts := svgTexts(t, out.Bytes())
+	if !slices.Contains(texts, "250") || slices.Contains(texts, "500") {
+		t.Errorf("chart's labels %q: want the backlog's axis to end at 250, not 500", texts)
+	}
+}
+
+func TestNiceAxis(t *testing.T) {
+	for _, tc := range []struct {
+		peak      float64
+		max, step float64
+	}{
+		{210, 250, 50}, // the demo's backlog
+		{177, 200, 50},
+		{25, 25, 5}, // arrivals per second in the burst
+		{16, 20, 5}, // replicas at the cap
+		{6, 6, 2},
+		{5, 5, 1},
+		{1, 1, 1},
+		{0.4, 1, 1}, // counts: no step below 1
+		{0, 1, 1},
+		{1000, 1000, 200},
+		{1001, 1250, 250},
+	} {
+		if got := niceAxis(tc.peak); got.max != tc.max || got.step != tc.step {
+			t.Errorf("niceAxis(%v) = 0 to %v by %v, want 0 to %v by %v", tc.peak, got.max, got.step, tc.max, tc.step)
+		}
+	}
+}
+
+// TestChartExplainsItself checks what a reader needs to read the chart: the phases named
+// and placed, arrivals on an axis of their own, and utilisation over the serving replicas
+// drawn apart from the average that counts replicas still loading.
+func TestChartExplainsItself(t *testing.T) {
+	sum := chartSummary()
+	c := buildChart(sum)
+
+	var labels []string
+	for _, b := range c.phases {
+		labels = append(labels, b.label)
+	}
+	if want := []string{"idle", "burst: 20 requests/s", "sustained: 8 requests/s", "idle"}; !slices.Equal(labels, want) {
+		t.Errorf("phase bands %q, want %q", labels, want)
+	}
+	if b := c.phases[1]; b.from != 2 || b.to != 6 {
+		t.Errorf("burst band from %v to %v s, want 2 to 6", b.from, b.to)
+	}
+
+	panelWith := func(series string) panel {
+		t.Helper()
+		for _, p := range c.panels {
+			for _, sr := range p.series {
+				if strings.HasPrefix(sr.name, series) {
+					return p
+				}
+			}
+		}
+		t.Fatalf("no panel draws %q", series)
+		return panel{}
+	}
+	if arrivals, backlog := panelWith("arrivals"), panelWith("backlog"); len(arrivals.series) != 1 || arrivals.axis.max != 20 || backlog.axis.max != 250 {
+		t.Errorf("arrivals on an axis to %v with %d series, backlog to %v; want arrivals alone to 20, backlog to 250",
+			arrivals.axis.max, len(arrivals.series), backlog.axis.max)
+	}
+
+	util := panelWith("serving replicas")
+	if len(util.series) != 2 || !strings.Contains(util.note, "loads") {
+		t.Fatalf("utilisation panel %+v: want a serving and an all-GPU series, and a note on loading replicas", util)
+	}
+	serving, all := util.series[0], util.series[1]
+	if !strings.Contains(all.name, "loading") {
+		t.Errorf("all-GPU series named %q: want it to say loading replicas count in it", all.name)
+	}
+	// At 4 s one replica serves at 95% while three load: the serving line stays at 95,
+	// the all-GPU average drops to about 25.
+	if p := serving.points[4]; !p.ok || p.v != 95 {
+		t.Errorf("serving utilisation at 4 s = %+v, want 95", p)
+	}
+	if p := all.points[4]; !p.ok || p.v > 30 {
+		t.Errorf("all-GPU utilisation at 4 s = %+v, want the average with loading replicas, about 25", p)
+	}
+	if p := serving.points[2]; p.ok {
+		t.Errorf("serving utilisation at 2 s = %+v, want none: no replica serves yet", p)
+	}
+
+	var out bytes.Buffer
+	if err := WriteChart(&out, sum); err != nil {
+		t.Fatal(err)
+	}
+	texts := strings.Join(svgTexts(t, out.Bytes()), "|")
+	for _, want := range []string{"burst: 20 requests/s", "sustained: 8 requests/s", "serving replicas", "loading too", "target 80%", "woken (push, 0.4 ms)"} {
+		if !strings.Contains(texts, want) {
+			t.Errorf("chart's text lacks %q", want)
+		}
+	}
+}
+
+// TestServingUtil averages the replicas that serve: one at 95% with four loading is 95%,
+// where the average over every GPU held would say 20.6%.
+func TestServingUtil(t *testing.T) {
+	now := time.Unix(1000, 0)
+	node := &simNode{}
+	w := &inference{}
+	add := func(readyAt time.Time, util float64) {
+		w.replicas = append(w.replicas, &replica{pod: &pod{gpus: 1, node: node, util: util}, readyAt: readyAt})
+	}
+	if _, ok := w.servingUtil(now); ok {
+		t.Error("servingUtil with no replica: ok, want none")
+	}
+	for range 4 {
+		add(now.Add(3*time.Second), loadingUtil)
+	}
+	if u, ok := w.servingUtil(now); ok {
+		t.Errorf("servingUtil with every replica loading = %v, want none", u)
+	}
+	add(now.Add(-time.Second), 95)
+	if u, ok := w.servingUtil(now); !ok || u != 95 {
+		t.Errorf("servingUtil = %v, %v; want 95 over the one serving replica, not %.1f over all %d GPUs", u, ok, (95.0+4*loadingUtil)/5, w.gpusHeld())
+	}
+}
+
+// TestPhaseSpans lays the load profile over a minute, and over a run stopped at 20 s.
+func TestPhaseSpans(t *testing.T) {
+	full := phaseSpans(time.Minute, time.Minute+50*time.Millisecond)
+	if len(full) != len(profile) || full[0].From != 0 || full[len(full)-1].To != 60 {
+		t.Fatalf("phases of a minute: %+v, want %d from 0 to 60 s", full, len(profile))
+	}
+	for i := 1; i < len(full); i++ {
+		if full[i].From != full[i-1].To {
+			t.Errorf("phase %d starts at %v, want where %d ended, %v", i, full[i].From, i-1, full[i-1].To)
+		}
+	}
+	early := phaseSpans(time.Minute, 20*time.Second)
+	if last := early[len(early)-1]; last.Name != "sustained" || last.From != 18 || last.To != 20 {
+		t.Errorf("phases of a run stopped at 20 s end with %+v, want sustained from 18 to 20 s", last)
+	}
+}
+
+// svgTexts returns the content of every text element of an SVG.
+func svgTexts(t *testing.T, data []byte) []string {
+	t.Helper()
+	var texts []string
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	in := false
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return texts
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			in = tok.Name.Local == "text"
+		case xml.CharData:
+			if in {
+				texts = append(texts, string(tok))
+			}
+		case xml.EndElement:
+			in = false
+		}
 	}
 }
 

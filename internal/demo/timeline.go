@@ -31,7 +31,8 @@ type row struct {
 	phase                    string
 	rate                     float64
 	backlog                  float64 // the scaler's queue-backlog
-	util                     float64 // average over the service's GPUs, -1 when it holds none
+	util                     float64 // the scaler's, over every GPU the service holds; -1 when it holds none
+	utilServing              float64 // over the serving replicas' GPUs; -1 when none serves
 	active, activeErr        bool
 	replicas, ready          int
 	jobsRunning, jobsPending int
@@ -42,11 +43,15 @@ type row struct {
 
 // Row is one timeline row, as the summary's JSON and the chart carry it.
 type Row struct {
-	Seconds     float64  `json:"t"`
-	Phase       string   `json:"phase"`
-	Rate        float64  `json:"requests_per_s"`
-	Backlog     float64  `json:"backlog"`
+	Seconds float64 `json:"t"`
+	Phase   string  `json:"phase"`
+	Rate    float64 `json:"requests_per_s"`
+	Backlog float64 `json:"backlog"`
+	// Util is the scaler's gpu-util over every GPU the service holds, replicas still
+	// loading their model included: what the HPA weighs. UtilServing averages only the
+	// replicas that serve. Each is absent when there is nothing to average.
 	Util        *float64 `json:"gpu_util,omitempty"`
+	UtilServing *float64 `json:"gpu_util_serving,omitempty"`
 	Active      bool     `json:"active"`
 	Replicas    int      `json:"replicas"`
 	Ready       int      `json:"ready"`
@@ -60,8 +65,10 @@ func (r row) export() Row {
 	out := Row{Seconds: r.at.Seconds(), Phase: r.phase, Rate: r.rate, Backlog: r.backlog, Active: r.active,
 		Replicas: r.replicas, Ready: r.ready, JobsRunning: r.jobsRunning, JobsPending: r.jobsPending, JobQueue: r.jobQueue, Why: r.why}
 	if r.util >= 0 {
-		u := r.util
-		out.Util = &u
+		out.Util = ptr(r.util)
+	}
+	if r.utilServing >= 0 {
+		out.UtilServing = ptr(r.utilServing)
 	}
 	return out
 }
@@ -83,20 +90,21 @@ func (t *timeline) noteOnce(s string) {
 	}
 }
 
-const rowFormat = "%6s  %-9s %5s %8s %5s  %-6s %9s  %6s %5s  %9s  %s\n"
+const rowFormat = "%6s  %-9s %5s %8s %7s  %-6s %9s  %6s %5s  %9s  %s\n"
 
 func (t *timeline) printHeader() {
-	fmt.Fprintf(t.out, rowFormat, "time", "load", "req/s", "backlog", "util", "active", "replicas", "jobs", "queue", "free GPUs", "why")
-	fmt.Fprintf(t.out, rowFormat, "", "", "", "", "", "", "ready/all", "run", "jobs", "inf/train", "")
+	fmt.Fprintf(t.out, rowFormat, "time", "load", "req/s", "backlog", "util %", "active", "replicas", "jobs", "queue", "free GPUs", "why")
+	fmt.Fprintf(t.out, rowFormat, "", "", "", "", "srv/all", "", "ready/all", "run", "jobs", "inf/train", "")
 }
 
 func (t *timeline) add(r row) {
 	r.why = strings.Join(t.notes, "; ")
 	t.notes = t.notes[:0]
 	t.rows = append(t.rows, r)
+	// Serving replicas, then every GPU held: they part while new replicas load.
 	util := "-"
-	if r.util >= 0 {
-		util = fmt.Sprintf("%.0f%%", r.util)
+	if r.util >= 0 || r.utilServing >= 0 {
+		util = fmtPercent(r.utilServing) + "/" + fmtPercent(r.util)
 	}
 	active := "no"
 	switch {
@@ -151,6 +159,14 @@ func quantile(ds []time.Duration, q float64) float64 {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))].Seconds()
+}
+
+// fmtPercent prints a percentage without its sign, "-" when there is none (negative).
+func fmtPercent(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

@@ -30,6 +30,9 @@ const (
 	burstRate         = 20.0 // requests per second
 	sustainedRate     = 8.0
 	trainingBatchLen  = 6 // jobs submitted at once
+	// loadingUtil is a replica's GPU utilisation while it loads its model: memory, hardly
+	// any compute.
+	loadingUtil = 2
 )
 
 // phase is one stretch of the inference load profile.
@@ -199,7 +202,7 @@ func (w *inference) step(c *cluster, now time.Time, dt time.Duration, rate float
 		switch {
 		case r.node == nil:
 		case !r.ready(now):
-			r.util = 2 // loading the model: memory, hardly any compute
+			r.util = loadingUtil
 		default:
 			r.util = 3 + 92*float64(len(r.inflight))/concurrency
 		}
@@ -218,6 +221,24 @@ func (w *inference) gpusHeld() int {
 		}
 	}
 	return n
+}
+
+// servingUtil is the average GPU utilisation of the replicas that serve: placed, model
+// loaded, draining ones included while they finish their requests. Replicas still loading
+// are left out: their GPUs idle by design, and averaging them in makes a busy service
+// look idle the moment the HPA adds replicas. ok is false when none serves.
+func (w *inference) servingUtil(now time.Time) (util float64, ok bool) {
+	sum, n := 0.0, 0
+	for _, r := range w.replicas {
+		if r.ready(now) {
+			sum += r.util * float64(r.gpus)
+			n += r.gpus
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
 }
 
 // job is one training Job.

@@ -2,10 +2,13 @@ package manifests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -285,14 +288,96 @@ func cmpOr(a, b string) string {
 // is ready, and returns a client of its ExternalScaler service (KEDA's generated code).
 func startScaler(t *testing.T) externalscaler.ExternalScalerClient {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	runArgs(t, corev1.Container{Args: []string{"scaler", "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
-		"--embedded-nats-addr=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--log-level=warn"}}, nil, nil)
-	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(startScalerBinary(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return externalscaler.NewExternalScalerClient(conn)
+}
+
+// startScalerBinary runs `gpuscaler scaler` with its embedded NATS on loopback, waits
+// until it is ready, and returns its gRPC address.
+func startScalerBinary(t *testing.T) string {
+	t.Helper()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	runArgs(t, corev1.Container{Args: []string{"scaler", "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
+		"--embedded-nats-addr=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--log-level=warn"}}, nil, nil)
+	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
+	return grpcAddr
+}
+
+// TestExplainReadsExamplesAsKEDA runs `gpuscaler explain --file` on every example file
+// that holds a ScaledObject or ScaledJob, and checks it explains exactly the external
+// triggers KEDA's own types decode from it, in order, with the same namespace, name and
+// metadata. explain reads KEDA objects with a small decoder of its own (internal/kedaobj)
+// rather than KEDA's types, which would add controller-runtime to the binary: this is
+// what keeps the two readings one.
+func TestExplainReadsExamplesAsKEDA(t *testing.T) {
+	addr := startScalerBinary(t)
+	bin := gpuscalerBinary(t)
+	base := filepath.Join(root(t), "examples")
+	checked := 0
+	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		objs, err := DecodeAll(path, data)
+		if err != nil {
+			return err
+		}
+		type trigger struct {
+			Kind, Namespace, Name, Type string
+			Trigger                     int
+			Metadata                    map[string]string
+		}
+		var want []trigger
+		for _, o := range objs {
+			var (
+				kind, ns, name string
+				triggers       []kedav1alpha1.ScaleTriggers
+			)
+			switch obj := o.Obj.(type) {
+			case *kedav1alpha1.ScaledObject:
+				kind, ns, name, triggers = "ScaledObject", obj.Namespace, obj.Name, obj.Spec.Triggers
+			case *kedav1alpha1.ScaledJob:
+				kind, ns, name, triggers = "ScaledJob", obj.Namespace, obj.Name, obj.Spec.Triggers
+			default:
+				continue
+			}
+			for i, tr := range triggers {
+				if tr.Type == "external" || tr.Type == "external-push" {
+					want = append(want, trigger{kind, cmpOr(ns, "default"), name, tr.Type, i, tr.Metadata})
+				}
+			}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		checked++
+		out, err := exec.Command(bin, "explain", "--file", path, "--scaler-address", addr, "-o", "json").Output()
+		if err != nil {
+			t.Errorf("gpuscaler explain --file %s: %v", path, err)
+			return nil
+		}
+		var got []trigger
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Errorf("gpuscaler explain --file %s printed %q: %v", path, out, err)
+			return nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("gpuscaler explain --file %s explained\n%+v\nKEDA's types decode\n%+v", path, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 2 {
+		t.Errorf("checked %d example files, want the ScaledObject and the ScaledJob at least", checked)
+	}
 }

@@ -1,33 +1,25 @@
-package main
+package gpuscalerv1
 
-import (
-	"errors"
-	"strings"
-	"testing"
+import "testing"
 
-	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
-)
-
-// FuzzReadNodeReport feeds arbitrary text to 'publish node --file -': it must never
-// panic, and whatever it accepts must validate and have a subject.
-func FuzzReadNodeReport(f *testing.F) {
+// FuzzNodeReportFromJSON feeds arbitrary text to the parser behind 'publish node --file':
+// it must never panic, and whatever it accepts must validate, have a subject and an
+// observed_at.
+func FuzzNodeReportFromJSON(f *testing.F) {
 	f.Add(`{"node":"gpu-1","gpus":[{"uuid":"GPU-1","gpuUtil":50,"pod":{"namespace":"ml","name":"p"}}]}`)
 	f.Add(`{"node":"ip-10-0-0-1.ec2.internal","allocatable":[{"id":"GPU-1","resource":"nvidia.com/gpu"}]}`)
 	f.Add(`{"node":"gpu-1","gpus":[{"uuid":"GPU-1","gpuUtil":150}]}`)
 	f.Add(`{"node":"gpu-1","observedAt":"2026-11-22T10:00:00Z"}`)
 	f.Add(`not json`)
 	f.Fuzz(func(t *testing.T, text string) {
-		r, err := readNodeReport("-", strings.NewReader(text))
+		r, err := NodeReportFromJSON([]byte(text))
 		if err != nil {
-			if errors.As(err, new(usageError)) {
-				t.Fatalf("readNodeReport(-) returned a usage error for file content: %v", err)
-			}
 			return
 		}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("accepted a report that does not validate: %v", err)
 		}
-		if _, err := gpuscalerv1.NodeSubject(r.GetNode()); err != nil {
+		if _, err := NodeSubject(r.GetNode()); err != nil {
 			t.Fatalf("accepted a report without a valid subject: %v", err)
 		}
 		if r.GetObservedAt() == nil {

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	"github.com/gpuscaler/gpuscaler/internal/scalertest"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler"
+)
+
+// explained is one element of explain's JSON output.
+type explained struct {
+	Kind          string            `json:"kind"`
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	Trigger       int               `json:"trigger"`
+	Type          string            `json:"type"`
+	ScalerAddress string            `json:"scalerAddress"`
+	Metadata      map[string]string `json:"metadata"`
+	Explanation   json.RawMessage   `json:"explanation"`
+}
+
+func decodeExplained(t *testing.T, out string) ([]explained, []*gpuscalerv1.Explanation) {
+	t.Helper()
+	var got []explained
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("explain -o json printed %q: %v", out, err)
+	}
+	exs := make([]*gpuscalerv1.Explanation, len(got))
+	for i, e := range got {
+		exs[i] = &gpuscalerv1.Explanation{}
+		if err := protojson.Unmarshal(e.Explanation, exs[i]); err != nil {
+			t.Fatalf("explanation %d: %v", i, err)
+		}
+	}
+	return got, exs
+}
+
+// TestExplainReadmeQuickStart checks the README's quick start claim with the command it
+// now gives: after `publish queue --namespace default --queue demo --waiting 3`, a
+// trigger with queue: demo is active with a backlog of 3.
+func TestExplainReadmeQuickStart(t *testing.T) {
+	url, _ := startScaler(t)
+	s, _ := scalertest.Start(t, url)
+	addr := s.GRPCAddr().String()
+	if r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", url, "--namespace", "default", "--queue", "demo", "--waiting", "3"); r.code != 0 {
+		t.Fatalf("publish: %v", r)
+	}
+	var r result
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		r = runCLI(t.Context(), nil, "explain", "--scaler-address", addr, "--metadata", "queue=demo")
+		return r.code == 0 && strings.Contains(r.stdout, "value 3")
+	})
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^  IsActive +true$`),
+		regexp.MustCompile(`(?m)^  queue-backlog +target 1 +value 3 +→ 3 replicas$`),
+		regexp.MustCompile(`(?m)^  3 waiting \+ 0 in flight = 3, from producer "gpuscaler-publish", stored \S+ \([0-9.]+m?s ago\)$`),
+		regexp.MustCompile(`(?m)^  - Active: KEDA scales the workload from zero`),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("explain output does not match %s:\n%s", want, r.stdout)
+		}
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr %q, want nothing", r.stderr)
+	}
+
+	r = runCLI(t.Context(), nil, "explain", "--scaler-address", addr, "--metadata", "queue=demo", "-o", "json")
+	got, exs := decodeExplained(t, r.stdout)
+	if r.code != 0 || len(got) != 1 || got[0].Namespace != "default" || got[0].ScalerAddress != addr ||
+		!exs[0].GetAnswer().GetActive() || exs[0].GetAnswer().GetMetrics()[0].GetValue() != 3 {
+		t.Fatalf("explain -o json: %v; decoded %+v %v", r, got, exs)
+	}
+}
+
+// TestExplainFile explains the shipped example ScaledObject, read from a file and from
+// stdin beside a Deployment, against a scaler that has no reports yet: every trigger, in
+// order, with the Unavailable KEDA would get and why.
+func TestExplainFile(t *testing.T) {
+	url, _ := startScaler(t)
+	s, _ := scalertest.Start(t, url)
+	addr := s.GRPCAddr().String()
+	file := filepath.Join("..", "..", "examples", "inference-scale-to-zero", "scaledobject.yaml")
+	r := runCLI(t.Context(), nil, "explain", "--file", file, "--scaler-address", addr, "-o", "json")
+	got, exs := decodeExplained(t, r.stdout)
+	if r.code != 0 || len(got) != 2 {
+		t.Fatalf("got %v, want two triggers explained", r)
+	}
+	for i, want := range []struct{ typ, code, says string }{
+		{"external-push", "Unavailable", "no report for queue inference/llm-requests"},
+		{"external", "Unavailable", "no node report since this scaler started"},
+	} {
+		g, ex := got[i], exs[i]
+		if g.Kind != "ScaledObject" || g.Namespace != "inference" || g.Name != "llm-server" || g.Trigger != i || g.Type != want.typ ||
+			g.Metadata["scalerAddress"] != "gpuscaler.gpuscaler.svc.cluster.local:9090" {
+			t.Errorf("trigger %d: %+v", i, g)
+		}
+		if ex.GetAnswer().GetErrorCode() != want.code || !strings.Contains(ex.GetAnswer().GetError(), want.says) {
+			t.Errorf("trigger %d answer: %v, want %s saying %q", i, ex.GetAnswer(), want.code, want.says)
+		}
+	}
+
+	// The table, from stdin, with a Deployment before the ScaledObject.
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin := filepath.Join(t.TempDir(), "stdin")
+	if err := os.WriteFile(stdin, append([]byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: llm-server}\n---\n"), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old := os.Stdin
+	os.Stdin = f
+	r = runCLI(t.Context(), nil, "explain", "--file", "-", "--scaler-address", addr)
+	os.Stdin = old
+	for _, want := range []string{
+		"ScaledObject inference/llm-server, trigger 0 (requests), answered by the scaler at " + addr,
+		"ScaledObject inference/llm-server, trigger 1 (gpu-util)",
+		"Unavailable: data unavailable: no report for queue inference/llm-requests",
+		`GPUs of the pods podSelector "app.kubernetes.io/name=llm-server" selects`,
+		"IsActive fails (Unavailable): KEDA neither scales to nor from zero",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain table does not say %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestExplainOverMutualTLS connects as KEDA does with a TriggerAuthentication's caCert,
+// tlsClientCert and tlsClientKey, through an address other than the certificate's name,
+// as through a port-forward.
+func TestExplainOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "ca")
+	serverCert, serverKey := ca.IssueFiles(t, dir, "gpuscaler.gpuscaler.svc")
+	clientCert, clientKey := ca.IssueFiles(t, dir, "keda-operator")
+	caFile := testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
+	ns := natstest.Start(t, "", "")
+	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-",
+		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}},
+		natstest.Connect(t, ns.ClientURL()), testkit.Logger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-s.Ready()
+	_, port, _ := net.SplitHostPort(s.GRPCAddr().String())
+
+	base := []string{"explain", "--metadata", "queue=jobs", "--namespace", "ml", "--timeout", "3s"}
+	tests := map[string]struct {
+		args []string
+		want string
+		code int
+	}{
+		"KEDA's certificates, through a port-forward": {
+			args: []string{"--scaler-address", "localhost:" + port, "--tls-ca", caFile, "--tls-cert", clientCert, "--tls-key", clientKey, "--tls-server-name", "gpuscaler.gpuscaler.svc"},
+			want: "Queue ml/jobs",
+		},
+		"no client certificate": {
+			args: []string{"--scaler-address", "localhost:" + port, "--tls-ca", caFile},
+			want: "scaler at localhost:" + port, code: 1,
+		},
+		"plain text to a TLS scaler": {
+			args: []string{"--scaler-address", "localhost:" + port},
+			want: "does it serve TLS when you did not ask for it (or the reverse)?", code: 1,
+		},
+		"cert without key": {
+			args: []string{"--tls-cert", clientCert},
+			want: "--tls-cert and --tls-key go together", code: 2,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := runCLI(t.Context(), nil, append(base, tc.args...)...)
+			out := r.stdout + r.stderr
+			if r.code != tc.code || !strings.Contains(out, tc.want) {
+				t.Fatalf("got %v, want exit %d saying %q", r, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestExplainUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	deployment := testkit.WriteFile(t, dir, "d.yaml", []byte("apiVersion: apps/v1\nkind: Deployment\n"))
+	// A port nothing listens on: bound, then released.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+	so := testkit.WriteFile(t, dir, "so.yaml", []byte("apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: web, namespace: ml}\nspec:\n  triggers:\n    - type: external\n      metadata: {scalerAddress: gpuscaler.invalid:9090, queue: q}\n"))
+	tests := map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"nothing named":         {[]string{"explain"}, 2, "name a trigger: --metadata KEY=VALUE (repeated), or --file"},
+		"both":                  {[]string{"explain", "--file", so, "--metadata", "queue=q"}, 2, "give --file or --metadata, not both"},
+		"metadata without =":    {[]string{"explain", "--metadata", "queue"}, 2, `invalid value "queue" for flag -metadata: want key=value, as in queue=demo`},
+		"output yaml":           {[]string{"explain", "--metadata", "queue=q", "-o", "yaml"}, 2, `--output "yaml": want table or json`},
+		"timeout zero":          {[]string{"explain", "--metadata", "queue=q", "--timeout", "0s"}, 2, "--timeout 0s: want a positive duration"},
+		"no such file":          {[]string{"explain", "--file", filepath.Join(dir, "absent.yaml")}, 2, "absent.yaml: no such file or directory"},
+		"no KEDA object":        {[]string{"explain", "--file", deployment}, 2, "no keda.sh/v1alpha1 ScaledObject or ScaledJob in it (found Deployment (apps/v1))"},
+		"nothing listening":     {[]string{"explain", "--metadata", "queue=q", "--scaler-address", dead, "--timeout", "1s"}, 1, "scaler at " + dead},
+		"the trigger's address": {[]string{"explain", "--file", so, "--timeout", "1s"}, 1, "gpuscaler.invalid:9090 is the trigger's scalerAddress, which resolves only inside the cluster: run 'kubectl -n gpuscaler port-forward svc/gpuscaler 9090'"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := runCLI(t.Context(), nil, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("got %v, want exit %d and stderr containing %q", r, tc.code, tc.want)
+			}
+		})
+	}
+}

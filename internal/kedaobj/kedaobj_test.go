@@ -1,0 +1,122 @@
+package kedaobj
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestExamples reads the project's own examples: every external trigger, in order, with
+// its metadata as written.
+func TestExamples(t *testing.T) {
+	read := func(path string) []byte {
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	got, err := External(read("inference-scale-to-zero/scaledobject.yaml"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Kind != "ScaledObject" || got[0].Namespace != "inference" || got[0].Name != "llm-server" ||
+		got[0].Type != "external-push" || got[0].TrigName != "requests" || got[0].Metadata["queueTarget"] != "4" ||
+		got[1].Index != 1 || got[1].Metadata["podSelector"] != "app.kubernetes.io/name=llm-server" {
+		t.Errorf("scaledobject.yaml: got %+v", got)
+	}
+	got, err = External(read("training-queue/scaledjob.yaml"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != "ScaledJob" || got[0].Metadata["stream"] != "TRAINING" || got[0].Metadata["nodeSelector"] != "pool=a100" {
+		t.Errorf("scaledjob.yaml: got %+v", got)
+	}
+}
+
+func TestStreams(t *testing.T) {
+	const so = `apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: web}
+spec:
+  triggers:
+    - type: cpu
+      metadata: {value: "50"}
+    - type: external
+      metadata: {queue: q, podSelector: "app in (a,b)"}
+`
+	tests := map[string]struct {
+		data, ns string
+		want     []Trigger
+		wantErr  string
+	}{
+		"a Deployment beside the ScaledObject, namespace filled in": {
+			data: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n" + so, ns: "ml",
+			want: []Trigger{{Kind: "ScaledObject", Namespace: "ml", Name: "web", Index: 1, Type: "external", Metadata: map[string]string{"queue": "q", "podSelector": "app in (a,b)"}}},
+		},
+		"no namespace anywhere": {
+			data: so,
+			want: []Trigger{{Kind: "ScaledObject", Namespace: "default", Name: "web", Index: 1, Type: "external", Metadata: map[string]string{"queue": "q", "podSelector": "app in (a,b)"}}},
+		},
+		"JSON, as kubectl -o json prints it": {
+			data: `{"apiVersion":"keda.sh/v1alpha1","kind":"ScaledJob","metadata":{"name":"j","namespace":"t"},"spec":{"triggers":[{"type":"external-push","metadata":{"queue":"q"}}]}}`,
+			want: []Trigger{{Kind: "ScaledJob", Namespace: "t", Name: "j", Type: "external-push", Metadata: map[string]string{"queue": "q"}}},
+		},
+		"empty documents and comments are skipped": {
+			data: "---\n# nothing\n---\n" + so,
+			want: []Trigger{{Kind: "ScaledObject", Namespace: "default", Name: "web", Index: 1, Type: "external", Metadata: map[string]string{"queue": "q", "podSelector": "app in (a,b)"}}},
+		},
+		"only a Deployment":               {data: "apiVersion: apps/v1\nkind: Deployment\n", wantErr: "no keda.sh/v1alpha1 ScaledObject or ScaledJob in it (found Deployment (apps/v1))"},
+		"empty":                           {data: "", wantErr: "(found no document)"},
+		"a ScaledObject of another group": {data: "apiVersion: example.com/v1\nkind: ScaledObject\n", wantErr: "found ScaledObject (example.com/v1)"},
+		"no external trigger": {
+			data:    "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: web, namespace: ml}\nspec:\n  triggers:\n    - type: cpu\n",
+			wantErr: "document 1: ScaledObject ml/web has no external or external-push trigger",
+		},
+		"metadata not strings": {
+			data:    "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nspec:\n  triggers:\n    - type: external\n      metadata: {queueTarget: {a: 1}}\n",
+			wantErr: "document 1:",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := External([]byte(tc.data), tc.ns)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %+v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzExternal: any input gives triggers or an error, never a panic, and every trigger
+// returned is an external one with a namespace.
+func FuzzExternal(f *testing.F) {
+	for _, p := range []string{"inference-scale-to-zero/scaledobject.yaml", "training-queue/scaledjob.yaml"} {
+		if data, err := os.ReadFile(filepath.Join("..", "..", "examples", p)); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte(`{"apiVersion":"keda.sh/v1alpha1","kind":"ScaledJob","spec":{"triggers":[{"type":"external"}]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := External(data, "")
+		if err != nil {
+			return
+		}
+		if len(got) == 0 {
+			t.Fatal("no trigger and no error")
+		}
+		for _, tr := range got {
+			if tr.Namespace == "" || (tr.Type != "external" && tr.Type != "external-push") {
+				t.Fatalf("trigger %+v", tr)
+			}
+		}
+	})
+}
