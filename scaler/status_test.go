@@ -1,13 +1,16 @@
 package scaler
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
 // get fetches path from the scaler's HTTP port without following redirects.
@@ -115,4 +118,45 @@ func TestStatusPageOff(t *testing.T) {
 			t.Errorf("GET %s with the status page off: %s, want %d\n%s", path, resp.Status, code, body)
 		}
 	}
+}
+
+// TestStatusPageNotReadyAndLong renders the page of a scaler not ready yet, over a state
+// with more queues than a table shows.
+func TestStatusPageNotReadyAndLong(t *testing.T) {
+	clock := newFakeClock(t0)
+	state := NewState(clock.Now)
+	for i := range maxStatusRows + 1 {
+		if err := state.Apply(queueEvent("ml", fmt.Sprintf("q-%03d", i), uint64(i), 0), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Minute)
+	srv := &Server{state: state, ready: make(chan struct{}), done: make(chan struct{}), stale: DefaultStaleAfter,
+		triggers: newTriggerCache(10), calls: newCallRecorder(clock.Now, 10, time.Minute)}
+	p := &statusPage{srv: srv, state: state, readiness: func() error { return errNotReady }, staleAfter: DefaultStaleAfter,
+		replica: "gpuscaler-0", log: testkit.Logger(t)}
+	mux := http.NewServeMux()
+	p.register(mux)
+
+	if _, err := srv.IsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "q-001"})); err == nil {
+		t.Fatal("IsActive answered before the state was restored")
+	}
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/status", nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /status: %d\n%s", w.Code, w.Body)
+	}
+	wantContains(t, "the page", w.Body.String(),
+		"Not ready: "+errNotReady.Error(),
+		`<b>ml/llm</b>`, `<span class="badge err">Unavailable</span>`,
+		"Queues <span class=\"count\">501, <span class=\"badge stale\">501 older than 30s</span>",
+		"The first 500 of 501: filter by namespace for the rest.",
+		"No node report.")
+	if strings.Contains(w.Body.String(), "<b>q-500</b>") {
+		t.Errorf("the page shows the 501st queue, want 500 at most")
+	}
+
+	w = httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/status/trigger?id=1", nil))
+	wantContains(t, "the trigger's page", w.Body.String(), "The scaler is restoring its state from NATS")
 }
