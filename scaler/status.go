@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"html/template"
@@ -220,7 +221,7 @@ func (p *statusPage) serveIndex(w http.ResponseWriter, r *http.Request) {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		return int(a.ID) - int(b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	v.TriggersShown = len(v.Triggers)
 	if len(v.Triggers) > maxStatusRows {
