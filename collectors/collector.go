@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpuscaler/gpuscaler/collectors/attribution"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -165,7 +166,7 @@ func (c *Collector) attribute(ctx context.Context, r *gpuscalerv1.NodeReport) er
 			}
 			c.warnEvery("attribution", fmt.Errorf("%w; reports carry the GPU source's own pod names", err))
 		} else {
-			for _, id := range attribute(r, alloc) {
+			for _, id := range attribution.Attribute(r, alloc) {
 				c.metrics.errors.WithLabelValues("attribution").Inc()
 				c.warnEvery("attribution-id:"+id, fmt.Errorf("device id %q is in no form the collector knows; its pod's GPU readings are reported unknown", id))
 			}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collectors/attribution"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -320,7 +321,7 @@ func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
 		}
 	}
 	r := &gpuscalerv1.NodeReport{Node: "node-1", Gpus: labSamples()}
-	attribute(r, alloc)
+	attribution.Attribute(r, alloc)
 	if err := r.Validate(); err != nil {
 		t.Fatalf("report of %d devices: %v", len(r.GetAllocatable()), err)
 	}
@@ -330,32 +331,4 @@ func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
 			t.Fatalf("allocatable %s: unhealthy %v, want %v", d.GetId(), d.GetUnhealthy(), want)
 		}
 	}
-}
-
-// FuzzAttribute feeds the kubelet's device ids, as any kubelet or device plugin might
-// spell them, through attribution: it must never panic, and the report it makes must be
-// valid (a report that fails validation would cost the node every report). The first id
-// is allocated to two pods, the second free, the DRA device claimed.
-func FuzzAttribute(f *testing.F) {
-	f.Add(labGPU0+"::1", labMIGa, "gpu-1")
-	f.Add("MIG-"+labGPU1+"/8/0", "nvidia1/gi8", "gpu-0-mig-1g10gb-19-0")
-	f.Add("nvidia0/gi7/vgpu1", labGPU0, "")
-	f.Fuzz(func(t *testing.T, held, free, draDevice string) {
-		h := Holder{Namespace: "ml", Pod: "p", Container: "c"}
-		alloc := &Allocation{Holders: map[string][]Holder{}}
-		if held != "" {
-			d := &gpuscalerv1.Device{Id: held, Resource: "nvidia.com/gpu.shared"}
-			alloc.Allocatable, alloc.Allocated = append(alloc.Allocatable, d), append(alloc.Allocated, d)
-			alloc.Holders[held] = []Holder{h, {Namespace: "other", Pod: "q"}}
-		}
-		if free != "" && free != held {
-			alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: free, Resource: "nvidia.com/mig-1g.10gb"})
-		}
-		alloc.Claims = []Claim{{Driver: "gpu.nvidia.com", Pool: "p", Device: draDevice, Holder: h}}
-		r := &gpuscalerv1.NodeReport{Node: "node-1", Gpus: labSamples()}
-		attribute(r, alloc)
-		if err := r.Validate(); err != nil {
-			t.Fatalf("attributed report is invalid: %v", err)
-		}
-	})
 }

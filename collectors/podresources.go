@@ -287,7 +287,7 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 				}
 				for _, id := range cd.GetDeviceIds() {
 					holders, held := a.Holders[id]
-					if slices.ContainsFunc(holders, h.samePod) {
+					if slices.ContainsFunc(holders, func(o Holder) bool { return samePod(h, o) }) {
 						continue
 					}
 					a.Holders[id] = append(holders, h)
@@ -331,7 +331,7 @@ func migProfile(resource string) string {
 }
 
 // samePod reports whether h and o are holds of one pod.
-func (h Holder) samePod(o Holder) bool { return h.Namespace == o.Namespace && h.Pod == o.Pod }
+func samePod(h, o Holder) bool { return h.Namespace == o.Namespace && h.Pod == o.Pod }
 
 // resourceMatcher says whether a resource name is counted: equal to one of exact, or
 // starting with one of prefixes.

@@ -181,11 +181,11 @@ var (
 	fpg0 = dev{"example.com/fpga", "fpga-0", ""}
 	fpg1 = dev{"example.com/fpga", "fpga-1", ""}
 
-	holderGPUA = Holder{"ml", "trainer-0", "trainer"}
-	holderGPUD = Holder{"ml", "old-job", "main"}
-	holderMIG1 = Holder{"ml", "infer-7d9f-x2x", "server"}
-	holderMIG3 = Holder{"ml", "infer-7d9f-x2x", "embedder"}
-	holderFPGA = Holder{"fpga", "synth", "main"}
+	holderGPUA = Holder{Namespace: "ml", Pod: "trainer-0", Container: "trainer"}
+	holderGPUD = Holder{Namespace: "ml", Pod: "old-job", Container: "main"}
+	holderMIG1 = Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "server"}
+	holderMIG3 = Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "embedder"}
+	holderFPGA = Holder{Namespace: "fpga", Pod: "synth", Container: "main"}
 )
 
 // checkAllocation compares a against the wanted devices and holders, and checks that
@@ -279,13 +279,13 @@ func TestPodResourcesBuildAllocation(t *testing.T) {
 				container("app", devices("nvidia.com/gpu", "GPU-a")),
 				container("sidecar", devices("nvidia.com/gpu", "GPU-a")))},
 			wantAllocatable: []dev{gpuA}, wantA: []dev{gpuA},
-			wantHolders: map[string]Holder{"GPU-a": {"ml", "p", "app"}},
+			wantHolders: map[string]Holder{"GPU-a": {Namespace: "ml", Pod: "p", Container: "app"}},
 		},
 		"held but not allocatable counts on both sides": {
 			allocatable:     []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", "GPU-a")},
 			pods:            []*podresourcesv1.PodResources{pod("ml", "p", container("c", devices("nvidia.com/mig-1g.10gb", "MIG-1")))},
 			wantAllocatable: []dev{gpuA, mig1}, wantA: []dev{mig1},
-			wantHolders: map[string]Holder{"MIG-1": {"ml", "p", "c"}},
+			wantHolders: map[string]Holder{"MIG-1": {Namespace: "ml", Pod: "p", Container: "c"}},
 		},
 		"a device listed under two resources keeps its first": {
 			allocatable: []*podresourcesv1.ContainerDevices{

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gpuscaler/gpuscaler/collectors/attribution"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -51,42 +52,18 @@ type PodUsageSource interface {
 	PodUsage() map[string]map[string]float64
 }
 
-// Holder names the pod and container a device is allocated to.
-type Holder struct {
-	Namespace, Pod, Container string
-}
-
-// Allocation is what the kubelet says of the node's devices, for the resources the
-// collector counts (nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* by
-// default), and of the GPUs that DRA claims hold.
-type Allocation struct {
-	// Allocatable lists the devices the kubelet can hand to pods, with their resource
-	// name and, when the resource name says it (nvidia.com/mig-1g.10gb), MIG profile. A
-	// device shared by time-slicing or MPS is listed once per replica, as the kubelet
-	// offers it.
-	Allocatable []*gpuscalerv1.Device
-	// Allocated lists the allocatable devices held by a pod now.
-	Allocated []*gpuscalerv1.Device
-	// Holders maps a device id to the pods holding it, one entry per pod, in the
-	// kubelet's order. A device id is held by one pod; several when the kubelet hands an
-	// init container's device on to its app containers (one pod) or when a pod's
-	// containers share it.
-	Holders map[string][]Holder
-	// Claims lists the devices that DRA resource claims give the node's containers, one
-	// entry per pod and device. They are not in Allocatable: a DRA driver publishes its
-	// devices in ResourceSlices, not through the kubelet's device list, so they are
-	// attributed to pods but not counted as capacity.
-	Claims []Claim
-}
-
-// Claim is one device that a DRA claim gives a pod (pod-resources' ClaimResource).
-type Claim struct {
-	Driver, Pool, Device string
-	Holder               Holder
-}
-
-// ID returns the device as DRA names it: driver/pool/device.
-func (c Claim) ID() string { return c.Driver + "/" + c.Pool + "/" + c.Device }
+// Holder, Allocation and Claim are what an Attributor answers: package attribution
+// defines them, beside the attribution that reads them, so that it imports nothing of
+// the collector's.
+type (
+	// Holder names the pod and container a device is allocated to.
+	Holder = attribution.Holder
+	// Allocation is what the kubelet says of the node's devices and of the GPUs that DRA
+	// claims hold.
+	Allocation = attribution.Allocation
+	// Claim is one device that a DRA claim gives a pod.
+	Claim = attribution.Claim
+)
 
 // Attributor says which devices the node can hand out and which pod holds each.
 type Attributor interface {

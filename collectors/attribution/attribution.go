@@ -1,4 +1,12 @@
-package collectors
+// Package attribution joins what the kubelet says of a node's devices (an Allocation:
+// which it can hand out, and which pod holds each) with what a GPU source measured (the
+// NodeReport's samples): it says which pods hold each sample, which devices are not free,
+// and which allocated devices match no sample. It is pure: no I/O and no state of its own; the
+// collector asks the kubelet and the source, and hands both here. A package of its own
+// so that its fuzz target's test binary links only it, deviceid and the event contract,
+// not the collector's NATS, Kubernetes and GPU libraries, whose coverage the fuzzer
+// would otherwise scan at every run.
+package attribution
 
 import (
 	"cmp"
@@ -9,7 +17,44 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// attribute joins what the kubelet says (alloc) with what the source measured (r.Gpus),
+// Holder names the pod and container a device is allocated to.
+type Holder struct {
+	Namespace, Pod, Container string
+}
+
+// Allocation is what the kubelet says of the node's devices, for the resources the
+// collector counts (nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* by
+// default), and of the GPUs that DRA claims hold.
+type Allocation struct {
+	// Allocatable lists the devices the kubelet can hand to pods, with their resource
+	// name and, when the resource name says it (nvidia.com/mig-1g.10gb), MIG profile. A
+	// device shared by time-slicing or MPS is listed once per replica, as the kubelet
+	// offers it.
+	Allocatable []*gpuscalerv1.Device
+	// Allocated lists the allocatable devices held by a pod now.
+	Allocated []*gpuscalerv1.Device
+	// Holders maps a device id to the pods holding it, one entry per pod, in the
+	// kubelet's order. A device id is held by one pod; several when the kubelet hands an
+	// init container's device on to its app containers (one pod) or when a pod's
+	// containers share it.
+	Holders map[string][]Holder
+	// Claims lists the devices that DRA resource claims give the node's containers, one
+	// entry per pod and device. They are not in Allocatable: a DRA driver publishes its
+	// devices in ResourceSlices, not through the kubelet's device list, so they are
+	// attributed to pods but not counted as capacity.
+	Claims []Claim
+}
+
+// Claim is one device that a DRA claim gives a pod (pod-resources' ClaimResource).
+type Claim struct {
+	Driver, Pool, Device string
+	Holder               Holder
+}
+
+// ID returns the device as DRA names it: driver/pool/device.
+func (c Claim) ID() string { return c.Driver + "/" + c.Pool + "/" + c.Device }
+
+// Attribute joins what the kubelet says (alloc) with what the source measured (r.Gpus),
 // in place: each sample gets every pod holding its device (Pod, then OtherPods, sorted
 // by namespace and name) and Shared when the kubelet offers it as replicas; each
 // allocatable device of an unhealthy GPU is marked Unhealthy; each allocated device or
@@ -33,7 +78,7 @@ import (
 // agrees with the kubelet's.
 //
 // It returns the ids it could not parse, for the caller to count and log.
-func attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string) {
+func Attribute(r *gpuscalerv1.NodeReport, alloc *Allocation) (unparsed []string) {
 	ix := newSampleIndex(r.GetGpus())
 	r.Allocatable, r.Allocated = alloc.Allocatable, alloc.Allocated
 
@@ -160,7 +205,7 @@ type sampleIndex struct {
 	samples  []*gpuscalerv1.GPUSample
 	byDevice map[string]*gpuscalerv1.GPUSample // by DeviceID: GPU and MIG device UUIDs
 	byGI     map[uuidGI]*gpuscalerv1.GPUSample // MIG samples by GPU UUID and GPU instance id
-	byMinor  map[uint32]*gpuscalerv1.GPUSample // whole GPUs by minor number (or index, see attribute)
+	byMinor  map[uint32]*gpuscalerv1.GPUSample // whole GPUs by minor number (or index, see Attribute)
 	byMinGI  map[minorGI]*gpuscalerv1.GPUSample
 	inMIG    map[uint32]bool // minor numbers of GPUs measured through MIG instances
 }
