@@ -147,7 +147,7 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 }
 
 // attribute fills each sample's pods, the report's allocatable, allocated and
-// unattributed devices from the kubelet (see attribute in attribution.go); then the
+// unattributed devices from the kubelet (see attribution.Attribute); then the
 // pods' labels and owners from the pod directory, and their own use of shared devices
 // from the source when it measures that. A pod whose labels the directory does not know
 // is marked LabelsUnknown: the scaler cannot tell whether a podSelector selects it.
