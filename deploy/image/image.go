@@ -62,8 +62,9 @@ type image struct {
 	bin         *binary
 	cmd         string
 	ports       []string
-	// libs says the image carries the shared libraries the binary loads.
-	libs bool
+	// libs are the shared libraries the image carries for the binary: the files the
+	// loader maps for it on the build host.
+	libs []string
 }
 
 // built is one image built, and where it was written.
@@ -110,12 +111,20 @@ func build(ctx context.Context, opts options) ([]built, error) {
 			"build both from the same checkout (make image does)", opts.ScalerBin, scaler.version, scaler.commit, scaler.arch,
 			opts.CollectorBin, collector.version, collector.commit, collector.arch)
 	}
+	// Ask ldd now, so that a missing library fails before any layer is compressed.
+	libs, err := sharedLibraries(ctx, opts.LDD, collector.path)
+	if err != nil {
+		return nil, err
+	}
+	if collector.interp != "" && !slices.Contains(libs, collector.interp) {
+		libs = append(libs, collector.interp)
+	}
 	tag := cmp.Or(opts.Tag, scaler.version)
-	scalerRef, err := name.NewTag(opts.Repository+":"+tag)
+	scalerRef, err := name.NewTag(opts.Repository + ":" + tag)
 	if err != nil {
 		return nil, fmt.Errorf("--repository %q and --tag %q: %w", opts.Repository, tag, err)
 	}
-	collectorRef, err := name.NewTag(opts.Repository+"-collector:"+tag)
+	collectorRef, err := name.NewTag(opts.Repository + "-collector:" + tag)
 	if err != nil {
 		return nil, fmt.Errorf("--repository %q: %w", opts.Repository, err)
 	}
@@ -141,12 +150,13 @@ func build(ctx context.Context, opts options) ([]built, error) {
 			suffix:      "-collector",
 			title:       "gpuscaler-collector",
 			description: "gpuscaler's GPU node collector (cgo: DCGM and NVML load the NVIDIA libraries at run time)",
-			bin:         collector, cmd: "collector", ports: []string{"8081/tcp"}, libs: true,
+			bin:         collector, cmd: "collector", ports: []string{"8081/tcp"}, libs: libs,
 		}},
 	}
+	// Build both before writing either, so that a failure leaves nothing behind.
 	var out []built
 	for _, im := range images {
-		img, err := im.spec.build(ctx, opts, base)
+		img, err := im.spec.build(opts, base)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", im.ref, err)
 		}
@@ -157,30 +167,33 @@ func build(ctx context.Context, opts options) ([]built, error) {
 		if b.size, err = compressedSize(img); err != nil {
 			return nil, fmt.Errorf("%s: %w", im.ref, err)
 		}
+		out = append(out, b)
+	}
+	for i, b := range out {
 		if opts.Out != "" {
-			b.Archive = path.Join(opts.Out, path.Base(im.ref.RepositoryStr())+".tar")
-			if err := writeArchive(b.Archive, im.ref, img); err != nil {
+			archive := path.Join(opts.Out, path.Base(b.Ref.RepositoryStr())+".tar")
+			if err := writeArchive(archive, b.Ref, b.Image); err != nil {
 				return nil, err
 			}
+			out[i].Archive = archive
 		}
 		if opts.Push {
 			ropts := append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts.Remote...)
-			if err := remote.Write(im.ref, img, ropts...); err != nil {
-				return nil, fmt.Errorf("push %s: %w", im.ref, err)
+			if err := remote.Write(b.Ref, b.Image, ropts...); err != nil {
+				return nil, fmt.Errorf("push %s: %w", b.Ref, err)
 			}
-			b.Pushed = true
+			out[i].Pushed = true
 		}
-		out = append(out, b)
 	}
 	return out, nil
 }
 
 // build makes the image: the base layer, the shared libraries when it needs them, then
 // the binary, each a layer of its own so that a new binary changes one layer.
-func (im image) build(ctx context.Context, opts options, base layer) (v1.Image, error) {
+func (im image) build(opts options, base layer) (v1.Image, error) {
 	layers := []layer{base}
-	if im.libs {
-		l, err := libraryLayer(ctx, opts, im.bin)
+	if len(im.libs) > 0 {
+		l, err := libraryLayer(opts, im.libs)
 		if err != nil {
 			return nil, err
 		}
@@ -196,15 +209,18 @@ func (im image) build(ctx context.Context, opts options, base layer) (v1.Image, 
 	}
 	layers = append(layers, bin)
 
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	// Docker's image manifest (v2, schema 2) rather than OCI's: a docker-archive keeps
+	// only the config and layers, and whoever reads it back (docker load, kind, this
+	// tool's tests) rebuilds that manifest, so the digest printed here is the one the
+	// archive and the registry give.
 	ports := map[string]struct{}{}
 	for _, p := range im.ports {
 		ports[p] = struct{}{}
 	}
-	img, err = mutate.ConfigFile(img, &v1.ConfigFile{
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
 		Architecture: im.bin.arch,
 		OS:           "linux",
+		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			Entrypoint:   []string{binaryPath},
 			Cmd:          []string{im.cmd},
@@ -227,7 +243,7 @@ func (im image) build(ctx context.Context, opts options, base layer) (v1.Image, 
 	for _, l := range layers {
 		img, err = mutate.Append(img, mutate.Addendum{
 			Layer:     l.Layer,
-			MediaType: types.OCILayer,
+			MediaType: types.DockerLayer,
 			History:   v1.History{Created: v1.Time{Time: opts.Created}, CreatedBy: "gpuscaler deploy/image: " + l.what},
 		})
 		if err != nil {
@@ -262,24 +278,17 @@ func baseLayer(opts options) (layer, error) {
 	return newLayer(what, opts.Created, files)
 }
 
-// libraryLayer holds the shared libraries ldd lists for the binary, each at the path the
-// loader found it (so the loader finds it there again) with the file's content, and the
-// loader at the path the binary names. The NVIDIA libraries are not among them: the
-// NVIDIA container toolkit mounts libnvidia-ml into the container at run time, and
-// libdcgm comes from the host (deploy/README.md, GPU sources).
-func libraryLayer(ctx context.Context, opts options, bin *binary) (layer, error) {
-	libs, err := sharedLibraries(ctx, opts.LDD, bin.path)
-	if err != nil {
-		return layer{}, err
-	}
-	if bin.interp != "" && !slices.Contains(libs, bin.interp) {
-		libs = append(libs, bin.interp)
-	}
+// libraryLayer holds the shared libraries, each at the path the loader found it on the
+// build host (so the loader finds it there again) with the file's content. The NVIDIA
+// libraries are not among them: the NVIDIA container toolkit mounts libnvidia-ml into
+// the container at run time, and libdcgm comes from the host (deploy/README.md, GPU
+// sources).
+func libraryLayer(opts options, libs []string) (layer, error) {
 	var files []file
 	for _, lib := range libs {
 		data, err := os.ReadFile(lib)
 		if err != nil {
-			return layer{}, fmt.Errorf("shared library of %s: %w", bin.path, err)
+			return layer{}, fmt.Errorf("shared library: %w", err)
 		}
 		files = append(files, file{path: lib, mode: 0o755, data: data})
 	}

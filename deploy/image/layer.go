@@ -87,7 +87,7 @@ func newLayer(what string, created time.Time, files []file) (layer, error) {
 	blob := buf.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(blob)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.DockerLayer))
 	if err != nil {
 		return layer{}, err
 	}
