@@ -382,6 +382,27 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+// TestRunSaysWhatNext: after building, the command says how to load the archives into
+// kind and the chart values that name the images.
+func TestRunSaysWhatNext(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"--scaler-bin", staticBin, "--collector-bin", cgoBin, "--tag", "v9", "--out", dir}
+	if code := run(t.Context(), args, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("got exit %d, stderr %q", code, stderr.String())
+	}
+	for _, want := range []string{
+		"gpuscaler:v9  sha256:", "gpuscaler-collector:v9  sha256:",
+		"kind load image-archive " + filepath.Join(dir, "gpuscaler.tar") + "\n",
+		"kind load image-archive " + filepath.Join(dir, "gpuscaler-collector.tar") + "\n",
+		"helm install gpuscaler deploy/helm/gpuscaler -n gpuscaler --create-namespace --set image.repository=gpuscaler,image.tag=v9\n",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("got stdout %q, want %q", stdout.String(), want)
+		}
+	}
+}
+
 func TestParseLDD(t *testing.T) {
 	tests := map[string]struct {
 		out     string

@@ -91,11 +91,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "%s  %s  %s\n", b.Ref, b.Digest, b.summary())
 	}
 	if opts.Out != "" && !opts.Push {
-		fmt.Fprintf(stdout, "\nLoad them into kind with:\n")
+		fmt.Fprintf(stdout, "\nLoad them into kind (docker load -i and podman load -i take them too):\n")
 		for _, b := range built {
 			fmt.Fprintf(stdout, "  kind load image-archive %s\n", b.Archive)
 		}
 	}
+	fmt.Fprintf(stdout, "\nInstall the chart with them:\n  helm install gpuscaler deploy/helm/gpuscaler -n gpuscaler --create-namespace "+
+		"--set image.repository=%s,image.tag=%s\n", opts.Repository, built[0].Ref.TagStr())
 	return 0
 }
 
