@@ -22,5 +22,5 @@ func NewNVML(NVMLConfig) (Source, error) {
 
 func noCgoError(source, why string) error {
 	return fmt.Errorf("%w: the %s source needs cgo (%s); build gpuscaler with a C compiler and CGO_ENABLED=1 "+
-		"(README, Building), or use %s", ErrNoCgo, source, why, noGPULibraryHint)
+		"(README, Two commands), or use %s", ErrNoCgo, source, why, noGPULibraryHint)
 }
