@@ -39,8 +39,6 @@ type options struct {
 	LDD string
 	// Created is the images' creation time and their files' modification time.
 	Created time.Time
-	// Remote adds options to every registry call (tests: a transport); nil for none.
-	Remote []remote.Option
 }
 
 // The images' fixed facts, as the Dockerfile sets them.
@@ -56,7 +54,6 @@ const (
 
 // image is one image to build.
 type image struct {
-	suffix      string // appended to the repository: "" or "-collector"
 	title       string
 	description string
 	bin         *binary
@@ -147,7 +144,6 @@ func build(ctx context.Context, opts options) ([]built, error) {
 			bin:         scaler, cmd: "scaler", ports: []string{"9090/tcp", "8080/tcp"},
 		}},
 		{collectorRef, image{
-			suffix:      "-collector",
 			title:       "gpuscaler-collector",
 			description: "gpuscaler's GPU node collector (cgo: DCGM and NVML load the NVIDIA libraries at run time)",
 			bin:         collector, cmd: "collector", ports: []string{"8081/tcp"}, libs: libs,
@@ -178,8 +174,8 @@ func build(ctx context.Context, opts options) ([]built, error) {
 			out[i].Archive = archive
 		}
 		if opts.Push {
-			ropts := append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts.Remote...)
-			if err := remote.Write(b.Ref, b.Image, ropts...); err != nil {
+			// Credentials as docker login and podman login left them.
+			if err := remote.Write(b.Ref, b.Image, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 				return nil, fmt.Errorf("push %s: %w", b.Ref, err)
 			}
 			out[i].Pushed = true
