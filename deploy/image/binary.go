@@ -7,8 +7,11 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -162,4 +165,45 @@ func parseLDD(out string) ([]string, error) {
 		return nil, fmt.Errorf("needs %s, which the loader cannot find on this host", strings.Join(missing, ", "))
 	}
 	return libs, nil
+}
+
+// glibcRuntime are the sonames of glibc's run-time libraries, less its debugging,
+// profiling and legacy ones. ldd of the collector binary lists libc.so.6 alone, but the
+// NVIDIA libraries it loads at run time (libnvidia-ml, which the NVIDIA container
+// toolkit mounts, and libdcgm) link others (libm, libdl, libpthread, librt), and
+// nothing brings those into the container: without them dlopen fails and the source
+// reads "library not found". distroless/base carries them for the same reason (glibc's
+// libc6 package).
+var glibcRuntime = []string{
+	"libc.so.6", "libm.so.6", "libmvec.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+	"libresolv.so.2", "libutil.so.1", "libanl.so.1", "libnss_files.so.2", "libnss_dns.so.2",
+}
+
+// withGlibc adds to libs the glibc run-time libraries that lie beside the libc.so.6
+// among them, as the loader finds them: the same glibc, from the same directory.
+// Without a libc.so.6 (a binary not linked with glibc) it returns libs as they are.
+func withGlibc(libs []string) ([]string, error) {
+	var dir string
+	for _, l := range libs {
+		if path.Base(l) == "libc.so.6" {
+			dir = path.Dir(l)
+		}
+	}
+	if dir == "" {
+		return libs, nil
+	}
+	out := slices.Clone(libs)
+	for _, name := range glibcRuntime {
+		p := path.Join(dir, name)
+		if slices.Contains(out, p) {
+			continue
+		}
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			continue // not built on this architecture or glibc version (libmvec)
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

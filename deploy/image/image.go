@@ -60,7 +60,7 @@ type image struct {
 	cmd         string
 	ports       []string
 	// libs are the shared libraries the image carries for the binary: the files the
-	// loader maps for it on the build host.
+	// loader maps for it on the build host, and the rest of glibc's (withGlibc).
 	libs []string
 }
 
@@ -115,6 +115,9 @@ func build(ctx context.Context, opts options) ([]built, error) {
 	}
 	if collector.interp != "" && !slices.Contains(libs, collector.interp) {
 		libs = append(libs, collector.interp)
+	}
+	if libs, err = withGlibc(libs); err != nil {
+		return nil, err
 	}
 	tag := cmp.Or(opts.Tag, scaler.version)
 	scalerRef, err := name.NewTag(opts.Repository + ":" + tag)
@@ -288,7 +291,7 @@ func libraryLayer(opts options, libs []string) (layer, error) {
 		}
 		files = append(files, file{path: lib, mode: 0o755, data: data})
 	}
-	return newLayer("shared libraries: "+strings.Join(libs, ", "), opts.Created, files)
+	return newLayer("shared libraries (ldd, glibc): "+strings.Join(libs, ", "), opts.Created, files)
 }
 
 // writeArchive writes img as a docker-archive tarball tagged ref, through a temporary

@@ -237,6 +237,9 @@ func TestImages(t *testing.T) {
 			if code != 0 || !strings.HasPrefix(out, "gpuscaler "+version+" (commit "+commit+", ") || !strings.HasSuffix(out, wantVersion) {
 				t.Errorf("gpuscaler version in the image: exit %d, %q; want exit 0, gpuscaler %s (commit %s, …%s", code, out, version, commit, wantVersion)
 			}
+			if tc.cmd == "collector" {
+				checkLoadsNVML(t, root, tc.libs)
+			}
 		})
 	}
 
@@ -453,8 +456,44 @@ func FuzzParseLDD(f *testing.F) {
 	})
 }
 
+// checkLoadsNVML: the collector in its image loads an NVML library put where the NVIDIA
+// container toolkit puts libnvidia-ml.so.1, one that links libm as the real one does:
+// its NVML source then fails at nvmlInit, which the stand-in answers "driver not
+// loaded", and not at dlopen ("library not found"), which it would if the image
+// lacked a library the stand-in links.
+func checkLoadsNVML(t *testing.T, root string, libs []string) {
+	t.Helper()
+	var libdir string
+	for _, l := range libs {
+		if filepath.Base(l) == "libc.so.6" {
+			libdir = filepath.Dir(l)
+		}
+	}
+	src := filepath.Join(t.TempDir(), "nvml.c")
+	err := os.WriteFile(src, []byte(`#include <math.h>
+volatile double x = 2;
+/* NVML_ERROR_DRIVER_NOT_LOADED (nvml.h); sqrt keeps libm.so.6 among its needs. */
+int nvmlInit_v2(void) { return 9 + (int)(sqrt(x) - sqrt(x)); }
+int nvmlInit(void) { return nvmlInit_v2(); }
+int nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(int r) { return r == 9 ? "Driver Not Loaded" : "Unknown Error"; }
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(root, libdir, "libnvidia-ml.so.1")
+	cc := exec.Command("cc", "-shared", "-fPIC", "-o", lib, src, "-Wl,--no-as-needed", "-lm")
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("cc (the project needs a C compiler for cgo): %v\n%s", err, out)
+	}
+	out, code := runInRoot(t, root, "collector", "--source", "nvml", "--http-addr", "-", "--node", "n")
+	if code != 1 || !strings.Contains(out, "NVML Init: ") || strings.Contains(out, "LIBRARY_NOT_FOUND") || !strings.Contains(out, "(9)") {
+		t.Errorf("collector --source nvml with a stand-in libnvidia-ml.so.1 in %s: exit %d, %q; want exit 1 and NVML Init failing with 9 (driver not loaded), the library loaded", libdir, code, out)
+	}
+}
+
 // collectorLibs are the files the collector image must carry besides the base: what
-// ldd lists for the cgo binary, and its loader.
+// ldd lists for the cgo binary, its loader, and glibc's other run-time libraries.
 func collectorLibs(t *testing.T) []string {
 	t.Helper()
 	libs, err := sharedLibraries(t.Context(), "ldd", cgoBin)
@@ -468,8 +507,14 @@ func collectorLibs(t *testing.T) []string {
 	if b.interp == "" || !slices.Contains(libs, b.interp) {
 		libs = append(libs, b.interp)
 	}
-	if len(libs) < 2 {
-		t.Fatalf("ldd lists %q for %s, want at least libc and the loader", libs, cgoBin)
+	if libs, err = withGlibc(libs); err != nil {
+		t.Fatal(err)
+	}
+	// What a dlopened NVIDIA library links, beyond libc (readelf -d libnvidia-ml.so.1).
+	for _, want := range []string{"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"} {
+		if !slices.ContainsFunc(libs, func(l string) bool { return filepath.Base(l) == want }) {
+			t.Errorf("the collector image's libraries %q lack %s", libs, want)
+		}
 	}
 	return libs
 }

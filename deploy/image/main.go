@@ -5,8 +5,10 @@
 //     auth callout and the CLI. It needs no C library, so the image holds the binary, CA
 //     certificates, /etc/passwd and /tmp, and nothing that could be run but gpuscaler.
 //   - gpuscaler-collector: the cgo binary, whose DCGM and NVML sources load the NVIDIA
-//     libraries at run time, with exactly the shared libraries ldd lists for it on the
-//     build host (glibc's loader and libc), so the image runs what was tested here.
+//     libraries at run time, with the shared libraries ldd lists for it on the build
+//     host (glibc's loader and libc) and the rest of that glibc's run-time libraries,
+//     which the NVIDIA libraries link (withGlibc): the glibc the binary was built and
+//     tested with.
 //
 // It writes each as a docker-archive tarball, which `docker load`, `podman load` and
 // `kind load image-archive` take, and with --push sends both to a registry. `make image`
@@ -32,7 +34,7 @@ const usage = `Usage: image [flags]
 
 Builds gpuscaler's images from built binaries, without a container engine:
   REPOSITORY:TAG            the static binary on an empty base (scaler, auth callout, CLI)
-  REPOSITORY-collector:TAG  the cgo binary with the shared libraries ldd lists for it
+  REPOSITORY-collector:TAG  the cgo binary with the glibc it was built with
 and writes each to OUT/<name>.tar (docker-archive: docker load, podman load, kind load
 image-archive). --push sends both to the registry REPOSITORY names.
 
