@@ -50,6 +50,14 @@ func (cfg SourceConfig) nvmlConfig() NVMLConfig {
 	return n
 }
 
+// ErrNoCgo reports that a source needs cgo and this binary was built without it: the
+// DCGM and NVML sources call the NVIDIA libraries through C.
+var ErrNoCgo = errors.New("this binary was built without cgo (CGO_ENABLED=0)")
+
+// noGPULibraryHint names the sources that read GPUs without an NVIDIA library in this
+// process, for errors that say what to use instead.
+const noGPULibraryHint = "--source exporter to read an existing dcgm-exporter, or --source sim for simulated GPUs"
+
 // SourceKinds lists the values of SourceConfig.Kind.
 var SourceKinds = []string{"auto", "dcgm", "nvml", "exporter", "sim"}
 
@@ -66,9 +74,14 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 		if nvmlErr == nil {
 			return n, nil
 		}
-		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use "+
-			"--source exporter to read an existing dcgm-exporter, or --source sim for simulated GPUs", ErrNoGPUSource,
-			unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr))
+		if errors.Is(dcgmErr, ErrNoCgo) && errors.Is(nvmlErr, ErrNoCgo) {
+			// One reason for both: saying it twice would hide the way out.
+			return nil, fmt.Errorf("%w: %w: it has neither the DCGM nor the NVML source (go-dcgm and go-nvml call the "+
+				"NVIDIA libraries through C); build gpuscaler with a C compiler and CGO_ENABLED=1 (README, Two commands), "+
+				"or use %s", ErrNoGPUSource, ErrNoCgo, noGPULibraryHint)
+		}
+		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use %s",
+			ErrNoGPUSource, unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr), noGPULibraryHint)
 	case "dcgm":
 		return NewDCGM(cfg.dcgmConfig())
 	case "nvml":

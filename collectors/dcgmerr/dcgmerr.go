@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package dcgmerr tells what kind of failure a DCGM error is, by DCGM's return code or by
 // its errorString text, so that the DCGM source decides with errors.Is and never reads
 // DCGM's codes or texts itself. It is a package of its own so that its fuzz target runs

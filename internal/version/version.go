@@ -13,7 +13,13 @@ var (
 	Commit  = "unknown"
 )
 
-// String describes the build on one line.
+// String describes the build on one line, ending in whether it was built with cgo: a
+// static binary (CGO_ENABLED=0) runs every command, but its collector has no DCGM or
+// NVML source.
 func String() string {
-	return fmt.Sprintf("gpuscaler %s (commit %s, %s, %s/%s)", Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	cgo := "cgo"
+	if !Cgo {
+		cgo = "no cgo: no DCGM or NVML source"
+	}
+	return fmt.Sprintf("gpuscaler %s (commit %s, %s, %s/%s, %s)", Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, cgo)
 }

@@ -157,7 +157,8 @@ func RenderCase(root string, c Case) ([]byte, error) {
 			"# generates them, and every upgrade keeps them.\n")
 	}
 	if c.Plain {
-		fmt.Fprintf(&b, "# Create the Secrets it names first (deploy/README.md), then apply with\n")
+		fmt.Fprintf(&b, "# gpuscaler publishes no image: build the images it names and load or push them\n")
+		fmt.Fprintf(&b, "# (deploy/README.md, Images). Create the Secrets it names first (deploy/README.md),\n# then apply with\n")
 		fmt.Fprintf(&b, "#   kubectl apply --server-side -f %s\n# or install the chart:\n", filepath.Base(c.Out))
 		fmt.Fprintf(&b, "#   helm install %s %s -n %s --create-namespace", Release, ChartDir, Namespace)
 		for _, v := range c.Values {

@@ -48,8 +48,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
+{{/* The static image: scaler, auth callout, NATS's issuer-key init container. */}}
 {{- define "gpuscaler.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The collector's image (cgo): make image builds it as <image.repository>-collector. */}}
+{{- define "gpuscaler.collectorImage" -}}
+{{ .Values.collector.image.repository | default (printf "%s-collector" .Values.image.repository) }}:{{ .Values.collector.image.tag | default .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
 {{/* The NATS URLs the scaler and the collectors connect to. */}}
