@@ -279,6 +279,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		max:       s.cfg.MaxFollowedConsumers,
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
+		explain:   s.nc.Explain,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
 	pb.RegisterExternalScalerServer(srv, &Server{
 		state:    s.state,

@@ -57,3 +57,21 @@ func TestFollowExplainsATimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkQueueErrorExplainsATimeout: a consumer's info fetched while nothing answers
+// runs out of time; the Unavailable error KEDA gets names the URL and the cause.
+func TestWorkQueueErrorExplainsATimeout(t *testing.T) {
+	url := "nats://" + testkit.FreeAddr(t)
+	nc := natstest.Connect(t, url)
+	testkit.Eventually(t, 10*time.Second, func() bool { return errors.Is(nc.Problem(), syscall.ECONNREFUSED) })
+	w := &workQueues{cfg: workQueueConfig{explain: nc.Explain}}
+	err := w.describe(wqKey{stream: "JOBS", consumer: "workers"}, context.DeadlineExceeded)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, natsconn.ErrNotConnected) {
+		t.Fatalf("got %v, want Unavailable explained as NATS not connected", err)
+	}
+	for _, want := range []string{`stream "JOBS", consumer "workers"`, "not connected to NATS at " + url, "connection refused", "context deadline exceeded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("got %q, want it to contain %q", err, want)
+		}
+	}
+}
