@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -144,13 +143,14 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	}
 	defer nc.Close()
 
+	cfg.NATSProblem = nc.Problem
 	c, err := gpucollectors.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
 	if err != nil {
 		return err
 	}
 	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
-		if !nc.IsConnected() {
-			return errors.New("NATS is not connected")
+		if err := nc.Problem(); err != nil {
+			return err
 		}
 		return c.Ready()
 	}, func(mux *http.ServeMux) {
