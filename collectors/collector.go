@@ -118,7 +118,7 @@ func (c *Collector) cycle(parent context.Context) {
 		// The previous report waited a whole interval: say so now, not only once
 		// readiness gives up after three.
 		c.metrics.errors.WithLabelValues("publish").Inc()
-		c.warnEvery("publish", fmt.Errorf("cannot publish: the report of %s ago was not published and a newer one replaces it: %w",
+		c.warnEvery("publish", fmt.Errorf("cannot publish: the report made %s ago was not published, and a newer one replaces it: %w",
 			c.cfg.Interval, c.notPublishing()))
 	}
 	c.flushPending()

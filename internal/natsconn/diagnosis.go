@@ -135,7 +135,11 @@ func (e *notConnectedError) Error() string {
 	if e.cause == nil {
 		return fmt.Sprintf("not connected to NATS at %s%s (connecting)", e.target, down)
 	}
-	return fmt.Sprintf("not connected to NATS at %s%s (%d failed attempts; the last: %s: %v)", e.target, down, e.failures, reason(e.cause), e.cause)
+	attempts := "1 failed attempt"
+	if e.failures != 1 {
+		attempts = fmt.Sprintf("%d failed attempts", e.failures)
+	}
+	return fmt.Sprintf("not connected to NATS at %s%s (%s; the last: %s: %v)", e.target, down, attempts, reason(e.cause), e.cause)
 }
 
 func (e *notConnectedError) Is(target error) bool { return target == ErrNotConnected }
