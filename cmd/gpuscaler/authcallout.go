@@ -50,7 +50,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 			return runHashPassword(args[1:], env, os.Stdin, stdout)
 		}
 	}
-	natsOpts := natsconn.Options{}
+	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
 	var (
 		cfg             authcallout.Config
 		seedFile, users string
