@@ -182,7 +182,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		return fmt.Errorf("publish to %s: NATS refused it: %w; an identity may publish only its own namespace's queues (gpuscaler.v1.queue.<its namespace>.>) or its own node's reports", subject, last)
 	}
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", subject, err)
+		return fmt.Errorf("publish to %s: %w", subject, nc.Explain(err))
 	}
 	fmt.Fprintf(stdout, "published to %s (stream %s, sequence %d)\n", subject, ack.Stream, ack.Sequence)
 	return nil
