@@ -137,6 +137,7 @@ func TestReadmeGoTestCommandsRun(t *testing.T) {
 		}
 		checked++
 		t.Run(line, func(t *testing.T) {
+			t.Parallel()
 			args := shellWords(t, line)[2:]
 			cmd := exec.Command("go", append([]string{"test", "-n"}, args...)...)
 			cmd.Dir = repoRoot
