@@ -156,11 +156,11 @@ func describeNumbers(fs *flag.FlagSet) (restore func()) {
 
 // positive is a usage error unless a count or duration flag's value is above zero:
 // the parts would otherwise take a zero or negative value for their default, silently.
-func positive[T int | int64 | time.Duration](flag string, v T, want string) error {
+func positive[T int | int64 | time.Duration](name string, v T, want string) error {
 	if v > 0 {
 		return nil
 	}
-	return usageError{fmt.Errorf("--%s %v: want %s", flag, v, want)}
+	return usageError{fmt.Errorf("--%s %v: want %s", name, v, want)}
 }
 
 // natsFlags adds the flags that say how to reach NATS.
