@@ -26,7 +26,7 @@ PROTO_FILES := proto/externalscaler/externalscaler.proto proto/gpuscaler/v1/even
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/gpuscaler (cgo: needs a C compiler, for the collector's DCGM and NVML sources)
@@ -66,7 +66,7 @@ scaler: build ## run the scaler alone, with an embedded NATS server
 	./bin/gpuscaler scaler
 
 .PHONY: test
-test: lint ## lint, then run every test with the race detector
+test: lint ## lint, then the main module's tests with the race detector (not fuzz, test-manifests, test-keda or e2e)
 	$(GO) test -race -count=1 ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -run NoCgo ./collectors/
 

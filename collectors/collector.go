@@ -30,6 +30,10 @@ type Config struct {
 	// NodeLabels returns the node's Kubernetes labels for each report (nodeSelector of
 	// capacity triggers); nil reports none.
 	NodeLabels func() map[string]string
+	// NATSProblem says why NATS cannot take a report now, nil when it can: where the
+	// connection tries to go, since when, and why it fails (natsconn.Conn.Problem). Nil
+	// asks the connection only whether it is connected.
+	NATSProblem func() error
 }
 
 // Collector reads the node's GPUs every interval, attributes them to pods and publishes
@@ -108,9 +112,30 @@ func (c *Collector) cycle(parent context.Context) {
 		return
 	}
 	c.pendingMu.Lock()
+	unpublished := c.pending != nil
 	c.pending = data
 	c.pendingMu.Unlock()
+	if unpublished {
+		// The previous report waited a whole interval: say so now, not only once
+		// readiness gives up after three.
+		c.metrics.errors.WithLabelValues("publish").Inc()
+		c.warnEvery("publish", fmt.Errorf("cannot publish: the report made %s ago was not published, and a newer one replaces it: %w",
+			c.cfg.Interval, c.notPublishing()))
+	}
 	c.flushPending()
+}
+
+// notPublishing says why the held report is not published.
+func (c *Collector) notPublishing() error {
+	if c.cfg.NATSProblem != nil {
+		if err := c.cfg.NATSProblem(); err != nil {
+			return err
+		}
+	}
+	if !c.nc.IsConnected() {
+		return errors.New("NATS is not connected")
+	}
+	return errors.New("NATS did not take it")
 }
 
 // Report reads the GPUs and builds one NodeReport, attributed and validated. Run calls

@@ -32,6 +32,9 @@ import (
 //	jitter: 5                 # ± percent of noise, deterministic with seed
 //	replicas: 4               # time-slicing: each whole GPU offered as 4 replicas
 //
+// Users read every key in examples/simulated-node/README.md, which a test keeps in step
+// with these fields.
+//
 // With replicas above 1, each whole GPU is offered as that many devices "<uuid>::<n>",
 // as NVIDIA's device plugin does for time-slicing and MPS; up to that many pods may name
 // the same GPU, and it runs at the sum of their utilisations (at most 100%).

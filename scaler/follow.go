@@ -97,6 +97,9 @@ type follower struct {
 	metrics *metrics
 	log     *slog.Logger
 	drops   *logLimiter
+	// explain adds to an error that ran out of time while NATS was down where NATS is
+	// and why it cannot be reached (natsconn.Conn.Explain); nil adds nothing.
+	explain func(error) error
 	// checkEvery is the watchdog's period.
 	checkEvery time.Duration
 
@@ -164,7 +167,12 @@ func (f *follower) run(ctx context.Context) error {
 
 // follow sets up the stream and the consumer and handles messages until ctx ends or the
 // watchdog finds the stream gone or replaced.
-func (f *follower) follow(ctx context.Context) error {
+func (f *follower) follow(ctx context.Context) (err error) {
+	if f.explain != nil {
+		// "create or update stream GPUSCALER: context deadline exceeded" alone would not
+		// say that nothing answers at the URL.
+		defer func() { err = f.explain(err) }()
+	}
 	created, err := f.ensureStream(ctx)
 	if err != nil {
 		return err

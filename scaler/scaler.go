@@ -180,6 +180,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		clock:      clock,
 		log:        log.With("component", "follower"),
 		drops:      newLogLimiter(time.Minute),
+		explain:    nc.Explain,
 		checkEvery: cfg.streamCheckEvery,
 		// Reports the stream keeps past MaxAge are tombstones (see StreamConfig):
 		// turn them into tombstones before the first answer, as every other replica has.
@@ -232,13 +233,20 @@ func (s *Scaler) isReady() bool {
 func (s *Scaler) readiness() error {
 	failure, since := s.follower.failing()
 	if !s.isReady() {
+		if problem := s.nc.Problem(); problem != nil { // the root of any failure
+			return fmt.Errorf("%w: %w", errNotReady, problem)
+		}
 		if failure != nil {
 			return fmt.Errorf("%w: %w", errNotReady, failure)
 		}
 		return errNotReady
 	}
 	if down := s.nc.DownFor(); down > s.cfg.StaleAfter {
-		return fmt.Errorf("NATS has been disconnected for %s, longer than %s", down.Round(time.Second), s.cfg.StaleAfter)
+		err := fmt.Errorf("NATS has been disconnected for %s, longer than %s", down.Round(time.Second), s.cfg.StaleAfter)
+		if problem := s.nc.Problem(); problem != nil {
+			err = fmt.Errorf("%w: %w", err, problem)
+		}
+		return err
 	}
 	if failure != nil && time.Since(since) > s.cfg.StaleAfter {
 		return fmt.Errorf("not following stream %s since %s: %w", gpuscalerv1.StreamName, stamp(since), failure)
@@ -278,6 +286,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		max:       s.cfg.MaxFollowedConsumers,
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
+		explain:   s.nc.Explain,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
 	keda := &Server{
 		state:    s.state,

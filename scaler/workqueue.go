@@ -66,6 +66,9 @@ type workQueueConfig struct {
 	idleAfter time.Duration
 	// local tells the time idleness is judged by; nil means time.Now.
 	local func() time.Time
+	// explain adds to a fetch error that ran out of time while NATS was down where NATS
+	// is and why it cannot be reached (natsconn.Conn.Explain); nil adds nothing.
+	explain func(error) error
 }
 
 func (c workQueueConfig) withDefaults() workQueueConfig {
@@ -306,6 +309,9 @@ func (w *workQueues) describe(k wqKey, err error) error {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("%w: JetStream consumer %q not found on stream %q", ErrUnavailable, k.consumer, k.stream)
 	default:
+		if w.cfg.explain != nil {
+			err = w.cfg.explain(err)
+		}
 		return fmt.Errorf("%w: consumer info for stream %q, consumer %q: %w", ErrUnavailable, k.stream, k.consumer, err)
 	}
 }

@@ -50,7 +50,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 			return runHashPassword(args[1:], env, os.Stdin, stdout)
 		}
 	}
-	natsOpts := natsconn.Options{}
+	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
 	var (
 		cfg             authcallout.Config
 		seedFile, users string
@@ -119,8 +119,8 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 
 	g, ctx := errgroup.WithContext(ctx)
 	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
-		if !nc.IsConnected() {
-			return errors.New("NATS is not connected")
+		if err := nc.Problem(); err != nil {
+			return err
 		}
 		select {
 		case <-svc.Ready():

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,7 +39,7 @@ GPU sources (--source):
 Without Kubernetes API access it still publishes, with namespace/pod/container only.`
 
 func runCollector(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
-	natsOpts := natsconn.Options{}
+	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
 	var (
 		cfg           gpucollectors.Config
 		srcCfg        = gpucollectors.SourceConfig{Kind: "auto"}
@@ -75,6 +74,12 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	}
 	log, err := newLogger()
 	if err != nil {
+		return err
+	}
+	if err := positive("interval", cfg.Interval, "a positive duration"); err != nil {
+		return err
+	}
+	if err := positive("sim-gpus", simGPUs, "a number of GPUs, 1 or more"); err != nil {
 		return err
 	}
 	cfg.Node = firstOf(cfg.Node, envOr(env, "NODE_NAME"), hostname())
@@ -144,13 +149,14 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	}
 	defer nc.Close()
 
+	cfg.NATSProblem = nc.Problem
 	c, err := gpucollectors.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
 	if err != nil {
 		return err
 	}
 	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
-		if !nc.IsConnected() {
-			return errors.New("NATS is not connected")
+		if err := nc.Problem(); err != nil {
+			return err
 		}
 		return c.Ready()
 	}, func(mux *http.ServeMux) {

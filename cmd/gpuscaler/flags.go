@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 )
@@ -31,28 +32,36 @@ func newFlagSet(name, synopsis, about string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors are reported once, by run
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: gpuscaler %s\n\n%s\n\nFlags (each also read from its environment variable; a flag given on the command line wins):\n", synopsis, strings.TrimSpace(about))
-		fs.VisitAll(func(f *flag.Flag) {
-			if isShort(f) {
-				return // named in its long flag's description
-			}
-			typ, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(out, "  --%s", f.Name)
-			if typ != "" {
-				fmt.Fprintf(out, " %s", typ)
-			}
-			fmt.Fprintf(out, "\n      %s", usage)
-			switch {
-			case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s":
-			case typ == "string":
-				fmt.Fprintf(out, " (default %q)", f.DefValue)
-			default:
-				fmt.Fprintf(out, " (default %s)", f.DefValue)
-			}
-			fmt.Fprintf(out, " [$%s]\n", envName(f.Name))
-		})
+		fmt.Fprintf(out, "Usage: gpuscaler %s\n\n%s\n\n%s:\n", synopsis, strings.TrimSpace(about), flagsHeading)
+		printFlags(out, fs)
 	}
 	return fs
+}
+
+// flagsHeading introduces a command's flags in its help.
+const flagsHeading = "Flags (each also read from its environment variable; a flag given on the command line wins)"
+
+// printFlags prints every flag of fs with its default and environment variable.
+func printFlags(out io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if isShort(f) {
+			return // named in its long flag's description
+		}
+		typ, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(out, "  --%s", f.Name)
+		if typ != "" {
+			fmt.Fprintf(out, " %s", typ)
+		}
+		fmt.Fprintf(out, "\n      %s", usage)
+		switch {
+		case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s":
+		case typ == "string":
+			fmt.Fprintf(out, " (default %q)", f.DefValue)
+		default:
+			fmt.Fprintf(out, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(out, " [$%s]\n", envName(f.Name))
+	})
 }
 
 // parseFlags parses args, then sets each flag not given on the command line from its
@@ -61,7 +70,9 @@ func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
 	// The flag package prints the usage on every parse error; only --help should.
 	usage := fs.Usage
 	fs.Usage = func() {}
+	restore := describeNumbers(fs)
 	err := fs.Parse(args)
+	restore()
 	fs.Usage = usage
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -82,6 +93,9 @@ func parseFlags(fs *flag.FlagSet, args []string, env envFunc) error {
 		}
 		if v, ok := env(envName(f.Name)); ok {
 			if err := f.Value.Set(v); err != nil {
+				if want := numberWant(f.Value); want != "" {
+					err = errors.New("want " + want)
+				}
 				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
 			}
 		}
@@ -101,6 +115,66 @@ func shortFlag(fs *flag.FlagSet, short, long string) {
 // the long flag's description, and it reads no environment variable of its own.
 func isShort(f *flag.Flag) bool {
 	return len(f.Name) == 1 && strings.HasPrefix(f.Usage, "short for --")
+}
+
+// numberWant says what the value of a numeric flag must look like, or "" for a flag
+// that is not a number: the flag package's own error, "parse error", says neither.
+func numberWant(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case int, int64:
+		return "a whole number"
+	case uint, uint64:
+		return "a whole number, 0 or more"
+	case float64:
+		return "a number"
+	case time.Duration:
+		return "a duration such as 500ms, 30s, 5m or 1h30m"
+	}
+	return ""
+}
+
+// wantNumber is a numeric flag's value whose parse error says what was wanted; the flag
+// package puts the flag's name and the value given in front.
+type wantNumber struct {
+	flag.Value
+	want string
+}
+
+func (w wantNumber) Set(s string) error {
+	if err := w.Value.Set(s); err != nil {
+		return errors.New("want " + w.want)
+	}
+	return nil
+}
+
+// describeNumbers gives fs's numeric flags parse errors that say what was wanted, until
+// the returned function puts the flags' own values back (the help reads their types).
+func describeNumbers(fs *flag.FlagSet) (restore func()) {
+	var wrapped []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if want := numberWant(f.Value); want != "" {
+			f.Value = wantNumber{Value: f.Value, want: want}
+			wrapped = append(wrapped, f)
+		}
+	})
+	return func() {
+		for _, f := range wrapped {
+			f.Value = f.Value.(wantNumber).Value
+		}
+	}
+}
+
+// positive is a usage error unless a count or duration flag's value is above zero:
+// the parts would otherwise take a zero or negative value for their default, silently.
+func positive[T int | int64 | time.Duration](name string, v T, want string) error {
+	if v > 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("--%s %v: want %s", name, v, want)}
 }
 
 // natsFlags adds the flags that say how to reach NATS.

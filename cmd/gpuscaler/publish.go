@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,46 +29,98 @@ Publishes one report to NATS and waits until the GPUSCALER stream has stored it:
       a NodeReport written as protobuf JSON (field names as in events.proto), "-" for stdin
 
 observed_at is set to now when the report gives none. A scaler must have created the
-stream first (any running 'gpuscaler scaler' against the same NATS has).`
+stream first (any running 'gpuscaler scaler' against the same NATS has).
+
+Examples:
+  gpuscaler publish queue --namespace default --queue demo --waiting 3
+  gpuscaler publish queue --namespace ml --queue jobs --waiting 40 --in-flight 8 \
+      --nats-url tls://nats.example:4222 --nats-tls-ca ca.pem --nats-token-file token
+  gpuscaler publish node --file report.json`
+
+// publishArgs are the flags of publish queue and publish node, with their defaults.
+type publishArgs struct {
+	natsOpts                   natsconn.Options
+	timeout                    time.Duration
+	q                          gpuscalerv1.QueueReport
+	waitingSet                 bool
+	file                       string
+	waiting, inFlight, arrived uint64
+}
+
+func newPublishArgs() *publishArgs {
+	return &publishArgs{natsOpts: natsconn.Options{URLs: natsconn.DefaultURL, Name: "gpuscaler-publish"}, timeout: 5 * time.Second}
+}
+
+// common adds the flags both kinds take.
+func (a *publishArgs) common(fs *flag.FlagSet) {
+	natsFlags(fs, &a.natsOpts, "comma-separated NATS URLs")
+	fs.DurationVar(&a.timeout, "timeout", a.timeout, "how long to wait for NATS to store the report")
+}
+
+// queue adds the flags of publish queue.
+func (a *publishArgs) queue(fs *flag.FlagSet) {
+	fs.StringVar(&a.q.Namespace, "namespace", "", "the queue's Kubernetes namespace (required)")
+	fs.StringVar(&a.q.Queue, "queue", "", "the queue's name (required)")
+	fs.Func("waiting", "`count` of items queued and not yet started (required)", func(s string) error {
+		a.waitingSet = true
+		return parseUint(s, &a.waiting)
+	})
+	fs.Uint64Var(&a.inFlight, "in-flight", 0, "items started and not yet finished")
+	fs.Uint64Var(&a.arrived, "arrivals", 0, "items enqueued since the previous report")
+	fs.StringVar(&a.q.ProducerId, "producer-id", "gpuscaler-publish", "identifies the publisher")
+}
+
+// node adds the flags of publish node.
+func (a *publishArgs) node(fs *flag.FlagSet) {
+	fs.StringVar(&a.file, "file", "", `NodeReport as protobuf JSON; "-" reads stdin (required)`)
+}
+
+// printPublishHelp prints what publish does, and the flags of both kinds: every error
+// of publish points here.
+func printPublishHelp(w io.Writer) {
+	fmt.Fprintf(w, "Usage: gpuscaler publish queue|node [flags]\n\n%s\n", strings.TrimSpace(publishAbout))
+	a := newPublishArgs()
+	for _, part := range []struct {
+		heading string
+		add     func(*flag.FlagSet)
+	}{
+		{"Flags of publish queue and publish node (each also read from its environment variable; a flag given on the command line wins)", a.common},
+		{"Flags of publish queue", a.queue},
+		{"Flags of publish node", a.node},
+	} {
+		fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+		part.add(fs)
+		fmt.Fprintf(w, "\n%s:\n", part.heading)
+		printFlags(w, fs)
+	}
+}
 
 func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "queue" && args[0] != "node") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintf(stdout, "Usage: gpuscaler publish queue|node [flags]\n%s\n", publishAbout)
+			printPublishHelp(stdout)
 			return flag.ErrHelp
 		}
 		return usageError{errors.New("want 'publish queue' or 'publish node'")}
 	}
 	kind := args[0]
-	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL, Name: "gpuscaler-publish"}
-	var (
-		timeout                    = 5 * time.Second
-		q                          gpuscalerv1.QueueReport
-		waitingSet                 bool
-		file                       string
-		waiting, inFlight, arrived uint64
-	)
-	synopsis := "publish " + kind + " [flags]"
-	fs := newFlagSet("publish "+kind, synopsis, publishAbout, stdout)
-	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
-	fs.DurationVar(&timeout, "timeout", timeout, "how long to wait for NATS to store the report")
+	a := newPublishArgs()
+	fs := newFlagSet("publish "+kind, "publish "+kind+" [flags]", publishAbout, stdout)
+	a.common(fs)
 	switch kind {
 	case "queue":
-		fs.StringVar(&q.Namespace, "namespace", "", "the queue's Kubernetes namespace (required)")
-		fs.StringVar(&q.Queue, "queue", "", "the queue's name (required)")
-		fs.Func("waiting", "`count` of items queued and not yet started (required)", func(s string) error {
-			waitingSet = true
-			return parseUint(s, &waiting)
-		})
-		fs.Uint64Var(&inFlight, "in-flight", 0, "items started and not yet finished")
-		fs.Uint64Var(&arrived, "arrivals", 0, "items enqueued since the previous report")
-		fs.StringVar(&q.ProducerId, "producer-id", "gpuscaler-publish", "identifies the publisher")
+		a.queue(fs)
 	case "node":
-		fs.StringVar(&file, "file", "", `NodeReport as protobuf JSON; "-" reads stdin (required)`)
+		a.node(fs)
 	}
 	if err := parseFlags(fs, args[1:], env); err != nil {
 		return err
 	}
+	if err := positive("timeout", a.timeout, "a positive duration"); err != nil {
+		return err
+	}
+	natsOpts, timeout, file := a.natsOpts, a.timeout, a.file
+	q := &a.q
 
 	var (
 		subject string
@@ -76,10 +129,10 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	)
 	switch kind {
 	case "queue":
-		if q.Namespace == "" || q.Queue == "" || !waitingSet {
+		if q.Namespace == "" || q.Queue == "" || !a.waitingSet {
 			return usageError{errors.New("--namespace, --queue and --waiting are required")}
 		}
-		q.Waiting, q.InFlight, q.Arrivals, q.Sequence = waiting, inFlight, arrived, 1
+		q.Waiting, q.InFlight, q.Arrivals, q.Sequence = a.waiting, a.inFlight, a.arrived, 1
 		q.ObservedAt = timestamppb.Now()
 		if subject, err = gpuscalerv1.QueueSubject(q.Namespace, q.Queue); err != nil {
 			return usageError{err}
@@ -87,7 +140,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		if err := q.Validate(); err != nil {
 			return usageError{err}
 		}
-		msg = &q
+		msg = q
 		// The stream's ack comes back below the namespace's own inbox prefix, the only
 		// replies a producer may read where the bus enforces tenancy.
 		natsOpts.InboxPrefix = gpuscalerv1.InboxPrefix(q.Namespace)
@@ -128,7 +181,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		return fmt.Errorf("publish to %s: NATS refused it: %w; an identity may publish only its own namespace's queues (gpuscaler.v1.queue.<its namespace>.>) or its own node's reports", subject, last)
 	}
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", subject, err)
+		return fmt.Errorf("publish to %s: %w", subject, nc.Explain(err))
 	}
 	fmt.Fprintf(stdout, "published to %s (stream %s, sequence %d)\n", subject, ack.Stream, ack.Sequence)
 	return nil

@@ -68,6 +68,18 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	for _, err := range []error{
+		positive("stale-after", staleAfter, "a duration from 1s to 24h"),
+		positive("stream-max-age", streamMaxAge, "a duration longer than --stale-after"),
+		positive("stream-max-bytes", streamBytes, "a size in bytes"),
+		positive("stream-replicas", streamReplica, "1 or more replicas"),
+		positive("consumer-refresh", cfg.ConsumerRefresh, "a positive duration"),
+		positive("max-connection-age", cfg.MaxConnectionAge, "a positive duration"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
 	cfg.StaleAfter = staleAfter
 	cfg.NoStatusPage = !*statusPage
 	if cfg.NodeTombstoneTTL, err = zeroMeansOff("node-tombstone-ttl", tombstoneTTL, "a duration, or 0 to keep no tombstones"); err != nil {
@@ -80,6 +92,11 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
+	if natsOpts.URLs == "" {
+		if f := natsClientFlag(natsOpts); f != "" {
+			return usageError{fmt.Errorf("--%s needs --nats-url: without it the scaler runs an embedded NATS server and connects to it in process, with no TLS and no identities", f)}
+		}
+	}
 
 	natsOpts.Name = "gpuscaler-scaler"
 	natsOpts.Log = log.With("component", "nats")
@@ -131,6 +148,23 @@ func urlHint(urls string) string {
 		return ""
 	}
 	return " --nats-url " + urls
+}
+
+// natsClientFlag names a flag that says how to authenticate to NATS or speak TLS with
+// it, set in o, or returns "". Those flags apply to the NATS at --nats-url; with the
+// embedded server they would be ignored, and a connection the user meant to secure would
+// be neither, silently.
+func natsClientFlag(o natsconn.Options) string {
+	for _, f := range []struct{ name, value string }{
+		{"nats-user", o.User}, {"nats-password", o.Password}, {"nats-token", o.Token}, {"nats-token-file", o.TokenFile},
+		{"nats-nkey-seed", o.NKeySeedFile}, {"nats-creds", o.CredsFile},
+		{"nats-tls-ca", o.TLSCAFile}, {"nats-tls-cert", o.TLSCertFile}, {"nats-tls-key", o.TLSKeyFile},
+	} {
+		if f.value != "" {
+			return f.name
+		}
+	}
+	return ""
 }
 
 // zeroMeansOff reads a flag whose 0 turns its feature off, for a scaler.Config field

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,10 +78,16 @@ type Conn struct {
 
 	closed    chan struct{} // closed when the connection is closed for good
 	closeOnce sync.Once
+	// closing is set by Close: a close the owner asked for is not worth a warning.
+	closing atomic.Bool
+
+	diag *diagnosis
 }
 
 // Connect opens a connection as opts says. It reconnects forever after a loss, waiting
 // 1 s (plus jitter) between attempts, and buffers up to 8 MiB of publishes meanwhile.
+// Each failed attempt is logged with the URL and its cause, the first at once and then
+// at most every 10 s; Problem says the same to a caller.
 func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	log := opts.Log
 	if log == nil {
@@ -89,7 +97,8 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{closed: make(chan struct{})}
+	target := opts.target()
+	c := &Conn{closed: make(chan struct{}), diag: newDiagnosis(target, log, !opts.RetryInitialConnect)}
 	var tf *tokenFile
 	if opts.TokenFile != "" {
 		if tf, err = newTokenFile(opts.TokenFile, log); err != nil {
@@ -106,21 +115,40 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 		nats.ReconnectJitter(500*time.Millisecond, 2*time.Second),
 		nats.ReconnectBufSize(8<<20),
 		nats.RetryOnFailedConnect(opts.RetryInitialConnect),
+		// nats.go gives up on a server that refuses the same credentials twice, and
+		// closes the connection for good: a long-running part would then wait forever
+		// on a dead connection. It retries instead, saying why each time (rate-limited),
+		// so that mended credentials (a rewritten token file, a fixed account) are
+		// picked up without a restart.
+		nats.IgnoreAuthErrorAbort(),
+		nats.SetCustomDialer(&dialer{Dialer: net.Dialer{Timeout: nats.DefaultTimeout}, diag: c.diag}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			c.setDown(false)
-			log.Info("connected to NATS", "url", opts.connectedURL(nc))
+			log.Info("connected to NATS", append([]any{"url", opts.connectedURL(nc)}, failedBefore(c.diag.connected())...)...)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			c.setDown(true)
 			if err != nil {
-				log.Warn("disconnected from NATS; reconnecting", "err", err)
+				log.Warn("disconnected from NATS; reconnecting", "url", target, "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.setDown(false)
-			log.Info("reconnected to NATS", "url", opts.connectedURL(nc))
+			log.Info("reconnected to NATS", append([]any{"url", opts.connectedURL(nc)}, failedBefore(c.diag.connected())...)...)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { c.closeOnce.Do(func() { close(c.closed) }) }),
+		// Called for a failed dial (the dialer has said why already), and, once, for the
+		// first connect's failure when it is retried: a failed handshake is news.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && !isDialError(err) && !errors.Is(err, nats.ErrNoServers) {
+				c.diag.failed(err)
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			c.closeOnce.Do(func() { close(c.closed) })
+			if !c.closing.Load() {
+				log.Error("the connection to NATS is closed for good", "url", target, "err", nc.LastError())
+			}
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -144,25 +172,47 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 	}()
 	select {
 	case <-ctx.Done():
+		c.closing.Store(true)
 		go func() {
 			if r := <-done; r.nc != nil {
 				r.nc.Close()
 			}
 		}()
-		return nil, ctx.Err()
+		if cause := c.diag.lastCause(); cause != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the last attempt: %s: %w)", target, ctx.Err(), reason(cause), cause)
+		}
+		return nil, fmt.Errorf("connect to NATS at %s: %w", target, ctx.Err())
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s: %w", redact(url), r.err)
+			err := r.err
+			// nats.go reads a refused dial as "no servers available"; the dialer saw why.
+			if cause := c.diag.lastCause(); errors.Is(err, nats.ErrNoServers) && cause != nil {
+				err = cause
+			}
+			return nil, fmt.Errorf("connect to NATS at %s: %s: %w", target, reason(err), err)
 		}
 		c.Conn = r.nc
-		if !opts.RetryInitialConnect {
-			log.Info("connected to NATS", "url", opts.connectedURL(r.nc))
-		}
+		c.diag.speak()
+		go c.watchHandshakes(r.nc.StatusChanged(nats.CONNECTING, nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED))
 		if tf != nil {
 			go tf.watch(c, opts.TokenFileCheck)
 		}
 		return c, nil
 	}
+}
+
+// Close closes the connection for good.
+func (c *Conn) Close() {
+	c.closing.Store(true)
+	c.Conn.Close()
+}
+
+// failedBefore is the log attributes of a connection made after failed attempts.
+func failedBefore(n int) []any {
+	if n == 0 {
+		return nil
+	}
+	return []any{"failedAttemptsBefore", n}
 }
 
 func (o Options) natsOptions() ([]nats.Option, error) {
@@ -254,6 +304,19 @@ func redact(urls string) string {
 		parts[i] = rest
 	}
 	return strings.Join(parts, ",")
+}
+
+// target names where the connection goes, for messages: the URL list with its
+// credentials hidden, or "in-process". An in-process connection has no URL; the default
+// one nats.go is given would point a reader at the wrong port.
+func (o Options) target() string {
+	if o.InProcess != nil {
+		return "in-process"
+	}
+	if o.URLs == "" {
+		return DefaultURL
+	}
+	return redact(o.URLs)
 }
 
 // connectedURL names the server nc is connected to for the logs. An in-process

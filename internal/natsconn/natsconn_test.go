@@ -254,4 +254,8 @@ func TestConnectHonoursContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("got error %v, want context.Canceled", err)
 	}
+	// A bare "context canceled" would not say where the connection was going.
+	if want := "connect to NATS at nats://" + l.Addr().String(); !strings.Contains(err.Error(), want) {
+		t.Errorf("got error %q, want it to contain %q", err, want)
+	}
 }

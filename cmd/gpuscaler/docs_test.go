@@ -1,0 +1,171 @@
+package main
+
+import (
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository's root, from this package's directory.
+const repoRoot = "../.."
+
+func readRepoFile(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(repoRoot + "/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// documentedTargets are the Makefile's targets with a "## " description, in order.
+func documentedTargets(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^([^\s:#=$]+):[^=\n]*?## (.+)$`).FindAllStringSubmatch(readRepoFile(t, "Makefile"), -1) {
+		out[m[1]] = m[2]
+	}
+	if len(out) == 0 {
+		t.Fatal("found no documented target in the Makefile")
+	}
+	return out
+}
+
+// TestMakeHelpListsEveryTarget: make help missed e2e, whose name has a digit its pattern
+// did not allow. Every target with a "## " description must be listed with it.
+func TestMakeHelpListsEveryTarget(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make on this machine")
+	}
+	cmd := exec.Command("make", "-s", "help")
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, out)
+	}
+	listed := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimRight(string(out), "\n"), "\n") {
+		name, desc, _ := strings.Cut(strings.TrimSpace(line), " ")
+		listed[name] = strings.TrimSpace(desc)
+	}
+	for target, desc := range documentedTargets(t) {
+		got, ok := listed[target]
+		if !ok {
+			t.Errorf("make help does not list %q; it printed:\n%s", target, out)
+			continue
+		}
+		if got != desc {
+			t.Errorf("make help lists %q as %q, want %q", target, got, desc)
+		}
+	}
+}
+
+// readmeCommands returns the commands starting with prefix that README.md gives, in
+// backquotes or as lines of a code block.
+func readmeCommands(t *testing.T, prefix string) []string {
+	t.Helper()
+	var out []string
+	readme := readRepoFile(t, "README.md")
+	for _, m := range regexp.MustCompile("`("+regexp.QuoteMeta(prefix)+"[^`]*)`").FindAllStringSubmatch(readme, -1) {
+		out = append(out, m[1])
+	}
+	fenced := false
+	for line := range strings.SplitSeq(readme, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced && strings.HasPrefix(line, prefix) {
+			cmd, _, _ := strings.Cut(line, "#")
+			out = append(out, strings.TrimSpace(cmd))
+		}
+	}
+	return out
+}
+
+// shellWords splits a command line as a POSIX shell would, for the quoting README's
+// commands use: single and double quotes, no escapes or expansions.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var (
+		words []string
+		word  strings.Builder
+		in    bool // inside a word
+		quote rune
+	)
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			word.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, word.String())
+				word.Reset()
+				in = false
+			}
+		default:
+			word.WriteRune(r)
+			in = true
+		}
+	}
+	if quote != 0 {
+		t.Fatalf("unterminated quote in %q", line)
+	}
+	if in {
+		words = append(words, word.String())
+	}
+	return words
+}
+
+// TestReadmeGoTestCommandsRun: the README gave `go test -bench ./collectors/queue`, where
+// -bench takes the path as its pattern and no package is left to test. Every `go test`
+// command that names a package must be one go test accepts, run from the repository
+// root; -n makes go print what it would do, without building or running.
+func TestReadmeGoTestCommandsRun(t *testing.T) {
+	checked := 0
+	for _, line := range readmeCommands(t, "go test ") {
+		if !strings.Contains(line, "./") {
+			continue // a description, such as "go test -race", not a command to copy
+		}
+		checked++
+		t.Run(line, func(t *testing.T) {
+			t.Parallel()
+			args := shellWords(t, line)[2:]
+			cmd := exec.Command("go", append([]string{"test", "-n"}, args...)...)
+			cmd.Dir = repoRoot
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s, run from the repository root: %v\n%s", line, err, lastLines(string(out), 5))
+			}
+		})
+	}
+	if checked == 0 {
+		t.Fatal("found no go test command in README.md")
+	}
+}
+
+// TestReadmeMakeTargetsExist: every `make X` the README names is a target of the Makefile.
+func TestReadmeMakeTargetsExist(t *testing.T) {
+	targets := documentedTargets(t)
+	for _, line := range readmeCommands(t, "make ") {
+		words := shellWords(t, line)
+		if len(words) < 2 || strings.Contains(words[1], "=") {
+			continue
+		}
+		if _, ok := targets[words[1]]; !ok {
+			t.Errorf("README.md says %q; the Makefile has no documented target %q (it has %q)", line, words[1], slices.Sorted(maps.Keys(targets)))
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
