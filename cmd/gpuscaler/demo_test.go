@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,13 +57,8 @@ func TestDemoFlagErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range base {
-				env[k] = v
-			}
-			for k, v := range tc.env {
-				env[k] = v
-			}
+			env := maps.Clone(base)
+			maps.Copy(env, tc.env)
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			r := runCLI(ctx, env, append([]string{"demo"}, tc.args...)...)

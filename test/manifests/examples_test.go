@@ -36,16 +36,23 @@ type example struct {
 	objs []Object
 }
 
+// isManifest says d is a file of Kubernetes objects among the examples.
+func isManifest(d fs.DirEntry) bool {
+	if d.IsDir() || !(strings.HasSuffix(d.Name(), ".yaml") || strings.HasSuffix(d.Name(), ".yml")) {
+		return false
+	}
+	// A collector's --sim-config holds no Kubernetes objects: collectors/simconfig_test.go
+	// checks it.
+	return d.Name() != "sim-config.yaml"
+}
+
 func examples(t *testing.T) []example {
 	t.Helper()
 	base := filepath.Join(root(t), "examples")
 	byDir := map[string][]Object{}
 	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+		if err != nil || !isManifest(d) {
 			return err
-		}
-		if d.Name() == "sim-config.yaml" {
-			return nil // a collector's --sim-config, not Kubernetes objects: collectors/simconfig_test.go checks it
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -322,7 +329,7 @@ func TestExplainReadsExamplesAsKEDA(t *testing.T) {
 	base := filepath.Join(root(t), "examples")
 	checked := 0
 	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+		if err != nil || !isManifest(d) {
 			return err
 		}
 		data, err := os.ReadFile(path)
