@@ -263,6 +263,7 @@ func (e *nodeEntry) status(now time.Time, keep func(*gpuView) bool) *gpuscalerv1
 		Age:      durationpb.New(now.Sub(e.stored)),
 		GpuCount: int32(len(e.gpus)),
 		Free:     make(map[string]int32, len(e.free)),
+		Labels:   e.report.GetNodeLabels(),
 	}
 	for profile, free := range e.free {
 		n.Free[profile] = int32(free)

@@ -194,7 +194,7 @@ func TestExplainCapacity(t *testing.T) {
 func TestStateNodesAndQueues(t *testing.T) {
 	clock := newFakeClock(t0)
 	s := NewState(clock.Now)
-	report := &gpuscalerv1.NodeReport{Node: "n1", Source: "dcgm", Gpus: []*gpuscalerv1.GPUSample{
+	report := &gpuscalerv1.NodeReport{Node: "n1", Source: "dcgm", NodeLabels: map[string]string{"pool": "h100"}, Gpus: []*gpuscalerv1.GPUSample{
 		gpu("GPU-1", "ml", "llm-0", llm, 50, 40, 80),
 		gpu("GPU-2", "", "", nil, 0, 0, 80),
 		sharedGPU("GPU-3", 40, podRef("web", "b", nil), podRef("ml", "a", llm)),
@@ -206,8 +206,9 @@ func TestStateNodesAndQueues(t *testing.T) {
 	clock.Advance(2 * time.Second)
 
 	nodes := s.Nodes()
-	if len(nodes) != 1 || len(nodes[0].GetGpus()) != 3 || nodes[0].GetGpuCount() != 3 || nodes[0].GetAge().AsDuration() != 2*time.Second {
-		t.Fatalf("nodes = %v, want n1 with its 3 GPUs, 2s old", nodes)
+	if len(nodes) != 1 || len(nodes[0].GetGpus()) != 3 || nodes[0].GetGpuCount() != 3 || nodes[0].GetAge().AsDuration() != 2*time.Second ||
+		nodes[0].GetLabels()["pool"] != "h100" {
+		t.Fatalf("nodes = %v, want n1 with its 3 GPUs and its labels, 2s old", nodes)
 	}
 	g := nodes[0].GetGpus()
 	if len(g[1].GetHolds()) != 0 || g[1].GetUnhealthy() != "XID 79" {

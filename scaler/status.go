@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/gpuscaler/gpuscaler/internal/version"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -41,6 +42,8 @@ var statusTemplates = template.Must(template.New("status").Funcs(template.FuncMa
 	"num":  num,
 	"pct":  func(v *float64) string { return strconv.FormatFloat(*v, 'f', 0, 64) + "%" },
 	"free": fmtFree,
+	// labels writes a node's labels as a nodeSelector would match them: k=v, sorted.
+	"labels": func(m map[string]string) string { return labels.Set(m).String() },
 	"plural": func(n any, noun string) string {
 		if fmt.Sprint(n) == "1" {
 			return "1 " + noun

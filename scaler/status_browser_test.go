@@ -208,7 +208,7 @@ func statusFixture(t *testing.T) *testScaler {
 		Allocatable: devices("GPU-a1", "GPU-a2", "GPU-a3", "GPU-a4"),
 		Allocated:   devices("GPU-a1", "GPU-a2", "GPU-a3"),
 	})
-	pub.node(&gpuscalerv1.NodeReport{Node: "gpu-node-b", Source: "nvml",
+	pub.node(&gpuscalerv1.NodeReport{Node: "gpu-node-b", Source: "nvml", NodeLabels: map[string]string{"pool": "a100", "zone": "eu-1"},
 		Gpus:        []*gpuscalerv1.GPUSample{gpu("GPU-b1", "ml", "train-0", map[string]string{"app": "train"}, 95, 70, 80), unhealthy},
 		Allocatable: devices("GPU-b1", "GPU-b2"),
 		Allocated:   devices("GPU-b1"),
@@ -307,7 +307,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	wantContains(t, "gpu-node-a's row", rowWith(t, nodes, "gpu-node-a "),
 		"dcgm", " 4 1 GPU ", "GPU-a1 · ml/llm-0 80% util · 50% mem", "web/"+hostilePod, "GPU-a4 free")
-	wantContains(t, "gpu-node-b's row", rowWith(t, nodes, "gpu-node-b "), "nvml", "1 GPU", "unhealthy XID 79: fallen off the bus")
+	wantContains(t, "gpu-node-b's row", rowWith(t, nodes, "gpu-node-b "), "nvml", "pool=a100,zone=eu-1", "1 GPU", "unhealthy XID 79: fallen off the bus")
 	wantContains(t, "the nodes' heading", text(doc), "Nodes 2: 6 GPUs, 2 whole GPUs free")
 
 	// The trigger's explanation, through the page's own link.

@@ -545,7 +545,10 @@ type NodeStatus struct {
 	// Free allocatable devices, by MIG profile ("" for whole GPUs).
 	Free map[string]int32 `protobuf:"bytes,8,rep,name=free,proto3" json:"free,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The GPUs the report measured, whatever the explanation shows.
-	GpuCount      int32 `protobuf:"varint,9,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	GpuCount int32 `protobuf:"varint,9,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	// The node's Kubernetes labels, as its collector reported them: what a capacity
+	// trigger's nodeSelector matches.
+	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +644,13 @@ func (x *NodeStatus) GetGpuCount() int32 {
 		return x.GpuCount
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type GPUStatus struct {
@@ -1106,7 +1116,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x11producer_conflict\x18\t \x01(\bR\x10producerConflict\x12\x14\n" +
 	"\x05stale\x18\n" +
 	" \x01(\bR\x05stale\x12#\n" +
-	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\"\xb0\x03\n" +
+	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\"\xa9\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -1117,10 +1127,15 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x04gpus\x18\x06 \x03(\v2\x17.gpuscaler.v1.GPUStatusR\x04gpus\x12D\n" +
 	"\funattributed\x18\a \x03(\v2 .gpuscaler.v1.UnattributedStatusR\funattributed\x126\n" +
 	"\x04free\x18\b \x03(\v2\".gpuscaler.v1.NodeStatus.FreeEntryR\x04free\x12\x1b\n" +
-	"\tgpu_count\x18\t \x01(\x05R\bgpuCount\x1a7\n" +
+	"\tgpu_count\x18\t \x01(\x05R\bgpuCount\x12<\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v2$.gpuscaler.v1.NodeStatus.LabelsEntryR\x06labels\x1a7\n" +
 	"\tFreeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"n\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
 	"\tGPUStatus\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x1c\n" +
 	"\tunhealthy\x18\x02 \x01(\tR\tunhealthy\x12+\n" +
@@ -1169,7 +1184,7 @@ func file_gpuscaler_v1_explain_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_explain_proto_rawDescData
 }
 
-var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_gpuscaler_v1_explain_proto_goTypes = []any{
 	(*ExplainRequest)(nil),        // 0: gpuscaler.v1.ExplainRequest
 	(*Explanation)(nil),           // 1: gpuscaler.v1.Explanation
@@ -1185,35 +1200,37 @@ var file_gpuscaler_v1_explain_proto_goTypes = []any{
 	nil,                           // 11: gpuscaler.v1.ExplainRequest.MetadataEntry
 	nil,                           // 12: gpuscaler.v1.Explanation.EffectiveEntry
 	nil,                           // 13: gpuscaler.v1.NodeStatus.FreeEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	nil,                           // 14: gpuscaler.v1.NodeStatus.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
 }
 var file_gpuscaler_v1_explain_proto_depIdxs = []int32{
 	11, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
-	14, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
+	15, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: gpuscaler.v1.Explanation.answer:type_name -> gpuscaler.v1.Answer
 	12, // 3: gpuscaler.v1.Explanation.effective:type_name -> gpuscaler.v1.Explanation.EffectiveEntry
 	4,  // 4: gpuscaler.v1.Explanation.queue:type_name -> gpuscaler.v1.QueueStatus
 	5,  // 5: gpuscaler.v1.Explanation.nodes:type_name -> gpuscaler.v1.NodeStatus
 	9,  // 6: gpuscaler.v1.Explanation.capacity:type_name -> gpuscaler.v1.Capacity
 	3,  // 7: gpuscaler.v1.Answer.metrics:type_name -> gpuscaler.v1.MetricAnswer
-	14, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
-	15, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
-	14, // 10: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
-	15, // 11: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
+	15, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
+	16, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
+	15, // 10: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
+	16, // 11: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
 	6,  // 12: gpuscaler.v1.NodeStatus.gpus:type_name -> gpuscaler.v1.GPUStatus
 	8,  // 13: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
 	13, // 14: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
-	7,  // 15: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
-	10, // 16: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
-	15, // 17: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
-	0,  // 18: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
-	1,  // 19: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	14, // 15: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
+	7,  // 16: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
+	10, // 17: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
+	16, // 18: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
+	0,  // 19: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
+	1,  // 20: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_explain_proto_init() }
@@ -1228,7 +1245,7 @@ func file_gpuscaler_v1_explain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_explain_proto_rawDesc), len(file_gpuscaler_v1_explain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
