@@ -34,11 +34,12 @@ func (x explainer) Explain(ctx context.Context, req *gpuscalerv1.ExplainRequest)
 
 // Explain reads one trigger as KEDA's calls would, through the same code, and says from
 // what: the queue report or consumer, the nodes and GPUs of the selected pods, the free
-// capacity, how old each is, and reasons an operator can act on. It only reads: it
-// neither keeps a selection nor a node pool for the trigger, so explaining a trigger no
-// one polls leaves the state as it was. It walks the namespace's nodes, not a
-// selection, so it costs what a read cost before selections; the state's lock is held
-// only to copy the list of entries, which never change once applied.
+// capacity, how old each is, and reasons an operator can act on. Its answer is a KEDA
+// read: for a trigger KEDA does not poll it makes the selection or node pool that read
+// makes, dropped like any other after selectionIdleAfter unread. What the answer came
+// from is found by walking the namespace's nodes, apart from the selection, so it costs
+// what a read cost before selections; the state's lock is held only to copy the list of
+// entries, which never change once applied.
 func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*gpuscalerv1.Explanation, error) {
 	if req == nil {
 		return nil, status.Error(codes.InvalidArgument, "request is required")

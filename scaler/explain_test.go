@@ -186,7 +186,7 @@ func TestExplainCapacity(t *testing.T) {
 		t.Errorf("not ready: %v, want Unavailable throughout", ex)
 	}
 	if sel, pools := s.Aggregates(); sel != 0 || pools != 1 {
-		t.Errorf("aggregates = %d selections, %d pools; want only the pool the read made: Explain keeps none", sel, pools)
+		t.Errorf("aggregates = %d selections, %d pools; want the one pool a KEDA read of this trigger makes", sel, pools)
 	}
 }
 
