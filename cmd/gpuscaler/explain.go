@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -125,7 +126,7 @@ func runExplain(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	}
 	var results []result
 	for _, tg := range targets {
-		addr := cmpOr(address, tg.Address, "127.0.0.1:9090")
+		addr := cmp.Or(address, tg.Address, "127.0.0.1:9090")
 		wantTLS := useTLS || tlsCA != "" || tlsCert != "" || serverName != "" || skipVerify || tg.Metadata["enableTLS"] == "true"
 		creds, err := clientCreds(wantTLS, tlsCA, tlsCert, tlsKey, serverName, skipVerify || tg.Metadata["unsafeSsl"] == "true")
 		if err != nil {
@@ -154,15 +155,6 @@ func runExplain(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		return enc.Encode(results)
 	}
 	return nil
-}
-
-func cmpOr(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // clientCreds builds the transport credentials KEDA would use for these settings
@@ -331,7 +323,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 					for _, h := range g.GetHolds() {
 						note := g.GetUnhealthy()
 						if h.GetLabelsUnknown() {
-							note = cmpOr(note+"; ", "") + "labels unknown"
+							note = cmp.Or(note+"; ", "") + "labels unknown"
 						}
 						fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetNode(), when, n.GetSource(), g.GetDevice(), h.GetPod(),
 							fnum(h.GetShare()), optPct(h.Util), optPct(h.Memory), note)
@@ -351,7 +343,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			per = "one " + c.GetProfile() + " slice per replica"
 		}
 		fmt.Fprintf(w, "\nCapacity on nodes matching nodeSelector %q, %s: %d replicas free, headroom %d\n",
-			cmpOr(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
+			cmp.Or(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
 		if len(c.GetNodes()) > 0 {
 			tw = newTable(w)
 			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS")
