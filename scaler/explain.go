@@ -118,10 +118,17 @@ func (s *Server) answer(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) {
 			setError(&ma.ErrorCode, &ma.Error, toStatus(err))
 		} else {
 			ma.Value = v
-			ma.Replicas = int64(math.Ceil(v / m.Target))
+			ma.Replicas = replicasFor(v, m.Target)
 		}
 		a.Metrics = append(a.Metrics, ma)
 	}
+}
+
+// replicasFor is what a metric's value alone asks of an HPA (AverageValue):
+// ceil(value / target), before KEDA's min and max replica counts; saturated as toInt64
+// saturates, for a backlog near the uint64 a QueueReport allows.
+func replicasFor(value, target float64) int64 {
+	return toInt64(math.Ceil(value / target))
 }
 
 // setError writes err's gRPC code name and message.
@@ -323,7 +330,7 @@ func (e *nodeEntry) status(now time.Time, keep func(*gpuView) bool) *gpuscalerv1
 // cannot tell whether it selects, each with those GPUs only; and how many pods of the
 // namespace hold GPUs at all.
 func (s *State) explainGPUs(t *Trigger, now time.Time) (nodes []*gpuscalerv1.NodeStatus, nsPods int32) {
-	keep := func(v *gpuView) bool { return v.labelsUnknown || t.PodSelector.Matches(&v.labels) }
+	keep := func(v *gpuView) bool { return v.selectedBy(t.PodSelector) }
 	for _, e := range s.entries(&t.Namespace) {
 		views := e.gpusOf(t.Namespace)
 		var pods []string
@@ -362,17 +369,13 @@ func (s *State) explainCapacity(t *Trigger, now time.Time) *gpuscalerv1.Capacity
 		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
 			continue
 		}
+		free, slots, stale := slotsOn(t, e, now)
 		nc := &gpuscalerv1.NodeCapacity{
 			Node:  e.report.GetNode(),
-			Free:  int32(e.free[t.GPUProfile]),
+			Free:  int32(free),
+			Slots: int32(slots),
 			Age:   durationpb.New(now.Sub(e.stored)),
-			Stale: now.Sub(e.stored) > t.StaleAfter,
-		}
-		if !nc.Stale {
-			nc.Slots = nc.Free
-			if t.GPUProfile == "" {
-				nc.Slots /= c.GpusPerReplica
-			}
+			Stale: stale,
 		}
 		c.Slots += nc.Slots
 		c.Nodes = append(c.Nodes, nc)

@@ -236,20 +236,28 @@ func (s *State) capacity(t *Trigger) (int, error) {
 		pool = s.poolFor(key, t.NodeSelector)
 	}
 	pool.lastRead.Store(now.UnixNano())
-	per := max(t.GPUsPerReplica, 1)
 	slots := 0
 	for _, slot := range pool.nodes.load() {
-		e := slot.v.Load()
-		if now.Sub(e.stored) > t.StaleAfter {
-			continue
-		}
-		if t.GPUProfile != "" {
-			slots += e.free[t.GPUProfile]
-		} else {
-			slots += e.free[""] / per
-		}
+		_, n, _ := slotsOn(t, slot.v.Load(), now)
+		slots += n
 	}
 	return slots, nil
+}
+
+// slotsOn returns the free devices of t's kind on e (its MIG profile's, or whole GPUs),
+// and the replicas of t they can take: for whole GPUs, free divided by gpusPerReplica
+// rounded down, as a replica cannot span nodes. A node silent longer than t's staleAfter
+// is stale and takes none: it counts as full.
+func slotsOn(t *Trigger, e *nodeEntry, now time.Time) (free, slots int, stale bool) {
+	free = e.free[t.GPUProfile]
+	switch {
+	case now.Sub(e.stored) > t.StaleAfter:
+		return free, 0, true
+	case t.GPUProfile != "":
+		return free, free, false
+	default:
+		return free, free / max(t.GPUsPerReplica, 1), false
+	}
 }
 
 // readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so
@@ -378,7 +386,7 @@ func (s *State) tombstoned(t *Trigger) error {
 	var found culprit
 	for _, e := range s.tombsByNS[t.Namespace] {
 		for _, v := range e.gpusOf(t.Namespace) {
-			if v.labelsUnknown || t.PodSelector.Matches(&v.labels) {
+			if v.selectedBy(t.PodSelector) {
 				found.consider(e, v)
 				break
 			}

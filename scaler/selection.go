@@ -52,6 +52,12 @@ type selPart struct {
 
 func (p *selPart) view(i int32) gpuView { return p.e.nsGPUs[p.ns][i] }
 
+// selectedBy reports whether sel selects v's pod, or cannot tell because the collector
+// could not read the pod's labels: either way the pod is the trigger's to account for.
+func (v *gpuView) selectedBy(sel labels.Selector) bool {
+	return v.labelsUnknown || sel.Matches(&v.labels)
+}
+
 // part computes into p what e gives a selection of namespace e.namespaces[j], trying the
 // views at the positions in only (ascending), or every view when only is nil. It reports
 // false when the selector selects none of them (and can tell).
@@ -66,7 +72,7 @@ func (e *nodeEntry) part(p *selPart, j int, sel labels.Selector, only []int32) b
 			at = only[k]
 		}
 		v := &views[at]
-		if !v.labelsUnknown && !sel.Matches(&v.labels) {
+		if !v.selectedBy(sel) {
 			continue
 		}
 		if p.first < 0 {

@@ -8,7 +8,6 @@ import (
 	"html/template"
 	"log/slog"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -282,7 +281,6 @@ type triggerDetailView struct {
 	Trigger   triggerView
 	Explained *gpuscalerv1.Explanation
 	Effective []keyValue
-	Reasons   []string
 }
 
 func (p *statusPage) serveTrigger(w http.ResponseWriter, r *http.Request) {
@@ -366,7 +364,7 @@ func viewTrigger(t *triggerCalls, now time.Time) triggerView {
 		if target, ok := targets[m.name]; ok {
 			mv.Target = num(target)
 			if m.err == nil {
-				mv.Replicas = strconv.FormatFloat(math.Ceil(m.value/target), 'f', 0, 64)
+				mv.Replicas = strconv.FormatInt(replicasFor(m.value, target), 10)
 			}
 		}
 		v.Metrics = append(v.Metrics, mv)
