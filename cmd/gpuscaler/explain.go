@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -281,11 +282,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 	}
 	tw.Flush()
 	if len(ex.GetEffective()) > 0 {
-		keys := make([]string, 0, len(ex.GetEffective()))
-		for k := range ex.GetEffective() {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(ex.GetEffective()))
 		parts := make([]string, len(keys))
 		for i, k := range keys {
 			parts[i] = k + "=" + ex.GetEffective()[k]
