@@ -85,7 +85,9 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 	}
 	if t.CapacityAware {
 		ex.Capacity = s.state.explainCapacity(t, now)
-		if uncapped.defined && uncapped.err == nil {
+		// Only a cap that was made: when capacity is unknown the backlog KEDA gets is an
+		// error, not a cap at 0, and the explanation must not read as one.
+		if uncapped.defined && uncapped.err == nil && r.queue.err == nil {
 			ex.Capacity.Backlog = uncapped.value
 			ex.Capacity.Capped = r.queue.value
 		}

@@ -179,6 +179,18 @@ func TestExplainCapacity(t *testing.T) {
 	}
 	wantReason(t, ex, "capacityAware capped the backlog from 52 to 4 items")
 
+	// Every node silent: capacity is unknown, so KEDA gets Unavailable, and the
+	// explanation shows no cap at 0 items, which would read as a silent zero.
+	clock.Advance(time.Minute)
+	s.Apply(queueEvent("ml", "train", 50, 2), t0.Add(time.Minute))
+	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	if m := ex.GetAnswer().GetMetrics()[0]; m.GetErrorCode() != codes.Unavailable.String() || !strings.Contains(m.GetError(), "capacity unknown") {
+		t.Errorf("capacity unknown: metric %v, want Unavailable saying so", m)
+	}
+	if c := ex.GetCapacity(); c.GetBacklog() != 0 || c.GetCapped() != 0 || strings.Contains(strings.Join(ex.GetReasons(), "\n"), "capped the backlog") {
+		t.Errorf("capacity unknown: capacity %v, reasons %q; want no cap shown", c, ex.GetReasons())
+	}
+
 	// Not ready: what KEDA gets then, and nothing read.
 	srv.ready = make(chan struct{})
 	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
