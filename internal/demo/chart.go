@@ -3,6 +3,7 @@ package demo
 import (
 	"bufio"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"html"
 	"io"
 	"math"
@@ -80,7 +81,7 @@ func buildChart(s *Summary) chart {
 	for _, p := range s.Phases {
 		label := p.Name
 		if p.Rate > 0 {
-			label += fmt.Sprintf(": %s requests/s", fmtNum(p.Rate))
+			label += fmt.Sprintf(": %s requests/s", kedarules.FmtNum(p.Rate))
 		}
 		fill := phaseFill[p.Name]
 		if fill == "" {
@@ -109,7 +110,7 @@ func buildChart(s *Summary) chart {
 	}
 	startup := "its model loads"
 	if s.StartupSeconds > 0 {
-		startup = fmt.Sprintf("the %s s its model loads", fmtNum(s.StartupSeconds))
+		startup = fmt.Sprintf("the %s s its model loads", kedarules.FmtNum(s.StartupSeconds))
 	}
 	c.panels = []panel{
 		{title: "load: requests arriving per second", height: 80, series: []series{
@@ -203,7 +204,7 @@ func (c chart) render(w io.Writer) error {
 				break
 			}
 			fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#dddddd" stroke-width="0.5"/>`+"\n", left, left+plotW, y(v), y(v))
-			fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end" fill="#555555">%s</text>`+"\n", left-6, y(v)+4, fmtNum(math.Round(v*100)/100))
+			fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end" fill="#555555">%s</text>`+"\n", left-6, y(v)+4, kedarules.FmtNum(math.Round(v*100)/100))
 		}
 		if p.guide != nil {
 			gy := y(p.guide.value)
@@ -253,7 +254,7 @@ func (c chart) render(w io.Writer) error {
 	}
 	step := niceCeil(c.end / 10)
 	for t := 0.0; t <= c.end+1e-9; t += step {
-		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555555">%ss</text>`+"\n", x(t), y0+16, fmtNum(t))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555555">%ss</text>`+"\n", x(t), y0+16, kedarules.FmtNum(t))
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" fill="#555555">time since start</text>`+"\n", left+plotW+24, y0+16)
 	fmt.Fprintln(b, `</svg>`)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -326,7 +327,7 @@ func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 	for _, n := range notes {
 		fmt.Fprintf(out, "  note     %s\n", n)
 	}
-	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
+	fmt.Fprintf(out, "  inference kedarules.ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
 		inferenceNS, inferenceName, inferenceQueue, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
 		trainingNS, trainingName, trainingQueue, gpusPerJob)
@@ -343,8 +344,8 @@ type world struct {
 	client   pb.ExternalScalerClient
 	inf      *inference
 	train    *training
-	so       ScaledObject
-	hpa      HPA
+	so       kedarules.ScaledObject
+	hpa      kedarules.HPA
 	specs    []*pb.MetricSpec // the inference ScaledObject's, from GetMetricSpec
 	jobSpecs []*pb.MetricSpec
 	pushes   chan pushEvent
@@ -376,8 +377,8 @@ func newWorld(cfg Config, cl *cluster, nc *natsconn.Conn, client pb.ExternalScal
 		client:  client,
 		inf:     &inference{reporter: infRep, startup: cfg.Timing.Startup, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))},
 		train:   &training{reporter: trRep, runFor: cfg.Timing.JobRun},
-		so:      ScaledObject{Cooldown: cfg.Timing.Cooldown},
-		hpa:     HPA{Min: 1, Max: cl.gpus("inference"), ScaleDownWindow: cfg.Timing.ScaleDownWindow},
+		so:      kedarules.ScaledObject{Cooldown: cfg.Timing.Cooldown},
+		hpa:     kedarules.HPA{Min: 1, Max: cl.gpus("inference"), ScaleDownWindow: cfg.Timing.ScaleDownWindow},
 		pushes:  make(chan pushEvent, 16),
 	}
 	w.tl.out = cfg.Out
@@ -582,22 +583,22 @@ func (w *world) pollScaledJob(ctx context.Context, now time.Time) {
 	defer cancel()
 	act, err := w.client.IsActive(callCtx, w.ref("job"))
 	if err != nil {
-		w.tl.noteOnce("ScaledJob trigger error: " + firstLine(err.Error()))
+		w.tl.noteOnce("ScaledJob trigger error: " + kedarules.FirstLine(err.Error()))
 		return
 	}
 	spec := w.jobSpecs[0]
 	m, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("job"), MetricName: spec.GetMetricName()})
 	if err != nil {
-		w.tl.noteOnce("ScaledJob trigger error: " + firstLine(err.Error()))
+		w.tl.noteOnce("ScaledJob trigger error: " + kedarules.FirstLine(err.Error()))
 		return
 	}
 	value := m.GetMetricValues()[0].GetMetricValueFloat()
 	unfinished := len(w.train.jobs)
-	n := JobsToCreate(act.GetResult(), value, spec.GetTargetSizeFloat(), trainingMaxJobs, unfinished)
+	n := kedarules.JobsToCreate(act.GetResult(), value, spec.GetTargetSizeFloat(), trainingMaxJobs, unfinished)
 	if n > 0 {
 		w.train.create(n)
 		w.train.step(w.cluster, now) // the scheduler places them at once
-		w.tl.note("ScaledJob: queue %d, capacity-capped to %s → +%d Job(s)", w.train.waiting+w.trainRunning(), fmtNum(value), n)
+		w.tl.note("ScaledJob: queue %d, capacity-capped to %s → +%d Job(s)", w.train.waiting+w.trainRunning(), kedarules.FmtNum(value), n)
 	}
 }
 
@@ -614,14 +615,14 @@ func (w *world) syncHPA(ctx context.Context, now time.Time) {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var metrics []Metric
+	var metrics []kedarules.Metric
 	for _, spec := range w.specs {
 		resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: spec.GetMetricName()})
 		if err != nil {
-			w.tl.noteOnce("HPA: " + spec.GetMetricName() + ": " + firstLine(err.Error()))
+			w.tl.noteOnce("HPA: " + spec.GetMetricName() + ": " + kedarules.FirstLine(err.Error()))
 			continue
 		}
-		metrics = append(metrics, Metric{Name: spec.GetMetricName(), Value: resp.GetMetricValues()[0].GetMetricValueFloat(), Target: spec.GetTargetSizeFloat()})
+		metrics = append(metrics, kedarules.Metric{Name: spec.GetMetricName(), Value: resp.GetMetricValues()[0].GetMetricValueFloat(), Target: spec.GetTargetSizeFloat()})
 	}
 	desired, why := w.hpa.Desired(now, current, metrics)
 	if desired != current {

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"io"
 	"slices"
 	"strings"
@@ -117,7 +118,7 @@ func (t *timeline) add(r row) {
 	if r.jobsPending > 0 {
 		jobs += fmt.Sprintf("+%dp", r.jobsPending)
 	}
-	fmt.Fprintf(t.out, rowFormat, fmtClock(r.at), r.phase, fmt.Sprintf("%.0f", r.rate), fmtNum(r.backlog), util, active,
+	fmt.Fprintf(t.out, rowFormat, fmtClock(r.at), r.phase, fmt.Sprintf("%.0f", r.rate), kedarules.FmtNum(r.backlog), util, active,
 		fmt.Sprintf("%d/%d", r.ready, r.replicas), jobs, fmt.Sprint(r.jobQueue), fmt.Sprintf("%d/%d", r.freeInf, r.freeTrain), r.why)
 }
 

@@ -1,4 +1,7 @@
-package demo
+// Package kedarules holds the rules KEDA and the Kubernetes HPA apply, as they publish
+// them, so that a model of a cluster (gpuscaler demo, gpuscaler replay) moves replicas and
+// creates Jobs as a real cluster would. Each rule is fed what the scaler answered.
+package kedarules
 
 import (
 	"fmt"
@@ -6,9 +9,6 @@ import (
 	"strings"
 	"time"
 )
-
-// The rules KEDA and the HPA apply, as they publish them, so the demo's replicas move as
-// a cluster's would. Each function is pure: the demo feeds it what the scaler answered.
 
 // HPATolerance is the HPA's default tolerance (--horizontal-pod-autoscaler-tolerance):
 // within 10% of the target it leaves the replicas as they are.
@@ -69,7 +69,7 @@ func (h *HPA) Desired(now time.Time, current int, metrics []Metric) (int, string
 		p := HPAProposal(current, m)
 		if p > proposal || why == "" {
 			proposal = p
-			why = fmt.Sprintf("%s %s/%s", m.Name, fmtNum(m.Value), fmtNum(m.Target))
+			why = fmt.Sprintf("%s %s/%s", m.Name, FmtNum(m.Value), FmtNum(m.Target))
 		}
 	}
 	h.recs = append(h.recs, recommendation{now, proposal})
@@ -122,7 +122,7 @@ type ScaledObject struct {
 func (s *ScaledObject) Observe(now time.Time, replicas int, active bool, err error) (next int, why string, changed bool) {
 	switch {
 	case err != nil:
-		return replicas, "trigger error: " + firstLine(err.Error()), false
+		return replicas, "trigger error: " + FirstLine(err.Error()), false
 	case active:
 		s.lastActive = now
 		if replicas == 0 {
@@ -147,14 +147,16 @@ func JobsToCreate(active bool, queueLength, target float64, maxReplicaCount, unf
 	return max(0, maxScale-unfinished)
 }
 
-func fmtNum(v float64) string {
+// FmtNum formats v as a whole number when it is one, else to one decimal.
+func FmtNum(v float64) string {
 	if v == math.Trunc(v) && math.Abs(v) < 1e12 {
 		return fmt.Sprintf("%d", int64(v))
 	}
 	return fmt.Sprintf("%.1f", v)
 }
 
-func firstLine(s string) string {
+// FirstLine returns s up to its first newline.
+func FirstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
 	}
