@@ -327,7 +327,7 @@ func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 	for _, n := range notes {
 		fmt.Fprintf(out, "  note     %s\n", n)
 	}
-	fmt.Fprintf(out, "  inference kedarules.ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
+	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
 		inferenceNS, inferenceName, inferenceQueue, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
 		trainingNS, trainingName, trainingQueue, gpusPerJob)
