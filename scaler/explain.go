@@ -470,7 +470,10 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // readRaw reads t from every source, before the capacity cap (see read).
 func (s *Server) readRaw(t *Trigger) Reading {
 	r := s.state.Read(t)
-	if t.Stream != "" {
+	switch {
+	case t.Stream != "" && s.work == nil:
+		r.queue = metricReading{defined: true, err: fmt.Errorf("%w: this scaler follows no JetStream consumers (stream %q)", ErrUnavailable, t.Stream)}
+	case t.Stream != "":
 		r.queue = s.work.read(t)
 	}
 	return r

@@ -41,6 +41,26 @@ type Server struct {
 	calls *callRecorder
 }
 
+// NewLocalServer returns a Server over state, ready at once, for callers in this process:
+// gpuscaler replay drives a State on a clock of its own and asks the Server exactly what
+// KEDA would, through the same unary methods, without gRPC or NATS; a push is the caller
+// asking IsActive after each event it applies. It serves no StreamIsActive, follows no
+// JetStream consumers (stream triggers are Unavailable) and records no calls. staleAfter
+// defaults to DefaultStaleAfter, as in the scaler.
+func NewLocalServer(state *State) *Server {
+	ready := make(chan struct{})
+	close(ready)
+	return &Server{
+		state:    state,
+		ready:    ready,
+		done:     make(chan struct{}),
+		stale:    DefaultStaleAfter,
+		maxStale: DefaultStreamMaxAge,
+		log:      slog.New(slog.DiscardHandler),
+		triggers: newTriggerCache(defaultTriggerCacheSize),
+	}
+}
+
 // IsActive answers KEDA's activation question. KEDA applies no threshold of its own to an
 // external scaler: this answer is the decision.
 func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
