@@ -33,7 +33,9 @@ type metricReading struct {
 	// running is what of the backlog is being worked on now (in flight, ack pending):
 	// the capacity cap keeps it.
 	running float64
-	err     error
+	// demand says the value is queue-demand, not queue-backlog.
+	demand bool
+	err    error
 }
 
 // Metric returns the named metric's value. It fails with ErrUnavailable when the data is
@@ -41,8 +43,11 @@ type metricReading struct {
 func (r Reading) Metric(name string) (float64, error) {
 	var m metricReading
 	switch name {
-	case MetricQueueBacklog:
+	case MetricQueueBacklog, MetricQueueDemand:
 		m = r.queue
+		if r.queue.defined && (name == MetricQueueDemand) != r.queue.demand {
+			m.defined = false
+		}
 	case MetricGPUUtil:
 		m = r.gpuUtil
 	case MetricGPUMemory:
@@ -153,7 +158,11 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	}
 	m.value = float64(e.report.Backlog())
 	m.running = float64(e.report.GetInFlight())
-	m.active = m.value > t.ActivationQueueDepth
+	m.active = m.value > t.ActivationQueueDepth // on the backlog, whatever the metric
+	if t.TargetWait > 0 {
+		m.demand = true
+		m.value = queueDemand(t, e.demand, float64(e.report.GetWaiting()), m.running)
+	}
 	return m
 }
 

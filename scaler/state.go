@@ -167,6 +167,8 @@ type queueEntry struct {
 	// ProducerConflict, zero if none was.
 	producers  producerHistory
 	conflicted time.Time
+	// demand is the queue's traffic as its reports so far tell it.
+	demand demand
 }
 
 // NewState returns an empty State that tells time with now (time.Now when nil).
@@ -266,7 +268,7 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 		}
 		s.queuesPerNS[k.namespace]++
 	}
-	e := &queueEntry{report: r, stored: stored}
+	e := &queueEntry{report: r, stored: stored, demand: old.nextDemand(r, stored)}
 	if conflict = e.succeed(old); conflict != nil {
 		onConflict = s.onProducerConflict
 	}

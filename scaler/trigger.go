@@ -44,6 +44,8 @@ const (
 	KeyStaleAfter           = metadata.KeyStaleAfter
 	KeyStream               = metadata.KeyStream
 	KeyConsumer             = metadata.KeyConsumer
+	KeyTargetWait           = metadata.KeyTargetWait
+	KeyConcurrency          = metadata.KeyConcurrency
 )
 
 // Defaults of the optional keys.
@@ -59,4 +61,5 @@ const (
 	MetricQueueBacklog = metadata.MetricQueueBacklog
 	MetricGPUUtil      = metadata.MetricGPUUtil
 	MetricGPUMemory    = metadata.MetricGPUMemory
+	MetricQueueDemand  = metadata.MetricQueueDemand
 )

@@ -41,6 +41,8 @@ const (
 	KeyStaleAfter           = "staleAfter"
 	KeyStream               = "stream"
 	KeyConsumer             = "consumer"
+	KeyTargetWait           = "targetWait"
+	KeyConcurrency          = "concurrency"
 )
 
 // Defaults of the optional keys.
@@ -57,6 +59,10 @@ const (
 	MetricQueueBacklog = "queue-backlog"
 	MetricGPUUtil      = "gpu-util"
 	MetricGPUMemory    = "gpu-memory"
+	// MetricQueueDemand is the replicas a queue's demand needs (see DESIGN.md), given
+	// instead of queue-backlog when the trigger sets targetWait. Its target is 1: the
+	// HPA's ceil(value / 1) is the replica count.
+	MetricQueueDemand = "queue-demand"
 )
 
 // Bounds of targets. KEDA hands a target to the HPA in milli-units (int64(v*1000)), so a
@@ -82,6 +88,7 @@ var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
 	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+	KeyTargetWait, KeyConcurrency,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -115,6 +122,11 @@ type Trigger struct {
 	Queue                string
 	QueueTarget          float64
 	ActivationQueueDepth float64
+	// TargetWait, when set, makes the queue's metric queue-demand: the replicas that
+	// serve the queue's arrivals and start the items waiting within TargetWait.
+	// Concurrency is the items one replica serves at once (1 unless given).
+	TargetWait  time.Duration
+	Concurrency int
 
 	// PodSelector selects the workload's pods; their GPUs are the workload's. Nil when
 	// the trigger measures no GPUs.
@@ -157,7 +169,10 @@ type MetricSpec struct {
 // a ScaledJob acts on the first metric only.
 func (t *Trigger) MetricSpecs() []MetricSpec {
 	var specs []MetricSpec
-	if t.Queue != "" || t.Stream != "" {
+	switch {
+	case t.TargetWait > 0:
+		specs = append(specs, MetricSpec{Name: MetricQueueDemand, Target: 1})
+	case t.Queue != "" || t.Stream != "":
 		specs = append(specs, MetricSpec{Name: MetricQueueBacklog, Target: t.QueueTarget})
 	}
 	if t.GPUUtilTarget > 0 {
@@ -189,6 +204,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		ActivationQueueDepth: DefaultActivationQueueDepth,
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		StaleAfter:           defaultStaleAfter,
+		Concurrency:          1,
 	}
 	p := parser{md: md, written: written}
 	t.Queue = p.name(KeyQueue, gpuscalerv1.ValidateQueueName, "a queue name: no '.', '*', '>' or white space")
@@ -205,6 +221,8 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
+	p.duration(KeyTargetWait, &t.TargetWait)
+	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -269,6 +287,9 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}
 	}
+	if err := t.checkDemand(md, fail); err != nil {
+		return err
+	}
 	_, perReplicaGiven := md[KeyGPUsPerReplica]
 	// The cap counts the Jobs that free GPUs can take. Taking 1 GPU per Job when none is
 	// given would, for an 8-GPU Job, create 8 times the Jobs that fit, all but one in 8
@@ -278,6 +299,30 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	}
 	if perReplicaGiven && t.PodSelector == nil && !t.CapacityAware {
 		return fail(KeyGPUsPerReplica, `podSelector or capacityAware "true" set too: gpusPerReplica divides the GPU metrics or sizes the capacity cap, and this trigger has neither`)
+	}
+	return nil
+}
+
+// checkDemand checks the keys of the demand metric (targetWait, concurrency) against the
+// rest of the trigger.
+func (t *Trigger) checkDemand(md map[string]string, fail func(key, want string) error) error {
+	_, waitGiven := md[KeyTargetWait]
+	if !waitGiven {
+		if _, ok := md[KeyConcurrency]; ok {
+			return fail(KeyConcurrency, "targetWait set too: concurrency sizes the queue-demand metric, which targetWait asks for")
+		}
+		return nil
+	}
+	switch {
+	case t.Queue == "":
+		// A JetStream consumer gives pending counts, not the arrivals and completions
+		// the demand is measured from.
+		return fail(KeyTargetWait, "queue set too: the demand is measured from a producer's reports of arrivals, waiting and in-flight items")
+	case t.CapacityAware:
+		return fail(KeyTargetWait, `no capacityAware "true" too: a ScaledJob creates one Job per item of backlog, so it scales on queue-backlog`)
+	}
+	if _, ok := md[KeyQueueTarget]; ok {
+		return fail(KeyQueueTarget, "no targetWait too: queueTarget divides queue-backlog, and targetWait replaces it with queue-demand, whose target is 1 replica")
 	}
 	return nil
 }

@@ -34,6 +34,8 @@ type triggerView struct {
 	StaleAfter           time.Duration
 	Stream               string
 	Consumer             string
+	TargetWait           time.Duration
+	Concurrency          int
 }
 
 // noSelector is how triggerView writes a nil selector.
@@ -64,6 +66,8 @@ func viewOf(tr *Trigger) triggerView {
 		StaleAfter:           tr.StaleAfter,
 		Stream:               tr.Stream,
 		Consumer:             tr.Consumer,
+		TargetWait:           tr.TargetWait,
+		Concurrency:          tr.Concurrency,
 	}
 }
 
@@ -77,6 +81,7 @@ func defaultView() triggerView {
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		NodeSelector:         noSelector,
 		StaleAfter:           DefaultStaleAfter,
+		Concurrency:          1,
 	}
 }
 
@@ -238,6 +243,10 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"activationQueueDepth positive": {metaWith(baseQueue, KeyActivationQueueDepth, "10"), queue, func(v *triggerView) { v.ActivationQueueDepth = 10 }},
 		"activationQueueDepth fraction": {metaWith(baseQueue, KeyActivationQueueDepth, "2.5"), queue, func(v *triggerView) { v.ActivationQueueDepth = 2.5 }},
 
+		"targetWait":              {metaWith(baseQueue, KeyTargetWait, "30s"), queue, func(v *triggerView) { v.TargetWait = 30 * time.Second }},
+		"targetWait, minutes":     {metaWith(baseQueue, KeyTargetWait, " 2m "), queue, func(v *triggerView) { v.TargetWait = 2 * time.Minute }},
+		"targetWait, concurrency": {metaWith(baseQueue, KeyTargetWait, "10s", KeyConcurrency, "8"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.Concurrency = 8 }},
+
 		"podSelector set-based": {metaOf(KeyPodSelector, "tier in (gpu,cpu)", KeyGPUUtilTarget, "70"), nil, func(v *triggerView) {
 			v.PodSelector = "tier in (cpu,gpu)"
 			v.GPUUtilTarget = 70
@@ -331,7 +340,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, ActivationQueueDepth: 2,
 					PodSelector: "app=llm", GPUUtilTarget: 75, ActivationGPUUtil: 5, GPUMemoryTarget: 90,
-					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute,
+					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1,
 				}
 			},
 		},
@@ -342,7 +351,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 			func(v *triggerView) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, PodSelector: noSelector, GPUsPerReplica: 2,
-					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute,
+					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1,
 				}
 			},
 		},
@@ -398,6 +407,8 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 
 	add(baseQueue, KeyCapacityAware, `"true" or "false"`, "yes", "no", "on", "maybe", "", "2")
 	add(baseCapacity, KeyCapacityHeadroom, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
+	add(baseQueue, KeyTargetWait, "a duration from 1s to 24h", "0s", "-5s", "500ms", "30", "abc", "", "25h")
+	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
 
@@ -428,7 +439,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter,
-		KeyStream, KeyConsumer,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -546,6 +557,22 @@ func TestParseTriggerCombinations(t *testing.T) {
 			want: `podSelector or capacityAware "true" set too`,
 		},
 
+		"concurrency without targetWait": {
+			metadata: metaWith(baseQueue, KeyConcurrency, "8"), key: KeyConcurrency, value: "8", want: "targetWait set too",
+		},
+		"targetWait with queueTarget": {
+			metadata: metaWith(baseQueue, KeyTargetWait, "30s", KeyQueueTarget, "4"), key: KeyQueueTarget, value: "4", want: "no targetWait too",
+		},
+		"targetWait without a queue": {
+			metadata: metaWith(baseGPU, KeyTargetWait, "30s"), key: KeyTargetWait, value: "30s", want: "queue set too",
+		},
+		"targetWait on a stream": {
+			metadata: metaWith(baseStream, KeyTargetWait, "30s"), key: KeyTargetWait, value: "30s", want: "queue set too",
+		},
+		"targetWait with capacityAware": {
+			metadata: metaWith(baseCapacity, KeyTargetWait, "30s"), key: KeyTargetWait, value: "30s", want: `no capacityAware "true" too`,
+		},
+		"queue demand and pods":            {metadata: metaWith(baseQueue, KeyTargetWait, "30s", KeyConcurrency, "4", KeyPodSelector, "app=llm", KeyGPUUtilTarget, "80"), valid: true},
 		"queue and pods":                   {metadata: metaWith(baseQueue, KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"), valid: true},
 		"stream, capacity and nodes":       {metadata: metaWith(baseStream, KeyCapacityAware, "true", KeyGPUsPerReplica, "8", KeyNodeSelector, "gpu=a100"), valid: true},
 		"capacity with a MIG profile":      {metadata: metaWith(baseQueue, KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"), valid: true},
@@ -576,6 +603,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
+		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
