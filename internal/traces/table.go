@@ -13,7 +13,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// errNoRecords is wrapped, with the format's name, by a reader given a header and no rows:
+// a replay of nothing is a mistake, not an empty result.
+var errNoRecords = errors.New("no records after the header")
 
 // table reads a CSV file with a header row, locating columns by name.
 type table struct {
@@ -107,3 +112,48 @@ func (r row) int(col string, lo, hi int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// text returns the named column's value, which must not be empty.
+func (r row) text(col string) (string, error) {
+	v := r.str(col)
+	if v == "" {
+		return "", r.errorf(col, "%q: want a value", v)
+	}
+	return v, nil
+}
+
+// timeLayout is how GenTD26 and Azure write times: no zone, read as UTC.
+const timeLayout = "2006-01-02 15:04:05"
+
+// time parses the named column as a UTC time written exactly as timeLayout, optionally
+// followed by '.' and 1 to frac fractional-second digits.
+func (r row) time(col string, frac int) (time.Time, error) {
+	v := r.str(col)
+	if t, err := time.Parse(timeLayout, v); err == nil && timeShaped(v, frac) { // Parse checks ranges: month 13, February 30
+		return t, nil
+	}
+	want := fmt.Sprintf("%q", timeLayout)
+	if frac > 0 {
+		want += fmt.Sprintf(" with up to %d fractional digits", frac)
+	}
+	return time.Time{}, r.errorf(col, "%q: want a time %s, no zone", v, want)
+}
+
+// timeShaped reports whether v has timeLayout's shape digit for digit, then at most frac
+// fractional digits after a '.'. time.Parse alone also takes one-digit hours and any
+// number of fractional digits.
+func timeShaped(v string, frac int) bool {
+	if len(v) < len(timeLayout) {
+		return false
+	}
+	for i := range len(timeLayout) {
+		c := timeLayout[i]
+		if isDigit(c) != isDigit(v[i]) || !isDigit(c) && v[i] != c {
+			return false
+		}
+	}
+	f := v[len(timeLayout):]
+	return f == "" || len(f) >= 2 && len(f) <= frac+1 && f[0] == '.' && strings.TrimLeft(f[1:], "0123456789") == ""
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
