@@ -184,6 +184,39 @@ func TestOpenBSkippedPollsChangeNothing(t *testing.T) {
 	}
 }
 
+// TestOpenBSkippedPollsChangeNothingReal does the same on real tasks: those of the
+// trace created in a busy stretch of 100,000 s (day 127 to 128) that ran under two
+// hours, so that polling every 30 s until all are done stays short, on two nodes of
+// 2 GPUs, where they queue and the plain ScaledJob leaves Pods Pending.
+func TestOpenBSkippedPollsChangeNothingReal(t *testing.T) {
+	pods, nodes := openBTrace(t)
+	var busy []traces.OpenBPod
+	for _, p := range pods {
+		if run, ok := p.RunTime(); ok && run < 2*time.Hour && p.Created >= 11_000_000*time.Second && p.Created < 11_100_000*time.Second {
+			busy = append(busy, p)
+		}
+	}
+	in, err := newOpenBInput(busy, nodes, OpenBConfig{Nodes: 2, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipping, _, err := in.replay(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.pollAlways = true
+	always, _, err := in.replay(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skipping.Policies[0].PendingJobsMax == 0 {
+		t.Errorf("plain ScaledJob left no Pod Pending on %d GPUs: the case tests too little", skipping.GPUs)
+	}
+	if !reflect.DeepEqual(skipping, always) {
+		t.Errorf("skipping polls:\n%+v\npolling always:\n%+v", skipping, always)
+	}
+}
+
 // TestOpenBTriggers checks the ScaledJobs' trigger metadata, which the scaler must accept.
 func TestOpenBTriggers(t *testing.T) {
 	spec := openBGroupSpec{name: openBGroupName(2, []string{"V100M16", "V100M32"}), gpus: 2, models: []string{"V100M16", "V100M32"}}
