@@ -663,7 +663,7 @@ func (r *openBRun) nextEvent() (time.Duration, bool) {
 	return t, ok
 }
 
-// advance moves the clock to t, integrating what is held and Pending until then.
+// advance moves the clock to t, integrating the GPUs held until then.
 func (r *openBRun) advance(t time.Duration) {
 	r.rec.heldGPUSeconds += float64(r.held) * (t - r.now).Seconds()
 	r.now = t

@@ -2,6 +2,8 @@ package replay
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -437,6 +439,15 @@ func TestOpenBErrors(t *testing.T) {
 				t.Errorf("got error %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestOpenBCanceled(t *testing.T) {
+	pods, nodes := handCase()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := OpenB(ctx, pods, nodes, OpenBConfig{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("got error %v, want context.Canceled", err)
 	}
 }
 
