@@ -56,17 +56,21 @@ func (old *queueEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) 
 }
 
 // queueDemand is the queue-demand metric: the replicas, each serving t.Concurrency items
-// at once, that serve the queue's arrivals and start its waiting items within
-// t.TargetWait (DESIGN.md, "The demand metric"):
+// at once, that the queue's traffic needs for its items to start within t.TargetWait
+// (DESIGN.md, "The demand metric"):
 //
-//	max(λ·S, in flight) / c  +  waiting · S / (c · targetWait)
+//	(λ·S + waiting·S / targetWait) / c
 //
-// λ is the arrival rate, S the service time, both measured over DemandWindow. The first
-// term is Little's law: the items being served at once at this rate, and never fewer
-// than are being served now. The second drains the waiting items within targetWait: a
-// replica starts c/S of them per second. Unlike backlog / queueTarget, it does not
-// count the items that piled up during a cold start as if each needed a replica of its
-// own: it asks for what starts them within targetWait, once the replicas arrive.
+// λ is the arrival rate and S the service time, both measured over DemandWindow. λ·S is
+// Little's law: the items being served at once at this rate, which c to a replica take
+// λ·S/c replicas. The second part starts the items waiting now within targetWait: a
+// replica starts c/S of them per second. A long targetWait runs the replicas nearly full
+// and lets a burst queue; a short one drains every burst at once.
+//
+// Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees at
+// the first report of a burst, rather than the items piling up while replicas load, and
+// the items that did pile up ask for what starts them within targetWait, not for a
+// replica per queueTarget items, which arrives after the burst is over.
 //
 // Until an item has been seen to finish, S is unknown and the metric is the backlog
 // over c: every item held by a replica at once, as queue-backlog with queueTarget c.
@@ -75,5 +79,5 @@ func queueDemand(t *Trigger, d demand, waiting, inFlight float64) float64 {
 	if d.service == 0 {
 		return (waiting + inFlight) / c
 	}
-	return max(d.arrivals*d.service, inFlight)/c + waiting*d.service/(c*t.TargetWait.Seconds())
+	return (d.arrivals*d.service + waiting*d.service/t.TargetWait.Seconds()) / c
 }

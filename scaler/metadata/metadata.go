@@ -221,7 +221,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
-	p.duration(KeyTargetWait, &t.TargetWait)
+	p.durationIn(KeyTargetWait, &t.TargetWait, 100*time.Millisecond, MaxStaleAfter, `a duration from 100ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
 	if p.err != nil {
 		return nil, p.err
@@ -475,13 +475,17 @@ func (p *parser) bool(key string, dst *bool) {
 }
 
 func (p *parser) duration(key string, dst *time.Duration) {
+	p.durationIn(key, dst, time.Second, MaxStaleAfter, `a duration from 1s to 24h, such as "30s" or "2m"`)
+}
+
+func (p *parser) durationIn(key string, dst *time.Duration, lo, hi time.Duration, want string) {
 	v, ok := p.get(key)
 	if !ok {
 		return
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d < time.Second || d > MaxStaleAfter {
-		p.fail(key, v, `a duration from 1s to 24h, such as "30s" or "2m"`)
+	if err != nil || d < lo || d > hi {
+		p.fail(key, v, want)
 		return
 	}
 	*dst = d

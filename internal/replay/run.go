@@ -1,0 +1,185 @@
+// Package replay runs real production traces through gpuscaler's own decision code on a
+// virtual clock: the scaler's state, metadata parsing, policies and metrics, fed events
+// built as producers and collectors build them and asked exactly what KEDA asks; KEDA's
+// and the HPA's published rules (internal/kedarules) acting on the answers; and a model
+// of the cluster, where a new replica loads its model for a time drawn from a real
+// load-latency distribution and then serves FIFO at the concurrency the workload allows.
+// Every policy a user would compare runs on the same trace in the same replay, and the
+// output is the same for the same seed. `gpuscaler replay` runs it.
+package replay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// PolicyResult is what one policy cost and made requests wait, over every service of
+// the replay.
+type PolicyResult struct {
+	Name    string `json:"name"`
+	Setting string `json:"setting,omitempty"`
+	// GPUHours is the GPU time the replicas held, loading or serving, from the start
+	// of the replay to its end (or the last request served, if later).
+	GPUHours float64 `json:"gpu_hours"`
+	// Waits are from a request's arrival to the start of its service, cold starts
+	// included, in seconds.
+	WaitP50  float64 `json:"wait_p50_s"`
+	WaitP99  float64 `json:"wait_p99_s"`
+	WaitMean float64 `json:"wait_mean_s"`
+	// ColdStartFraction is the share of requests served by a replica that was still
+	// loading its model when they arrived: requests that waited for a cold start.
+	ColdStartFraction float64 `json:"cold_start_fraction"`
+	// MaxReplicas is the most replicas any one service held at once.
+	MaxReplicas int `json:"max_replicas"`
+
+	Timeline Timeline `json:"-"`
+}
+
+// FrontierPoint is one setting of a policy's knob, swept.
+type FrontierPoint struct {
+	Setting           string  `json:"setting"`
+	GPUHours          float64 `json:"gpu_hours"`
+	WaitP99           float64 `json:"wait_p99_s"`
+	WaitMean          float64 `json:"wait_mean_s"`
+	ColdStartFraction float64 `json:"cold_start_fraction"`
+}
+
+// InferenceResult is one replay of inference services.
+type InferenceResult struct {
+	Requests int `json:"requests"`
+	Services int `json:"services"`
+	// Span is the replay's length: from the first request to the last, plus the
+	// tail in which the policies scale down.
+	Span      time.Duration              `json:"-"`
+	Policies  []PolicyResult             `json:"policies"`
+	Frontiers map[string][]FrontierPoint `json:"frontiers"`
+}
+
+// Progress reports how many of the replay's runs (one per service and policy setting)
+// are done.
+type Progress func(done, total int)
+
+// RunInference replays services under each of policies, then under each setting of
+// sweeps (policies of one name with the settings of their knob), and returns each
+// policy's results and each swept policy's frontier. A setting in both runs once. tail
+// is how long the replay goes on after the last request arrives, for the policies to
+// scale down: the same for all, so GPU-hours compare.
+func RunInference(ctx context.Context, services []Service, cfg Inference, policies, sweeps []Policy, tail time.Duration, progress Progress) (*InferenceResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var last time.Duration
+	requests := 0
+	for _, s := range services {
+		if n := len(s.Requests); n > 0 {
+			last = max(last, s.Requests[n-1].At)
+			requests += n
+		}
+	}
+	if requests == 0 {
+		return nil, fmt.Errorf("replay: no requests to replay")
+	}
+	end := last + tail
+
+	type key struct{ name, setting string }
+	var runs []Policy
+	index := map[key]int{}
+	for _, p := range slices.Concat(policies, sweeps) {
+		k := key{p.Name, p.Setting}
+		if _, ok := index[k]; !ok {
+			index[k] = len(runs)
+			runs = append(runs, p)
+		}
+	}
+
+	// Each service under each policy is a replay of its own: run them on every core.
+	results := make([][]serviceRun, len(runs))
+	for i := range results {
+		results[i] = make([]serviceRun, len(services))
+	}
+	total, done := len(runs)*len(services), 0
+	progressCh := make(chan struct{}, total)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	go func() {
+		for range progressCh {
+			done++
+			if progress != nil {
+				progress(done, total)
+			}
+		}
+	}()
+	for pi, p := range runs {
+		for si, svc := range services {
+			g.Go(func() error {
+				run, err := newSim(cfg, p, svc, end, newTimeline(end)).play(gctx)
+				if err != nil {
+					return fmt.Errorf("service %s: %w", svc.Name, err)
+				}
+				results[pi][si] = run
+				progressCh <- struct{}{}
+				return nil
+			})
+		}
+	}
+	err := g.Wait()
+	close(progressCh)
+	if err != nil {
+		return nil, err
+	}
+
+	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, Frontiers: map[string][]FrontierPoint{}}
+	summary := make([]PolicyResult, len(runs))
+	for i, p := range runs {
+		summary[i] = summarize(p, results[i], end)
+	}
+	for _, p := range policies {
+		out.Policies = append(out.Policies, summary[index[key{p.Name, p.Setting}]])
+	}
+	for _, p := range sweeps {
+		r := summary[index[key{p.Name, p.Setting}]]
+		out.Frontiers[p.Name] = append(out.Frontiers[p.Name], FrontierPoint{Setting: p.Setting, GPUHours: r.GPUHours,
+			WaitP99: r.WaitP99, WaitMean: r.WaitMean, ColdStartFraction: r.ColdStartFraction})
+	}
+	return out, nil
+}
+
+func summarize(p Policy, runs []serviceRun, end time.Duration) PolicyResult {
+	r := PolicyResult{Name: p.Name, Setting: p.Setting}
+	var waits []float64
+	cold := 0
+	tl := newTimeline(end)
+	for _, run := range runs {
+		r.GPUHours += run.gpuSeconds / 3600
+		waits = append(waits, run.waits...)
+		cold += run.cold
+		r.MaxReplicas = max(r.MaxReplicas, run.maxReplica)
+		tl.add(run.timeline)
+	}
+	slices.Sort(waits)
+	r.WaitP50, r.WaitP99, r.WaitMean = quantile(waits, 0.5), quantile(waits, 0.99), mean(waits)
+	if len(waits) > 0 {
+		r.ColdStartFraction = float64(cold) / float64(len(waits))
+	}
+	r.Timeline = tl.export()
+	return r
+}
+
+func (c Inference) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("replay: concurrency %d: want at least 1", c.Concurrency)
+	case c.MaxReplicas < max(c.MinReplicas, 1):
+		return fmt.Errorf("replay: maxReplicaCount %d below minReplicaCount %d (or 1)", c.MaxReplicas, c.MinReplicas)
+	case c.PollingInterval <= 0 || c.HPASync <= 0 || c.ReportInterval <= 0:
+		return fmt.Errorf("replay: pollingInterval, HPA sync and report interval must be above 0")
+	case c.Load == nil:
+		return fmt.Errorf("replay: no model-load distribution")
+	}
+	return nil
+}

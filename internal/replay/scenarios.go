@@ -1,0 +1,169 @@
+package replay
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/traces"
+	"github.com/gpuscaler/gpuscaler/scaler"
+)
+
+// The policy names, as the output spells them.
+const (
+	PolicyAlwaysOn   = "always-on"
+	PolicySeeds      = "seeds-hpa-gpu-util"
+	PolicyKEDAPoll   = "keda-poll-backlog"
+	PolicyBacklog    = "gpuscaler-backlog"
+	PolicyRecommends = "gpuscaler"
+)
+
+// Recommended is the configuration the README recommends for an inference service that
+// scales to zero: queue-demand, pushed activation, and this cooldown. replay measures
+// it (see the README's performance section).
+var Recommended = struct {
+	TargetWait time.Duration
+	Cooldown   time.Duration
+}{TargetWait: 30 * time.Second, Cooldown: 300 * time.Second}
+
+// Scenario is a replay's services, cluster and policies.
+type Scenario struct {
+	Trace    string
+	Services []Service
+	Config   Inference
+	Policies []Policy
+	Sweeps   []Policy
+	// Tail is how long the replay goes on after the last request, for every policy to
+	// scale down.
+	Tail time.Duration
+}
+
+// kedaDefaults is a ScaledObject left at KEDA's defaults, with the HPA
+// kube-controller-manager runs by default.
+func kedaDefaults(load *traces.Durations, seed uint64) Inference {
+	return Inference{
+		MinReplicas:     0,
+		PollingInterval: 30 * time.Second,
+		Cooldown:        300 * time.Second,
+		HPASync:         15 * time.Second,
+		ScaleDownWindow: 300 * time.Second,
+		ReportInterval:  time.Second,
+		Load:            func(r *rand.Rand) time.Duration { return load.Sample(r) },
+		Seed:            seed,
+	}
+}
+
+// backlogPolicy is queue-backlog at queueTarget q; push says whether activation is
+// pushed (gpuscaler) or polled (KEDA's own queue scalers).
+func backlogPolicy(name string, q int, push bool) Policy {
+	return Policy{Name: name, Setting: "queueTarget=" + strconv.Itoa(q), Kind: KindScaler, Push: push,
+		Metadata: map[string]string{scaler.KeyQueueTarget: strconv.Itoa(q)}}
+}
+
+// demandPolicy is queue-demand at targetWait w, pushed.
+func demandPolicy(w time.Duration, concurrency int, cooldown time.Duration, setting string) Policy {
+	md := map[string]string{scaler.KeyTargetWait: w.String()}
+	if concurrency > 1 {
+		md[scaler.KeyConcurrency] = strconv.Itoa(concurrency)
+	}
+	return Policy{Name: PolicyRecommends, Setting: setting, Kind: KindScaler, Push: true, Cooldown: cooldown, Metadata: md}
+}
+
+// GenTD26 is the scale-to-zero scenario: one Deployment per model checkpoint, each at
+// KEDA's defaults (minReplicaCount 0, maxReplicaCount 8, pollingInterval 30s,
+// cooldownPeriod 300s), the HPA's 15s sync and default behaviour, one request at a time
+// per replica, the requests' real execution times, and model loads drawn from the
+// system's real load latencies. The recommended policy's cooldown is swept from 60s to
+// 1h.
+func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("GenTD26: no requests")
+	}
+	start := reqs[0].At
+	byCkpt := map[string][]Request{}
+	for _, r := range reqs {
+		byCkpt[r.Checkpoint] = append(byCkpt[r.Checkpoint], Request{At: r.At.Sub(start), Service: r.Exec})
+	}
+	var services []Service
+	for _, name := range slices.Sorted(maps.Keys(byCkpt)) {
+		services = append(services, Service{Name: name, Requests: byCkpt[name]})
+	}
+	cfg := kedaDefaults(load, seed)
+	cfg.Concurrency, cfg.MaxReplicas = 1, 8
+	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour}
+	rec := demandPolicy(Recommended.TargetWait, 1, Recommended.Cooldown, "cooldownPeriod="+Recommended.Cooldown.String())
+	sc.Policies = []Policy{
+		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
+		{Name: PolicySeeds, Kind: KindGPUUtil},
+		backlogPolicy(PolicyKEDAPoll, 1, false),
+		backlogPolicy(PolicyBacklog, 1, true),
+		rec,
+	}
+	for _, c := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour} {
+		sc.Sweeps = append(sc.Sweeps, demandPolicy(Recommended.TargetWait, 1, c, "cooldownPeriod="+c.String()))
+	}
+	return sc, nil
+}
+
+// LLMServiceModel turns an LLM request's tokens into seconds of service on one replica.
+// The default (DefaultLLMServiceModel) stands for Llama 3.1 8B served by vLLM on one
+// A100-80GB at up to 8 requests at once.
+type LLMServiceModel struct {
+	Concurrency    int
+	Overhead       time.Duration // per request: scheduling, tokenisation
+	PerPromptToken time.Duration // prefill
+	PerOutputToken time.Duration // decode, at the model's concurrency
+}
+
+// DefaultLLMServiceModel: Llama 3.1 8B, vLLM, one A100-80GB SXM, 8 requests at once.
+// Prefill about 4,000 prompt tokens/s per request and 30 ms per output token at that
+// batch are in the range public vLLM benchmarks on that GPU report (Lambda's
+// vllm-benchmark, A100-80GB; Ori's Llama 3.1 8B vLLM benchmark); it is a model, not a
+// measurement, which is why replay runs it at ×0.5 and ×2 speed too.
+var DefaultLLMServiceModel = LLMServiceModel{Concurrency: 8, Overhead: 25 * time.Millisecond,
+	PerPromptToken: 250 * time.Microsecond, PerOutputToken: 30 * time.Millisecond}
+
+// Service returns how long a request of ctx prompt and gen output tokens takes, at speed
+// times the model's speed.
+func (m LLMServiceModel) Service(ctx, gen int, speed float64) time.Duration {
+	d := m.Overhead + time.Duration(ctx)*m.PerPromptToken + time.Duration(gen)*m.PerOutputToken
+	return time.Duration(float64(d) / speed)
+}
+
+// AzureLLM is the scale-out scenario: one LLM service taking the trace's requests, its
+// service times from model at speed, KEDA's defaults with maxReplicaCount 32. The
+// backlog metric is swept over queueTarget 4 to 64 and queue-demand over targetWait.
+func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float64, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("Azure LLM: no requests")
+	}
+	if speed <= 0 {
+		return nil, fmt.Errorf("--service-speed %g: want above 0", speed)
+	}
+	start := reqs[0].At
+	svc := Service{Name: "llm"}
+	for _, r := range reqs {
+		svc.Requests = append(svc.Requests, Request{At: r.At.Sub(start), Service: model.Service(r.ContextTokens, r.GeneratedTokens, speed)})
+	}
+	cfg := kedaDefaults(load, seed)
+	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
+	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute}
+	c := model.Concurrency
+	sc.Policies = []Policy{
+		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
+		{Name: PolicySeeds, Kind: KindGPUUtil},
+		backlogPolicy(PolicyKEDAPoll, c, false),
+		backlogPolicy(PolicyBacklog, c, true),
+		demandPolicy(Recommended.TargetWait, c, 0, "targetWait="+Recommended.TargetWait.String()),
+	}
+	for _, q := range []int{4, 8, 16, 32, 64} {
+		sc.Sweeps = append(sc.Sweeps, backlogPolicy(PolicyBacklog, q, true))
+	}
+	for _, w := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute} {
+		sc.Sweeps = append(sc.Sweeps, demandPolicy(w, c, 0, "targetWait="+w.String()))
+	}
+	return sc, nil
+}
