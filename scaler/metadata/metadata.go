@@ -221,7 +221,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
-	p.durationIn(KeyTargetWait, &t.TargetWait, 100*time.Millisecond, MaxStaleAfter, `a duration from 100ms to 24h, such as "30s"`)
+	p.durationIn(KeyTargetWait, &t.TargetWait, 10*time.Millisecond, MaxStaleAfter, `a duration from 10ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
 	if p.err != nil {
 		return nil, p.err
