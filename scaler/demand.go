@@ -1,140 +1,23 @@
 package scaler
 
 import (
-	"math"
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
-// DemandWindow is the time constant of a queue's demand estimates: each report weighs in
-// by 1 − e^(−Δ/DemandWindow), Δ being the time since the previous report, so what
-// happened a minute ago counts for about a third of what happens now. Short enough to
-// follow a burst within a HPA sync or two, long enough that one busy second is not read
-// as the rate.
-const DemandWindow = time.Minute
-
-// demand is what a queue's reports say of its traffic, folded in report by report as the
-// stream delivers them. It depends only on the reports and on when NATS stored them, so
-// every scaler replica that read the same stream holds the same estimates. A replica
-// that restarts holds none until it has seen an item finish (see queueDemand).
-type demand struct {
-	// arrivals and completions are items per second; inFlight is the items being
-	// worked on, averaged over time.
-	arrivals, completions, inFlight float64
-	// service is how long an item takes, in seconds, by Little's law: inFlight /
-	// completions. Zero until an item is seen to finish. It is kept while the queue is
-	// idle: it is a property of the work, not of the traffic.
-	service float64
-}
-
-// next folds report r, stored at stored, into what old knew (nil: nothing).
-//
-// Completions are not in the report: they are what left the backlog, the previous
-// backlog plus the arrivals less the backlog now. That holds only between consecutive
-// reports of one producer; across a gap in its sequence (a lost report) or another
-// producer's report, arrivals are still folded in but completions are not.
-func (old *queueEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) demand {
+// nextDemand is the queue's traffic estimate once report r, stored at stored, follows
+// old (nil: the queue's first report since this scaler started).
+func (old *queueEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) demand.Estimate {
 	if old == nil {
-		return demand{}
+		return demand.Estimate{}
 	}
-	d := old.demand
-	dt := max(stored.Sub(old.stored).Seconds(), 1e-3)
-	alpha := -math.Expm1(-dt / DemandWindow.Seconds())
-	d.arrivals += alpha * (float64(r.GetArrivals())/dt - d.arrivals)
-	prev := old.report
-	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
-		return d
-	}
-	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog())
-	d.completions += alpha * (max(finished, 0)/dt - d.completions)
-	d.inFlight += alpha * ((float64(prev.GetInFlight())+float64(r.GetInFlight()))/2 - d.inFlight)
-	if finished > 0 && d.completions > 0 {
-		d.service = d.inFlight / d.completions
-	}
-	return d
+	return old.demand.Next(old.report, r, stored.Sub(old.stored))
 }
 
-// queueDemand is the queue-demand metric: the replicas, each serving c = t.Concurrency
-// items at once, that the queue's traffic needs for its items to start within
-// t.TargetWait (DESIGN.md, "The demand metric"). It is the sum of two parts:
-//
-//   - serving: the fewest replicas whose c·N slots serve the arrivals, λ per second of
-//     S seconds each, with at most 1 in 100 of them waiting longer than targetWait. The
-//     chance an arrival waits longer than w in a queue served by m slots is
-//     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
-//     slots Little's law says are busy; a short targetWait buys headroom above it for
-//     the randomness of arrivals, a long one runs the slots nearly full.
-//   - draining: the items waiting now, started within targetWait. A replica starts c/S
-//     of them per second, so waiting·S/(c·targetWait) replicas.
-//
-// Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees in
-// the first report of a burst, and the items that piled up while replicas loaded ask for
-// what starts them within targetWait, not for a replica per queueTarget items, which
-// arrives after the burst is over.
-//
-// Until an item has been seen to finish, S is unknown and the metric is the backlog
-// over c: every item held by a replica at once, as queue-backlog with queueTarget c.
-func queueDemand(t *Trigger, d demand, waiting, inFlight float64) float64 {
-	c := max(t.Concurrency, 1)
-	if d.service == 0 {
-		return (waiting + inFlight) / float64(c)
-	}
-	wait := t.TargetWait.Seconds()
-	return servingReplicas(d.arrivals*d.service, d.service, wait, c) + waiting*d.service/(float64(c)*wait)
-}
-
-// demandTail is the share of arrivals allowed to wait longer than targetWait: it makes
-// targetWait a p99.
-const demandTail = 0.01
-
-// erlangSlots bounds the exact Erlang computation, whose cost grows with the slots
-// (4,096 cost about 10 µs): above it, Halfin and Whitt's approximation for many servers
-// stands in, which is within a few percent there and better beyond.
-const erlangSlots = 4096
-
-// servingReplicas returns the fewest replicas of c slots each that serve an offered load
-// of a busy slots (λ·S), each item service seconds long, with at most demandTail of the
-// arrivals waiting longer than wait.
-func servingReplicas(a, service, wait float64, c int) float64 {
-	if a <= 0 {
-		return 0
-	}
-	if a > erlangSlots {
-		return math.Ceil(halfinWhitt(a, service, wait) / float64(c))
-	}
-	// Erlang B by its recurrence over the slots, B(0) = 1, B(m) = a·B / (m + a·B), and
-	// from it Erlang C = m·B / (m − a·(1 − B)), for m > a.
-	b := 1.0
-	for m := 1; ; m++ {
-		b = a * b / (float64(m) + a*b)
-		if m%c != 0 || float64(m) <= a {
-			continue
-		}
-		erlangC := float64(m) * b / (float64(m) - a*(1-b))
-		if erlangC*math.Exp(-(float64(m)-a)*wait/service) <= demandTail || m >= 2*erlangSlots+c {
-			return float64(m / c)
-		}
-	}
-}
-
-// halfinWhitt returns the slots m = a + β√a for which C·e^(−β√a·wait/service) is
-// demandTail, C being Halfin and Whitt's limit of Erlang C for many servers,
-// 1 / (1 + β·Φ(β)/φ(β)) (Φ and φ: the standard normal distribution and density). Both
-// fall as β grows, so β is found by bisection.
-func halfinWhitt(a, service, wait float64) float64 {
-	tail := func(beta float64) float64 {
-		phi := math.Exp(-beta*beta/2) / math.Sqrt(2*math.Pi)
-		cdf := 0.5 * math.Erfc(-beta/math.Sqrt2)
-		return math.Exp(-beta*math.Sqrt(a)*wait/service) / (1 + beta*cdf/phi)
-	}
-	lo, hi := 0.0, 10.0
-	for range 60 {
-		if mid := (lo + hi) / 2; tail(mid) > demandTail {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return math.Max(math.Ceil(a+hi*math.Sqrt(a)), math.Floor(a)+1)
+// queueDemand is t's queue-demand metric for a queue with these waiting and in-flight
+// items: see demand.Replicas.
+func queueDemand(t *Trigger, e demand.Estimate, waiting, inFlight float64) float64 {
+	return demand.Replicas(e, t.Concurrency, t.TargetWait, waiting, inFlight)
 }

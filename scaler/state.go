@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 	"maps"
 	"slices"
 	"sync"
@@ -168,7 +169,7 @@ type queueEntry struct {
 	producers  producerHistory
 	conflicted time.Time
 	// demand is the queue's traffic as its reports so far tell it.
-	demand demand
+	demand demand.Estimate
 }
 
 // NewState returns an empty State that tells time with now (time.Now when nil).

@@ -101,7 +101,12 @@ const (
 // serviceRun is what one policy did to one service.
 type serviceRun struct {
 	gpuSeconds float64
-	waits      []float64 // seconds, by request
+	// lifetimes sums each replica's life, created to removed, kept apart from
+	// gpuSeconds, which is summed over time, so tests can hold one against the other.
+	lifetimes  float64
+	starts     []time.Duration // when each request's service started; -1: never
+	restarted  int             // requests started twice: always 0
+	waits      []float64       // seconds, by request
 	cold       int       // requests that waited for a model load
 	maxReplica int
 	timeline   *timeline
@@ -120,10 +125,10 @@ const (
 )
 
 type replica struct {
+	created time.Duration
 	readyAt time.Duration
 	busy    int
 	leaving bool // scaled down: takes no new work, goes when its work is done
-	gone    bool
 }
 
 type completion struct {
@@ -197,6 +202,10 @@ func newSim(cfg Inference, pol Policy, svc Service, end time.Duration, tl *timel
 	}
 	s.run.timeline = tl
 	s.run.waits = make([]float64, len(svc.Requests))
+	s.run.starts = make([]time.Duration, len(svc.Requests))
+	for i := range s.run.starts {
+		s.run.starts[i] = -1
+	}
 	cooldown := cfg.Cooldown
 	if pol.Cooldown > 0 {
 		cooldown = pol.Cooldown
@@ -218,6 +227,7 @@ func (s *sim) play(ctx context.Context) (serviceRun, error) {
 		for range s.want {
 			s.reps = append(s.reps, &replica{}) // loaded before the trace starts
 		}
+		s.run.maxReplica = s.want
 	case KindGPUUtil:
 		s.want = max(s.cfg.MinReplicas, 1)
 		s.scale()
@@ -256,6 +266,9 @@ func (s *sim) play(ctx context.Context) (serviceRun, error) {
 		s.run.timeline.backlog(s.now, s.backlog())
 	}
 	s.advance(max(s.now, s.end))
+	for _, r := range s.reps {
+		s.run.lifetimes += (s.now - r.created).Seconds()
+	}
 	return s.run, nil
 }
 
@@ -513,7 +526,7 @@ func (s *sim) scale() {
 		}
 	}
 	for ; live < s.want; live++ {
-		s.reps = append(s.reps, &replica{readyAt: s.now + s.cfg.Load(s.rng)})
+		s.reps = append(s.reps, &replica{created: s.now, readyAt: s.now + s.cfg.Load(s.rng)})
 	}
 	for live > s.want {
 		victim := -1
@@ -549,7 +562,7 @@ func rank(r *replica, now time.Duration) int64 {
 }
 
 func (s *sim) remove(r *replica) {
-	r.gone = true
+	s.run.lifetimes += (s.now - r.created).Seconds()
 	s.reps = slices.DeleteFunc(s.reps, func(x *replica) bool { return x == r })
 }
 
@@ -576,6 +589,10 @@ func (s *sim) dispatch() {
 		}
 		req := s.svc.Requests[i]
 		wait := (s.now - req.At).Seconds()
+		if s.run.starts[i] >= 0 {
+			s.run.restarted++
+		}
+		s.run.starts[i] = s.now
 		s.run.waits[i] = wait
 		s.run.timeline.wait(req.At, wait)
 		if best.readyAt > req.At {

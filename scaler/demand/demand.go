@@ -1,0 +1,143 @@
+// Package demand estimates a queue's traffic from its producer's reports (arrival rate,
+// service time by Little's law) and turns it into the replicas that traffic needs: the
+// queue-demand metric (DESIGN.md, "The demand metric"). It is pure arithmetic, apart
+// from the scaler, so its fuzz target runs fast and replay can check it by hand.
+package demand
+
+import (
+	"math"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// Window is the time constant of a queue's demand estimates: each report weighs in
+// by 1 − e^(−Δ/Window), Δ being the time since the previous report, so what
+// happened a minute ago counts for about a third of what happens now. Short enough to
+// follow a burst within a HPA sync or two, long enough that one busy second is not read
+// as the rate.
+const Window = time.Minute
+
+// Estimate is what a queue's reports say of its traffic, folded in report by report as
+// the stream delivers them. It depends only on the reports and on when NATS stored them, so
+// every scaler replica that read the same stream holds the same estimates. A replica
+// that restarts holds none until it has seen an item finish (see queueDemand).
+type Estimate struct {
+	// Arrivals and Completions are items per second; InFlight is the items being
+	// worked on, averaged over time.
+	Arrivals, Completions, InFlight float64
+	// Service is how long an item takes, in seconds, by Little's law: inFlight /
+	// completions. Zero until an item is seen to finish. It is kept while the queue is
+	// idle: it is a property of the work, not of the traffic.
+	Service float64
+}
+
+// Next folds report r, stored dt after prev (the queue's previous report, nil if none),
+// into e.
+//
+// Completions are not in the report: they are what left the backlog, the previous
+// backlog plus the arrivals less the backlog now. That holds only between consecutive
+// reports of one producer; across a gap in its sequence (a lost report) or another
+// producer's report, arrivals are still folded in but completions are not.
+func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estimate {
+	if prev == nil {
+		return Estimate{}
+	}
+	secs := max(dt.Seconds(), 1e-3)
+	alpha := -math.Expm1(-secs / Window.Seconds())
+	e.Arrivals += alpha * (float64(r.GetArrivals())/secs - e.Arrivals)
+	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
+		return e
+	}
+	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog())
+	e.Completions += alpha * (max(finished, 0)/secs - e.Completions)
+	e.InFlight += alpha * ((float64(prev.GetInFlight())+float64(r.GetInFlight()))/2 - e.InFlight)
+	if finished > 0 && e.Completions > 0 {
+		e.Service = e.InFlight / e.Completions
+	}
+	return e
+}
+
+// Replicas is the queue-demand metric: the replicas, each serving c = concurrency
+// items at once, that the queue's traffic needs for its items to start within
+// targetWait (DESIGN.md, "The demand metric"). It is the sum of two parts:
+//
+//   - serving: the fewest replicas whose c·N slots serve the arrivals, λ per second of
+//     S seconds each, with at most 1 in 100 of them waiting longer than targetWait. The
+//     chance an arrival waits longer than w in a queue served by m slots is
+//     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
+//     slots Little's law says are busy; a short targetWait buys headroom above it for
+//     the randomness of arrivals, a long one runs the slots nearly full.
+//   - draining: the items waiting now, started within targetWait. A replica starts c/S
+//     of them per second, so waiting·S/(c·targetWait) replicas.
+//
+// Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees in
+// the first report of a burst, and the items that piled up while replicas loaded ask for
+// what starts them within targetWait, not for a replica per queueTarget items, which
+// arrives after the burst is over.
+//
+// Until an item has been seen to finish, S is unknown and the metric is the backlog
+// over c: every item held by a replica at once, as queue-backlog with queueTarget c.
+func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, inFlight float64) float64 {
+	c := max(concurrency, 1)
+	if e.Service == 0 {
+		return (waiting + inFlight) / float64(c)
+	}
+	wait := targetWait.Seconds()
+	return ServingReplicas(e.Arrivals*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
+}
+
+// tail is the share of arrivals allowed to wait longer than targetWait: it makes
+// targetWait a p99.
+const tail = 0.01
+
+// erlangSlots bounds the exact Erlang computation, whose cost grows with the slots
+// (4,096 cost about 10 µs): above it, Halfin and Whitt's approximation for many servers
+// stands in, which is within a few percent there and better beyond.
+const erlangSlots = 4096
+
+// ServingReplicas returns the fewest replicas of c slots each that serve an offered load
+// of a busy slots (λ·S), each item service seconds long, with at most tail of the
+// arrivals waiting longer than wait.
+func ServingReplicas(a, service, wait float64, c int) float64 {
+	if a <= 0 {
+		return 0
+	}
+	if a > erlangSlots {
+		return math.Ceil(halfinWhitt(a, service, wait) / float64(c))
+	}
+	// Erlang B by its recurrence over the slots, B(0) = 1, B(m) = a·B / (m + a·B), and
+	// from it Erlang C = m·B / (m − a·(1 − B)), for m > a.
+	b := 1.0
+	for m := 1; ; m++ {
+		b = a * b / (float64(m) + a*b)
+		if m%c != 0 || float64(m) <= a {
+			continue
+		}
+		erlangC := float64(m) * b / (float64(m) - a*(1-b))
+		if erlangC*math.Exp(-(float64(m)-a)*wait/service) <= tail || m >= 2*erlangSlots+c {
+			return float64(m / c)
+		}
+	}
+}
+
+// halfinWhitt returns the slots m = a + β√a for which C·e^(−β√a·wait/service) is
+// tail, C being Halfin and Whitt's limit of Erlang C for many servers,
+// 1 / (1 + β·Φ(β)/φ(β)) (Φ and φ: the standard normal distribution and density). Both
+// fall as β grows, so β is found by bisection.
+func halfinWhitt(a, service, wait float64) float64 {
+	chance := func(beta float64) float64 {
+		phi := math.Exp(-beta*beta/2) / math.Sqrt(2*math.Pi)
+		cdf := 0.5 * math.Erfc(-beta/math.Sqrt2)
+		return math.Exp(-beta*math.Sqrt(a)*wait/service) / (1 + beta*cdf/phi)
+	}
+	lo, hi := 0.0, 10.0
+	for range 60 {
+		if mid := (lo + hi) / 2; chance(mid) > tail {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Max(math.Ceil(a+hi*math.Sqrt(a)), math.Floor(a)+1)
+}

@@ -1,0 +1,110 @@
+package demand
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// Erlang C by hand, for one and two slots per replica. With a = 0.5 busy slots of
+// S = 1 s each:
+//   - m = 1: C = a = 0.5; P(wait > w) = 0.5·e^(−0.5w): 0.0034 for w = 10s, 0.30 for 1s.
+//   - m = 2: B = 1/13, C = 0.1; P(wait > 1s) = 0.1·e^(−1.5) = 0.022.
+//   - m = 3: C = 0.01515; P(wait > 1s) = 0.01515·e^(−2.5) = 0.0012.
+//   - m = 4 for two-slot replicas: m = 2 misses the 1% as above.
+func TestServingReplicasByHand(t *testing.T) {
+	for _, tc := range []struct {
+		a, service, wait float64
+		c                int
+		want             float64
+	}{
+		{0.5, 1, 10, 1, 1},
+		{0.5, 1, 1, 1, 3},
+		{0.5, 1, 1, 2, 2},
+		{0, 1, 1, 1, 0},      // no arrivals: no replica serves them
+		{7.9, 1, 3600, 8, 1}, // a wait an hour long: the slots just above the load
+		{8, 1, 3600, 8, 2},   // m must exceed a: 8 slots at a load of 8 never catch up
+	} {
+		if got := ServingReplicas(tc.a, tc.service, tc.wait, tc.c); got != tc.want {
+			t.Errorf("ServingReplicas(a=%g, S=%g, wait=%g, c=%d) = %g, want %g", tc.a, tc.service, tc.wait, tc.c, got, tc.want)
+		}
+	}
+}
+
+// TestServingReplicasMonotonic: more load or a shorter wait never asks for fewer
+// replicas, and the replicas always hold more slots than the load keeps busy.
+func TestServingReplicasMonotonic(t *testing.T) {
+	waits := []float64{0.01, 0.1, 1, 5, 30, 120, 3600}
+	for _, c := range []int{1, 4, 8} {
+		for _, s := range []float64{0.5, 5, 30} {
+			prevLoad := 0.0
+			for a := 0.05; a < 3000; a *= 1.7 {
+				prevWait := math.Inf(1)
+				for _, w := range waits {
+					n := ServingReplicas(a, s, w, c)
+					if n*float64(c) <= a {
+						t.Fatalf("ServingReplicas(a=%g, S=%g, wait=%g, c=%d) = %g: %g slots for a load of %g", a, s, w, c, n, n*float64(c), a)
+					}
+					if n > prevWait {
+						t.Fatalf("a longer wait asked for more: ServingReplicas(a=%g, S=%g, wait=%g, c=%d) = %g, %g for a shorter one", a, s, w, c, n, prevWait)
+					}
+					prevWait = n
+				}
+				n := ServingReplicas(a, s, 30, c)
+				if n < prevLoad {
+					t.Fatalf("more load asked for fewer: ServingReplicas(a=%g, S=%g, 30, c=%d) = %g, below %g", a, s, c, n, prevLoad)
+				}
+				prevLoad = n
+			}
+		}
+	}
+}
+
+// TestServingReplicasLargeLoads: square-root staffing takes over above erlangSlots
+// within a few percent of the exact answer, so the metric has no step there.
+func TestServingReplicasLargeLoads(t *testing.T) {
+	exact := ServingReplicas(erlangSlots-1, 5, 1, 1)
+	approx := ServingReplicas(erlangSlots+1, 5, 1, 1)
+	if d := math.Abs(approx-exact) / exact; d > 0.03 {
+		t.Errorf("at %d slots: exact %g, square-root staffing %g: %.1f%% apart, want within 3%%", erlangSlots, exact, approx, 100*d)
+	}
+}
+
+// TestReplicas: until an item is seen to finish, the metric is the backlog over the
+// concurrency; then serving plus draining.
+func TestReplicas(t *testing.T) {
+	if got := Replicas(Estimate{Arrivals: 3}, 4, 10*time.Second, 6, 2); got != 2 {
+		t.Errorf("no service time yet: queueDemand = %g, want (6+2)/4 = 2", got)
+	}
+	e := Estimate{Arrivals: 0.5, Service: 1}
+	want := ServingReplicas(0.5, 1, 10, 4) + 20*1/(4*10.0)
+	if got := Replicas(e, 4, 10*time.Second, 20, 3); got != want {
+		t.Errorf("queueDemand = %g, want %g", got, want)
+	}
+}
+
+// FuzzDemand folds any sequence of reports and checks the metric stays a finite,
+// non-negative number of replicas: the reports are outside input.
+func FuzzDemand(f *testing.F) {
+	f.Add(uint64(2), uint64(10), uint64(2), uint16(1000), uint8(1), uint16(30))
+	f.Add(uint64(0), uint64(0), uint64(0), uint16(0), uint8(0), uint16(1))
+	f.Add(uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64), uint16(1), uint8(2), uint16(65535))
+	f.Fuzz(func(t *testing.T, waiting, inFlight, arrivals uint64, gapMillis uint16, seqStep uint8, waitSeconds uint16) {
+		var (
+			e    Estimate
+			prev *gpuscalerv1.QueueReport
+		)
+		seq := uint64(1)
+		for i := range uint64(6) {
+			r := &gpuscalerv1.QueueReport{Waiting: waiting >> i, InFlight: inFlight >> (5 - i), Arrivals: arrivals ^ i, ProducerId: "p", Sequence: seq}
+			e, prev = e.Next(prev, r, time.Duration(gapMillis)*time.Millisecond), r
+			seq += uint64(seqStep)
+		}
+		v := Replicas(e, 1+int(seqStep), time.Duration(waitSeconds%3600+1)*time.Second, float64(prev.GetWaiting()), float64(prev.GetInFlight()))
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			t.Fatalf("Replicas = %g from estimate %+v", v, e)
+		}
+	})
+}
