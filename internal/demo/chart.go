@@ -3,11 +3,13 @@ package demo
 import (
 	"bufio"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"html"
 	"io"
 	"math"
 	"strings"
+
+	"github.com/gpuscaler/gpuscaler/internal/kedarules"
+	"github.com/gpuscaler/gpuscaler/internal/svgchart"
 )
 
 // WriteChart draws a run's timeline as an SVG: four panels over one time axis — the
@@ -252,7 +254,7 @@ func (c chart) render(w io.Writer) error {
 		}
 		y0 += p.height
 	}
-	step := niceCeil(c.end / 10)
+	step := svgchart.NiceCeil(c.end / 10)
 	for t := 0.0; t <= c.end+1e-9; t += step {
 		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555555">%ss</text>`+"\n", x(t), y0+16, kedarules.FmtNum(t))
 	}
@@ -261,41 +263,10 @@ func (c chart) render(w io.Writer) error {
 	return b.Flush()
 }
 
-// niceAxis returns the axis for counts up to peak: the fewest ticks, at most five
-// intervals, a whole step of 1, 2 or 5 times a power of ten (or 25 times one), ending at
-// the first tick at or above the peak. A peak of 210 gets 0 to 250 by 50, not 0 to 500.
+// niceAxis returns the axis for counts up to peak: svgchart.NiceAxis with whole steps.
 func niceAxis(peak float64) axis {
-	if peak <= 0 || math.IsNaN(peak) || math.IsInf(peak, 0) {
-		return axis{max: 1, step: 1}
-	}
-	const intervals = 5
-	p := max(1, math.Pow(10, math.Floor(math.Log10(peak/intervals))))
-	for {
-		for _, m := range []float64{1, 2, 2.5, 5} {
-			step := m * p
-			if step != math.Trunc(step) {
-				continue // counts: 0, 2.5, 5 reads badly
-			}
-			if n := math.Ceil(peak/step - 1e-9); n <= intervals {
-				return axis{max: n * step, step: step}
-			}
-		}
-		p *= 10
-	}
-}
-
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if v <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
+	a := svgchart.NiceAxis(peak, true)
+	return axis{max: a.Max, step: a.Step}
 }
 
 func ptr[T any](v T) *T { return &v }
