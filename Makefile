@@ -98,6 +98,31 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 50000x: executions), m
 	  done; \
 	done
 
+# The real traces replay reads (shared/testdata/traces, beside the clone) and where
+# `make replay` writes its tables' JSON and charts.
+TRACES ?= ../shared/testdata/traces
+REPLAY_OUT ?= replay-out
+
+.PHONY: replay
+replay: build ## replay GenTD26, Azure LLM (service model ×0.5, ×1, ×2) and openb through every policy: tables here, JSON and charts in REPLAY_OUT (about a minute)
+	@mkdir -p $(REPLAY_OUT)
+	./bin/gpuscaler replay --format gentd26 --trace $(TRACES)/gentd26-lora-requests-2024-11-15_27.csv \
+	  --json $(REPLAY_OUT)/gentd26.json --chart $(REPLAY_OUT)/gentd26.svg
+	@for s in 0.5 1 2; do \
+	  echo; echo "== azure-llm, service model x$$s"; \
+	  ./bin/gpuscaler replay --format azure-llm --service-speed $$s --trace $(TRACES)/azure-llm-2023-conv.csv \
+	    --json $(REPLAY_OUT)/azure-llm-x$$s.json --chart $(REPLAY_OUT)/azure-llm-x$$s.svg || exit 1; \
+	done
+	./bin/gpuscaler replay --format openb --trace $(TRACES)/openb-pods-default.csv \
+	  --json $(REPLAY_OUT)/openb.json --chart $(REPLAY_OUT)/openb.svg
+
+.PHONY: replay-smoke
+replay-smoke: build ## replay a short slice of each trace, as CI does: the command, its JSON and charts work on real data (seconds)
+	@out=$$(mktemp -d) && trap 'rm -rf $$out' EXIT && \
+	./bin/gpuscaler replay --quiet --format gentd26 --limit 1500 --trace $(TRACES)/gentd26-lora-requests-2024-11-15_27.csv --json $$out/g.json --chart $$out/g.svg && \
+	./bin/gpuscaler replay --quiet --format azure-llm --limit 3000 --trace $(TRACES)/azure-llm-2023-conv.csv --json $$out/a.json --chart $$out/a.svg && \
+	./bin/gpuscaler replay --quiet --format openb --limit 500 --trace $(TRACES)/openb-pods-default.csv --json $$out/o.json --chart $$out/o.svg
+
 .PHONY: bench
 bench: build ## run gpuscaler bench (about a minute) and the go test benchmarks
 	./bin/gpuscaler bench --log-level warn --out bench.json

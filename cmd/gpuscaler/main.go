@@ -28,6 +28,7 @@ func commands() []command {
 		{"explain", "ask a running scaler what it answers KEDA for a trigger, and why", runExplain},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
 		{"auth-callout", "admit NATS clients by their Kubernetes ServiceAccount token (a NATS auth callout), each only for its own namespace or node", runAuthCallout},
+		{"replay", "replay a real production trace through the scaler's decisions on a virtual clock: GPU-hours and waits of each policy", runReplay},
 		{"bench", "measure activation latency, GetMetrics latency, NodeReport throughput and memory", runBench},
 		{"version", "print the version", runVersion},
 	}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/internal/traces"
+)
+
+const replayAbout = `
+Replays a real production trace through gpuscaler's own decision code on a virtual clock,
+and measures what each scaling policy costs (GPU-hours) and how long it makes requests
+wait. Requests become queue reports as the producer API builds them, the scaler's own
+state, metadata parser and metrics answer what KEDA asks, and KEDA's and the HPA's
+published rules move the replicas of a modelled cluster, whose new replicas load their
+model for a time drawn from real load latencies. Nothing waits on the wall clock: 13 days
+of GenTD26 replay in well under a minute, and the same seed gives the same output.
+
+Formats (--format), from shared/testdata/traces:
+  gentd26    one Deployment per model checkpoint, scale to zero, KEDA's defaults
+             (pollingInterval 30s, cooldownPeriod 300s, max 8 replicas), one request at
+             a time per replica; the recommended policy's cooldownPeriod is swept
+  azure-llm  one LLM service (Llama 3.1 8B, vLLM, one A100, 8 requests at once; see
+             --service-speed); queueTarget 4..64 and targetWait are swept
+  openb      GPU tasks as Jobs from a queue run by ScaledJobs on the trace's nodes:
+             a plain ScaledJob against capacityAware
+Policies: always-on (fixed at the peak the trace needs), seeds-hpa-gpu-util (the HPA on
+GPU utilisation through dcgm-exporter, Prometheus and prometheus-adapter, 30-60s late),
+keda-poll-backlog (KEDA's polled queue scalers), gpuscaler-backlog (queue-backlog,
+pushed activation) and gpuscaler (the configuration the README recommends).
+
+It prints a table, the frontiers of the swept knobs and the targets of issue 14, met or
+missed; --json and --chart write the same for tools and people. The traces are CC BY 4.0:
+keep the attribution line wherever you show results.`
+
+func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+	var (
+		format, trace, nodesPath, loadPath, jsonPath, chartPath string
+		speed                                                   float64
+		seed                                                    uint64
+		limit, openbNodes                                       int
+		quiet                                                   bool
+	)
+	fs := newFlagSet("replay", "replay --format gentd26|azure-llm|openb --trace FILE [flags]", replayAbout, stdout)
+	fs.StringVar(&format, "format", "", "the trace's format: gentd26, azure-llm or openb")
+	fs.StringVar(&trace, "trace", "", "the trace file: GenTD26's request trace, Azure's LLM trace, or openb's pod list")
+	fs.StringVar(&nodesPath, "nodes", "", "openb's node list (openb_node_list_gpu_node.csv); default: openb-gpu-nodes.csv beside --trace")
+	fs.StringVar(&loadPath, "load-latency", "", "model load latencies in ms, one per row (GenTD26's basemodel load latency); default: gentd26-basemodel-load-latency-ms.csv beside --trace")
+	fs.Float64Var(&speed, "service-speed", 1, "azure-llm: times the service model's speed (0.5 halves it, 2 doubles it)")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
+	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
+	fs.IntVar(&openbNodes, "openb-nodes", replay.DefaultOpenBNodes, "openb: replay on an evenly spaced sample of this many of the trace's nodes (the whole cluster never runs short of GPUs); 0 or more than there are: all")
+	fs.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
+	fs.StringVar(&chartPath, "chart", "", "write replicas, backlog and waits over time, every policy on the same axes, as an SVG chart to this file")
+	fs.BoolVar(&quiet, "quiet", false, "print no progress on stderr")
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
+	}
+	switch {
+	case format != "gentd26" && format != "azure-llm" && format != "openb":
+		return usageError{fmt.Errorf("--format %q: want gentd26, azure-llm or openb", format)}
+	case trace == "":
+		return usageError{fmt.Errorf("--trace: required, the %s trace file", format)}
+	case speed <= 0 || speed > 100:
+		return usageError{fmt.Errorf("--service-speed %g: want a factor above 0, such as 0.5 or 2", speed)}
+	case limit < 0:
+		return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}
+	case openbNodes < 0:
+		return usageError{fmt.Errorf("--openb-nodes %d: want 0 (all) or more", openbNodes)}
+	}
+	for _, f := range []struct{ flag, path string }{{"json", jsonPath}, {"chart", chartPath}} {
+		if f.path == "" {
+			continue
+		}
+		// Open the outputs before the replay: a typo should not cost the run.
+		out, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		out.Close()
+	}
+	progress := func(done, total int) {}
+	if !quiet {
+		progress = progressPrinter(stderr)
+	}
+
+	start := time.Now()
+	report := replayReport{Trace: format, Attribution: replay.Attribution[format], Seed: seed}
+	var writeChart func(io.Writer) error
+	switch format {
+	case "openb":
+		pods, err := readTrace(trace, traces.ReadOpenBPods)
+		if err != nil {
+			return err
+		}
+		nodesFlag := "--nodes"
+		if nodesPath == "" {
+			nodesPath = filepath.Join(filepath.Dir(trace), "openb-gpu-nodes.csv")
+			nodesFlag += " (not given: the file beside --trace)"
+		}
+		nodes, err := readTrace(nodesPath, traces.ReadOpenBNodes)
+		if err != nil {
+			return fmt.Errorf("%s: %w", nodesFlag, err)
+		}
+		res, err := replay.OpenB(ctx, pods, nodes, replay.OpenBConfig{Seed: seed, Limit: limit, Nodes: openbNodes, Progress: progress})
+		if err != nil {
+			return err
+		}
+		report.Jobs, report.Nodes, report.GPUs, report.Policies = res.Jobs, res.Nodes, res.GPUs, res.Policies
+		report.Targets = replay.OpenBTargets(res)
+		if err := replay.WriteOpenBTable(stdout, res, report.Targets); err != nil {
+			return err
+		}
+		title := fmt.Sprintf("openb: %d GPU tasks as Jobs on %d nodes (%d GPUs)", res.Jobs, res.Nodes, res.GPUs)
+		writeChart = func(w io.Writer) error { return replay.WriteOpenBChart(w, title, report.Attribution, res) }
+	default:
+		var (
+			genReqs   []traces.GenTD26Request
+			azureReqs []traces.AzureLLMRequest
+			err       error
+		)
+		if format == "gentd26" {
+			genReqs, err = readTrace(trace, traces.ReadGenTD26)
+		} else {
+			azureReqs, err = readTrace(trace, traces.ReadAzureLLM)
+		}
+		if err != nil {
+			return err
+		}
+		loadFlag := "--load-latency"
+		if loadPath == "" {
+			loadPath = filepath.Join(filepath.Dir(trace), "gentd26-basemodel-load-latency-ms.csv")
+			loadFlag += " (not given: the file beside --trace)"
+		}
+		loads, err := readTrace(loadPath, traces.ReadLoadLatency)
+		if err != nil {
+			return fmt.Errorf("%s: %w", loadFlag, err)
+		}
+		load, err := traces.NewDurations(loads)
+		if err != nil {
+			return fmt.Errorf("%s: %w", loadFlag, err)
+		}
+		var sc *replay.Scenario
+		if format == "gentd26" {
+			sc, err = replay.GenTD26(head(genReqs, limit), load, seed)
+		} else {
+			sc, err = replay.AzureLLM(head(azureReqs, limit), replay.DefaultLLMServiceModel, speed, load, seed)
+			report.ServiceSpeed = speed
+		}
+		if err != nil {
+			return err
+		}
+		res, err := replay.RunInference(ctx, sc.Services, sc.Config, sc.Policies, sc.Sweeps, sc.Tail, progress)
+		if err != nil {
+			return err
+		}
+		report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
+		report.Targets = replay.InferenceTargets(format, res)
+		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed\n\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute))
+		if err := replay.WriteInferenceTable(stdout, res, report.Targets); err != nil {
+			return err
+		}
+		title := fmt.Sprintf("%s: %d requests to %s", format, res.Requests, services(res.Services))
+		if format == "azure-llm" {
+			title += fmt.Sprintf(", service model ×%g", speed)
+		}
+		writeChart = func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }
+	}
+	report.Seconds = time.Since(start).Seconds()
+	fmt.Fprintf(stdout, "\n%s\nreplayed in %.1f s (seed %d)\n", report.Attribution, report.Seconds, seed)
+	if jsonPath != "" {
+		data, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
+	}
+	if chartPath != "" {
+		var b strings.Builder
+		if err := writeChart(&b); err != nil {
+			return fmt.Errorf("--chart: %w", err)
+		}
+		if err := os.WriteFile(chartPath, []byte(b.String()), 0o644); err != nil {
+			return fmt.Errorf("--chart: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", chartPath)
+	}
+	return nil
+}
+
+// replayReport is what --json writes: the issue's object, with trace, requests (or
+// jobs), policies and frontiers, and the targets judged.
+type replayReport struct {
+	Trace        string                            `json:"trace"`
+	Attribution  string                            `json:"attribution"`
+	Seed         uint64                            `json:"seed"`
+	ServiceSpeed float64                           `json:"service_speed,omitempty"`
+	Requests     int                               `json:"requests,omitempty"`
+	Services     int                               `json:"services,omitempty"`
+	Jobs         int                               `json:"jobs,omitempty"`
+	Nodes        int                               `json:"nodes,omitempty"`
+	GPUs         int                               `json:"gpus,omitempty"`
+	Policies     any                               `json:"policies"`
+	Frontiers    map[string][]replay.FrontierPoint `json:"frontiers"`
+	Targets      []replay.Target                   `json:"targets"`
+	Seconds      float64                           `json:"replay_seconds"`
+}
+
+func services(n int) string {
+	if n == 1 {
+		return "1 service"
+	}
+	return fmt.Sprintf("%d services", n)
+}
+
+// readTrace opens path and reads it with read, naming the file in any error.
+func readTrace[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out, err := read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// head returns the first n of s, or all of s when n is 0.
+func head[T any](s []T, n int) []T {
+	if n > 0 && n < len(s) {
+		return s[:n]
+	}
+	return s
+}
+
+// progressPrinter prints "replay: 40% (120/300 runs)" as the replay passes each tenth.
+func progressPrinter(w io.Writer) func(done, total int) {
+	last := -1
+	return func(done, total int) {
+		if total == 0 {
+			return
+		}
+		if tenth := 10 * done / total; tenth != last {
+			last = tenth
+			fmt.Fprintf(w, "replay: %d%% (%d of %d)\n", 10*tenth, done, total)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const tracesDir = "../../../shared/testdata/traces"
+
+// TestReplayCommand runs gpuscaler replay on a slice of each real trace and checks the
+// table, the JSON the issue names (trace, requests or jobs, policies with their fields,
+// frontiers) and that the chart is an SVG.
+func TestReplayCommand(t *testing.T) {
+	for _, tc := range []struct {
+		format, trace, limit string
+		policies             []string
+		fields               []string
+	}{
+		{"gentd26", "gentd26-lora-requests-2024-11-15_27.csv", "400",
+			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
+			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
+		{"azure-llm", "azure-llm-2023-conv.csv", "800",
+			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
+			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
+		{"openb", "openb-pods-default.csv", "300",
+			[]string{"gpuscaler-backlog", "gpuscaler"},
+			[]string{"name", "job_wait_p50_s", "job_wait_p99_s", "pending_jobs_max", "pending_gpu_hours"}},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			dir := t.TempDir()
+			jsonPath, chartPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), []string{"replay", "--format", tc.format, "--trace", filepath.Join(tracesDir, tc.trace),
+				"--limit", tc.limit, "--json", jsonPath, "--chart", chartPath}, mapEnv(nil), &stdout, &stderr)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+			for _, want := range append([]string{"targets (issue 14)", "CC BY 4.0", "wrote " + jsonPath, "wrote " + chartPath}, tc.policies...) {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			if !strings.Contains(stderr.String(), "replay: 100%") {
+				t.Errorf("stderr shows no progress:\n%s", stderr.String())
+			}
+			var got map[string]any
+			data, err := os.ReadFile(jsonPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			count := "requests"
+			if tc.format == "openb" {
+				count = "jobs"
+			}
+			for _, k := range []string{"trace", count, "policies", "frontiers", "targets"} {
+				if _, ok := got[k]; !ok {
+					t.Errorf("JSON lacks %q: %s", k, data)
+				}
+			}
+			policies, _ := got["policies"].([]any)
+			var names []string
+			for _, p := range policies {
+				m := p.(map[string]any)
+				names = append(names, m["name"].(string))
+				for _, f := range tc.fields {
+					if _, ok := m[f]; !ok {
+						t.Errorf("policy %v lacks %q", m["name"], f)
+					}
+				}
+			}
+			if strings.Join(names, ",") != strings.Join(tc.policies, ",") {
+				t.Errorf("policies %q, want %q", names, tc.policies)
+			}
+			svg, err := os.ReadFile(chartPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := xml.NewDecoder(bytes.NewReader(svg))
+			for {
+				if _, err := dec.Token(); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					t.Fatalf("chart is not well-formed XML: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestReplayFlagErrors: what cannot be replayed is refused before anything runs, naming
+// the flag and what is wanted.
+func TestReplayFlagErrors(t *testing.T) {
+	trace := filepath.Join(tracesDir, "azure-llm-2023-conv.csv")
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"no format":      {[]string{"--trace", trace}, 2, `--format "": want gentd26, azure-llm or openb`},
+		"unknown format": {[]string{"--format", "csv", "--trace", trace}, 2, `--format "csv"`},
+		"no trace":       {[]string{"--format", "gentd26"}, 2, "--trace: required"},
+		"zero speed":     {[]string{"--format", "azure-llm", "--trace", trace, "--service-speed", "0"}, 2, "--service-speed 0: want a factor above 0"},
+		"negative limit": {[]string{"--format", "azure-llm", "--trace", trace, "--limit", "-1"}, 2, "--limit -1"},
+		"missing file":   {[]string{"--format", "azure-llm", "--trace", "/nonexistent.csv"}, 1, "/nonexistent.csv"},
+		"wrong format":   {[]string{"--format", "gentd26", "--trace", trace}, 1, "lacks column"},
+		"no load file":   {[]string{"--format", "azure-llm", "--trace", trace, "--load-latency", "/none.csv"}, 1, "--load-latency: open /none.csv"},
+		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, "--json: open /nonexistent/r.json"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), append([]string{"replay", "--quiet"}, tc.args...), mapEnv(nil), &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tc.code, tc.want)
+			}
+		})
+	}
+}
