@@ -26,12 +26,16 @@ model of the cluster asks the scaler over gRPC what KEDA would ask, and moves re
 KEDA's and the HPA's rules (activation, pollingInterval, cooldownPeriod, ceil(value /
 target) with the HPA's 10% tolerance and scale-down window):
   - an inference service that sits at zero replicas and wakes on its first queued
-    request (pushed over StreamIsActive), then follows its backlog and GPU utilisation
-    through a load of idle → burst → sustained → idle, and goes back to zero;
+    request (pushed over StreamIsActive), then follows its queue's demand (the
+    recommended trigger: targetWait and concurrency) and GPU utilisation through a load
+    of idle → burst → sustained → idle, and goes back to zero;
   - a training ScaledJob with capacityAware: Jobs only as fast as free GPUs allow.
-At the end it prints the activation latency, GPU-seconds used against an always-on
-service, and the time spent at zero. While it runs, its scaler serves KEDA's gRPC at
---grpc-addr: a real KEDA can be pointed at it. Ctrl-C stops it cleanly.`
+At the end it prints the activation latency, the GPU-seconds used, the requests' waits
+and the time spent at zero, then replays the same requests (as gpuscaler replay does)
+on a model of the demo's cluster under always-on, the seeds' GPU-utilisation HPA, KEDA's
+polled queue scaler, gpuscaler's queue-backlog and its queue-demand, and prints each
+beside the live run. While it runs, its scaler serves KEDA's gRPC at --grpc-addr: a real
+KEDA can be pointed at it. Ctrl-C stops it cleanly.`
 
 func runDemo(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	var (

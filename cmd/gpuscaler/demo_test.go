@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,10 +136,67 @@ func TestDemoRunsWhenItsDefaultPortsAreTaken(t *testing.T) {
 		t.Errorf("chart %s: %v, %d bytes; want an SVG", chart, err, len(data))
 	}
 	var sum struct {
-		Completed *bool `json:"completed"`
+		Completed *bool             `json:"completed"`
+		Baselines []json.RawMessage `json:"baselines"`
+		Replayed  *int              `json:"replayed_requests"`
+		Served    int               `json:"requests_served"`
 	}
 	if data, err := os.ReadFile(jsonPath); err != nil || json.Unmarshal(data, &sum) != nil || sum.Completed == nil || *sum.Completed {
 		t.Errorf("JSON %s: %v, %+v; want a summary marked not completed", jsonPath, err, sum)
+	}
+	// Stopped early, the run may have served nothing yet; whatever it started is
+	// replayed, every request it served among them, or there is no comparison at all.
+	switch {
+	case sum.Baselines == nil || sum.Replayed == nil:
+		t.Errorf("JSON %s: baselines %v, replayed_requests %v; want both, empty or not", jsonPath, sum.Baselines, sum.Replayed)
+	case *sum.Replayed < sum.Served:
+		t.Errorf("JSON %s: %d requests replayed, %d served; want every served one replayed", jsonPath, *sum.Replayed, sum.Served)
+	case (*sum.Replayed == 0) != (len(sum.Baselines) == 0):
+		t.Errorf("JSON %s: %d requests replayed under %d baselines; want baselines exactly when there are requests", jsonPath, *sum.Replayed, len(sum.Baselines))
+	}
+}
+
+// TestDemoSummaryComparesBaselines runs a short demo to its end through the command and
+// reads its JSON: every baseline policy is there, replayed on exactly the requests the
+// run served, and the summary prints each.
+func TestDemoSummaryComparesBaselines(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "demo.json")
+	env := map[string]string{"GPUSCALER_GRPC_ADDR": "127.0.0.1:0", "GPUSCALER_HTTP_ADDR": "-", "GPUSCALER_NATS_ADDR": "127.0.0.1:0"}
+	// The clocks of a one-minute demo, in 10 s: the burst is long enough to serve.
+	r := runCLI(t.Context(), env, "demo", "--duration", "10s", "--seed", "3", "--polling-interval", "1s", "--cooldown", "2s", "--hpa-sync", "1s", "--json", jsonPath)
+	if r.code != 0 {
+		t.Fatalf("got %v, want exit 0", r)
+	}
+	var sum struct {
+		Completed bool `json:"completed"`
+		Baselines []struct {
+			Policy     string  `json:"policy"`
+			Setting    string  `json:"setting"`
+			GPUSeconds float64 `json:"gpu_seconds"`
+		} `json:"baselines"`
+		Replayed int `json:"replayed_requests"`
+		Served   int `json:"requests_served"`
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil || json.Unmarshal(data, &sum) != nil {
+		t.Fatalf("JSON %s: %v\n%s", jsonPath, err, data)
+	}
+	if !sum.Completed || sum.Served == 0 || sum.Replayed != sum.Served {
+		t.Errorf("completed %v, %d served, %d replayed; want a completed run whose every served request is replayed", sum.Completed, sum.Served, sum.Replayed)
+	}
+	var policies []string
+	for _, b := range sum.Baselines {
+		policies = append(policies, b.Policy)
+		if b.GPUSeconds <= 0 || !strings.Contains(r.stdout, b.Setting) {
+			t.Errorf("baseline %+v: want GPU-seconds above 0, and its setting in the printed table", b)
+		}
+	}
+	if want := []string{"always-on", "always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"}; !slices.Equal(policies, want) {
+		t.Errorf("baselines %q, want %q", policies, want)
+	}
+	if !strings.Contains(r.stdout, "live run") {
+		t.Errorf("summary lacks the live run's row:\n%s", r.stdout)
 	}
 }
 

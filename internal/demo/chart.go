@@ -14,8 +14,9 @@ import (
 
 // WriteChart draws a run's timeline as an SVG: four panels over one time axis — the
 // arrival rate, the request queue's backlog, the utilisation of the service's GPUs, and
-// the replicas and training Jobs — under a strip naming the load's phases, whose bands
-// run down every panel, with each activation marked.
+// the replicas (with those the trigger's queue metric asks for) and training Jobs — under
+// a strip naming the load's phases, whose bands run down every panel, with each
+// activation marked.
 func WriteChart(w io.Writer, s *Summary) error {
 	return buildChart(s).render(w)
 }
@@ -118,8 +119,8 @@ func buildChart(s *Summary) chart {
 		{title: "load: requests arriving per second", height: 80, series: []series{
 			line("arrivals / s", "#7f7f7f", false, false, always(func(r Row) float64 { return r.Rate })),
 		}},
-		{title: "inference request queue: the backlog the scaler reports", height: 120, series: []series{
-			line("backlog (waiting +\nin flight)", "#1f77b4", false, false, always(func(r Row) float64 { return r.Backlog })),
+		{title: "inference request queue: the backlog its producer counts", height: 120, series: []series{
+			line("backlog (waiting +\nin flight)", "#1f77b4", false, false, always(func(r Row) float64 { return float64(r.Backlog) })),
 		}},
 		{title: "GPU utilisation of the service's GPUs (%)", height: 150, axis: axis{max: 100, step: 25},
 			note: fmt.Sprintf("a new replica's GPU sits near %d%% for %s: it pulls the all-GPU average down, not the serving one", loadingUtil, startup),
@@ -131,6 +132,7 @@ func buildChart(s *Summary) chart {
 		{title: "replicas and training Jobs", height: 150, series: []series{
 			line("inference replicas", "#2ca02c", false, true, always(func(r Row) float64 { return float64(r.Replicas) })),
 			line("… ready (serving)", "#98df8a", true, true, always(func(r Row) float64 { return float64(r.Ready) })),
+			line(queueLegend(s.QueueMetric), "#1f77b4", true, false, maybe(func(r Row) *float64 { return r.Demand })),
 			line("training Jobs running", "#9467bd", false, true, always(func(r Row) float64 { return float64(r.JobsRunning) })),
 			line("training jobs queued", "#c5b0d5", true, true, always(func(r Row) float64 { return float64(r.JobQueue) })),
 		}},
@@ -151,6 +153,15 @@ func buildChart(s *Summary) chart {
 		p.axis = niceAxis(peak)
 	}
 	return c
+}
+
+// queueLegend names the replicas the trigger's queue metric asks for, in the chart's
+// legend.
+func queueLegend(metric string) string {
+	if metric == "" {
+		metric = "queue metric"
+	}
+	return metric + ": replicas\nthe scaler asks for"
 }
 
 func (c chart) render(w io.Writer) error {

@@ -12,9 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -29,7 +29,9 @@ import (
 	"github.com/gpuscaler/gpuscaler/collectors"
 	"github.com/gpuscaler/gpuscaler/collectors/queue"
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
+	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	"github.com/gpuscaler/gpuscaler/internal/replay"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	"github.com/gpuscaler/gpuscaler/scaler"
 )
@@ -174,14 +176,29 @@ func (c Config) Validate() error {
 }
 
 // The triggers the demo's ScaledObject and ScaledJob give the scaler.
+//
+// The inference service's is the configuration the README recommends for a service that
+// scales to zero (replay.Recommended): queue-demand, the replicas its arrival rate and
+// waiting requests need, each replica serving concurrency requests at once. Its GPU
+// utilisation is a second metric, and keeps the service awake while its GPUs work.
 func inferenceTrigger() map[string]string {
-	return map[string]string{
+	md := demandKeys()
+	maps.Copy(md, map[string]string{
 		scaler.KeyQueue:         inferenceQueue,
-		scaler.KeyQueueTarget:   strconv.Itoa(concurrency),
 		scaler.KeyPodSelector:   "app=" + inferenceName,
 		scaler.KeyGPUUtilTarget: strconv.Itoa(gpuUtilTarget),
 		// An idle replica's GPU still shows a few percent: that must not keep it awake.
 		scaler.KeyActivationGPUUtil: strconv.Itoa(activationGPUUtil),
+	})
+	return md
+}
+
+// demandKeys are the queue-demand keys of the inference trigger, which the summary's
+// replay gives its gpuscaler policy too.
+func demandKeys() map[string]string {
+	return map[string]string{
+		scaler.KeyTargetWait:  replay.Recommended.TargetWait.String(),
+		scaler.KeyConcurrency: strconv.Itoa(concurrency),
 	}
 }
 
@@ -327,8 +344,8 @@ func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 	for _, n := range notes {
 		fmt.Fprintf(out, "  note     %s\n", n)
 	}
-	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queueTarget %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
-		inferenceNS, inferenceName, inferenceQueue, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
+	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queue-demand: targetWait %s, concurrency %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
+		inferenceNS, inferenceName, inferenceQueue, replay.Recommended.TargetWait, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
 		trainingNS, trainingName, trainingQueue, gpusPerJob)
 	t := cfg.Timing
@@ -523,7 +540,14 @@ loop:
 			arrivedSinceRow = 0
 		}
 	}
-	return w.summary(time.Since(start), completed, gpuSecInf, gpuSecJobs, zero, peak), nil
+	sum := w.summary(time.Since(start), completed, gpuSecInf, gpuSecJobs, zero, peak)
+	// The replay takes milliseconds: a run stopped early (Ctrl-C) still gets its
+	// comparison.
+	sum.Baselines, sum.ReplayedRequests, err = replayBaselines(context.WithoutCancel(ctx), cfg, w.hpa.Max, w.inf.requests, start, sum.Duration)
+	if sum.Baselines == nil {
+		sum.Baselines = []Baseline{} // none to compare: an empty list, not null
+	}
+	return sum, err
 }
 
 // drainPushes applies the push messages already received.
@@ -631,14 +655,28 @@ func (w *world) syncHPA(ctx context.Context, now time.Time) {
 	}
 }
 
+// queueSpec is the inference trigger's queue metric, as GetMetricSpec named it
+// (queue-demand, or queue-backlog for a trigger without targetWait), nil when it has none.
+func (w *world) queueSpec() *pb.MetricSpec {
+	for _, spec := range w.specs {
+		if n := spec.GetMetricName(); n == scaler.MetricQueueDemand || n == scaler.MetricQueueBacklog {
+			return spec
+		}
+	}
+	return nil
+}
+
 // row prints one timeline row with what the scaler says now.
 func (w *world) row(ctx context.Context, now time.Time, rate float64) {
 	callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	r := row{at: now.Sub(w.tl.start), rate: rate, phase: phaseAt(float64(now.Sub(w.tl.start)) / float64(w.cfg.Duration)).name}
-	r.backlog = float64(w.inf.backlog())
-	if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: scaler.MetricQueueBacklog}); err == nil {
-		r.backlog = resp.GetMetricValues()[0].GetMetricValueFloat()
+	r.backlog = w.inf.backlog() // the producer's own count; the trigger's queue metric is queue-demand
+	r.demand = -1
+	if spec := w.queueSpec(); spec != nil && spec.GetTargetSizeFloat() > 0 {
+		if resp, err := w.client.GetMetrics(callCtx, &pb.GetMetricsRequest{ScaledObjectRef: w.ref("so"), MetricName: spec.GetMetricName()}); err == nil {
+			r.demand = resp.GetMetricValues()[0].GetMetricValueFloat() / spec.GetTargetSizeFloat()
+		}
 	}
 	r.util, r.utilServing = -1, -1
 	if u, ok := w.inf.servingUtil(now); ok {
@@ -676,22 +714,32 @@ type Summary struct {
 	RequestWaitP99 float64 `json:"request_wait_p99_s"`
 	PeakReplicas   int     `json:"peak_replicas"`
 	GPUSeconds     float64 `json:"gpu_seconds"`
-	// AlwaysOnGPUSecs is what a service kept at the peak replicas it reached would have
-	// used; BurstSizedGPUSecs one always on with the replicas the burst's mean rate needs.
-	AlwaysOnGPUSecs   float64 `json:"always_on_gpu_seconds"`
-	BurstReplicas     int     `json:"burst_sized_replicas"`
-	BurstSizedGPUSecs float64 `json:"burst_sized_gpu_seconds"`
-	SecondsAtZero     float64 `json:"seconds_at_zero"`
-	EndReplicas       int     `json:"end_replicas"`
-	MaxReplicas       int     `json:"max_replicas"`
-	TrainingSubmitted int     `json:"training_jobs_submitted"`
-	TrainingFinished  int     `json:"training_jobs_finished"`
-	TrainingCreated   int     `json:"training_jobs_created"`
-	TrainingPeakRun   int     `json:"training_peak_running"`
-	TrainingPeakPend  int     `json:"training_peak_pending"`
-	TrainingNoWork    int     `json:"training_jobs_without_work"`
-	TrainingGPUSecs   float64 `json:"training_gpu_seconds"`
-	TrainingPoolGPUs  int     `json:"training_pool_gpus"`
+	// ColdStartFraction is the share of requests taken by a replica that was still
+	// loading its model when they arrived, as Baseline counts it.
+	ColdStartFraction float64 `json:"cold_start_fraction"`
+	// Trigger is the inference trigger's scaling keys ("targetWait=30s, concurrency=4,
+	// gpuUtilTarget=80"); QueueMetric the name of its queue metric, as GetMetricSpec
+	// gave it.
+	Trigger     string `json:"trigger"`
+	QueueMetric string `json:"queue_metric"`
+	// Baselines are the other ways of scaling the service, and the demo's own trigger,
+	// replayed on the run's requests on a model of its cluster (internal/replay): the
+	// same requests under each. ReplayedRequests are the requests the run started to
+	// serve, whose waits the live figures count: in a run that completed, every request
+	// served; stopped early, also those in flight at the stop. Empty with none.
+	Baselines         []Baseline `json:"baselines"`
+	ReplayedRequests  int        `json:"replayed_requests"`
+	SecondsAtZero     float64    `json:"seconds_at_zero"`
+	EndReplicas       int        `json:"end_replicas"`
+	MaxReplicas       int        `json:"max_replicas"`
+	TrainingSubmitted int        `json:"training_jobs_submitted"`
+	TrainingFinished  int        `json:"training_jobs_finished"`
+	TrainingCreated   int        `json:"training_jobs_created"`
+	TrainingPeakRun   int        `json:"training_peak_running"`
+	TrainingPeakPend  int        `json:"training_peak_pending"`
+	TrainingNoWork    int        `json:"training_jobs_without_work"`
+	TrainingGPUSecs   float64    `json:"training_gpu_seconds"`
+	TrainingPoolGPUs  int        `json:"training_pool_gpus"`
 	// StartupSeconds is how long a new replica loads its model before it serves.
 	StartupSeconds float64 `json:"replica_startup_s"`
 	// Phases are the load's phases as they ran, in order; a run stopped early ends
@@ -739,8 +787,7 @@ func (w *world) summary(elapsed time.Duration, completed bool, gpuSecInf, gpuSec
 	s := &Summary{
 		Duration: elapsed, Seconds: elapsed.Seconds(), Completed: completed,
 		RequestsServed: w.inf.served, PeakReplicas: peak,
-		GPUSeconds: gpuSecInf, AlwaysOnGPUSecs: float64(peak) * elapsed.Seconds(), SecondsAtZero: zero,
-		BurstReplicas: burstReplicas(), BurstSizedGPUSecs: float64(burstReplicas()) * elapsed.Seconds(),
+		GPUSeconds: gpuSecInf, SecondsAtZero: zero, Trigger: demandSetting() + ", " + scaler.KeyGPUUtilTarget + "=" + strconv.Itoa(gpuUtilTarget),
 		EndReplicas: w.inf.desired(), MaxReplicas: w.hpa.Max,
 		TrainingSubmitted: w.train.submitted, TrainingFinished: w.train.finished, TrainingCreated: w.train.created,
 		TrainingPeakRun: w.train.maxRunning, TrainingPeakPend: w.train.maxPending, TrainingNoWork: w.train.noWork, TrainingGPUSecs: gpuSecJobs,
@@ -752,6 +799,12 @@ func (w *world) summary(elapsed time.Duration, completed bool, gpuSecInf, gpuSec
 			Milliseconds: ms(a.latency), Via: a.via, PushMilliseconds: ms(a.push)})
 	}
 	s.RequestWaitP50, s.RequestWaitP99 = quantile(w.inf.waits, 0.5), quantile(w.inf.waits, 0.99)
+	if n := len(w.inf.requests); n > 0 {
+		s.ColdStartFraction = float64(w.inf.cold) / float64(n)
+	}
+	if spec := w.queueSpec(); spec != nil {
+		s.QueueMetric = spec.GetMetricName()
+	}
 	for _, r := range w.tl.rows {
 		s.Rows = append(s.Rows, r.export())
 	}

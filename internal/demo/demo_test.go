@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/scaler"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -96,6 +97,20 @@ func TestRunEndToEnd(t *testing.T) {
 	if len(sum.Rows) < 30 {
 		t.Errorf("%d timeline rows, want one per 250ms over 12s", len(sum.Rows))
 	}
+	// The trigger is queue-demand: the timeline shows what it asks for, and the backlog
+	// from the producer's own counts.
+	if sum.QueueMetric != scaler.MetricQueueDemand {
+		t.Errorf("queue metric %q, want %q", sum.QueueMetric, scaler.MetricQueueDemand)
+	}
+	demand, backlog := false, false
+	for _, r := range sum.Rows {
+		demand = demand || r.Demand != nil && *r.Demand > 0
+		backlog = backlog || r.Backlog > 0
+	}
+	if !demand || !backlog {
+		t.Errorf("timeline: some queue-demand above 0 %v, some backlog %v; want both", demand, backlog)
+	}
+	checkBaselines(t, sum, text)
 	var chart bytes.Buffer
 	if err := WriteChart(&chart, sum); err != nil {
 		t.Fatal(err)
@@ -213,15 +228,20 @@ func TestChartGolden(t *testing.T) {
 
 // chartSummary is a small run: a burst from 2 s that a replica wakes for, three more
 // replicas loading from 4 s to 6 s while the first serves flat out, a backlog peaking at
-// 210, then a quieter sustained phase and idle.
+// 210 and queue-demand asking for up to 20 replicas until a request is seen done, then a
+// quieter sustained phase and idle.
 func chartSummary() *Summary {
-	sum := &Summary{Seconds: 12, RequestsServed: 42, GPUSeconds: 12, SecondsAtZero: 3, StartupSeconds: 2,
+	sum := &Summary{Seconds: 12, RequestsServed: 42, GPUSeconds: 12, SecondsAtZero: 3, StartupSeconds: 2, QueueMetric: scaler.MetricQueueDemand,
 		Activations: []ActivationSummary{{AtSeconds: 2, Milliseconds: 0.4, Via: "push"}},
 		Phases: []PhaseSpan{{Name: "idle", From: 0, To: 2}, {Name: "burst", From: 2, To: 6, Rate: 20},
 			{Name: "sustained", From: 6, To: 9, Rate: 8}, {Name: "idle", From: 9, To: 12}}}
-	backlog := []float64{0, 0, 20, 80, 150, 210, 180, 120, 60, 10, 0, 0, 0}
+	backlog := []int{0, 0, 20, 80, 150, 210, 180, 120, 60, 10, 0, 0, 0}
+	demand := []float64{0, 0, 5, 20, 2.5, 3.5, 4, 3, 2.5, 2, 1.5, 1, 1} // backlog/concurrency until a request is seen done
 	for i := range 13 {
 		r := Row{Seconds: float64(i), Backlog: backlog[i], Replicas: min(max(i-1, 0), 4), JobsRunning: i % 3, JobQueue: max(5-i/2, 0)}
+		if i >= 2 {
+			r.Demand = ptr(demand[i])
+		}
 		switch {
 		case i >= 2 && i < 6:
 			r.Rate = 20
@@ -247,7 +267,7 @@ func chartSummary() *Summary {
 // where half the panel stayed empty.
 func TestChartAxisFitsPeak(t *testing.T) {
 	sum := &Summary{Seconds: 3}
-	for i, b := range []float64{0, 210, 40} {
+	for i, b := range []int{0, 210, 40} {
 		sum.Rows = append(sum.Rows, Row{Seconds: float64(i), Backlog: b})
 	}
 	var out bytes.Buffer
@@ -343,10 +363,21 @@ func TestChartExplainsItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	texts := strings.Join(svgTexts(t, out.Bytes()), "|")
-	for _, want := range []string{"burst: 20 requests/s", "sustained: 8 requests/s", "serving replicas", "loading too", "target 80%", "woken (push, 0.4 ms)"} {
+	for _, want := range []string{"burst: 20 requests/s", "sustained: 8 requests/s", "serving replicas", "loading too", "target 80%", "woken (push, 0.4 ms)",
+		"backlog its producer counts", "queue-demand: replicas"} {
 		if !strings.Contains(texts, want) {
 			t.Errorf("chart's text lacks %q", want)
 		}
+	}
+	// The trigger gives queue-demand: nothing may say the scaler reports a backlog.
+	for _, stale := range []string{"queueTarget", scaler.MetricQueueBacklog, "backlog the scaler reports"} {
+		if strings.Contains(texts, stale) {
+			t.Errorf("chart's text names %q, which the demo's trigger no longer uses", stale)
+		}
+	}
+	demand := panelWith("queue-demand")
+	if demand.title != panelWith("inference replicas").title {
+		t.Errorf("queue-demand drawn in panel %q, want beside the replicas it asks for", demand.title)
 	}
 }
 

@@ -2,9 +2,10 @@ package demo
 
 import (
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/internal/kedarules"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -31,7 +32,8 @@ type row struct {
 	at                       time.Duration
 	phase                    string
 	rate                     float64
-	backlog                  float64 // the scaler's queue-backlog
+	backlog                  int     // waiting + in flight, as the producer counts them
+	demand                   float64 // replicas the trigger's queue metric asks for; -1 when it answered none
 	util                     float64 // the scaler's, over every GPU the service holds; -1 when it holds none
 	utilServing              float64 // over the serving replicas' GPUs; -1 when none serves
 	active, activeErr        bool
@@ -47,7 +49,12 @@ type Row struct {
 	Seconds float64 `json:"t"`
 	Phase   string  `json:"phase"`
 	Rate    float64 `json:"requests_per_s"`
-	Backlog float64 `json:"backlog"`
+	// Backlog is the request queue's waiting and in-flight requests, as its producer
+	// counts them.
+	Backlog int `json:"backlog"`
+	// Demand is the replicas the trigger's queue metric (queue-demand) asks for: its
+	// value over its target. Absent when the scaler answered none.
+	Demand *float64 `json:"queue_demand,omitempty"`
 	// Util is the scaler's gpu-util over every GPU the service holds, replicas still
 	// loading their model included: what the HPA weighs. UtilServing averages only the
 	// replicas that serve. Each is absent when there is nothing to average.
@@ -65,6 +72,9 @@ type Row struct {
 func (r row) export() Row {
 	out := Row{Seconds: r.at.Seconds(), Phase: r.phase, Rate: r.rate, Backlog: r.backlog, Active: r.active,
 		Replicas: r.replicas, Ready: r.ready, JobsRunning: r.jobsRunning, JobsPending: r.jobsPending, JobQueue: r.jobQueue, Why: r.why}
+	if r.demand >= 0 {
+		out.Demand = ptr(r.demand)
+	}
 	if r.util >= 0 {
 		out.Util = ptr(r.util)
 	}
@@ -91,11 +101,11 @@ func (t *timeline) noteOnce(s string) {
 	}
 }
 
-const rowFormat = "%6s  %-9s %5s %8s %7s  %-6s %9s  %6s %5s  %9s  %s\n"
+const rowFormat = "%6s  %-9s %5s %8s %8s %7s  %-6s %9s  %6s %5s  %9s  %s\n"
 
 func (t *timeline) printHeader() {
-	fmt.Fprintf(t.out, rowFormat, "time", "load", "req/s", "backlog", "util %", "active", "replicas", "jobs", "queue", "free GPUs", "why")
-	fmt.Fprintf(t.out, rowFormat, "", "", "", "", "srv/all", "", "ready/all", "run", "jobs", "inf/train", "")
+	fmt.Fprintf(t.out, rowFormat, "time", "load", "req/s", "backlog", "demand", "util %", "active", "replicas", "jobs", "queue", "free GPUs", "why")
+	fmt.Fprintf(t.out, rowFormat, "", "", "", "", "replicas", "srv/all", "", "ready/all", "run", "jobs", "inf/train", "")
 }
 
 func (t *timeline) add(r row) {
@@ -118,7 +128,11 @@ func (t *timeline) add(r row) {
 	if r.jobsPending > 0 {
 		jobs += fmt.Sprintf("+%dp", r.jobsPending)
 	}
-	fmt.Fprintf(t.out, rowFormat, fmtClock(r.at), r.phase, fmt.Sprintf("%.0f", r.rate), kedarules.FmtNum(r.backlog), util, active,
+	demand := "-"
+	if r.demand >= 0 {
+		demand = fmt.Sprintf("%.1f", r.demand)
+	}
+	fmt.Fprintf(t.out, rowFormat, fmtClock(r.at), r.phase, fmt.Sprintf("%.0f", r.rate), fmt.Sprint(r.backlog), demand, util, active,
 		fmt.Sprintf("%d/%d", r.ready, r.replicas), jobs, fmt.Sprint(r.jobQueue), fmt.Sprintf("%d/%d", r.freeInf, r.freeTrain), r.why)
 }
 
@@ -141,8 +155,7 @@ func printSummary(out io.Writer, s *Summary) {
 	}
 	fmt.Fprintf(out, "  inference       %d requests served; queue wait p50 %.2fs, p99 %.2fs; peak %d replicas\n",
 		s.RequestsServed, s.RequestWaitP50, s.RequestWaitP99, s.PeakReplicas)
-	fmt.Fprintf(out, "  GPU-seconds     %.0f used; always on, %.0f sized for the burst (%d GPUs) or %.0f at the peak reached (%d GPUs)\n",
-		s.GPUSeconds, s.BurstSizedGPUSecs, s.BurstReplicas, s.AlwaysOnGPUSecs, s.PeakReplicas)
+	fmt.Fprintf(out, "  GPU-seconds     %.0f used; %.0f%% of requests waited for a model load\n", s.GPUSeconds, 100*s.ColdStartFraction)
 	fmt.Fprintf(out, "  at zero         %.0fs of %.0fs (%.0f%%): no GPU held while there was nothing to do\n",
 		s.SecondsAtZero, s.Seconds, 100*s.SecondsAtZero/max(s.Seconds, 1e-9))
 	fmt.Fprintf(out, "  training        %d jobs queued, %d Jobs created, %d finished; at most %d running on %d GPUs (%d per Job), %d pending at most\n",
@@ -150,16 +163,42 @@ func printSummary(out io.Writer, s *Summary) {
 	if s.TrainingNoWork > 0 {
 		fmt.Fprintf(out, "                  %d Job(s) found the queue empty and exited: KEDA counted work that had just finished (reports are up to one interval old)\n", s.TrainingNoWork)
 	}
+	printBaselines(out, s)
 }
 
-// quantile returns the q-quantile of ds in seconds, 0 when there are none.
+// printBaselines prints the live run's figures above the same requests replayed under
+// each baseline, one row each.
+func printBaselines(out io.Writer, s *Summary) {
+	if len(s.Baselines) == 0 {
+		fmt.Fprintln(out, "  compared        nothing: no request was served, so there is nothing to replay")
+		return
+	}
+	fmt.Fprintf(out, "  compared        the run's %d requests replayed (internal/replay) on a model of this cluster, the same requests under each policy:\n", s.ReplayedRequests)
+	const format = "                  %-19s %-35s %4s %6s %8s %7s %5s\n"
+	fmt.Fprintf(out, format, "policy", "setting", "peak", "GPU-s", "wait p50", "p99", "cold")
+	row := func(policy, setting string, peak int, gpuSecs, p50, p99, cold float64) {
+		fmt.Fprintf(out, format, policy, setting, fmt.Sprint(peak), fmt.Sprintf("%.0f", gpuSecs),
+			fmt.Sprintf("%.2fs", p50), fmt.Sprintf("%.2fs", p99), fmt.Sprintf("%.0f%%", 100*cold))
+	}
+	row("live run", "gpuscaler's keys + gpu-util "+strconv.Itoa(gpuUtilTarget)+"%", s.PeakReplicas, s.GPUSeconds, s.RequestWaitP50, s.RequestWaitP99, s.ColdStartFraction)
+	for _, b := range s.Baselines {
+		row(b.Policy, b.Setting, b.PeakReplicas, b.GPUSeconds, b.WaitP50, b.WaitP99, b.ColdStartFraction)
+	}
+	fmt.Fprintf(out, "                  the replay is a model of this cluster (queue metric alone, no gpu-util; loads of exactly %s; the seeds' Prometheus lag as in production), so its gpuscaler row and the live run differ\n",
+		time.Duration(s.StartupSeconds*float64(time.Second)))
+}
+
+// quantile returns the q-quantile of ds in seconds by the nearest-rank method, as replay
+// counts its baselines' waits (the value of rank ceil(q·n), counting from 1), 0 when
+// there are none.
 func quantile(ds []time.Duration, q float64) float64 {
 	if len(ds) == 0 {
 		return 0
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))].Seconds()
+	rank := int(math.Ceil(q * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1].Seconds()
 }
 
 // fmtPercent prints a percentage without its sign, "-" when there is none (negative).

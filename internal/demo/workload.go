@@ -18,7 +18,7 @@ const (
 	inferenceNS       = "inference"
 	inferenceName     = "llm"
 	inferenceQueue    = "requests"
-	concurrency       = 4 // requests a replica serves at once, and the trigger's queueTarget
+	concurrency       = 4 // requests a replica serves at once, and the trigger's concurrency
 	serviceTime       = time.Second
 	gpuUtilTarget     = 80
 	activationGPUUtil = 20
@@ -34,6 +34,11 @@ const (
 	// any compute.
 	loadingUtil = 2
 )
+
+// backlogQueueTarget is the queueTarget of the queue-backlog trigger the demo ran before
+// it moved to queue-demand: one replica's concurrency. The summary replays it as a
+// baseline.
+const backlogQueueTarget = concurrency
 
 // phase is one stretch of the inference load profile.
 type phase struct {
@@ -84,9 +89,24 @@ func poisson(rng *rand.Rand, lambda float64) int {
 // replica is one pod of the inference Deployment.
 type replica struct {
 	*pod
-	readyAt     time.Time   // when its model is loaded; zero until it is placed
-	terminating bool        // scaled down: takes no new requests, leaves when idle
-	inflight    []time.Time // when each request it serves completes
+	readyAt     time.Time // when its model is loaded; zero until it is placed
+	terminating bool      // scaled down: takes no new requests, leaves when idle
+	inflight    []serving // the requests it serves, in the order they started
+}
+
+// serving is a request a replica serves: when it completes, and its index in
+// inference.requests.
+type serving struct {
+	done time.Time
+	req  int
+}
+
+// request is one request the service started to serve: when it arrived and started, and
+// how long it held its replica's slot. That is the drawn service time until it completes,
+// then the time it really held the slot, up to the step that saw it done.
+type request struct {
+	arrived, started time.Time
+	service          time.Duration
 }
 
 func (r *replica) ready(now time.Time) bool {
@@ -104,6 +124,11 @@ type inference struct {
 
 	served int
 	waits  []time.Duration // queue wait of each served request
+	// requests are those started, in the order they started, for the summary's replay.
+	requests []request
+	// cold counts the requests that waited for a model load: the replica that took them
+	// was not ready when they arrived.
+	cold int
 }
 
 // backlog is waiting + in flight, what the producer reports.
@@ -176,7 +201,9 @@ func (w *inference) step(c *cluster, now time.Time, dt time.Duration, rate float
 			r.readyAt = now.Add(w.startup)
 		}
 		done := 0
-		for len(r.inflight) > 0 && !now.Before(r.inflight[0]) {
+		for len(r.inflight) > 0 && !now.Before(r.inflight[0].done) {
+			q := &w.requests[r.inflight[0].req]
+			q.service = now.Sub(q.started)
 			r.inflight, done = r.inflight[1:], done+1
 		}
 		if done > 0 {
@@ -190,9 +217,15 @@ func (w *inference) step(c *cluster, now time.Time, dt time.Duration, rate float
 		if !r.terminating && r.ready(now) {
 			take := min(concurrency-len(r.inflight), len(w.waiting))
 			for i := range take {
-				w.waits = append(w.waits, now.Sub(w.waiting[i]))
+				arrived := w.waiting[i]
+				w.waits = append(w.waits, now.Sub(arrived))
+				if r.readyAt.After(arrived) {
+					w.cold++
+				}
 				jitter := 0.8 + 0.4*w.rng.Float64()
-				r.inflight = append(r.inflight, now.Add(time.Duration(float64(serviceTime)*jitter)))
+				service := time.Duration(float64(serviceTime) * jitter)
+				r.inflight = append(r.inflight, serving{done: now.Add(service), req: len(w.requests)})
+				w.requests = append(w.requests, request{arrived: arrived, started: now, service: service})
 			}
 			if take > 0 {
 				w.waiting = w.waiting[take:]
