@@ -57,8 +57,8 @@ func checkBaselines(t *testing.T, sum *Summary, text string) {
 			t.Errorf("summary's table lacks %s (%s)", b.Policy, b.Setting)
 		}
 	}
-	if s := sum.Baselines[5].Setting; !strings.Contains(s, "targetWait="+replay.Recommended.TargetWait.String()) {
-		t.Errorf("gpuscaler's setting %q: want the recommended targetWait %s", s, replay.Recommended.TargetWait)
+	if s := sum.Baselines[5].Setting; !strings.Contains(s, "targetWait="+replay.RecommendedTargetWait.String()) {
+		t.Errorf("gpuscaler's setting %q: want the recommended targetWait %s", s, replay.RecommendedTargetWait)
 	}
 	if s := sum.Baselines[4].Setting; !strings.Contains(s, fmt.Sprintf("queueTarget=%d", backlogQueueTarget)) {
 		t.Errorf("gpuscaler-backlog's setting %q: want the demo's former queueTarget %d", s, backlogQueueTarget)

@@ -197,7 +197,7 @@ func inferenceTrigger() map[string]string {
 // replay gives its gpuscaler policy too.
 func demandKeys() map[string]string {
 	return map[string]string{
-		scaler.KeyTargetWait:  replay.Recommended.TargetWait.String(),
+		scaler.KeyTargetWait:  replay.RecommendedTargetWait.String(),
 		scaler.KeyConcurrency: strconv.Itoa(concurrency),
 	}
 }
@@ -345,7 +345,7 @@ func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 		fmt.Fprintf(out, "  note     %s\n", n)
 	}
 	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queue-demand: targetWait %s, concurrency %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
-		inferenceNS, inferenceName, inferenceQueue, replay.Recommended.TargetWait, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
+		inferenceNS, inferenceName, inferenceQueue, replay.RecommendedTargetWait, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
 		trainingNS, trainingName, trainingQueue, gpusPerJob)
 	t := cfg.Timing
