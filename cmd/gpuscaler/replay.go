@@ -47,6 +47,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		seed                                                    uint64
 		limit, openbNodes                                       int
 		quiet                                                   bool
+		from, to                                                time.Duration
 	)
 	fs := newFlagSet("replay", "replay --format gentd26|azure-llm|openb --trace FILE [flags]", replayAbout, stdout)
 	fs.StringVar(&format, "format", "", "the trace's format: gentd26, azure-llm or openb")
@@ -56,6 +57,8 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.Float64Var(&speed, "service-speed", 1, "azure-llm: times the service model's speed (0.5 halves it, 2 doubles it)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
+	fs.DurationVar(&from, "from", 0, "replay only what arrived this long after the trace's first request or task, or later (168h: from the eighth day); with --to, to tune on some days and check on others")
+	fs.DurationVar(&to, "to", 0, "replay only what arrived before this long after the trace's start; 0: to the end")
 	fs.IntVar(&openbNodes, "openb-nodes", replay.DefaultOpenBNodes, "openb: replay on an evenly spaced sample of this many of the trace's nodes (the whole cluster never runs short of GPUs); 0 or more than there are: all")
 	fs.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
 	fs.StringVar(&chartPath, "chart", "", "write replicas, backlog and waits over time, every policy on the same axes, as an SVG chart to this file")
@@ -74,6 +77,25 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}
 	case openbNodes < 0:
 		return usageError{fmt.Errorf("--openb-nodes %d: want 0 (all) or more", openbNodes)}
+	case from < 0 || to < 0:
+		return usageError{fmt.Errorf("--from %s --to %s: want durations since the trace's start, 0 or more", from, to)}
+	case to != 0 && to <= from:
+		return usageError{fmt.Errorf("--to %s: want after --from %s", to, from)}
+	}
+	// window keeps what arrived within [from, to) of the trace's start, at the given
+	// offsets; then --limit applies.
+	window := func(n int, at func(i int) time.Duration) (lo, hi int) {
+		lo, hi = n, n
+		for i := range n {
+			if at(i) >= from && lo == n {
+				lo = i
+			}
+			if to != 0 && at(i) >= to {
+				hi = i
+				break
+			}
+		}
+		return lo, max(lo, hi)
 	}
 	for _, f := range []struct{ flag, path string }{{"json", jsonPath}, {"chart", chartPath}} {
 		if f.path == "" {
@@ -99,6 +121,10 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		pods, err := readTrace(trace, traces.ReadOpenBPods)
 		if err != nil {
 			return err
+		}
+		lo, hi := window(len(pods), func(i int) time.Duration { return pods[i].Created })
+		if pods = pods[lo:hi]; len(pods) == 0 {
+			return fmt.Errorf("no task created within --from %s --to %s", from, to)
 		}
 		nodesFlag := "--nodes"
 		if nodesPath == "" {
@@ -133,6 +159,16 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		}
 		if err != nil {
 			return err
+		}
+		if format == "gentd26" {
+			lo, hi := window(len(genReqs), func(i int) time.Duration { return genReqs[i].At.Sub(genReqs[0].At) })
+			genReqs = genReqs[lo:hi]
+		} else {
+			lo, hi := window(len(azureReqs), func(i int) time.Duration { return azureReqs[i].At.Sub(azureReqs[0].At) })
+			azureReqs = azureReqs[lo:hi]
+		}
+		if len(genReqs)+len(azureReqs) == 0 {
+			return fmt.Errorf("no request arrived within --from %s --to %s", from, to)
 		}
 		loadFlag := "--load-latency"
 		if loadPath == "" {

@@ -18,14 +18,23 @@ import (
 // as the rate.
 const Window = time.Minute
 
+// BurstWindow is the time constant of a second, faster estimate of the arrival rate.
+// The metric takes the larger of the two: a burst raises the rate within seconds,
+// where the minute-long estimate would see a third of it after 20 s, and its end is
+// forgotten over the minute. Replay chose it: 10 s asked too often for replicas that
+// came after the burst, 30 s came late (see the README's replay section).
+const BurstWindow = 20 * time.Second
+
 // Estimate is what a queue's reports say of its traffic, folded in report by report as
 // the stream delivers them. It depends only on the reports and on when NATS stored them, so
 // every scaler replica that read the same stream holds the same estimates. A replica
-// that restarts holds none until it has seen an item finish (see queueDemand).
+// that restarts holds none until it has seen an item finish (see Replicas).
 type Estimate struct {
 	// Arrivals and Completions are items per second; InFlight is the items being
 	// worked on, averaged over time.
 	Arrivals, Completions, InFlight float64
+	// Burst is the arrival rate over BurstWindow.
+	Burst float64
 	// Service is how long an item takes, in seconds, by Little's law: inFlight /
 	// completions. Zero until an item is seen to finish. It is kept while the queue is
 	// idle: it is a property of the work, not of the traffic.
@@ -46,6 +55,8 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 	secs := max(dt.Seconds(), 1e-3)
 	alpha := -math.Expm1(-secs / Window.Seconds())
 	e.Arrivals += alpha * (float64(r.GetArrivals())/secs - e.Arrivals)
+	fast := -math.Expm1(-secs / BurstWindow.Seconds())
+	e.Burst += fast * (float64(r.GetArrivals())/secs - e.Burst)
 	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
 		return e
 	}
@@ -62,8 +73,8 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // items at once, that the queue's traffic needs for its items to start within
 // targetWait (DESIGN.md, "The demand metric"). It is the sum of two parts:
 //
-//   - serving: the fewest replicas whose c·N slots serve the arrivals, λ per second of
-//     S seconds each, with at most 1 in 100 of them waiting longer than targetWait. The
+//   - serving: the fewest replicas whose c·N slots serve the arrivals, λ per second (the
+//     larger of the rates over Window and BurstWindow) of S seconds each, with at most 1 in 100 of them waiting longer than targetWait. The
 //     chance an arrival waits longer than w in a queue served by m slots is
 //     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
 //     slots Little's law says are busy; a short targetWait buys headroom above it for
@@ -84,7 +95,8 @@ func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, in
 		return (waiting + inFlight) / float64(c)
 	}
 	wait := targetWait.Seconds()
-	return ServingReplicas(e.Arrivals*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
+	rate := max(e.Arrivals, e.Burst)
+	return ServingReplicas(rate*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

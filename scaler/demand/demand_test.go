@@ -108,3 +108,31 @@ func FuzzDemand(f *testing.F) {
 		}
 	})
 }
+
+// TestBurstRaisesTheRateFast: five arrivals a second for ten seconds after nothing. The
+// minute's estimate has seen 15% of that rate, the burst's 39%; the metric serves the
+// larger.
+func TestBurstRaisesTheRateFast(t *testing.T) {
+	var (
+		e    Estimate
+		prev *gpuscalerv1.QueueReport
+	)
+	for i := range uint64(11) {
+		arrivals := uint64(5)
+		if i == 0 {
+			arrivals = 0
+		}
+		r := &gpuscalerv1.QueueReport{InFlight: 1, Arrivals: arrivals, ProducerId: "p", Sequence: i + 1}
+		e, prev = e.Next(prev, r, time.Second), r
+	}
+	if want := 5 * -math.Expm1(-10.0/60); math.Abs(e.Arrivals-want) > 1e-9 {
+		t.Errorf("rate over a minute = %g, want %g", e.Arrivals, want)
+	}
+	if want := 5 * -math.Expm1(-10.0/20); math.Abs(e.Burst-want) > 1e-9 {
+		t.Errorf("rate over 20 s = %g, want %g", e.Burst, want)
+	}
+	e.Service = 1
+	if got, want := Replicas(e, 1, time.Hour, 0, 0), ServingReplicas(e.Burst, 1, 3600, 1); got != want {
+		t.Errorf("Replicas = %g, want %g, serving the burst's rate", got, want)
+	}
+}
