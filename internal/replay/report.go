@@ -116,7 +116,7 @@ func WriteInferenceTable(w io.Writer, res *InferenceResult, targets []Target) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, name := range []string{PolicyBacklog, PolicyRecommends} {
+	for _, name := range []string{PolicyBacklog, PolicyRecommends, PolicyDemandSweep} {
 		pts := res.Frontiers[name]
 		if len(pts) == 0 {
 			continue

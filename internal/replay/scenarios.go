@@ -22,19 +22,23 @@ const (
 )
 
 // The configurations the README recommends, which replay measures as the policy
-// "gpuscaler": queue-demand with pushed activation, and targetWait
-//   - RecommendedTargetWait for a service that stays up and scales out (Azure LLM): the
-//     p99 wait its users accept once warm;
-//   - ScaleToZeroTargetWait for a service that scales to zero and whose model load takes
-//     longer than that (GenTD26): there the cold start sets the p99 whatever the
-//     target, and a short one only keeps replicas warm for arrivals that rarely come.
-//
-// Both keep KEDA's default cooldownPeriod, 300s, the baselines' own.
+// "gpuscaler", with pushed activation (external-push) and KEDA's default cooldownPeriod,
+// 300s, the baselines' own:
+//   - a service that stays up and scales out (Azure LLM): queue-demand, targetWait
+//     RecommendedTargetWait, the p99 wait its users accept once warm;
+//   - a service that scales to zero on sparse traffic (GenTD26): queue-backlog with
+//     queueTarget the replica's concurrency. There the model load sets the p99 whatever
+//     the metric, and queue-demand, which provisions for the rate a burst shows, holds
+//     more replicas than the burst's items (replay shows it in the frontier
+//     "gpuscaler-demand").
 const (
 	RecommendedTargetWait = 30 * time.Second
-	ScaleToZeroTargetWait = 10 * time.Minute
 	RecommendedCooldown   = 300 * time.Second
 )
+
+// PolicyDemandSweep names the frontier of queue-demand's targetWait in a scenario where
+// the recommended configuration is another.
+const PolicyDemandSweep = "gpuscaler-demand"
 
 // Scenario is a replay's services, cluster and policies.
 type Scenario struct {
@@ -101,7 +105,8 @@ func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) 
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = 1, 8
 	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour}
-	rec := demandPolicy(ScaleToZeroTargetWait, 1, RecommendedCooldown, "cooldownPeriod="+RecommendedCooldown.String())
+	rec := backlogPolicy(PolicyRecommends, 1, true)
+	rec.Setting = "queueTarget=1 cooldownPeriod=" + RecommendedCooldown.String()
 	sc.Policies = []Policy{
 		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
 		{Name: PolicySeeds, Kind: KindGPUUtil},
@@ -109,12 +114,16 @@ func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) 
 		backlogPolicy(PolicyBacklog, 1, true),
 		rec,
 	}
-	// The same sweep of today's backlog metric, so the frontiers compare.
 	for _, c := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour} {
-		sc.Sweeps = append(sc.Sweeps, demandPolicy(ScaleToZeroTargetWait, 1, c, "cooldownPeriod="+c.String()))
-		b := backlogPolicy(PolicyBacklog, 1, true)
-		b.Setting, b.Cooldown = "cooldownPeriod="+c.String(), c
-		sc.Sweeps = append(sc.Sweeps, b)
+		p := backlogPolicy(PolicyRecommends, 1, true)
+		p.Setting, p.Cooldown = "queueTarget=1 cooldownPeriod="+c.String(), c
+		sc.Sweeps = append(sc.Sweeps, p)
+	}
+	// queue-demand over its knob, at the default cooldown, so its frontier compares.
+	for _, w := range []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour} {
+		p := demandPolicy(w, 1, 0, "targetWait="+w.String())
+		p.Name = PolicyDemandSweep
+		sc.Sweeps = append(sc.Sweeps, p)
 	}
 	return sc, nil
 }
