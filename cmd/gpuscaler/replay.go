@@ -198,8 +198,9 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 			return err
 		}
 		report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
+		report.Recommends = sc.Recommends
 		report.Targets = replay.InferenceTargets(format, res)
-		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed\n\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute))
+		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
 		if err := replay.WriteInferenceTable(stdout, res, report.Targets); err != nil {
 			return err
 		}
@@ -237,19 +238,21 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 // replayReport is what --json writes: the issue's object, with trace, requests (or
 // jobs), policies and frontiers, and the targets judged.
 type replayReport struct {
-	Trace        string                            `json:"trace"`
-	Attribution  string                            `json:"attribution"`
-	Seed         uint64                            `json:"seed"`
-	ServiceSpeed float64                           `json:"service_speed,omitempty"`
-	Requests     int                               `json:"requests,omitempty"`
-	Services     int                               `json:"services,omitempty"`
-	Jobs         int                               `json:"jobs,omitempty"`
-	Nodes        int                               `json:"nodes,omitempty"`
-	GPUs         int                               `json:"gpus,omitempty"`
-	Policies     any                               `json:"policies"`
-	Frontiers    map[string][]replay.FrontierPoint `json:"frontiers"`
-	Targets      []replay.Target                   `json:"targets"`
-	Seconds      float64                           `json:"replay_seconds"`
+	Trace        string  `json:"trace"`
+	Attribution  string  `json:"attribution"`
+	Seed         uint64  `json:"seed"`
+	ServiceSpeed float64 `json:"service_speed,omitempty"`
+	// Recommends says what the policy "gpuscaler" is for this trace.
+	Recommends string                            `json:"gpuscaler_is,omitempty"`
+	Requests   int                               `json:"requests,omitempty"`
+	Services   int                               `json:"services,omitempty"`
+	Jobs       int                               `json:"jobs,omitempty"`
+	Nodes      int                               `json:"nodes,omitempty"`
+	GPUs       int                               `json:"gpus,omitempty"`
+	Policies   any                               `json:"policies"`
+	Frontiers  map[string][]replay.FrontierPoint `json:"frontiers"`
+	Targets    []replay.Target                   `json:"targets"`
+	Seconds    float64                           `json:"replay_seconds"`
 }
 
 func services(n int) string {

@@ -42,11 +42,13 @@ const PolicyDemandSweep = "gpuscaler-demand"
 
 // Scenario is a replay's services, cluster and policies.
 type Scenario struct {
-	Trace    string
-	Services []Service
-	Config   Inference
-	Policies []Policy
-	Sweeps   []Policy
+	Trace string
+	// Recommends says what the policy "gpuscaler" is in this scenario.
+	Recommends string
+	Services   []Service
+	Config     Inference
+	Policies   []Policy
+	Sweeps     []Policy
 	// Tail is how long the replay goes on after the last request, for every policy to
 	// scale down.
 	Tail time.Duration
@@ -104,9 +106,10 @@ func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) 
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = 1, 8
-	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour}
+	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour,
+		Recommends: "queue-backlog, queueTarget 1 (the replica's concurrency), pushed activation"}
 	rec := backlogPolicy(PolicyRecommends, 1, true)
-	rec.Setting = "queueTarget=1 cooldownPeriod=" + RecommendedCooldown.String()
+	rec.Setting = "cooldownPeriod=" + RecommendedCooldown.String()
 	sc.Policies = []Policy{
 		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
 		{Name: PolicySeeds, Kind: KindGPUUtil},
@@ -116,7 +119,7 @@ func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) 
 	}
 	for _, c := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour} {
 		p := backlogPolicy(PolicyRecommends, 1, true)
-		p.Setting, p.Cooldown = "queueTarget=1 cooldownPeriod="+c.String(), c
+		p.Setting, p.Cooldown = "cooldownPeriod="+c.String(), c
 		sc.Sweeps = append(sc.Sweeps, p)
 	}
 	// queue-demand over its knob, at the default cooldown, so its frontier compares.
@@ -170,7 +173,8 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
-	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute}
+	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute,
+		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", RecommendedTargetWait, model.Concurrency)}
 	c := model.Concurrency
 	sc.Policies = []Policy{
 		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
