@@ -107,7 +107,7 @@ type serviceRun struct {
 	starts     []time.Duration // when each request's service started; -1: never
 	restarted  int             // requests started twice: always 0
 	waits      []float64       // seconds, by request
-	cold       int       // requests that waited for a model load
+	cold       int             // requests that waited for a model load
 	maxReplica int
 	timeline   *timeline
 }

@@ -151,7 +151,7 @@ func TestPushWakesAtOnce(t *testing.T) {
 		p    Policy
 		wait float64
 	}{
-		{backlogPolicy(PolicyBacklog, 1, true), 10},  // pushed at 100s, ready at 110s
+		{backlogPolicy(PolicyBacklog, 1, true), 10},   // pushed at 100s, ready at 110s
 		{backlogPolicy(PolicyKEDAPoll, 1, false), 30}, // polled at 120s, ready at 130s
 	} {
 		run, err := newSim(cfg, tc.p, svc, time.Hour, newTimeline(time.Hour)).play(context.Background())
