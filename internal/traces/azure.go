@@ -2,8 +2,6 @@ package traces
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"time"
@@ -35,25 +33,14 @@ func ReadAzureLLM(r io.Reader) ([]AzureLLMRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var reqs []AzureLLMRequest
-	for {
-		row, err := t.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	reqs, err := readRows(t, func(row row) (AzureLLMRequest, bool, error) {
 		at, errAt := row.time(colAzureAt, 7)
 		ctx, errCtx := row.int(colAzureContext, 0, maxAzureTokens)
 		gen, errGen := row.int(colAzureGenerated, 0, maxAzureTokens)
-		if err := cmp.Or(errAt, errCtx, errGen); err != nil {
-			return nil, err
-		}
-		reqs = append(reqs, AzureLLMRequest{At: at, ContextTokens: int(ctx), GeneratedTokens: int(gen)})
-	}
-	if len(reqs) == 0 {
-		return nil, fmt.Errorf("%s: %w", t.name, errNoRecords)
+		return AzureLLMRequest{At: at, ContextTokens: int(ctx), GeneratedTokens: int(gen)}, true, cmp.Or(errAt, errCtx, errGen)
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortStableFunc(reqs, func(a, b AzureLLMRequest) int { return a.At.Compare(b.At) })
 	return reqs, nil

@@ -2,8 +2,6 @@ package traces
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"io"
 	"math"
 	"slices"
@@ -44,41 +42,30 @@ func ReadGenTD26(r io.Reader) ([]GenTD26Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	var reqs []GenTD26Request
-	for {
-		row, err := t.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	reqs, err := readRows(t, func(row row) (GenTD26Request, bool, error) {
 		at, errAt := row.time(colGenTD26At, 0)
 		typ, errType := row.text(colGenTD26Type)
 		status, errStatus := row.text(colGenTD26Status)
 		exec, errExec := row.float(colGenTD26Exec, 0, (24 * time.Hour).Seconds())
 		group, errGroup := row.text(colGenTD26Group)
 		if err := cmp.Or(errAt, errType, errStatus, errExec, errGroup); err != nil {
-			return nil, err
+			return GenTD26Request{}, false, err
 		}
 		if status == "PENDING" && row.str(colGenTD26Checkpoint) == "" {
-			continue
+			return GenTD26Request{}, false, nil
 		}
 		ckpt, err := row.text(colGenTD26Checkpoint)
-		if err != nil {
-			return nil, err
-		}
-		reqs = append(reqs, GenTD26Request{
+		return GenTD26Request{
 			At:         at,
 			Type:       typ,
 			Status:     status,
 			Exec:       time.Duration(math.Round(exec * float64(time.Second))),
 			Group:      group,
 			Checkpoint: ckpt,
-		})
-	}
-	if len(reqs) == 0 {
-		return nil, fmt.Errorf("%s: %w", t.name, errNoRecords)
+		}, true, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortStableFunc(reqs, func(a, b GenTD26Request) int { return a.At.Compare(b.At) })
 	return reqs, nil
@@ -95,23 +82,8 @@ func ReadLoadLatency(r io.Reader) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ds []time.Duration
-	for {
-		row, err := t.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	return readRows(t, func(row row) (time.Duration, bool, error) {
 		ms, err := row.float(col, 0, float64(time.Hour/time.Millisecond))
-		if err != nil {
-			return nil, err
-		}
-		ds = append(ds, time.Duration(math.Round(ms*float64(time.Millisecond))))
-	}
-	if len(ds) == 0 {
-		return nil, fmt.Errorf("%s: %w", t.name, errNoRecords)
-	}
-	return ds, nil
+		return time.Duration(math.Round(ms * float64(time.Millisecond))), true, err
+	})
 }

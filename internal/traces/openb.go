@@ -2,7 +2,6 @@ package traces
 
 import (
 	"cmp"
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -85,20 +84,12 @@ func ReadOpenBPods(r io.Reader) ([]OpenBPod, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pods []OpenBPod
-	for {
-		row, err := t.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	pods, err := readRows(t, func(row row) (OpenBPod, bool, error) {
 		p, err := openBPod(row)
-		if err != nil {
-			return nil, err
-		}
-		pods = append(pods, p)
+		return p, true, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortStableFunc(pods, func(a, b OpenBPod) int { return cmp.Compare(a.Created, b.Created) })
 	return pods, nil
@@ -219,38 +210,30 @@ func ReadOpenBNodes(r io.Reader) ([]OpenBNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nodes []OpenBNode
 	seen := map[string]int{} // name → line
-	for {
-		row, err := t.next()
-		if errors.Is(err, io.EOF) {
-			return nodes, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	return readRows(t, func(row row) (OpenBNode, bool, error) {
 		n := OpenBNode{Name: row.str("sn")}
 		if n.Name == "" {
-			return nil, row.errorf("sn", "empty: want the node's name")
+			return n, false, row.errorf("sn", "empty: want the node's name")
 		}
 		if line, dup := seen[n.Name]; dup {
-			return nil, row.errorf("sn", "%q: repeats the node of line %d", n.Name, line)
+			return n, false, row.errorf("sn", "%q: repeats the node of line %d", n.Name, line)
 		}
 		seen[n.Name] = row.line
 		gpus, err := row.int("gpu", 0, openBMaxNodeGPUs)
 		if err != nil {
-			return nil, err
+			return n, false, err
 		}
 		n.GPUs = int(gpus)
 		switch m := row.str("model"); {
 		case n.GPUs == 0 && (m == "" || m == "nan"):
 		case n.GPUs == 0:
-			return nil, row.errorf("model", "%q on a node of 0 GPUs: want it empty", m)
+			return n, false, row.errorf("model", "%q on a node of 0 GPUs: want it empty", m)
 		case !validOpenBModel(m):
-			return nil, row.errorf("model", "%q: want the GPU model of the node's %d GPUs, such as V100M16", m, n.GPUs)
+			return n, false, row.errorf("model", "%q: want the GPU model of the node's %d GPUs, such as V100M16", m, n.GPUs)
 		default:
 			n.Model = m
 		}
-		nodes = append(nodes, n)
-	}
+		return n, true, nil
+	})
 }

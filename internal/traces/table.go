@@ -157,3 +157,30 @@ func timeShaped(v string, frac int) bool {
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// readRows reads every row of t with parse, which returns the record and whether to keep
+// it. It stops at the first error, and fails when it kept no row: a trace of nothing is a
+// mistake, never something to replay.
+func readRows[T any](t *table, parse func(row) (T, bool, error)) ([]T, error) {
+	var out []T
+	for {
+		r, err := t.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, keep, err := parse(r)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: %w", t.name, errNoRecords)
+	}
+	return out, nil
+}
