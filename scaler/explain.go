@@ -149,7 +149,12 @@ func effective(t *Trigger) map[string]string {
 		} else {
 			m[KeyStream], m[KeyConsumer] = t.Stream, t.Consumer
 		}
-		m[KeyQueueTarget] = num(t.QueueTarget)
+		if t.TargetWait > 0 {
+			m[KeyTargetWait] = t.TargetWait.String()
+			m[KeyConcurrency] = strconv.Itoa(t.Concurrency)
+		} else {
+			m[KeyQueueTarget] = num(t.QueueTarget)
+		}
 		m[KeyActivationQueueDepth] = num(t.ActivationQueueDepth)
 	}
 	if t.PodSelector != nil {
@@ -205,6 +210,8 @@ func (e *queueEntry) status(now time.Time) *gpuscalerv1.QueueStatus {
 		Stored:           timestamppb.New(e.stored),
 		Age:              durationpb.New(now.Sub(e.stored)),
 		ProducerConflict: !e.conflicted.IsZero() && !e.conflicted.Before(now.Add(-producerConflictWindow)),
+		ArrivalRate:      e.demand.Rate(),
+		ServiceSeconds:   e.demand.Service,
 	}
 }
 
@@ -404,10 +411,20 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 		add("Inactive: KEDA scales the workload to zero (when minReplicaCount is 0) once the trigger has been inactive for cooldownPeriod.")
 	}
 	if q := ex.Queue; q != nil && r.queue.defined && r.queue.err == nil {
+		backlog := float64(q.Backlog)
 		if r.queue.active {
-			add("The queue's backlog %s is above activationQueueDepth %s.", num(r.queue.value), num(t.ActivationQueueDepth))
+			add("The queue's backlog %s is above activationQueueDepth %s.", num(backlog), num(t.ActivationQueueDepth))
 		} else {
-			add("The queue's backlog %s is at or below activationQueueDepth %s: the queue alone does not activate the trigger.", num(r.queue.value), num(t.ActivationQueueDepth))
+			add("The queue's backlog %s is at or below activationQueueDepth %s: the queue alone does not activate the trigger.", num(backlog), num(t.ActivationQueueDepth))
+		}
+		if r.queue.demand {
+			if q.ServiceSeconds == 0 {
+				add("queue-demand %.3g: no item has been seen to finish since this scaler started, so the service time is unknown, and the metric is the backlog over concurrency %d.",
+					r.queue.value, t.Concurrency)
+			} else {
+				add("queue-demand %.3g: replicas of %d slots for %.3g arrivals a second of %.3g s each, with 99 in 100 starting within targetWait %s, plus the %d waiting started within it (Erlang C and Little's law; see the README).",
+					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, t.TargetWait, q.Waiting)
+			}
 		}
 	}
 	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {

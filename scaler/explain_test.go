@@ -37,6 +37,7 @@ func TestExplainAgreesWithKEDAsCalls(t *testing.T) {
 
 	triggers := map[string]map[string]string{
 		"queue":                 {"queue": "jobs", "queueTarget": "4"},
+		"queue demand":          {"queue": "jobs", "targetWait": "30s", "concurrency": "2"},
 		"gpus":                  {"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "50"},
 		"queue and gpus":        {"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "70"},
 		"queue never reported":  {"queue": "nothing"},
@@ -86,6 +87,14 @@ func TestExplainAgreesWithKEDAsCalls(t *testing.T) {
 	wantReason(t, q, "backlog 9 is above activationQueueDepth 0", "queue-backlog is 9 against a target of 4 per replica: on its own it asks the HPA for 3 replicas")
 	if q.GetEffective()[KeyQueueTarget] != "4" || q.GetEffective()[KeyStaleAfter] != "30s" {
 		t.Errorf("effective = %v, want queueTarget 4 and the default staleAfter 30s", q.GetEffective())
+	}
+
+	// queue-demand: one report, so no item seen to finish: the backlog over the
+	// concurrency, and the activation still on the backlog.
+	qd := explained["queue demand"]
+	wantReason(t, qd, "backlog 9 is above activationQueueDepth 0", "queue-demand 4.5: no item has been seen to finish", "queue-demand is 4.5 against a target of 1 per replica")
+	if e := qd.GetEffective(); e[KeyTargetWait] != "30s" || e[KeyConcurrency] != "2" || e[KeyQueueTarget] != "" {
+		t.Errorf("effective = %v, want targetWait 30s, concurrency 2 and no queueTarget", e)
 	}
 
 	// The GPUs: the nodes holding the selected pods, by name, each with those GPUs only.

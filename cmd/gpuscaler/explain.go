@@ -304,6 +304,13 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			if q.GetProducerConflict() {
 				fmt.Fprintln(w, "  more than one producer reports this queue: the backlog flaps between their views")
 			}
+			if ex.GetEffective()["targetWait"] != "" {
+				service := "unknown: no item seen to finish yet"
+				if q.GetServiceSeconds() > 0 {
+					service = fmt.Sprintf("%.3g s", q.GetServiceSeconds())
+				}
+				fmt.Fprintf(w, "  arrivals %.3g/s, service time %s\n", q.GetArrivalRate(), service)
+			}
 		}
 	}
 

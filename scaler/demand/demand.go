@@ -69,6 +69,10 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 	return e
 }
 
+// Rate is the arrival rate the metric serves: the larger of the rates over Window and
+// BurstWindow.
+func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
+
 // Replicas is the queue-demand metric: the replicas, each serving c = concurrency
 // items at once, that the queue's traffic needs for its items to start within
 // targetWait (DESIGN.md, "The demand metric"). It is the sum of two parts:
@@ -95,8 +99,7 @@ func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, in
 		return (waiting + inFlight) / float64(c)
 	}
 	wait := targetWait.Seconds()
-	rate := max(e.Arrivals, e.Burst)
-	return ServingReplicas(rate*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
+	return ServingReplicas(e.Rate()*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

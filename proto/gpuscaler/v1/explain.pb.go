@@ -415,9 +415,15 @@ type QueueStatus struct {
 	Stale bool `protobuf:"varint,10,opt,name=stale,proto3" json:"stale,omitempty"`
 	// Set in an explanation of a stream+consumer trigger: read from the JetStream consumer
 	// rather than a producer's report; stored and producer_id are then unset.
-	FromConsumer  bool `protobuf:"varint,11,opt,name=from_consumer,json=fromConsumer,proto3" json:"from_consumer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FromConsumer bool `protobuf:"varint,11,opt,name=from_consumer,json=fromConsumer,proto3" json:"from_consumer,omitempty"`
+	// What the queue's reports say of its traffic, which the queue-demand metric
+	// (targetWait) reads: arrivals per second, the larger of the rates over the last minute
+	// and the last 20 s; and the seconds an item takes by Little's law, 0 until an item is
+	// seen to finish since this scaler started.
+	ArrivalRate    float64 `protobuf:"fixed64,12,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
+	ServiceSeconds float64 `protobuf:"fixed64,13,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -525,6 +531,20 @@ func (x *QueueStatus) GetFromConsumer() bool {
 		return x.FromConsumer
 	}
 	return false
+}
+
+func (x *QueueStatus) GetArrivalRate() float64 {
+	if x != nil {
+		return x.ArrivalRate
+	}
+	return 0
+}
+
+func (x *QueueStatus) GetServiceSeconds() float64 {
+	if x != nil {
+		return x.ServiceSeconds
+	}
+	return 0
 }
 
 // NodeStatus is the latest report of one node.
@@ -1102,7 +1122,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xfc\x02\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xc8\x03\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1116,7 +1136,9 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x11producer_conflict\x18\t \x01(\bR\x10producerConflict\x12\x14\n" +
 	"\x05stale\x18\n" +
 	" \x01(\bR\x05stale\x12#\n" +
-	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\"\xa9\x04\n" +
+	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\x12!\n" +
+	"\farrival_rate\x18\f \x01(\x01R\varrivalRate\x12'\n" +
+	"\x0fservice_seconds\x18\r \x01(\x01R\x0eserviceSeconds\"\xa9\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
