@@ -106,7 +106,9 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	progressCh := make(chan struct{}, total)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
+	progressDone := make(chan struct{})
 	go func() {
+		defer close(progressDone)
 		for range progressCh {
 			done++
 			if progress != nil {
@@ -129,6 +131,7 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	}
 	err := g.Wait()
 	close(progressCh)
+	<-progressDone // the last progress is told before RunInference returns
 	if err != nil {
 		return nil, err
 	}
