@@ -407,7 +407,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 
 	add(baseQueue, KeyCapacityAware, `"true" or "false"`, "yes", "no", "on", "maybe", "", "2")
 	add(baseCapacity, KeyCapacityHeadroom, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
-	add(baseQueue, KeyTargetWait, "a duration from 1s to 24h", "0s", "-5s", "500ms", "30", "abc", "", "25h")
+	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
