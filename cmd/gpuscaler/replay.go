@@ -200,7 +200,11 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
 		report.Recommends = sc.Recommends
 		report.Targets = replay.InferenceTargets(format, res)
-		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
+		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
+		if res.WarmUp > 0 {
+			fmt.Fprintf(stdout, "the first %s are run but not measured (the trace is cut from a running service): %d requests measured\n", res.WarmUp, res.Measured)
+		}
+		fmt.Fprintln(stdout)
 		if err := replay.WriteInferenceTable(stdout, res, report.Targets); err != nil {
 			return err
 		}

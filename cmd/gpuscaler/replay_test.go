@@ -26,7 +26,7 @@ func TestReplayCommand(t *testing.T) {
 		{"gentd26", "gentd26-lora-requests-2024-11-15_27.csv", "400",
 			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
-		{"azure-llm", "azure-llm-2023-conv.csv", "800",
+		{"azure-llm", "azure-llm-2023-conv.csv", "2000", // six minutes: the first five are warm-up
 			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
 		{"openb", "openb-pods-default.csv", "300",
@@ -114,6 +114,7 @@ func TestReplayFlagErrors(t *testing.T) {
 		"missing file":   {[]string{"--format", "azure-llm", "--trace", "/nonexistent.csv"}, 1, "/nonexistent.csv"},
 		"wrong format":   {[]string{"--format", "gentd26", "--trace", trace}, 1, "lacks column"},
 		"no load file":   {[]string{"--format", "azure-llm", "--trace", trace, "--load-latency", "/none.csv"}, 1, "--load-latency: open /none.csv"},
+		"all warm-up":    {[]string{"--format", "azure-llm", "--trace", trace, "--limit", "100"}, 1, "no request arrives after the first 5m0s"},
 		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, "--json: open /nonexistent/r.json"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -123,6 +123,7 @@ func TestInferenceChartRealReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sc.Config.WarmUp = 0 // 300 requests are a minute: measure them all
 	res, err := RunInference(context.Background(), sc.Services, sc.Config, sc.Policies, nil, sc.Tail, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,11 @@ type Inference struct {
 	ReportInterval time.Duration
 	// Seed makes the model loads repeatable.
 	Seed uint64
+	// WarmUp is the start of the replay that is run but not measured: a trace cut from a
+	// service that was running before it began starts every scaled policy from zero
+	// replicas, and the wake that follows is the cut's, not the policy's. Requests that
+	// arrive before it count in no wait, and GPU time before it in no GPU-hours.
+	WarmUp time.Duration
 }
 
 // Policy is one way of scaling a service.
@@ -107,6 +113,7 @@ type serviceRun struct {
 	starts     []time.Duration // when each request's service started; -1: never
 	restarted  int             // requests started twice: always 0
 	waits      []float64       // seconds, by request
+	measured   int             // the last requests, those that arrived after the warm-up
 	cold       int             // requests that waited for a model load
 	maxReplica int
 	timeline   *timeline
@@ -267,8 +274,9 @@ func (s *sim) play(ctx context.Context) (serviceRun, error) {
 	}
 	s.advance(max(s.now, s.end))
 	for _, r := range s.reps {
-		s.run.lifetimes += (s.now - r.created).Seconds()
+		s.run.lifetimes += s.life(r)
 	}
+	s.run.measured = len(s.svc.Requests) - sort.Search(len(s.svc.Requests), func(i int) bool { return s.svc.Requests[i].At >= s.cfg.WarmUp })
 	return s.run, nil
 }
 
@@ -348,7 +356,9 @@ func (s *sim) advance(at time.Duration) {
 		return
 	}
 	n := len(s.reps)
-	s.run.gpuSeconds += float64(n) * (at - s.now).Seconds()
+	if from := max(s.now, s.cfg.WarmUp); at > from {
+		s.run.gpuSeconds += float64(n) * (at - from).Seconds()
+	}
 	s.run.timeline.hold(s.now, at, n)
 	s.now = at
 }
@@ -561,8 +571,13 @@ func rank(r *replica, now time.Duration) int64 {
 	return 2 + int64(r.busy)
 }
 
+// life is how long r has held its GPU after the warm-up, in seconds.
+func (s *sim) life(r *replica) float64 {
+	return max(s.now-max(r.created, s.cfg.WarmUp), 0).Seconds()
+}
+
 func (s *sim) remove(r *replica) {
-	s.run.lifetimes += (s.now - r.created).Seconds()
+	s.run.lifetimes += s.life(r)
 	s.reps = slices.DeleteFunc(s.reps, func(x *replica) bool { return x == r })
 }
 
@@ -595,7 +610,7 @@ func (s *sim) dispatch() {
 		s.run.starts[i] = s.now
 		s.run.waits[i] = wait
 		s.run.timeline.wait(req.At, wait)
-		if best.readyAt > req.At {
+		if best.readyAt > req.At && req.At >= s.cfg.WarmUp {
 			s.run.cold++
 		}
 		best.busy++

@@ -123,7 +123,7 @@ func TestReplayIsDeterministic(t *testing.T) {
 	sc := azureSlice(t)
 	run := func(seed uint64) *InferenceResult {
 		cfg := sc.Config
-		cfg.Seed = seed
+		cfg.Seed, cfg.WarmUp = seed, time.Minute // the slice is three minutes long
 		res, err := RunInference(t.Context(), sc.Services, cfg, sc.Policies, sc.Sweeps, sc.Tail, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -52,6 +52,10 @@ type FrontierPoint struct {
 // InferenceResult is one replay of inference services.
 type InferenceResult struct {
 	Requests int `json:"requests"`
+	// Measured is the requests that arrived after the warm-up (Inference.WarmUp), whose
+	// waits the results count.
+	Measured int           `json:"measured_requests"`
+	WarmUp   time.Duration `json:"-"`
 	Services int `json:"services"`
 	// Span is the replay's length: from the first request to the last, plus the
 	// tail in which the policies scale down.
@@ -83,6 +87,9 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	}
 	if requests == 0 {
 		return nil, fmt.Errorf("replay: no requests to replay")
+	}
+	if last < cfg.WarmUp {
+		return nil, fmt.Errorf("replay: no request arrives after the first %s, which are run but not measured; replay a longer part of the trace", cfg.WarmUp)
 	}
 	end := last + tail
 
@@ -136,7 +143,10 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 		return nil, err
 	}
 
-	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, Frontiers: map[string][]FrontierPoint{}}
+	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, Frontiers: map[string][]FrontierPoint{}}
+	for _, run := range results[0] {
+		out.Measured += run.measured
+	}
 	summary := make([]PolicyResult, len(runs))
 	for i, p := range runs {
 		summary[i] = summarize(p, results[i], end)
@@ -159,7 +169,7 @@ func summarize(p Policy, runs []serviceRun, end time.Duration) PolicyResult {
 	tl := newTimeline(end)
 	for _, run := range runs {
 		r.GPUHours += run.gpuSeconds / 3600
-		waits = append(waits, run.waits...)
+		waits = append(waits, run.waits[len(run.waits)-run.measured:]...)
 		cold += run.cold
 		r.MaxReplicas = max(r.MaxReplicas, run.maxReplica)
 		tl.add(run.timeline)
