@@ -56,7 +56,7 @@ type InferenceResult struct {
 	// waits the results count.
 	Measured int           `json:"measured_requests"`
 	WarmUp   time.Duration `json:"-"`
-	Services int `json:"services"`
+	Services int           `json:"services"`
 	// Span is the replay's length: from the first request to the last, plus the
 	// tail in which the policies scale down.
 	Span      time.Duration              `json:"-"`
