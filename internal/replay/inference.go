@@ -381,7 +381,7 @@ func (s *sim) handle(ctx context.Context, kind int) error {
 		s.arrivals++
 		s.dispatch()
 		if s.pol.Kind == KindScaler && s.lastBacklog == 0 && s.backlog() > 0 {
-			if s.asleepSince() {
+			if s.skippedHeartbeats() {
 				s.heartbeat()
 			}
 			s.report() // the Reporter wakes at once on work after an empty report
@@ -406,8 +406,8 @@ func (s *sim) handle(ctx context.Context, kind int) error {
 	return nil
 }
 
-// asleepSince says the producer has skipped heartbeats while the service slept.
-func (s *sim) asleepSince() bool {
+// skippedHeartbeats says the replay skipped producer heartbeats while the service slept.
+func (s *sim) skippedHeartbeats() bool {
 	return s.now-s.lastReport > s.cfg.ReportInterval
 }
 
@@ -451,7 +451,7 @@ func (s *sim) apply(waiting, inFlight, arrivals uint64) {
 
 // freshen sends the heartbeats the replay skipped, so the scaler reads current data.
 func (s *sim) freshen() {
-	if s.asleepSince() {
+	if s.skippedHeartbeats() {
 		s.heartbeat()
 		s.report()
 	}
