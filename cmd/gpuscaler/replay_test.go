@@ -23,13 +23,13 @@ func TestReplayCommand(t *testing.T) {
 		policies             []string
 		fields               []string
 	}{
-		{"gentd26", "gentd26-lora-requests-2024-11-15_27.csv", "400",
+		{"gentd26", "gentd26-lora-requests-2024-11-15_27.csv", "150",
 			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
 		{"azure-llm", "azure-llm-2023-conv.csv", "2000", // six minutes: the first five are warm-up
 			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
-		{"openb", "openb-pods-default.csv", "300",
+		{"openb", "openb-pods-default.csv", "150",
 			[]string{"gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "job_wait_p50_s", "job_wait_p99_s", "pending_jobs_max", "pending_gpu_hours"}},
 	} {
