@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/scaler/demand"
 	"maps"
 	"slices"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // State is the scaler's picture of the cluster: the latest report of every node and every
