@@ -32,7 +32,7 @@ const (
 //     more replicas than the burst's items (replay shows it in the frontier
 //     "gpuscaler-demand").
 const (
-	RecommendedTargetWait = 30 * time.Second
+	RecommendedTargetWait = 10 * time.Second
 	RecommendedCooldown   = 300 * time.Second
 )
 

@@ -73,18 +73,25 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // BurstWindow.
 func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 
-// Replicas is the queue-demand metric: the replicas, each serving c = concurrency
-// items at once, that the queue's traffic needs for its items to start within
-// targetWait (DESIGN.md, "The demand metric"). It is the sum of two parts:
+// Replicas is the queue-demand metric: the replicas, each serving c = concurrency items
+// at once, that the queue's traffic needs for its items to start within targetWait
+// (DESIGN.md, "The demand metric"). It asks two models and takes the fewer replicas of
+// those that apply:
 //
-//   - serving: the fewest replicas whose c·N slots serve the arrivals, λ per second (the
-//     larger of the rates over Window and BurstWindow) of S seconds each, with at most 1 in 100 of them waiting longer than targetWait. The
-//     chance an arrival waits longer than w in a queue served by m slots is
-//     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
-//     slots Little's law says are busy; a short targetWait buys headroom above it for
-//     the randomness of arrivals, a long one runs the slots nearly full.
-//   - draining: the items waiting now, started within targetWait. A replica starts c/S
-//     of them per second, so waiting·S/(c·targetWait) replicas.
+//   - Erlang: serving plus draining. Serving is the fewest replicas whose c·N slots
+//     serve the arrivals, λ per second (the larger of the rates over Window and
+//     BurstWindow) of S seconds each, with at most 1 in 100 of them waiting longer than
+//     targetWait. The chance an arrival waits longer than w in a queue served by m slots
+//     is C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is
+//     the slots Little's law says are busy; a short targetWait buys headroom above them
+//     for the randomness of arrivals. Draining starts the items waiting now within
+//     targetWait: a replica starts c/S of them per second, so waiting·S/(c·targetWait).
+//   - Fluid, once targetWait is at least one service time: the replicas that start the
+//     items waiting now and those arriving over the next Window within targetWait of
+//     it, (waiting + λ·Window)·S / (c·(targetWait + Window)), λ over Window. A wait
+//     that long lets a queue absorb the randomness Erlang pays headroom for, and lets
+//     it stand for a while rather than ask for a replica at every fluctuation, which
+//     the HPA would hold for its 5-minute scale-down window.
 //
 // Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees in
 // the first report of a burst, and the items that piled up while replicas loaded ask for
@@ -99,7 +106,13 @@ func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, in
 		return (waiting + inFlight) / float64(c)
 	}
 	wait := targetWait.Seconds()
-	return ServingReplicas(e.Rate()*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
+	erlang := ServingReplicas(e.Rate()*e.Service, e.Service, wait, c) + waiting*e.Service/(float64(c)*wait)
+	if wait < e.Service {
+		return erlang
+	}
+	h := Window.Seconds()
+	fluid := (waiting + e.Arrivals*h) * e.Service / (float64(c) * (wait + h))
+	return min(erlang, fluid)
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

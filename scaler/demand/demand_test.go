@@ -73,15 +73,16 @@ func TestServingReplicasLargeLoads(t *testing.T) {
 }
 
 // TestReplicas: until an item is seen to finish, the metric is the backlog over the
-// concurrency; then serving plus draining.
+// concurrency; then, within a wait shorter than a service time, Erlang's serving plus
+// draining.
 func TestReplicas(t *testing.T) {
 	if got := Replicas(Estimate{Arrivals: 3}, 4, 10*time.Second, 6, 2); got != 2 {
-		t.Errorf("no service time yet: queueDemand = %g, want (6+2)/4 = 2", got)
+		t.Errorf("no service time yet: Replicas = %g, want (6+2)/4 = 2", got)
 	}
-	e := Estimate{Arrivals: 0.5, Service: 1}
-	want := ServingReplicas(0.5, 1, 10, 4) + 20*1/(4*10.0)
+	e := Estimate{Arrivals: 0.5, Service: 20}
+	want := ServingReplicas(10, 20, 10, 4) + 20*20/(4*10.0)
 	if got := Replicas(e, 4, 10*time.Second, 20, 3); got != want {
-		t.Errorf("queueDemand = %g, want %g", got, want)
+		t.Errorf("Replicas = %g, want %g", got, want)
 	}
 }
 
@@ -132,7 +133,28 @@ func TestBurstRaisesTheRateFast(t *testing.T) {
 		t.Errorf("rate over 20 s = %g, want %g", e.Burst, want)
 	}
 	e.Service = 1
-	if got, want := Replicas(e, 1, time.Hour, 0, 0), ServingReplicas(e.Burst, 1, 3600, 1); got != want {
+	if got, want := Replicas(e, 1, 500*time.Millisecond, 0, 0), ServingReplicas(e.Burst, 1, 0.5, 1); got != want {
 		t.Errorf("Replicas = %g, want %g, serving the burst's rate", got, want)
+	}
+}
+
+// TestReplicasFluidOnceTheWaitIsAService: two arrivals a second of 5 s each. Within 30 s,
+// a wait of six service times, the fluid model asks for (0 + 2·60)·5 / (30 + 60) = 6.67
+// replicas where Erlang asks for 11 (C(11, 10)·e^(−6) < 1%): the fewer. Within 2 s,
+// less than a service time, Erlang alone.
+func TestReplicasFluidOnceTheWaitIsAService(t *testing.T) {
+	e := Estimate{Arrivals: 2, Burst: 2, Service: 5}
+	if got := ServingReplicas(10, 5, 30, 1); got != 11 {
+		t.Fatalf("ServingReplicas(10, 5, 30, 1) = %g, want 11", got)
+	}
+	if got, want := Replicas(e, 1, 30*time.Second, 0, 10), 120*5/90.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Replicas within 30 s = %g, want the fluid %g", got, want)
+	}
+	// 45 waiting within 30 s: Erlang 11 + 45·5/30 = 18.5; fluid (45 + 120)·5/90 = 9.17.
+	if got, want := Replicas(e, 1, 30*time.Second, 45, 10), 165*5/90.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Replicas with 45 waiting = %g, want the fluid %g", got, want)
+	}
+	if got, want := Replicas(e, 1, 2*time.Second, 0, 10), ServingReplicas(10, 5, 2, 1); got != want {
+		t.Errorf("Replicas within 2 s = %g, want Erlang's %g", got, want)
 	}
 }
