@@ -94,3 +94,24 @@ func TestQueueDemandOverGRPC(t *testing.T) {
 	_, err = s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: MetricQueueBacklog})
 	wantCode(t, err, codes.NotFound, "gives no metric")
 }
+
+// TestExplainQueueDemand: once an item is seen to finish, Explain gives the queue's
+// arrival rate and service time, and says how the metric came from them.
+func TestExplainQueueDemand(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	s := NewState(func() time.Time { return now })
+	// Four finish in the second between the reports, with four in flight: S = 1 s.
+	s.Apply(gpuscalerv1.Event{Queue: report("p", 1, 4, 4, 8)}, t0)
+	now = t0.Add(time.Second)
+	s.Apply(gpuscalerv1.Event{Queue: report("p", 2, 2, 4, 2)}, now)
+	ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
+		Metadata: map[string]string{"queue": "q", "targetWait": "500ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := ex.GetQueue(); q.GetServiceSeconds() != 1 || q.GetArrivalRate() <= 0 {
+		t.Errorf("queue status: service %g s, arrivals %g/s; want 1 s and a positive rate", q.GetServiceSeconds(), q.GetArrivalRate())
+	}
+	wantReason(t, ex, "arrivals a second, 1 s each, and the 2 waiting, within targetWait 500ms")
+}

@@ -422,8 +422,8 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				add("queue-demand %.3g: no item has been seen to finish since this scaler started, so the service time is unknown, and the metric is the backlog over concurrency %d.",
 					r.queue.value, t.Concurrency)
 			} else {
-				add("queue-demand %.3g: replicas of %d slots for %.3g arrivals a second of %.3g s each, with 99 in 100 starting within targetWait %s, plus the %d waiting started within it (Erlang C and Little's law; see the README).",
-					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, t.TargetWait, q.Waiting)
+				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s: the fewer of Erlang's model and, when targetWait is a service time or more, the fluid one (see the README).",
+					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait)
 			}
 		}
 	}
