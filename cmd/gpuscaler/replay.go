@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/replay"
@@ -40,7 +40,7 @@ It prints a table, the frontiers of the swept knobs and the targets of issue 14,
 missed; --json and --chart write the same for tools and people. The traces are CC BY 4.0:
 keep the attribution line wherever you show results.`
 
-func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) (err error) {
 	var (
 		format, trace, nodesPath, loadPath, jsonPath, chartPath string
 		speed                                                   float64
@@ -97,17 +97,18 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		}
 		return lo, max(lo, hi)
 	}
-	for _, f := range []struct{ flag, path string }{{"json", jsonPath}, {"chart", chartPath}} {
-		if f.path == "" {
-			continue
-		}
-		// Open the outputs before the replay: a typo should not cost the run.
-		out, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE, 0o644)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", f.flag, err)
-		}
-		out.Close()
+	// Open the outputs before the replay: a typo should not cost the run. A replay that
+	// fails leaves no file it created.
+	outs, err := openOutputs(map[string]string{"json": jsonPath, "chart": chartPath})
+	if err != nil {
+		return err
 	}
+	writing := false
+	defer func() {
+		if err != nil && !writing {
+			err = errors.Join(err, outs.abandon())
+		}
+	}()
 	progress := func(done, total int) {}
 	if !quiet {
 		progress = progressPrinter(stderr)
@@ -216,25 +217,22 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	}
 	report.Seconds = time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "\n%s\nreplayed in %.1f s (seed %d)\n", report.Attribution, report.Seconds, seed)
-	if jsonPath != "" {
+	writing = true
+	if f := outs["json"]; f != nil {
 		data, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+		if err := f.write(func(w io.Writer) error { _, err := w.Write(append(data, '\n')); return err }); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
-		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
+		fmt.Fprintf(stdout, "wrote %s\n", f.path)
 	}
-	if chartPath != "" {
-		var b strings.Builder
-		if err := writeChart(&b); err != nil {
+	if f := outs["chart"]; f != nil {
+		if err := f.write(writeChart); err != nil {
 			return fmt.Errorf("--chart: %w", err)
 		}
-		if err := os.WriteFile(chartPath, []byte(b.String()), 0o644); err != nil {
-			return fmt.Errorf("--chart: %w", err)
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", chartPath)
+		fmt.Fprintf(stdout, "wrote %s\n", f.path)
 	}
 	return nil
 }

@@ -115,7 +115,7 @@ func TestReplayFlagErrors(t *testing.T) {
 		"wrong format":   {[]string{"--format", "gentd26", "--trace", trace}, 1, "lacks column"},
 		"no load file":   {[]string{"--format", "azure-llm", "--trace", trace, "--load-latency", "/none.csv"}, 1, "--load-latency: open /none.csv"},
 		"all warm-up":    {[]string{"--format", "azure-llm", "--trace", trace, "--limit", "100"}, 1, "no request arrives after the first 5m0s"},
-		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, "--json: open /nonexistent/r.json"},
+		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, `--json "/nonexistent/r.json": no such file or directory`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -124,5 +124,23 @@ func TestReplayFlagErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestReplayFailedRunLeavesNoOutputs: the outputs are opened before the replay, and a
+// replay that then fails removes the files it created.
+func TestReplayFailedRunLeavesNoOutputs(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, chartPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"replay", "--quiet", "--format", "gentd26", "--trace", filepath.Join(tracesDir, "azure-llm-2023-conv.csv"),
+		"--json", jsonPath, "--chart", chartPath}, mapEnv(nil), &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "lacks column") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the trace's error", code, stderr.String())
+	}
+	for _, p := range []string{jsonPath, chartPath} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v; want it removed with the failed run", p, err)
+		}
 	}
 }
