@@ -3,11 +3,12 @@ package demo
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/replay"
 )
 
 // timeline prints one row per interval: the load, what the scaler says, what KEDA did
@@ -188,17 +189,18 @@ func printBaselines(out io.Writer, s *Summary) {
 		time.Duration(s.StartupSeconds*float64(time.Second)))
 }
 
-// quantile returns the q-quantile of ds in seconds by the nearest-rank method, as replay
-// counts its baselines' waits (the value of rank ceil(q·n), counting from 1), 0 when
-// there are none.
+// quantile returns the q-quantile of ds in seconds by replay's nearest-rank method, so
+// the live run and its replayed baselines count waits alike; 0 when there are none.
 func quantile(ds []time.Duration, q float64) float64 {
 	if len(ds) == 0 {
 		return 0
 	}
-	s := slices.Clone(ds)
+	s := make([]float64, len(ds))
+	for i, d := range ds {
+		s[i] = d.Seconds()
+	}
 	slices.Sort(s)
-	rank := int(math.Ceil(q * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1].Seconds()
+	return replay.Quantile(s, q)
 }
 
 // fmtPercent prints a percentage without its sign, "-" when there is none (negative).

@@ -175,7 +175,7 @@ func summarize(p Policy, runs []serviceRun, end time.Duration) PolicyResult {
 		tl.add(run.timeline)
 	}
 	slices.Sort(waits)
-	r.WaitP50, r.WaitP99, r.WaitMean = quantile(waits, 0.5), quantile(waits, 0.99), mean(waits)
+	r.WaitP50, r.WaitP99, r.WaitMean = Quantile(waits, 0.5), Quantile(waits, 0.99), mean(waits)
 	if len(waits) > 0 {
 		r.ColdStartFraction = float64(cold) / float64(len(waits))
 	}

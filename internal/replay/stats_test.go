@@ -30,12 +30,12 @@ func TestQuantile(t *testing.T) {
 		"never interpolates":   {[]float64{0, 10}, 0.6, 10},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := quantile(tc.values, tc.q); got != tc.want {
-				t.Errorf("quantile(%v…, %v) = %v, want %v", tc.values[:min(len(tc.values), 4)], tc.q, got, tc.want)
+			if got := Quantile(tc.values, tc.q); got != tc.want {
+				t.Errorf("Quantile(%v…, %v) = %v, want %v", tc.values[:min(len(tc.values), 4)], tc.q, got, tc.want)
 			}
 		})
 	}
-	if got := quantile(nil, 0.5); !math.IsNaN(got) {
+	if got := Quantile(nil, 0.5); !math.IsNaN(got) {
 		t.Errorf("quantile of nothing = %v, want NaN", got)
 	}
 }
@@ -50,7 +50,7 @@ func TestQuantileEveryRank(t *testing.T) {
 			values[i] = float64(i + 1) // value i+1 has i+1 values at or below it
 		}
 		for _, q := range []float64{0.5, 0.9, 0.95, 0.99, 0.999} {
-			got := quantile(values, q)
+			got := Quantile(values, q)
 			if got < q*float64(n)-1e-9 || got-1 >= q*float64(n)-1e-9 {
 				t.Fatalf("n %d, q %v: got rank %v, want the smallest rank r with r ≥ q·n = %v", n, q, got, q*float64(n))
 			}
