@@ -15,9 +15,3 @@ func (old *queueEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) 
 	}
 	return old.demand.Next(old.report, r, stored.Sub(old.stored))
 }
-
-// queueDemand is t's queue-demand metric for a queue with these waiting and in-flight
-// items: see demand.Replicas.
-func queueDemand(t *Trigger, e demand.Estimate, waiting, inFlight float64) float64 {
-	return demand.Replicas(e, t.Concurrency, t.TargetWait, waiting, inFlight)
-}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
@@ -161,7 +163,7 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	m.active = m.value > t.ActivationQueueDepth // on the backlog, whatever the metric
 	if t.TargetWait > 0 {
 		m.demand = true
-		m.value = queueDemand(t, e.demand, float64(e.report.GetWaiting()), m.running)
+		m.value = demand.Replicas(e.demand, t.Concurrency, t.TargetWait, float64(e.report.GetWaiting()), m.running)
 	}
 	return m
 }

@@ -181,7 +181,6 @@ type sim struct {
 	specs       []*pb.MetricSpec
 	seq         uint64
 	lastReport  time.Duration
-	reported    bool
 	lastBacklog uint64
 	arrivals    uint64
 
@@ -445,7 +444,6 @@ func (s *sim) apply(waiting, inFlight, arrivals uint64) {
 		panic(fmt.Sprintf("replay: apply queue report: %v", err)) // one queue per state: no limit applies
 	}
 	s.lastReport = s.now
-	s.reported = true
 	s.lastBacklog = waiting + inFlight
 }
 
