@@ -402,6 +402,22 @@ func slimPod(obj any) (any, error) {
 // reads any resource as PartialObjectMetadata: the API server sends only the objects'
 // metadata, in protobuf (or JSON, from a server that cannot), and nothing else.
 func NewInClusterOrKubeconfig(kubeconfig string) (metadata.Interface, error) {
+	cfg, err := KubeRESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// The metadata client sets the content types itself: protobuf preferred, JSON
+	// accepted, and on each request the PartialObjectMetadata form.
+	client, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
+	}
+	return client, nil
+}
+
+// KubeRESTConfig returns the collector's configuration for the Kubernetes API: from the
+// pod's service account when kubeconfig is empty, else from the kubeconfig file.
+func KubeRESTConfig(kubeconfig string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -418,11 +434,5 @@ func NewInClusterOrKubeconfig(kubeconfig string) (metadata.Interface, error) {
 		}
 	}
 	cfg.UserAgent = "gpuscaler-collector"
-	// The metadata client sets the content types itself: protobuf preferred, JSON
-	// accepted, and on each request the PartialObjectMetadata form.
-	client, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
-	}
-	return client, nil
+	return cfg, nil
 }

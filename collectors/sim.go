@@ -1,11 +1,13 @@
 package collectors
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -66,6 +68,10 @@ type SimPod struct {
 	GPUs      []string          `json:"gpus"`
 	// Util is this pod's utilisation in percent; nil uses the node's.
 	Util *float64 `json:"util,omitempty"`
+
+	// uid is the pod's real UID, for a pod that comes from the cluster (SimCluster);
+	// configured pods get a made-up one.
+	uid string
 }
 
 // LoadSimConfig reads a SimConfig from a YAML or JSON file.
@@ -95,6 +101,9 @@ type Sim struct {
 	holders map[string][]*SimPod
 	uids    map[*SimPod]string // each configured pod's UID, made once
 	tick    uint64
+	// fromCluster says the pods come from the cluster (SimCluster), not the
+	// configuration.
+	fromCluster bool
 }
 
 type simDevice struct {
@@ -115,19 +124,45 @@ func NewSim(node string, cfg SimConfig) (*Sim, error) {
 	return s, nil
 }
 
-// SetConfig replaces the node's GPUs, pods and load.
+// SetConfig replaces the node's GPUs, pods and load. On a node whose pods come from the
+// cluster (SimCluster), the configuration may not name pods, nor change the GPUs the
+// kubelet hands out; the cluster's pods are kept.
 func (s *Sim) SetConfig(cfg SimConfig) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg = cfg.withDefaults()
+	if s.fromCluster {
+		if len(cfg.Pods) > 0 {
+			return fmt.Errorf("simulation: pods come from the cluster (--sim-from-cluster): configure gpus, util, jitter and the rest, not pods")
+		}
+		old := s.cfg
+		if cfg.GPUs != old.GPUs || cfg.Replicas != old.Replicas || cfg.MemoryGiB != old.MemoryGiB || !maps.EqualFunc(cfg.MIG, old.MIG, slices.Equal) {
+			return fmt.Errorf("simulation: pods come from the cluster (--sim-from-cluster) and hold this node's devices: gpus, mig, replicas and memoryGiB cannot change while it runs")
+		}
+		cfg.Pods = old.Pods
+	}
+	return s.setLocked(cfg)
+}
+
+// withDefaults fills in what cfg leaves out.
+func (cfg SimConfig) withDefaults() SimConfig {
 	if cfg.GPUs <= 0 {
 		cfg.GPUs = 8
-	}
-	if cfg.GPUs > gpuscalerv1.MaxGPUs {
-		return fmt.Errorf("simulation: %d GPUs, at most %d", cfg.GPUs, gpuscalerv1.MaxGPUs)
 	}
 	if cfg.Model == "" {
 		cfg.Model = "Simulated NVIDIA H100 80GB HBM3"
 	}
 	if cfg.MemoryGiB <= 0 {
 		cfg.MemoryGiB = 80
+	}
+	return cfg
+}
+
+// setLocked checks cfg and makes it the node's. s.mu must be held.
+func (s *Sim) setLocked(cfg SimConfig) error {
+	cfg = cfg.withDefaults()
+	if cfg.GPUs > gpuscalerv1.MaxGPUs {
+		return fmt.Errorf("simulation: %d GPUs, at most %d", cfg.GPUs, gpuscalerv1.MaxGPUs)
 	}
 	devices := make([]simDevice, 0, cfg.GPUs)
 	byName := map[string]int{}
@@ -183,11 +218,9 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 			holders[id] = append(others, p)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	uids := make(map[*SimPod]string, len(cfg.Pods))
 	for i := range cfg.Pods {
-		uids[&cfg.Pods[i]] = simUUID("pod", s.node, i, -1)
+		uids[&cfg.Pods[i]] = cmp.Or(cfg.Pods[i].uid, simUUID("pod", s.node, i, -1))
 	}
 	s.cfg, s.devices, s.holders, s.uids = cfg, devices, holders, uids
 	return nil
@@ -298,19 +331,8 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 	a := &Allocation{Holders: map[string][]Holder{}}
 	for _, d := range s.devices {
 		pods := s.holders[d.id]
-		replicas := 1
-		if d.slice < 0 && s.cfg.Replicas >= 2 {
-			replicas = s.cfg.Replicas
-		}
-		for n := range replicas {
-			dev := &gpuscalerv1.Device{Id: d.id, Resource: "nvidia.com/gpu"}
-			if replicas > 1 {
-				// NVIDIA/k8s-device-plugin internal/rm/devices.go NewAnnotatedID.
-				dev.Id = fmt.Sprintf("%s::%d", d.id, n)
-			}
-			if d.profile != "" {
-				dev.Resource, dev.MigProfile = "nvidia.com/mig-"+d.profile, d.profile
-			}
+		for n, o := range s.offersOf(d) {
+			dev := &gpuscalerv1.Device{Id: o.id, Resource: o.resource, MigProfile: d.profile}
 			a.Allocatable = append(a.Allocatable, dev)
 			if n >= len(pods) {
 				continue
@@ -325,6 +347,45 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 		}
 	}
 	return a, nil
+}
+
+// offersOf lists what the device plugin offers of d: the device, or with time-slicing
+// (replicas above 1) each of its replicas. s.mu must be held.
+func (s *Sim) offersOf(d simDevice) []simOffer {
+	o := simOffer{id: d.id, resource: "nvidia.com/gpu", device: fmt.Sprint(d.gpu), gpu: d.gpu}
+	if d.profile != "" {
+		o.resource, o.device = migResourcePrefix+d.profile, fmt.Sprintf("%d/%d", d.gpu, d.slice)
+	}
+	if d.slice >= 0 || s.cfg.Replicas < 2 {
+		return []simOffer{o}
+	}
+	out := make([]simOffer, s.cfg.Replicas)
+	for n := range out {
+		out[n] = o
+		// NVIDIA/k8s-device-plugin internal/rm/devices.go NewAnnotatedID.
+		out[n].id = fmt.Sprintf("%s::%d", d.id, n)
+	}
+	return out
+}
+
+// offers lists every device the simulated device plugin offers.
+func (s *Sim) offers() []simOffer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []simOffer
+	for _, d := range s.devices {
+		out = append(out, s.offersOf(d)...)
+	}
+	return out
+}
+
+// setClusterPods makes pods, which come from the cluster (SimCluster), the node's pods.
+func (s *Sim) setClusterPods(pods []SimPod) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := s.cfg
+	cfg.Pods = pods
+	return s.setLocked(cfg)
 }
 
 // Pod returns a configured pod's labels and owner.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
 
 	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
@@ -34,22 +35,25 @@ GPU sources (--source):
   exporter  scrape an existing dcgm-exporter (--exporter-url); its pod labels are used
             when the kubelet's socket is not reachable
   sim       simulated GPUs and the pods holding them (--sim-gpus, --sim-config); change
-            them while it runs with PUT /sim on --http-addr
+            them while it runs with PUT /sim on --http-addr. With --sim-from-cluster the
+            pods come from the cluster instead: for end-to-end tests on fake nodes
+            (kwok), the collector plays the kubelet too
 
 Without Kubernetes API access it still publishes, with namespace/pod/container only.`
 
 func runCollector(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
 	var (
-		cfg           gpucollectors.Config
-		srcCfg        = gpucollectors.SourceConfig{Kind: "auto"}
-		httpAddr      string
-		simGPUs       int
-		simConfigFile string
-		simSeed       uint64
-		socket        string
-		resources     string
-		kubeconfig    string
+		cfg            gpucollectors.Config
+		srcCfg         = gpucollectors.SourceConfig{Kind: "auto"}
+		httpAddr       string
+		simGPUs        int
+		simConfigFile  string
+		simSeed        uint64
+		simFromCluster bool
+		socket         string
+		resources      string
+		kubeconfig     string
 	)
 	fs := newFlagSet("collector", "collector [flags]", collectorAbout, stdout)
 	fs.StringVar(&cfg.Node, "node", "", "this node's Kubernetes name; empty reads $NODE_NAME (the downward API), then the host name")
@@ -63,6 +67,9 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
 	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, time-slicing replicas, pods, load and node labels")
 	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
+	fs.BoolVar(&simFromCluster, "sim-from-cluster", false, "sim: the pods the scheduler bound to --node hold the simulated GPUs, handed out as the kubelet's device manager would "+
+		"and served on --pod-resources-socket as the kubelet's pod-resources API, which the collector then reads as on a real node; "+
+		"for fake nodes (kwok) that no kubelet runs. Needs the Kubernetes API (--kubeconfig), and --sim-config without pods")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
 	fs.StringVar(&resources, "resources", strings.Join(gpucollectors.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
@@ -81,6 +88,12 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	}
 	if err := positive("sim-gpus", simGPUs, "a number of GPUs, 1 or more"); err != nil {
 		return err
+	}
+	switch {
+	case simFromCluster && srcCfg.Kind != "sim":
+		return usageError{fmt.Errorf("--sim-from-cluster: only with --source sim (got --source %s): on a real node the kubelet hands out the GPUs", srcCfg.Kind)}
+	case simFromCluster && kubeconfig == "none":
+		return usageError{fmt.Errorf("--sim-from-cluster: the node's pods come from the Kubernetes API, and --kubeconfig none turns it off")}
 	}
 	cfg.Node = firstOf(cfg.Node, envOr(env, "NODE_NAME"), hostname())
 	cfg.CollectorID = firstOf(cfg.CollectorID, envOr(env, "POD_NAME"), hostname())
@@ -117,9 +130,24 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		attrib gpucollectors.Attributor
 		pods   gpucollectors.PodDirectory
 	)
-	if sim != nil {
+	if sim != nil && !simFromCluster {
 		attrib, pods, cfg.NodeLabels = sim, sim, sim.Labels
 	} else {
+		if simFromCluster {
+			rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			dyn, err := dynamic.NewForConfig(rc)
+			if err != nil {
+				return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+			}
+			kubelet, err := gpucollectors.NewSimCluster(sim, gpucollectors.SimClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return kubelet.Run(ctx) })
+		}
 		pr, err := gpucollectors.NewPodResources(gpucollectors.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
 		if err != nil {
 			return err
