@@ -876,17 +876,47 @@ func TestPublishNodeRejectsBadReports(t *testing.T) {
 
 func TestPublishWithoutStream(t *testing.T) {
 	ns := natstest.Start(t, "", "") // no scaler, so no GPUSCALER stream
-	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", ns.ClientURL(), "--namespace", "ml", "--queue", "jobs", "--waiting", "1")
+	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", ns.ClientURL(), "--namespace", "ml", "--queue", "jobs", "--waiting", "1", "--timeout", "500ms")
 	if r.code != 1 {
 		t.Fatalf("got %v, want exit 1", r)
 	}
-	for _, w := range []string{"gpuscaler.v1.queue.ml.jobs", "start 'gpuscaler scaler'", "GPUSCALER"} {
+	for _, w := range []string{"gpuscaler.v1.queue.ml.jobs", "within --timeout 500ms", "start 'gpuscaler scaler'", "GPUSCALER", "has not elected another"} {
 		if !strings.Contains(r.stderr, w) {
 			t.Errorf("got stderr %q, want it to contain %q", r.stderr, w)
 		}
 	}
 	if r.stdout != "" {
 		t.Errorf("got stdout %q, want nothing", r.stdout)
+	}
+}
+
+// TestPublishWaitsForTheStream: a stream that answers nobody for a while, as a NATS
+// cluster's stream does between losing its leader and electing another (the e2e suite's
+// TestLoopNATSLosesANode kills one), does not lose the report: publish tries again until
+// the stream stores it, within --timeout.
+func TestPublishWaitsForTheStream(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		js, err := jetstream.New(nc.Conn)
+		if err == nil {
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: gpuscalerv1.StreamName, Subjects: []string{gpuscalerv1.SubjectAll}})
+		}
+		if err != nil {
+			t.Errorf("create the stream: %v", err)
+		}
+	}()
+	start := time.Now()
+	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", ns.ClientURL(), "--namespace", "ml", "--queue", "jobs", "--waiting", "3", "--timeout", "10s")
+	if r.code != 0 {
+		t.Fatalf("got %v, want the report stored once the stream exists", r)
+	}
+	if waited := time.Since(start); waited < 400*time.Millisecond {
+		t.Errorf("published after %s, before the stream existed", waited)
+	}
+	if got := storedEvent(t, nc, "gpuscaler.v1.queue.ml.jobs").Queue.GetWaiting(); got != 3 {
+		t.Errorf("stored waiting %d, want 3", got)
 	}
 }
 

@@ -170,10 +170,12 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	ack, err := js.Publish(ctx, subject, data)
+	ack, err := publishStored(ctx, js, subject, data)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
-		return fmt.Errorf("publish to %s: no JetStream stream stored it; start 'gpuscaler scaler' against this NATS first (it creates stream %s): %w",
-			subject, gpuscalerv1.StreamName, err)
+		return fmt.Errorf("publish to %s: no JetStream stream stored it within --timeout %s: either stream %s does not exist "+
+			"(start 'gpuscaler scaler' against this NATS first: it creates the stream), or a NATS cluster lost the stream's leader "+
+			"and has not elected another yet (try again, or give a longer --timeout): %w",
+			subject, timeout, gpuscalerv1.StreamName, err)
 	}
 	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
 		// The server refused the publish itself (or the ack's inbox); without this the
@@ -185,6 +187,24 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	}
 	fmt.Fprintf(stdout, "published to %s (stream %s, sequence %d)\n", subject, ack.Stream, ack.Sequence)
 	return nil
+}
+
+// publishStored publishes data until a stream acknowledges it, ctx ends or NATS refuses it.
+// A stream that lost its leader (a NATS cluster electing another after losing a server)
+// answers nobody for a few seconds: the report must not be lost to that. No answer at
+// all until ctx ends is jetstream.ErrNoStreamResponse.
+func publishStored(ctx context.Context, js jetstream.JetStream, subject string, data []byte) (*jetstream.PubAck, error) {
+	for {
+		ack, err := js.Publish(ctx, subject, data, jetstream.WithRetryAttempts(0))
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return ack, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // readNodeReport reads a NodeReport written as protobuf JSON from file ("-" for stdin)
