@@ -35,6 +35,7 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	colB := startCollector(t, "gpu-b-"+ns, simB)
 
 	createDeployment(t, ns, "llm", 0)
+	dw := watchDeployments(t, ns, "llm")
 	so := createScaledObject(t, scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
 		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "50", "activationGpuUtil", "20", "gpusPerReplica", "1")))
 	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
@@ -47,16 +48,18 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	}
 
 	// Average utilisation (80+80+70)/3 ≈ 77 % is above activationGpuUtil 20: KEDA
-	// activates the workload from zero on the polled IsActive.
-	waitReplicas(t, ns, "llm", 1, 30*time.Second)
+	// activates the workload from zero on the polled IsActive, and then the HPA, reading
+	// 230 through KEDA's metrics adapter, asks for ⌈230/50⌉ = 5.
+	dw.waitFor(t, "llm", 1, 30*time.Second)
 	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionTrue, "", 10*time.Second)
+	dw.waitFor(t, "llm", 5, 30*time.Second)
 
 	mc, err := env.KEDA.NewMetricsClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mc.Close()
-	// 80 + 80 + 70 over three GPUs, one GPU per replica: 230, so ⌈230/50⌉ = 5 replicas.
+	// 80 + 80 + 70 over three GPUs, one GPU per replica: 230.
 	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 230", metricIs(mc, ns, "llm", "s0-gpu-util", 230))
 
 	t.Log("load changes on both nodes")

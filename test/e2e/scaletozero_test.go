@@ -54,16 +54,19 @@ func queueScalesFromAndToZero(t *testing.T, b backend) {
 	consistently(t, 2*time.Second, "at 0 replicas before any report", replicasAre(ns, "inference", 0))
 
 	dw := watchDeployments(t, ns, "inference")
-	t.Log("first QueueReport: 3 waiting")
+	// 2 waiting at queueTarget 2: the HPA, now running, keeps ⌈2/2⌉ = 1 replica, so
+	// what this test sees between 0 and 1 is KEDA's own doing.
+	t.Log("first QueueReport: 2 waiting")
 	sent := time.Now()
-	p := startProducerOn(t, b.g, ns, "requests", cluster.Report{Waiting: 3, Arrivals: 3})
+	p := startProducerOn(t, b.g, ns, "requests", cluster.Report{Waiting: 2, Arrivals: 2})
 	woke := dw.waitFor(t, "inference", 1, 30*time.Second)
 	// Until this report every KEDA poll got Unavailable, which breaks KEDA's push stream
 	// (see TestWakeAfterProducerOutage): this wake-up comes from the next poll.
 	t.Logf("0 → 1 replica %s after the publish command started", woke.Sub(sent).Round(time.Millisecond))
 	waitCondition(t, ns, "inference", kedav1alpha1.ConditionActive, metav1.ConditionTrue, "", 10*time.Second)
 
-	// Scale-in is the HPA's job, beyond 1 replica; KEDA leaves 1 as it is while active.
+	// Beyond 1 replica it is the HPA's job (TestLoopQueueZeroToNToZero); KEDA leaves 1
+	// as it is while active, and the HPA's ⌈2/2⌉ is 1.
 	consistently(t, 2*time.Second, "held at 1 replica while the backlog lasts", replicasAre(ns, "inference", 1))
 
 	t.Log("backlog gone: 0 waiting, 0 in flight")

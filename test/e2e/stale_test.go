@@ -70,15 +70,15 @@ func TestStaleGPUsFallBack(t *testing.T) {
 		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "60", "gpusPerReplica", "1", "staleAfter", "3s"))
 	so.Spec.Fallback = &kedav1alpha1.Fallback{FailureThreshold: 2, Replicas: 5}
 	createScaledObject(t, so)
-	waitReplicas(t, ns, "llm", 1, 30*time.Second)
 
 	mc, err := env.KEDA.NewMetricsClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mc.Close()
-	// 2 GPUs at 90 %, one GPU per replica: 180, and the HPA would ask for ⌈180/60⌉ = 3.
+	// 2 GPUs at 90 %, one GPU per replica: 180, and the HPA asks for ⌈180/60⌉ = 3.
 	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 180", metricIs(mc, ns, "llm", "s0-gpu-util", 180))
+	waitReplicas(t, ns, "llm", 3, 30*time.Second)
 
 	t.Logf("collector %s stops", node)
 	col.Stop()
@@ -93,9 +93,11 @@ func TestStaleGPUsFallBack(t *testing.T) {
 	if !ok || h.Status != kedav1alpha1.HealthStatusFailing || h.NumberOfFailures == nil || *h.NumberOfFailures <= 2 {
 		t.Errorf("status.health[s0-gpu-util] = %+v, want Failing with more than 2 failures", h)
 	}
-	// fallback.replicas 5 × averageValue target 60: the HPA computes ⌈300/60⌉ = 5.
+	// fallback.replicas 5 × averageValue target 60: the HPA computes ⌈300/60⌉ = 5, and
+	// sets it.
 	eventually(t, 20*time.Second, "KEDA serves the fallback value 5 × 60", metricIs(mc, ns, "llm", "s0-gpu-util", 300))
-	consistently(t, time.Duration(3*testCooldown)*time.Second, "not scaled to zero on stale GPU data", replicasAre(ns, "llm", 1))
+	waitReplicas(t, ns, "llm", 5, 30*time.Second)
+	consistently(t, time.Duration(3*testCooldown)*time.Second, "at fallback.replicas, not scaled to zero, on stale GPU data", replicasAre(ns, "llm", 5))
 
 	t.Logf("collector %s is back", node)
 	startCollector(t, node, cluster.SimNode{GPUs: 2, Jitter: 0, Pods: []cluster.SimPod{

@@ -20,8 +20,9 @@ import (
 
 // ControlPlane is etcd and kube-apiserver on loopback: token authentication (one admin
 // token in system:masters), RBAC, a generated serving certificate and service-account key
-// pair. No kubelet, scheduler or controller manager: nothing runs pods, and objects only
-// change when a client changes them.
+// pair, and the aggregation layer (a front-proxy CA and client certificate), through
+// which KEDA's metrics adapter serves external.metrics.k8s.io. The controller manager
+// and scheduler start apart (StartControllers).
 type ControlPlane struct {
 	Etcd, APIServer *Process
 	// Host is the API server's URL; Config a client config for the admin token.
@@ -29,8 +30,10 @@ type ControlPlane struct {
 	Config *rest.Config
 	// Kubeconfig is a file with the same credentials, for the other processes.
 	Kubeconfig string
-	// CA signed every certificate of the run.
+	// CA signed every certificate of the run but the front proxy's.
 	CA *CA
+	// Dir holds the API server's certificates and keys.
+	Dir string
 
 	etcdURL string
 }
@@ -43,6 +46,9 @@ type ControlPlaneOptions struct {
 }
 
 const adminToken = "gpuscaler-e2e-admin-token"
+
+// frontProxyClient is the common name of the API server's front-proxy client certificate.
+const frontProxyClient = "front-proxy-client"
 
 // StartControlPlane starts etcd, then kube-apiserver, and waits until the API server's
 // /readyz passes.
@@ -108,8 +114,26 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, ps *Procs, o Control
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	cp.Dir = dir
 	if err := cp.CA.WriteServingPair(dir, "kube-apiserver", "kubernetes", "kubernetes.default", "kubernetes.default.svc"); err != nil {
 		return err
+	}
+	// The aggregation layer: the API server proxies external.metrics.k8s.io to KEDA's
+	// adapter with a client certificate from its own CA (requestheader), naming the
+	// user in X-Remote-* headers. The two CAs must differ, or the API server insists
+	// on --requestheader-allowed-names matching its client CA's certificates too.
+	frontProxy, err := NewCA("gpuscaler-e2e-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	proxyCert, proxyKey, err := frontProxy.Issue(frontProxyClient, nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"front-proxy-ca.crt": frontProxy.CertPEM, "front-proxy-client.crt": proxyCert, "front-proxy-client.key": proxyKey} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return err
+		}
 	}
 	sa, saPub := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
 	if err := WriteRSAKeyPair(sa, saPub); err != nil {
@@ -141,6 +165,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, ps *Procs, o Control
 		// The reconciler would publish 127.0.0.1 as the kubernetes Service's endpoint,
 		// which validation refuses (loopback), and log it every 10 s.
 		"--endpoint-reconciler-type=none",
+		"--requestheader-client-ca-file=" + filepath.Join(dir, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + filepath.Join(dir, "front-proxy-client.crt"),
+		"--proxy-client-key-file=" + filepath.Join(dir, "front-proxy-client.key"),
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--v=1",

@@ -37,6 +37,18 @@ type Env struct {
 	Kube    kubernetes.Interface
 	KEDACli kedaclient.Interface
 
+	// The whole loop (issue 11): kube-controller-manager and kube-scheduler, KEDA's
+	// metrics adapter behind the aggregation layer, kwok for fake GPU nodes, and a NATS
+	// cluster of three with two scaler replicas behind a headless Service's name
+	// (Scalers.Address). GCluster runs gpuscaler's binary against that cluster.
+	Controllers *Controllers
+	Adapter     *MetricsAdapter
+	Kwok        *Kwok
+	NATSCluster *NATSCluster
+	DNS         *DNS
+	GCluster    *Gpuscaler
+	Scalers     *ScalerSet
+
 	// Dir is the run's folder (stores, certificates, logs).
 	Dir string
 	// NATSBin is the nats-server binary, for tests that run a NATS of their own.
@@ -58,7 +70,7 @@ type Options struct {
 
 // Binaries are the paths of everything the suite runs.
 type Binaries struct {
-	Etcd, APIServer, KEDAOperator, NATSServer, Gpuscaler string
+	Etcd, APIServer, ControllerManager, Scheduler, KEDAOperator, KEDAAdapter, Kwok, NATSServer, Gpuscaler string
 }
 
 // Build builds (or finds cached) every binary.
@@ -76,7 +88,11 @@ func Build(ctx context.Context, o Options) (Binaries, error) {
 		{Etcd, &bins.Etcd},
 		{NATSServer, &bins.NATSServer},
 		{KubeAPIServer, &bins.APIServer},
+		{KubeControllerManager, &bins.ControllerManager},
+		{KubeScheduler, &bins.Scheduler},
 		{KEDAOperator, &bins.KEDAOperator},
+		{KEDAAdapter, &bins.KEDAAdapter},
+		{KwokTool, &bins.Kwok},
 	} {
 		if *t.path, err = b.Build(ctx, t.tool); err != nil {
 			return bins, err
@@ -139,6 +155,48 @@ func Start(ctx context.Context, ps *Procs, bins Binaries, o Options) (*Env, erro
 	}
 	if err := step("gpuscaler scaler with embedded NATS", func() error {
 		e.Embedded, e.GEmbedded, err = StartEmbeddedScaler(ctx, ps, bins.Gpuscaler, o.Dir)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("kube-controller-manager and kube-scheduler", func() error {
+		e.Controllers, err = StartControllers(ctx, ps, e.CP, bins.ControllerManager, bins.Scheduler)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("KEDA metrics adapter, registered as v1beta1.external.metrics.k8s.io", func() error {
+		e.Adapter, err = StartKEDAAdapter(ctx, ps, e.CP, e.KEDA, bins.KEDAAdapter, o.Dir)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	kwokDir, err := ModuleDir(ctx, filepath.Join(o.E2ERoot, KwokTool.Module), "sigs.k8s.io/kwok")
+	if err != nil {
+		return nil, err
+	}
+	if err := step("kwok", func() error {
+		e.Kwok, err = StartKwok(ctx, ps, e.CP, bins.Kwok, kwokDir, o.Dir)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := step("NATS cluster of three", func() error {
+		e.NATSCluster, err = StartNATSCluster(ctx, ps, bins.NATSServer, o.Dir)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if e.DNS, err = StartDNS(); err != nil {
+		return nil, err
+	}
+	clusterDir := filepath.Join(o.Dir, "sim-cluster")
+	if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+		return nil, err
+	}
+	e.GCluster = NewGpuscaler(ps, bins.Gpuscaler, e.NATSCluster.URLs, clusterDir)
+	if err := step("two gpuscaler scaler replicas on the NATS cluster", func() error {
+		e.Scalers, err = StartScalerSet(ctx, e.GCluster, e.DNS, "gpuscaler.gpuscaler.svc.e2e.test", 2, o.ScalerFlags...)
 		return err
 	}); err != nil {
 		return nil, err

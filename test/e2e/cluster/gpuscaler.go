@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -78,11 +79,19 @@ func (g *Gpuscaler) startScaler(ctx context.Context, name string, flags []string
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"scaler",
-		"--grpc-addr=" + grpcAddr,
-		"--http-addr=" + httpAddr,
-		"--log-level=debug",
-	}, flags...)
+	return g.startScalerAt(ctx, name, append([]string{"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr}, flags...), grpcAddr)
+}
+
+// startScalerAt starts `gpuscaler scaler` with flags, which set --grpc-addr (grpcAddr)
+// and --http-addr, and waits for /readyz.
+func (g *Gpuscaler) startScalerAt(ctx context.Context, name string, flags []string, grpcAddr string) (*Scaler, error) {
+	httpAddr := ""
+	for _, f := range flags {
+		if v, ok := strings.CutPrefix(f, "--http-addr="); ok {
+			httpAddr = v
+		}
+	}
+	args := append([]string{"scaler", "--log-level=debug"}, flags...)
 	p, err := g.procs.Start(name, g.Bin, args)
 	if err != nil {
 		return nil, err
@@ -156,13 +165,24 @@ func (g *Gpuscaler) StartCollector(ctx context.Context, node string, sim SimNode
 	return c, nil
 }
 
+// StartClusterCollector starts `gpuscaler collector --source sim --sim-from-cluster` for a
+// fake node: it plays the node's kubelet for its GPUs (the pods the scheduler bound to
+// node hold them, and a pod-resources socket says so) and attributes them through that
+// socket and the API, as on a real node. sim gives the GPUs and the load.
+func (g *Gpuscaler) StartClusterCollector(ctx context.Context, node, kubeconfig string, sim SimNode, interval time.Duration) (*Collector, error) {
+	// Extra flags come after StartCollector's own, and the last --kubeconfig counts.
+	return g.StartCollector(ctx, node, sim, interval, "--sim-from-cluster", "--kubeconfig="+kubeconfig,
+		"--pod-resources-socket="+filepath.Join(g.dir, "kubelet-"+node, "kubelet.sock"))
+}
+
 // Report is one QueueReport.
 type Report struct {
 	Waiting, InFlight, Arrivals uint64
 }
 
 // PublishQueue runs `gpuscaler publish queue`, which returns once the GPUSCALER stream
-// has stored the report.
+// has stored the report. It waits up to 20 s for that: a NATS cluster that lost the
+// stream's leader elects another within its election timeout (4 to 9 s in nats-server).
 func (g *Gpuscaler) PublishQueue(ctx context.Context, namespace, queue string, r Report) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -172,6 +192,7 @@ func (g *Gpuscaler) PublishQueue(ctx context.Context, namespace, queue string, r
 		"--in-flight="+strconv.FormatUint(r.InFlight, 10),
 		"--arrivals="+strconv.FormatUint(r.Arrivals, 10),
 		"--producer-id=e2e",
+		"--timeout=20s",
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -242,4 +263,50 @@ func (s *Scaler) Metric(ctx context.Context, namespace, name string, metadata ma
 		}
 	}
 	return 0, fmt.Errorf("no %s in the scaler's answer", metric)
+}
+
+// GPUHolders asks `gpuscaler explain` (against the scaler at addr) which pods hold the
+// GPUs a podSelector trigger's figures come from: node → the pods holding its GPUs
+// (one entry per GPU held).
+func (g *Gpuscaler) GPUHolders(ctx context.Context, addr, namespace string, metadata map[string]string) (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := []string{"explain", "--scaler-address=" + addr, "--namespace=" + namespace, "--output=json"}
+	for k, v := range metadata {
+		args = append(args, "--metadata="+k+"="+v)
+	}
+	cmd := exec.CommandContext(ctx, g.Bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("gpuscaler explain: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var results []struct {
+		Explanation struct {
+			Nodes []struct {
+				Node string `json:"node"`
+				GPUs []struct {
+					Holds []struct {
+						Namespace string `json:"namespace"`
+						Pod       string `json:"pod"`
+					} `json:"holds"`
+				} `json:"gpus"`
+			} `json:"nodes"`
+		} `json:"explanation"`
+	}
+	if err := json.Unmarshal(out, &results); err != nil {
+		return nil, fmt.Errorf("gpuscaler explain -o json: %w: %s", err, out)
+	}
+	holders := map[string][]string{}
+	for _, r := range results {
+		for _, n := range r.Explanation.Nodes {
+			for _, gpu := range n.GPUs {
+				for _, h := range gpu.Holds {
+					holders[n.Node] = append(holders[n.Node], h.Namespace+"/"+h.Pod)
+				}
+			}
+		}
+	}
+	return holders, nil
 }

@@ -107,6 +107,15 @@ func (p *Process) Stop() {
 	})
 }
 
+// Kill ends the process group at once with SIGKILL, as a machine that loses power or an
+// OOM kill would, and waits for the process. Stop after it does nothing.
+func (p *Process) Kill() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
 	select {
