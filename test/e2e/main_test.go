@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -100,6 +101,9 @@ func run(m *testing.M) int {
 
 	code := m.Run()
 	procs.StopAll()
+	if len(loopFigures.lines) > 0 {
+		fmt.Fprintf(os.Stderr, "\ne2e: the whole loop, measured:\n  %s\n\n", strings.Join(loopFigures.lines, "\n  "))
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "\ne2e: FAILED; the last lines of every process's log follow; all logs are in %s\n\n%s\n", logDir, procs.Tails(60))
 		return code
