@@ -161,7 +161,7 @@ test-keda: build ## KEDA v2.21.0's own client (external, external-push) against 
 	GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler ./test/keda/run.sh
 
 .PHONY: e2e
-e2e: ## end-to-end against a real etcd, kube-apiserver and KEDA operator on loopback (builds and caches them: ~19 min cold, ~5 warm)
+e2e: ## end-to-end on loopback: etcd, kube-apiserver, controller manager, scheduler, KEDA and its adapter, kwok GPU nodes, a NATS cluster (builds and caches them: ~21 min cold, ~6 warm)
 	./test/e2e/run.sh
 
 .PHONY: tools

@@ -1,10 +1,13 @@
 // Package cluster starts, on loopback, a real Kubernetes control plane (etcd,
-// kube-apiserver), KEDA's operator, a nats-server and gpuscaler, all from binaries it
-// builds through the Go module proxy and caches by version, and stops them all again.
+// kube-apiserver, kube-controller-manager, kube-scheduler), KEDA's operator and metrics
+// adapter, kwok's fake GPU nodes, a nats-server, a NATS cluster of three and gpuscaler,
+// all from binaries it builds through the Go module proxy and caches by version, and
+// stops them all again.
 //
-// Nothing here fakes Kubernetes or KEDA: the only things missing are the parts that run
-// pods (kubelet, scheduler, controller manager), which scale-to-zero and scale-from-zero
-// do not need: KEDA's operator itself moves a workload between 0 and 1 replicas.
+// Nothing here fakes Kubernetes, KEDA or NATS. No container runs: kwok plays the fake
+// nodes' kubelet, and a gpuscaler collector per fake node (--sim-from-cluster) hands out
+// its GPUs as the kubelet's device manager would and serves the kubelet's pod-resources
+// API.
 package cluster
 
 import (
