@@ -47,13 +47,20 @@ func newNamespace(t *testing.T, prefix string) string {
 // ever run.
 func createDeployment(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
+	createDeploymentOf(t, ns, name, replicas, podTemplate)
+}
+
+// createDeploymentOf creates a Deployment of replicas pods labelled app=name, from the
+// template template makes for those labels.
+func createDeploymentOf(t *testing.T, ns, name string, replicas int32, template func(labels map[string]string) corev1.PodTemplateSpec) {
+	t.Helper()
 	labels := map[string]string{"app": name}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: podTemplate(labels),
+			Template: template(labels),
 		},
 	}
 	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -96,29 +95,20 @@ func gpuTemplate(pool string, labels map[string]string, gpus int, modelLoad time
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{poolLabel: pool},
-			Tolerations:                   []corev1.Toleration{cluster.Toleration},
+			NodeSelector: map[string]string{poolLabel: pool},
+			Tolerations:  []corev1.Toleration{cluster.Toleration},
 			Containers: []corev1.Container{{Name: "server", Image: "registry.invalid/gpuscaler-e2e-model-server:none",
 				Resources: corev1.ResourceRequirements{Limits: limits}}},
 		},
 	}
 }
 
-// createGPUDeployment creates a Deployment of gpuTemplate pods.
+// createGPUDeployment creates a Deployment of gpuTemplate pods, labelled app=name.
 func createGPUDeployment(t *testing.T, ns, name, pool string, replicas int32, gpus int, modelLoad time.Duration) {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: gpuTemplate(pool, labels, gpus, modelLoad),
-		},
-	}
-	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create Deployment %s/%s: %v", ns, name, err)
-	}
+	createDeploymentOf(t, ns, name, replicas, func(labels map[string]string) corev1.PodTemplateSpec {
+		return gpuTemplate(pool, labels, gpus, modelLoad)
+	})
 }
 
 // loopTrigger is gpuscaler's trigger on the scaler replicas behind the headless Service.

@@ -62,7 +62,7 @@ func StartControllers(ctx context.Context, ps *Procs, cp *ControlPlane, kcmBin, 
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHealthz(ctx, c.ControllerManager, "kube-controller-manager", kcmPort); err != nil {
+	if err := waitHealthz(ctx, c.ControllerManager, "kube-controller-manager", kcmPort, "/healthz"); err != nil {
 		return nil, err
 	}
 	schedPort, err := FreePort()
@@ -79,21 +79,17 @@ func StartControllers(ctx context.Context, ps *Procs, cp *ControlPlane, kcmBin, 
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHealthz(ctx, c.Scheduler, "kube-scheduler", schedPort); err != nil {
+	if err := waitHealthz(ctx, c.Scheduler, "kube-scheduler", schedPort, "/healthz"); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// waitHealthz waits for a component's /healthz on its secure port, which serves a
-// self-signed certificate and admits anyone to /healthz.
-func waitHealthz(ctx context.Context, p *Process, what string, port int) error {
-	return waitHealthzURL(ctx, p, what, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
-}
-
-// waitHealthzURL waits until GET url answers 200, not checking the server's certificate:
-// only the answer of a loopback health probe counts.
-func waitHealthzURL(ctx context.Context, p *Process, what, url string) error {
+// waitHealthz waits until path (/healthz, /readyz) on a component's secure loopback port
+// answers 200. The component serves a self-signed certificate, and admits anyone to
+// those paths: the certificate is not checked, only the answer counts.
+func waitHealthz(ctx context.Context, p *Process, what string, port int, path string) error {
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	return Eventually(ctx, 2*time.Minute, 200*time.Millisecond, what+" healthy", p, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -144,14 +144,8 @@ func ApplyCRDs(ctx context.Context, cp *ControlPlane, dir string) error {
 			if err != nil {
 				return false, Retry(err)
 			}
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
+			c, _ := statusCondition(u, "Established")
+			return c["status"] == "True", nil
 		})
 		if err != nil {
 			return err

@@ -84,7 +84,7 @@ func StartKEDAAdapter(ctx context.Context, ps *Procs, cp *ControlPlane, k *KEDA,
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHealthzPath(ctx, a.Process, "KEDA metrics adapter", port, "/readyz"); err != nil {
+	if err := waitHealthz(ctx, a.Process, "KEDA metrics adapter", port, "/readyz"); err != nil {
 		return nil, err
 	}
 	if err := registerAPIService(ctx, cp, k.Namespace, port); err != nil {
@@ -133,24 +133,26 @@ func registerAPIService(ctx context.Context, cp *ControlPlane, namespace string,
 		if err != nil {
 			return false, Retry(err)
 		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Available" {
-				if m["status"] == "True" {
-					return true, nil
-				}
-				return false, Retry(fmt.Errorf("Available=%v %v: %v", m["status"], m["reason"], m["message"]))
-			}
+		c, ok := statusCondition(u, "Available")
+		if !ok {
+			return false, nil
 		}
-		return false, nil
+		if c["status"] == "True" {
+			return true, nil
+		}
+		return false, Retry(fmt.Errorf("Available=%v %v: %v", c["status"], c["reason"], c["message"]))
 	})
 }
 
-// waitHealthzPath waits for path on a component's secure port (self-signed or not: only
-// its answer counts).
-func waitHealthzPath(ctx context.Context, p *Process, what string, port int, path string) error {
-	return waitHealthzURL(ctx, p, what, fmt.Sprintf("https://127.0.0.1:%d%s", port, path))
+// statusCondition returns u's status condition of type typ.
+func statusCondition(u *unstructured.Unstructured, typ string) (map[string]any, bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == typ {
+			return m, true
+		}
+	}
+	return nil, false
 }
 
 // writeFile writes data to dir/name.

@@ -171,7 +171,7 @@ func (k *Kwok) AddNode(ctx context.Context, n GPUNode) error {
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, Annotations: map[string]string{KwokNodeAnnotation: "fake"}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: KwokTaintKey, Value: "fake", Effect: corev1.TaintEffectNoSchedule}}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: KwokTaintKey, Value: "fake", Effect: corev1.TaintEffectNoSchedule}}},
 		// The API keeps a Node's status on create, and kwok's node-initialize keeps
 		// the allocatable it finds.
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
