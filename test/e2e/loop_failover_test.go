@@ -29,14 +29,16 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	pool := newGPUPool(t, "n-"+ns, 8)
 	createGPUDeployment(t, ns, "inference", pool.name, 0, 1, time.Second)
 	createGPUDeployment(t, ns, "sleeper", pool.name, 0, 1, time.Second)
+	// The producers report before KEDA first asks (a queue never reported is an error,
+	// which breaks KEDA's push stream for a while; see TestWakeAfterProducerOutage).
+	dw := watchDeployments(t, ns, "inference", "sleeper")
+	requests := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{Waiting: 8, Arrivals: 8})
+	wake := startProducerOn(t, env.GCluster, ns, "wake", cluster.Report{})
 	inferenceTrigger := loopTrigger("external-push", "queue", "requests", "queueTarget", "4")
 	createScaledObject(t, scaledObject(ns, "inference", "inference", 0, 4, loopPolling, 5, inferenceTrigger))
 	// Polled only every 30 s, KEDA's default: a wake within a second is the push.
 	createScaledObject(t, scaledObject(ns, "sleeper", "sleeper", 0, 1, 30, 5, loopTrigger("external-push", "queue", "wake")))
-
-	dw := watchDeployments(t, ns, "inference", "sleeper")
-	requests := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{Waiting: 8, Arrivals: 8})
-	wake := startProducerOn(t, env.GCluster, ns, "wake", cluster.Report{})
+	waitCondition(t, ns, "sleeper", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
 	dw.waitFor(t, "inference", 2, 60*time.Second)
 
 	info, err := streamInfo(t.Context(), "")
@@ -160,18 +162,26 @@ func TestLoopScalerRollingRestart(t *testing.T) {
 	ns := newNamespace(t, "loop-roll")
 	pool := newGPUPool(t, "r-"+ns, 8)
 	createGPUDeployment(t, ns, "inference", pool.name, 0, 1, time.Second)
+	p := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{})
 	trigger := loopTrigger("external-push", "queue", "requests", "queueTarget", "4")
 	so := createScaledObject(t, scaledObject(ns, "inference", "inference", 0, 4, 30, 5, trigger))
 	dw := watchDeployments(t, ns, "inference")
-	p := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{})
+	waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
 	consistently(t, 2*time.Second, "at zero with an empty queue", replicasAre(ns, "inference", 0))
 
 	t.Log("replica 0 stops")
 	env.Scalers.Stop(0)
 	// KEDA's push stream on the stopped replica ends cleanly (the scaler closes its
 	// streams with a nil error on shutdown) and KEDA opens it again within 2 s, now on
-	// the replica the Service's name still resolves to.
-	time.Sleep(3 * time.Second)
+	// the replica the Service's name still resolves to. This test's is the only push
+	// stream then.
+	eventually(t, 30*time.Second, "KEDA's push stream open on replica 1", func(ctx context.Context) (bool, string) {
+		n, err := env.Scalers.Replica(1).Gauge(ctx, "gpuscaler_scaler_streams_open")
+		if err != nil {
+			return false, err.Error()
+		}
+		return n >= 1, fmt.Sprintf("%g streams open", n)
+	})
 	sent := time.Now()
 	p.Set(cluster.Report{Waiting: 8, Arrivals: 8})
 	woke := dw.waitFor(t, "inference", 1, 25*time.Second)

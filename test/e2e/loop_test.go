@@ -45,13 +45,12 @@ func TestLoopQueueZeroToNToZero(t *testing.T) {
 	pool := newGPUPool(t, "q-"+ns, 8, 8)
 	const target, load = 4, 3 * time.Second
 	createGPUDeployment(t, ns, "inference", pool.name, 0, 1, load)
+	// The producer reports its empty queue first, as one does from its start: the trigger
+	// has data when KEDA first asks (KEDA's polls of a queue never reported fail, and
+	// break its push stream for a while; see TestWakeAfterProducerOutage).
+	p := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{})
 	so := createScaledObject(t, fastScaleDown(scaledObject(ns, "inference", "inference", 0, 6, loopPolling, 5,
 		loopTrigger("external-push", "queue", "requests", "queueTarget", fmt.Sprint(target)))))
-
-	// The producer reports its empty queue first, as one does from its start: the trigger
-	// has data (KEDA's polls of a queue never reported fail, and break its push stream;
-	// see TestWakeAfterProducerOutage).
-	p := startProducerOn(t, env.GCluster, ns, "requests", cluster.Report{})
 	waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
 	consistently(t, 2*time.Second, "at 0 with an empty queue", replicasAre(ns, "inference", 0))
 

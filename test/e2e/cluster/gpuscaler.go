@@ -224,6 +224,29 @@ func (c *Collector) SetSim(ctx context.Context, sim SimNode) error {
 	return nil
 }
 
+// Gauge reads a metric without labels from the scaler's /metrics.
+func (s *Scaler) Gauge(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s/metrics", name, s.HTTPAddr)
+}
+
 // IsActive asks the scaler directly, with KEDA's generated externalscaler client, whether
 // the trigger with metadata is active for a ScaledObject namespace/name. Tests use it to
 // know the scaler has applied a report before they act on the cluster.
