@@ -183,28 +183,26 @@ func (c *SimCluster) Run(ctx context.Context) error {
 		return err
 	}
 	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil // ctx ended first
+	}
 	c.log.Info("simulated kubelet: following the node's pods", "node", c.node, "pod-resources", c.socket)
 	for {
+		var objs []*unstructured.Unstructured
+		for _, o := range inf.GetStore().List() {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				objs = append(objs, u)
+			}
+		}
+		if err := c.Sync(objs); err != nil {
+			c.log.Warn("simulated kubelet: cannot hand out the node's devices", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-served:
 			return fmt.Errorf("simulated kubelet: pod-resources server: %w", err)
 		case <-changed:
-			if !inf.HasSynced() {
-				poke(nil) // look again once the first list is in
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			var objs []*unstructured.Unstructured
-			for _, o := range inf.GetStore().List() {
-				if u, ok := o.(*unstructured.Unstructured); ok {
-					objs = append(objs, u)
-				}
-			}
-			if err := c.Sync(objs); err != nil {
-				c.log.Warn("simulated kubelet: cannot hand out the node's devices", "err", err)
-			}
 		}
 	}
 }
