@@ -246,8 +246,16 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	if plainPending != 7 {
 		t.Errorf("without capacityAware: %d Pods Pending for lack of nvidia.com/gpu, want 10 - 3 = 7", plainPending)
 	}
-	recordFigure(t, "capacityAware, 10 items, 3 free GPUs: %d Jobs, %d Pods ever Pending; without it: 10 Jobs, %d Pods Pending",
-		3, len(pw.pending("capped-")), plainPending)
+	cappedJobs, err := jobsOf(t.Context(), ns, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainJobs, err := jobsOf(t.Context(), ns, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordFigure(t, "capacityAware, 10 items, 3 free GPUs: %d Jobs, %d Pods ever Pending; without it: %d Jobs, %d Pods Pending",
+		cappedJobs, len(pw.pending("capped-")), plainJobs, plainPending)
 
 	t.Log("a node of 8 GPUs joins the capped pool")
 	nc, err := nats.Connect(env.NATSCluster.URLs)
