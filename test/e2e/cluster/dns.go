@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"net"
 	"strings"
@@ -106,13 +105,4 @@ func (d *DNS) answer(query []byte) ([]byte, bool) {
 	}
 	resp, err := b.Finish()
 	return resp, err == nil
-}
-
-// Resolve looks name up on d, as gRPC's resolver does, for tests of the server itself.
-func (d *DNS) Resolve(ctx context.Context, name string) ([]string, error) {
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var dialer net.Dialer
-		return dialer.DialContext(ctx, network, d.Addr)
-	}}
-	return r.LookupHost(ctx, name)
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"time"
 )
 
 // ScalerSet is gpuscaler's scaler as the chart deploys it: replicas behind a headless
@@ -147,16 +146,4 @@ func freePortOnLoopbacks(n int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no port free on 127.0.0.1 to 127.0.0.%d", n)
-}
-
-// waitGone waits until nothing accepts on addr.
-func waitGone(ctx context.Context, addr string) error {
-	return Eventually(ctx, 30*time.Second, 50*time.Millisecond, addr+" closed", nil, func(ctx context.Context) (bool, error) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			return true, nil
-		}
-		c.Close()
-		return false, nil
-	})
 }
