@@ -457,8 +457,8 @@ func newPodLabels(m map[string]string) podLabels {
 		return nil
 	}
 	l := make(podLabels, 0, len(m))
-	for k, v := range m {
-		l = append(l, labelPair{k, v})
+	for k, v := range m { // copied: the state keeps nothing of a report (State.applyNode)
+		l = append(l, labelPair{strings.Clone(k), strings.Clone(v)})
 	}
 	slices.SortFunc(l, func(a, b labelPair) int { return strings.Compare(a.key, b.key) })
 	return l

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -281,33 +282,35 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 	return nil
 }
 
+// applyNode keeps nothing of r, neither its messages nor its strings, so that r may be
+// decoded into reused memory, its strings pointing into the message's bytes
+// (gpuscalerv1.NodeDecoder): what the entry keeps is taken from prev, the node's
+// previous entry, where it did not change, and copied where it did.
 func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	// One shard applies all of a node's reports, in order: prev stays its latest.
 	s.mu.RLock()
 	prev := s.nodes[r.GetNode()]
 	s.mu.RUnlock()
-	e := &nodeEntry{
-		report: &gpuscalerv1.NodeReport{Node: r.GetNode(), Source: r.GetSource(), NodeLabels: r.GetNodeLabels(), Unattributed: r.GetUnattributed()},
-		stored: stored,
-	}
+	e := &nodeEntry{report: keepReport(r, prev), stored: stored}
 	e.indexNamespaces(r, prev)
-	e.countFree(r)
+	e.countFree(r, prev)
+	name := e.report.GetNode()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.nodes[r.GetNode()]
+	old := s.nodes[name]
 	// Index first, then unindex what is left of old: a namespace in both keeps its
 	// place in the index, which is updated in place rather than deleted and added back.
 	index(s.byNamespace, e)
 	if old != nil {
 		s.unindex(old)
 	}
-	if tomb := s.tombstones[r.GetNode()]; tomb != nil {
+	if tomb := s.tombstones[name]; tomb != nil {
 		s.bury(tomb)
 	}
-	s.nodes[r.GetNode()] = e
+	s.nodes[name] = e
 	s.gpus += len(e.gpus)
 	s.updateSelections(old, e)
-	s.updatePools(r.GetNode(), e)
+	s.updatePools(name, e)
 	if stored.After(s.newestNode) {
 		s.newestNode = stored
 	}
@@ -367,7 +370,13 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 		}
 		if last = slices.Index(e.namespaces, ns); last < 0 {
 			last = len(e.namespaces)
-			e.namespaces = append(e.namespaces, ns)
+			var was string
+			if prev != nil {
+				if i := slices.Index(prev.namespaces, ns); i >= 0 {
+					was = prev.namespaces[i]
+				}
+			}
+			e.namespaces = append(e.namespaces, keep(ns, was))
 			var views []gpuView
 			if last == 0 { // room for every view in the first: most nodes hold one namespace
 				views = make([]gpuView, 0, len(r.GetGpus())+len(r.GetUnattributed()))
@@ -390,7 +399,7 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 				}
 			}
 		}
-		return p.GetName(), newPodLabels(p.GetLabels())
+		return strings.Clone(p.GetName()), newPodLabels(p.GetLabels())
 	}
 	add := func(p *gpuscalerv1.PodRef, v gpuView) {
 		j := slot(p.GetNamespace())
@@ -400,10 +409,11 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 	}
 	e.gpus = make([]gpuInfo, len(r.GetGpus()))
 	for gi, g := range r.GetGpus() {
-		e.gpus[gi] = gpuInfo{id: g.DeviceID(), unhealthy: g.GetUnhealthy()}
-		if prev != nil && gi < len(prev.gpus) && prev.gpus[gi].id == e.gpus[gi].id {
-			e.gpus[gi].id = prev.gpus[gi].id
+		var was gpuInfo
+		if prev != nil && gi < len(prev.gpus) {
+			was = prev.gpus[gi]
 		}
+		e.gpus[gi] = gpuInfo{id: keep(g.DeviceID(), was.id), unhealthy: keep(g.GetUnhealthy(), was.unhealthy)}
 		n := g.NumPods()
 		if n == 0 {
 			continue
@@ -446,7 +456,7 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 // plugin's renameByDefault (nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared) are a
 // resource of their own, which such a Job cannot use, so they are not counted; replicas
 // offered under the plain name are, one each, as the scheduler hands them out.
-func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport) {
+func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
 	allocated := make(map[string]struct{}, len(r.GetAllocated()))
 	for _, d := range r.GetAllocated() {
 		allocated[d.GetId()] = struct{}{}
@@ -456,7 +466,11 @@ func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport) {
 		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || d.RenamedReplica() {
 			continue
 		}
-		e.free[d.Profile()]++
+		p := d.Profile()
+		if _, ok := e.free[p]; !ok && p != "" {
+			p = keepProfile(p, prev)
+		}
+		e.free[p]++
 	}
 }
 

@@ -745,8 +745,9 @@ func weighState(cfg Config) (heapPerGPU, rssPerGPU float64, err error) {
 	rssBefore := procStatus("self", "VmRSS")
 	state := scaler.NewState(nil)
 	now := time.Now()
+	var dec gpuscalerv1.NodeDecoder // as the follower decodes
 	for _, n := range nodes {
-		ev, err := gpuscalerv1.Decode(n.subject, n.data)
+		ev, err := dec.Decode(n.subject, n.data)
 		if err != nil {
 			panic(err) // the reports were built valid; anything else is a bug here
 		}

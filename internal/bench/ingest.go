@@ -204,7 +204,7 @@ type IngestRuns struct {
 }
 
 // applyFlatOut decodes and applies the nodes' reports (or applies decoded, when given) to state from n goroutines for d,
-// as the follower does (scaler/follow.go apply: gpuscalerv1.Decode, then State.Apply),
+// as the follower does (scaler/follow.go apply: a NodeDecoder per shard, then State.Apply),
 // and returns how many it applied. Goroutine j takes nodes j, j+n, j+2n…, so with as
 // many nodes as a multiple of n each node has one applier, as it has one shard.
 func applyFlatOut(state *scaler.State, nodes []node, decoded []gpuscalerv1.Event, n int, d time.Duration) IngestRun {
@@ -217,6 +217,7 @@ func applyFlatOut(state *scaler.State, nodes []node, decoded []gpuscalerv1.Event
 	for j := range n {
 		wg.Go(func() {
 			applied := 0
+			var dec gpuscalerv1.NodeDecoder
 			for i := j; !stop.Load(); i += n {
 				if decoded != nil { // the state keeps nothing of a report it is handed
 					_ = state.Apply(decoded[i%len(decoded)], time.Now())
@@ -224,7 +225,7 @@ func applyFlatOut(state *scaler.State, nodes []node, decoded []gpuscalerv1.Event
 					continue
 				}
 				nd := nodes[i%len(nodes)]
-				ev, err := gpuscalerv1.Decode(nd.subject, nd.data)
+				ev, err := dec.Decode(nd.subject, nd.data)
 				if err != nil {
 					panic(err) // the reports were built valid; anything else is a bug here
 				}
