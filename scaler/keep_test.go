@@ -49,7 +49,7 @@ func keepTestReports() []*gpuscalerv1.NodeReport {
 	return []*gpuscalerv1.NodeReport{
 		report("node-a", "llm", 40, ""),
 		report("node-b", "llm", 10, ""),
-		report("node-a", "llm", 60, ""),        // readings change only
+		report("node-a", "llm", 60, ""),          // readings change only
 		report("node-a", "vision", 70, "XID 79"), // pods, labels and health change
 	}
 }

@@ -233,4 +233,3 @@ func BenchmarkNodeDecoder(b *testing.B) {
 		}
 	}
 }
-
