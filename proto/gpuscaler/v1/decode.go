@@ -37,26 +37,14 @@ type Event struct {
 // Unlike proto.Unmarshal it does not check that strings are valid UTF-8; every name the
 // scaler acts on is checked by Validate.
 func Decode(subject string, data []byte) (Event, error) {
-	s, err := ParseSubject(subject)
+	s, err := parse(subject, data)
 	if err != nil {
-		return Event{}, err
-	}
-	if len(data) > MaxEventBytes {
-		return Event{Subject: s}, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, MaxEventBytes)
+		return Event{Subject: s}, err
 	}
 	switch s.Kind {
 	case KindNode:
 		r := new(NodeReport)
-		if err := r.UnmarshalVT(data); err != nil {
-			return Event{Subject: s}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
-		}
-		if err := r.Validate(); err != nil {
-			return Event{Subject: s}, err
-		}
-		if r.GetNode() != s.Node {
-			return Event{Subject: s}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrSubjectMismatch, r.GetNode(), s.Node)
-		}
-		return Event{Subject: s, Node: r}, nil
+		return nodeEvent(s, subject, r, r.UnmarshalVT(data))
 	default: // KindQueue: ParseSubject returns no other kind.
 		r := new(QueueReport)
 		if err := r.UnmarshalVT(data); err != nil {
@@ -71,4 +59,31 @@ func Decode(subject string, data []byte) (Event, error) {
 		}
 		return Event{Subject: s, Queue: r}, nil
 	}
+}
+
+// parse parses subject and refuses data larger than MaxEventBytes unread.
+func parse(subject string, data []byte) (Subject, error) {
+	s, err := ParseSubject(subject)
+	if err != nil {
+		return Subject{}, err
+	}
+	if len(data) > MaxEventBytes {
+		return s, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, MaxEventBytes)
+	}
+	return s, nil
+}
+
+// nodeEvent finishes a NodeReport r read from subject s, where reading it failed with err
+// or not: it must have been read, be valid and name the subject's node.
+func nodeEvent(s Subject, subject string, r *NodeReport, err error) (Event, error) {
+	if err != nil {
+		return Event{Subject: s}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
+	}
+	if err := r.Validate(); err != nil {
+		return Event{Subject: s}, err
+	}
+	if r.GetNode() != s.Node {
+		return Event{Subject: s}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrSubjectMismatch, r.GetNode(), s.Node)
+	}
+	return Event{Subject: s, Node: r}, nil
 }

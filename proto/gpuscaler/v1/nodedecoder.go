@@ -60,27 +60,12 @@ type podSlot struct {
 // Decode decodes a NodeReport and validates it, as Decode does for a node subject, in
 // memory d reuses: see NodeDecoder for how long the result is valid.
 func (d *NodeDecoder) Decode(subject string, data []byte) (Event, error) {
-	s, err := ParseSubject(subject)
-	if err != nil {
-		return Event{}, err
-	}
-	if s.Kind != KindNode {
+	s, err := parse(subject, data)
+	if err != nil || s.Kind != KindNode {
 		return Decode(subject, data)
 	}
-	if len(data) > MaxEventBytes {
-		return Event{Subject: s}, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, MaxEventBytes)
-	}
 	r, err := d.decode(data)
-	if err != nil {
-		return Event{Subject: s}, fmt.Errorf("%w: NodeReport on %s: %w", ErrUndecodable, subject, err)
-	}
-	if err := r.Validate(); err != nil {
-		return Event{Subject: s}, err
-	}
-	if r.GetNode() != s.Node {
-		return Event{Subject: s}, fmt.Errorf("%w: NodeReport for node %q on the subject of node %q", ErrSubjectMismatch, r.GetNode(), s.Node)
-	}
-	return Event{Subject: s, Node: r}, nil
+	return nodeEvent(s, subject, r, err)
 }
 
 // decode reads data as a NodeReport into d's memory.
