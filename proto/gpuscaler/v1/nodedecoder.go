@@ -68,11 +68,34 @@ func (d *NodeDecoder) Decode(subject string, data []byte) (Event, error) {
 	return nodeEvent(s, subject, r, err)
 }
 
+// What a NodeDecoder keeps between reports at most: slots for as many GPUs and devices as
+// a valid report holds, and for 4 pods per GPU, and label maps of at most MaxPodLabels
+// entries (Go maps never shrink). A larger payload, which fails validation or is a
+// node's rare peak, is decoded in memory dropped at the next call, so that one hostile
+// message cannot make every shard hold megabytes for good.
+const (
+	maxKeptGPUSlots = MaxGPUs
+	maxKeptDevSlots = MaxDevices
+	maxKeptPodSlots = 4 * MaxGPUs
+)
+
 // decode reads data as a NodeReport into d's memory.
 func (d *NodeDecoder) decode(data []byte) (*NodeReport, error) {
+	if len(d.gpus) > maxKeptGPUSlots {
+		d.gpus, d.gpuPtrs = nil, nil
+	}
+	if len(d.allocatable) > maxKeptDevSlots {
+		d.allocatable = nil
+	}
+	if len(d.allocated) > maxKeptDevSlots {
+		d.allocated = nil
+	}
+	if len(d.pods) > maxKeptPodSlots {
+		d.pods, d.podPtrs = nil, nil
+	}
 	d.nPods, d.podPtrs = 0, d.podPtrs[:0]
 	d.report.Reset()
-	clear(d.labels)
+	d.labels = emptied(d.labels)
 	m := &d.report
 	var nGPUs, nAllocatable, nAllocated int
 	w := wire{b: data}
@@ -298,8 +321,17 @@ func (d *NodeDecoder) pod() *podSlot {
 	s := d.pods[d.nPods]
 	d.nPods++
 	s.PodRef.Reset()
-	clear(s.labels)
+	s.labels = emptied(s.labels)
 	return s
+}
+
+// emptied returns m emptied, or nil when it has grown past MaxPodLabels entries.
+func emptied(m map[string]string) map[string]string {
+	if len(m) > MaxPodLabels {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // decode decodes b into the slot's PodRef, merging with what it holds.

@@ -2,6 +2,7 @@ package gpuscalerv1
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -232,4 +233,35 @@ func BenchmarkNodeDecoder(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestNodeDecoderDropsWhatOneLargeReportGrew: a report far larger than valid ones (here
+// 2,000 pods on one GPU and 1,000 node labels, which validation refuses) is decoded, but
+// what the decoder grew for it is not kept past the next report.
+func TestNodeDecoderDropsWhatOneLargeReportGrew(t *testing.T) {
+	large := &NodeReport{Node: "n", NodeLabels: map[string]string{}, Gpus: []*GPUSample{{Uuid: "GPU-0", Pod: &PodRef{Namespace: "ml", Name: "p"}}}}
+	for i := range 2000 {
+		large.Gpus[0].OtherPods = append(large.Gpus[0].OtherPods, &PodRef{Namespace: "ml", Name: fmt.Sprint("p", i)})
+	}
+	for i := range 1000 {
+		large.NodeLabels[fmt.Sprint("label-", i)] = "x"
+	}
+	var d NodeDecoder
+	agree(t, &d, mustMarshalNode(t, large))
+	if len(d.pods) < 2000 || len(d.labels) != 1000 {
+		t.Fatalf("the large report took %d pod slots and %d labels; the case is wrong", len(d.pods), len(d.labels))
+	}
+	agree(t, &d, mustMarshalNode(t, validNodeReport()))
+	if len(d.pods) > maxKeptPodSlots || d.labels != nil {
+		t.Errorf("after a valid report the decoder still holds %d pod slots and %d labels' map", len(d.pods), len(d.labels))
+	}
+}
+
+func mustMarshalNode(t *testing.T, r *NodeReport) []byte {
+	t.Helper()
+	b, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
