@@ -24,6 +24,10 @@ type Baseline struct {
 	Setting string `json:"setting"`
 	// PeakReplicas is the most replicas it held at once, leaving ones included.
 	PeakReplicas int `json:"peak_replicas"`
+	// PeakNeed, for always-on at the peak need, is the replicas that would serve every
+	// request the moment it arrived: above PeakReplicas when the inference pool has
+	// fewer GPUs, and requests then wait even always on.
+	PeakNeed int `json:"peak_need,omitempty"`
 	// GPUSeconds is the GPU time its replicas held, loading or serving, over the run
 	// (and past its end until the last request is served, if later). A replica holds
 	// one GPU.
@@ -109,7 +113,11 @@ func replayBaselines(ctx context.Context, cfg Config, maxReplicas int, reqs []re
 	for i, p := range res.Policies {
 		b := baseline(p)
 		if p.Name == replay.PolicyAlwaysOn {
+			b.PeakNeed = replay.PeakNeed(svc.Requests, model.Concurrency)
 			b.Setting = fmt.Sprintf("%d replicas, the peak need", b.PeakReplicas)
+			if b.PeakNeed > b.PeakReplicas {
+				b.Setting = fmt.Sprintf("%d replicas, all GPUs; need %d", b.PeakReplicas, b.PeakNeed)
+			}
 			out = append(out, b)
 			b = baseline(burst.Policies[0])
 			b.Setting = fmt.Sprintf("%d replicas, the burst's mean rate", b.PeakReplicas)

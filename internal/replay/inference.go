@@ -620,6 +620,13 @@ func (s *sim) dispatch() {
 // peakReplicas is the most replicas the requests need at once if each started the
 // moment it arrived, concurrency to a replica, at most max.
 func peakReplicas(reqs []Request, concurrency, maxReplicas int) int {
+	return min(PeakNeed(reqs, concurrency), maxReplicas)
+}
+
+// PeakNeed returns the replicas, each serving concurrency requests at once, that serve
+// every one of reqs (in order of arrival) the moment it arrives: the most requests in
+// service at once over concurrency, rounded up, and at least 1.
+func PeakNeed(reqs []Request, concurrency int) int {
 	ends := make(durations, 0, 64)
 	peak := 0
 	for _, r := range reqs {
@@ -629,7 +636,7 @@ func peakReplicas(reqs []Request, concurrency, maxReplicas int) int {
 		heap.Push(&ends, r.At+r.Service)
 		peak = max(peak, len(ends))
 	}
-	return min(max((peak+concurrency-1)/concurrency, 1), maxReplicas)
+	return max((peak+concurrency-1)/concurrency, 1)
 }
 
 type durations []time.Duration
