@@ -80,8 +80,14 @@ func copyPod(p *gpuscalerv1.PodRef) *gpuscalerv1.PodRef {
 	return c
 }
 
-// keepProfile returns MIG profile p as prev's free counts hold it, or a copy.
-func keepProfile(p string, prev *nodeEntry) string {
+// keepProfile returns MIG profile p as free, the counts being built, or prev's hold it,
+// or else a copy.
+func keepProfile(p string, free map[string]int, prev *nodeEntry) string {
+	for was := range free {
+		if was == p {
+			return was
+		}
+	}
 	if prev != nil {
 		for was := range prev.free {
 			if was == p {

@@ -36,6 +36,7 @@ func keepTestReports() []*gpuscalerv1.NodeReport {
 				{Id: "MIG-2", Resource: "nvidia.com/mig-1g.10gb"},
 				{Id: "MIG-3", Resource: "nvidia.com/mig-3g.40gb.shared"},
 				{Id: "MIG-4", Resource: "nvidia.com/mig-2g.20gb"},
+				{Id: "MIG-5", Resource: "nvidia.com/mig-2g.20gb"}, // a profile counted twice
 			},
 			Allocated: []*gpuscalerv1.Device{{Id: "GPU-0", Resource: "nvidia.com/gpu"}},
 			Gpus: []*gpuscalerv1.GPUSample{

@@ -467,8 +467,10 @@ func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
 			continue
 		}
 		p := d.Profile()
-		if _, ok := e.free[p]; !ok && p != "" {
-			p = keepProfile(p, prev)
+		if p != "" {
+			// The key as kept, even when counted already: assigning to a map with an equal
+			// string key stores the new key, which would point into the report.
+			p = keepProfile(p, e.free, prev)
 		}
 		e.free[p]++
 	}
