@@ -343,8 +343,9 @@ func (f *follower) shardFor(subject string) int {
 // startShards starts n goroutines for node reports and one for queue reports (see
 // shardFor), which decode and apply messages until ctx ends. Each decodes node reports
 // into memory it reuses (gpuscalerv1.NodeDecoder): decoding into fresh messages was two
-// thirds of a report's cost, most of it allocation. Every message of a subject goes to the same shard, so each node's and
-// queue's reports are applied in the order NATS stored them. Each shard buffers at most
+// thirds of a report's cost, most of it allocation. Every message of a subject goes to
+// the same shard, so each node's and queue's reports are applied in the order NATS
+// stored them. Each shard buffers at most
 // 256 messages of at most MaxEventBytes.
 func (f *follower) startShards(ctx context.Context, n int) {
 	f.shards = make([]chan shardItem, max(n, 1)+1)

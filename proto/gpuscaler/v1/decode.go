@@ -46,19 +46,25 @@ func Decode(subject string, data []byte) (Event, error) {
 		r := new(NodeReport)
 		return nodeEvent(s, subject, r, r.UnmarshalVT(data))
 	default: // KindQueue: ParseSubject returns no other kind.
-		r := new(QueueReport)
-		if err := r.UnmarshalVT(data); err != nil {
-			return Event{Subject: s}, fmt.Errorf("%w: QueueReport on %s: %w", ErrUndecodable, subject, err)
-		}
-		if err := r.Validate(); err != nil {
-			return Event{Subject: s}, err
-		}
-		if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue {
-			return Event{Subject: s}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrSubjectMismatch,
-				r.GetNamespace(), r.GetQueue(), s.Namespace, s.Queue)
-		}
-		return Event{Subject: s, Queue: r}, nil
+		return decodeQueue(s, subject, data)
 	}
+}
+
+// decodeQueue decodes data, received on subject s, as a QueueReport: it must decode, be
+// valid and name the subject's namespace and queue.
+func decodeQueue(s Subject, subject string, data []byte) (Event, error) {
+	r := new(QueueReport)
+	if err := r.UnmarshalVT(data); err != nil {
+		return Event{Subject: s}, fmt.Errorf("%w: QueueReport on %s: %w", ErrUndecodable, subject, err)
+	}
+	if err := r.Validate(); err != nil {
+		return Event{Subject: s}, err
+	}
+	if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue {
+		return Event{Subject: s}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrSubjectMismatch,
+			r.GetNamespace(), r.GetQueue(), s.Namespace, s.Queue)
+	}
+	return Event{Subject: s, Queue: r}, nil
 }
 
 // parse parses subject and refuses data larger than MaxEventBytes unread.

@@ -58,11 +58,15 @@ type podSlot struct {
 }
 
 // Decode decodes a NodeReport and validates it, as Decode does for a node subject, in
-// memory d reuses: see NodeDecoder for how long the result is valid.
+// memory d reuses: see NodeDecoder for how long the result is valid. A QueueReport is
+// decoded as Decode decodes it, into memory of its own.
 func (d *NodeDecoder) Decode(subject string, data []byte) (Event, error) {
 	s, err := parse(subject, data)
-	if err != nil || s.Kind != KindNode {
-		return Decode(subject, data)
+	switch {
+	case err != nil:
+		return Event{Subject: s}, err
+	case s.Kind != KindNode:
+		return decodeQueue(s, subject, data)
 	}
 	r, err := d.decode(data)
 	return nodeEvent(s, subject, r, err)
