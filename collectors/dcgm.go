@@ -199,7 +199,10 @@ type dcgmDevice struct {
 	gpu      dcgmGPU       // the GPU, or a MIG instance's parent
 	inst     *dcgmInstance // nil for a whole GPU
 	deviceID string        // the kubelet's id, for a MIG instance; "" for a whole GPU
-	minor    *uint32       // the GPU's (or parent's) minor number, when NVML told
+	// profile names a MIG instance's profile as NVML told it (dcgmMIGIdentity.Profile);
+	// "" when NVML could not, and for a whole GPU.
+	profile string
+	minor   *uint32 // the GPU's (or parent's) minor number, when NVML told
 }
 
 // NewDCGM connects to DCGM (embedded, or the host engine at cfg.Addr) and watches the
@@ -514,20 +517,22 @@ func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
 			continue
 		}
 		legacy := dcgmLegacyMIGID(g.UUID, in.InstanceID, in.ComputeInstanceID)
-		id, ok := idents.migUUID(g.UUID, in.InstanceID, in.ComputeInstanceID, in.HasComputeInstance)
+		m, ok := idents.mig(g.UUID, in.InstanceID, in.ComputeInstanceID, in.HasComputeInstance)
 		if !ok {
-			id = legacy
+			m.UUID = legacy
 			unresolved++
 		}
 		devices = append(devices, dcgmDevice{
-			entity: dcgmEntity{MIG: true, ID: in.ID}, key: legacy, gpu: g, inst: &in, deviceID: id, minor: minor(g.UUID),
+			entity: dcgmEntity{MIG: true, ID: in.ID}, key: legacy, gpu: g, inst: &in, deviceID: m.UUID,
+			profile: m.Profile, minor: minor(g.UUID),
 		})
 	}
 	switch {
 	case unresolved > 0 && !s.idsWarned:
 		s.log.Warn("MIG device UUIDs unknown (NVML could not tell them): MIG instances are reported with the device "+
 			"plugin's legacy ids MIG-<GPU UUID>/<GPU instance>/<compute instance>, which pods' devices match only "+
-			"with a device plugin using that form", "unresolved", unresolved, "err", idErr)
+			"with a device plugin using that form, and their profiles are named from DCGM's sizes, which on some GPUs "+
+			"(an H200's 1g.16gb for 1g.18gb) are not the device plugin's names", "unresolved", unresolved, "err", idErr)
 		s.idsWarned = true
 	case unresolved == 0 && s.idsWarned:
 		s.log.Info("MIG device UUIDs known again")

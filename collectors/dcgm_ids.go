@@ -11,7 +11,8 @@ import (
 
 // dcgmIdentifier learns what DCGM does not say of the node's devices: each MIG device's
 // "MIG-<uuid>" UUID, the kubelet's id for it (go-dcgm's MigEntityInfo carries only the
-// parent GPU's UUID and the GPU and compute instance ids), and each GPU's minor number.
+// parent GPU's UUID and the GPU and compute instance ids), its profile's name as the
+// device plugin spells it, and each GPU's minor number.
 // The DCGM source asks it at every discovery. It is called from one goroutine.
 type dcgmIdentifier interface {
 	// Identify reads the identities of gpus. It returns what it could learn even when it
@@ -37,27 +38,35 @@ type dcgmMIGKey struct {
 
 // dcgmIdentities is what a dcgmIdentifier learnt.
 type dcgmIdentities struct {
-	Minor map[string]uint32     // by GPU UUID
-	MIG   map[dcgmMIGKey]string // the MIG device's "MIG-…" UUID
+	Minor map[string]uint32 // by GPU UUID
+	MIG   map[dcgmMIGKey]dcgmMIGIdentity
 }
 
-// migUUID returns the UUID of the MIG device of GPU instance gi on gpu: the one of
+// dcgmMIGIdentity is what NVML says of a MIG device.
+type dcgmMIGIdentity struct {
+	UUID string // "MIG-…"
+	// Profile is its profile's name as the NVML source gives it (nvmlMIGProfileOf, the
+	// device plugin's spelling: "1g.18gb+me"); "" when NVML could not tell.
+	Profile string
+}
+
+// mig returns what NVML said of the MIG device of GPU instance gi on gpu: the one of
 // compute instance ci when ci is known, else the only MIG device of that GPU instance.
-func (ids dcgmIdentities) migUUID(gpu string, gi uint, ci uint, ciKnown bool) (string, bool) {
+func (ids dcgmIdentities) mig(gpu string, gi uint, ci uint, ciKnown bool) (dcgmMIGIdentity, bool) {
 	if ciKnown {
-		u, ok := ids.MIG[dcgmMIGKey{GPU: gpu, GI: gi, CI: ci}]
-		return u, ok
+		m, ok := ids.MIG[dcgmMIGKey{GPU: gpu, GI: gi, CI: ci}]
+		return m, ok
 	}
-	found := ""
-	for k, u := range ids.MIG {
+	var found dcgmMIGIdentity
+	for k, m := range ids.MIG {
 		if k.GPU == gpu && k.GI == gi {
-			if found != "" {
-				return "", false // several compute instances: ambiguous
+			if found.UUID != "" {
+				return dcgmMIGIdentity{}, false // several compute instances: ambiguous
 			}
-			found = u
+			found = m
 		}
 	}
-	return found, found != ""
+	return found, found.UUID != ""
 }
 
 // nvmlIdentifier is a dcgmIdentifier over NVML (go-nvml), as the NVML source walks MIG
@@ -71,7 +80,7 @@ type nvmlIdentifier struct {
 func newNVMLIdentifier(lib nvml.Interface) *nvmlIdentifier { return &nvmlIdentifier{lib: lib} }
 
 func (n *nvmlIdentifier) Identify(gpus []dcgmIdentifyGPU) (dcgmIdentities, error) {
-	ids := dcgmIdentities{Minor: map[string]uint32{}, MIG: map[dcgmMIGKey]string{}}
+	ids := dcgmIdentities{Minor: map[string]uint32{}, MIG: map[dcgmMIGKey]dcgmMIGIdentity{}}
 	if !n.started {
 		if ret := n.lib.Init(); ret != nvml.SUCCESS {
 			return ids, fmt.Errorf("NVML Init: %w: %s", ret, nvmlInitHint(ret))
@@ -97,9 +106,12 @@ func (n *nvmlIdentifier) Identify(gpus []dcgmIdentifyGPU) (dcgmIdentities, error
 	return ids, errors.Join(errs...)
 }
 
-// identifyMIGs records the UUID of every MIG device of the GPU dev, by its GPU and
-// compute instance ids.
-func identifyMIGs(dev nvml.Device, gpuUUID string, into map[dcgmMIGKey]string) error {
+// identifyMIGs records the UUID and profile of every MIG device of the GPU dev, by its
+// GPU and compute instance ids. The profile is named as the NVML source names it: DCGM
+// gives only a GPU instance's slices and memory, and the device plugin's name cannot
+// be made from those alone (an H200's 1g.18gb slice has 16384 MiB: the name rounds the
+// slice's share of the whole GPU, which DCGM does not give with it).
+func identifyMIGs(dev nvml.Device, gpuUUID string, into map[dcgmMIGKey]dcgmMIGIdentity) error {
 	slots, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML: GPU %s: count MIG devices: %w", gpuUUID, ret)
@@ -129,7 +141,9 @@ func identifyMIGs(dev nvml.Device, gpuUUID string, into map[dcgmMIGKey]string) e
 			errs = append(errs, fmt.Errorf("NVML: GPU %s: MIG device %d: UUID: %w", gpuUUID, j, ret))
 			continue
 		}
-		into[dcgmMIGKey{GPU: gpuUUID, GI: uint(gi), CI: uint(ci)}] = uuid
+		into[dcgmMIGKey{GPU: gpuUUID, GI: uint(gi), CI: uint(ci)}] = dcgmMIGIdentity{
+			UUID: uuid, Profile: nvmlMIGProfileOf(dev, mig, gi, true),
+		}
 	}
 	return errors.Join(errs...)
 }

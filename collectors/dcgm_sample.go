@@ -102,7 +102,7 @@ func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
 	}
 	if hasTotal && total > 0 {
 		g.FbTotalBytes = proto.Uint64(uint64(total) << 20)
-		if d.inst != nil {
+		if d.inst != nil && d.profile == "" {
 			g.MigProfile = migProfileName(d.inst.Slices, total)
 		}
 	}
@@ -123,7 +123,8 @@ func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
 
 // dcgmIdentity is a device's sample with its identity alone.
 func dcgmIdentity(d dcgmDevice) *gpuscalerv1.GPUSample {
-	g := &gpuscalerv1.GPUSample{Uuid: d.gpu.UUID, Index: uint32(d.gpu.ID), Model: d.gpu.Model, DeviceId: d.deviceID}
+	g := &gpuscalerv1.GPUSample{Uuid: d.gpu.UUID, Index: uint32(d.gpu.ID), Model: d.gpu.Model, DeviceId: d.deviceID,
+		MigProfile: d.profile}
 	if d.minor != nil {
 		g.Minor = proto.Uint32(*d.minor)
 	}
@@ -174,11 +175,13 @@ func (x *dcgmXIDState) holding(now time.Time, hold time.Duration) bool {
 	return x != nil && x.critical != 0 && now.Sub(x.at) < hold
 }
 
-// migProfileName names a MIG profile as NVIDIA's device plugin does, "<slices>g.<GB>gb",
-// from its compute slices and framebuffer in MiB, the size rounded up to whole GB as the
-// device plugin rounds a profile's memory (an A100 80GB's 3g.40gb slice has 40192 MiB,
-// 39.25 GiB). DCGM does not give the profile's name; this is checked against A100 and
-// H100 sizes, not yet on hardware.
+// migProfileName guesses a MIG profile's name, "<slices>g.<GB>gb", from its compute
+// slices and framebuffer in MiB alone, rounded up to whole GiB: what the DCGM source
+// reports when NVML could not name the profile (dcgmDevice.profile). The device
+// plugin's name rounds the slice's share of the whole GPU instead (nvmlMIGProfile), so
+// the guess is right for an A100 (its 3g.40gb slice has 40192 MiB) but not for an H200,
+// whose slices have 16384, 33280, 71424 and 143360 MiB (read on one, 2026-11-26) for
+// 1g.18gb, 2g.35gb, 3g.71gb and 7g.141gb; nor does it know the "+me" suffix.
 func migProfileName(slices uint, fbTotalMiB float64) string {
 	if slices == 0 || fbTotalMiB <= 0 {
 		return ""

@@ -328,11 +328,15 @@ func testLogger() (*slog.Logger, *bytes.Buffer) {
 	return slog.New(slog.NewTextHandler(b, nil)), b
 }
 
-// mockMIGDevice is a MIG device NVML shows: its GPU and compute instance ids and UUID.
+// mockMIGDevice is a MIG device NVML shows: its GPU and compute instance ids and UUID,
+// and, when set, its attributes and its GPU instance's profile id (then the GPU answers
+// with an H200's profiles, h200GIProfiles).
 type mockMIGDevice struct {
 	gi, ci int
 	uuid   string
 	ret    nvml.Return // what GetUUID answers; SUCCESS when zero
+	attrs  *nvml.DeviceAttributes
+	giProf *uint32
 }
 
 // mockNVMLIDs is a go-nvml mock library with GPUs (by UUID, with their minor numbers)
@@ -352,12 +356,31 @@ func mockNVMLIDs(minors map[string]int, migs map[string][]mockMIGDevice) *mock.I
 			return &mock.Device{
 				GetMinorNumberFunc:       func() (int, nvml.Return) { return minor, nvml.SUCCESS },
 				GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
+				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{Total: h200TotalMiB << 20}, nvml.SUCCESS
+				},
+				GetGpuInstanceProfileInfoFunc: h200GIProfile,
+				GetGpuInstanceByIdFunc: func(id int) (nvml.GpuInstance, nvml.Return) {
+					for _, m := range devs {
+						if m.gi == id && m.giProf != nil {
+							info := nvml.GpuInstanceInfo{Id: uint32(id), ProfileId: *m.giProf}
+							return &mock.GpuInstance{GetInfoFunc: func() (nvml.GpuInstanceInfo, nvml.Return) { return info, nvml.SUCCESS }}, nvml.SUCCESS
+						}
+					}
+					return nil, nvml.ERROR_NOT_FOUND
+				},
 				GetMigDeviceHandleByIndexFunc: func(j int) (nvml.Device, nvml.Return) {
 					if j >= len(devs) {
 						return nil, nvml.ERROR_NOT_FOUND
 					}
 					m := devs[j]
 					return &mock.Device{
+						GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
+							if m.attrs == nil {
+								return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
+							}
+							return *m.attrs, nvml.SUCCESS
+						},
 						GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return m.gi, nvml.SUCCESS },
 						GetComputeInstanceIdFunc: func() (int, nvml.Return) { return m.ci, nvml.SUCCESS },
 						GetUUIDFunc: func() (string, nvml.Return) {
