@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,10 @@ type nvmlSource struct {
 	// usage is the per-process utilisation the latest Collect measured, by device id
 	// then PID; a device absent was not measured.
 	usage map[string]map[uint32]float64
-	pods  *cgroupPods
+	// podWindows is, by device id, each pod's use in the windows PodUsage measured over
+	// the last nvmlPodUsageSpan, oldest first, which PodUsage averages.
+	podWindows map[string][]nvmlPodWindow
+	pods       *cgroupPods
 	// unhealthy is each device's Unhealthy reason in the latest Collect, by device id,
 	// to log changes once rather than every Collect.
 	unhealthy map[string]string
@@ -204,18 +208,19 @@ func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 		return nil, err
 	}
 	s := &nvmlSource{
-		lib:       lib,
-		log:       cfg.Log,
-		now:       time.Now,
-		xidHold:   cfg.XIDHold,
-		metrics:   metrics,
-		xids:      map[string]*nvmlXIDs{},
-		migs:      map[string]*nvmlMIG{},
-		lastSeen:  map[string]uint64{},
-		usage:     map[string]map[uint32]float64{},
-		pods:      newCgroupPods(cfg.ProcRoot),
-		unhealthy: map[string]string{},
-		warned:    map[string]bool{},
+		lib:        lib,
+		log:        cfg.Log,
+		now:        time.Now,
+		xidHold:    cfg.XIDHold,
+		metrics:    metrics,
+		xids:       map[string]*nvmlXIDs{},
+		migs:       map[string]*nvmlMIG{},
+		lastSeen:   map[string]uint64{},
+		usage:      map[string]map[uint32]float64{},
+		podWindows: map[string][]nvmlPodWindow{},
+		pods:       newCgroupPods(cfg.ProcRoot),
+		unhealthy:  map[string]string{},
+		warned:     map[string]bool{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -1019,10 +1024,30 @@ func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64
 	return nvml.SUCCESS
 }
 
+// nvmlPodUsageSpan is how far back PodUsage averages a pod's use of a device.
+//
+// On a time-sliced GPU the driver runs one context at a time, for slices that are long
+// against its 200 ms sample period: on an H200 with two pods each running matrix
+// products without pause, half-second windows read 99/0, 66/33, 50/50 or 33/66 from one
+// to the next (hack/hardware-check.sh, 2026-11-26, HW_POD_B_DUTY=1). Read window by
+// window, a pod's figure jumps between 0 and 99, and KEDA hands the HPA whichever it
+// read last; averaged over five seconds the same run read 63 and 40. That is well
+// inside the HPA's 15 s sync and KEDA's polling, and as quick as a pod's figure can be
+// told from another's.
+const nvmlPodUsageSpan = 5 * time.Second
+
+// nvmlPodWindow is one measured window of a device: each pod's use, by pod UID.
+type nvmlPodWindow struct {
+	at   time.Time
+	pods map[string]float64
+}
+
 // PodUsage returns, by device id, each pod's SM utilisation (percent) on the devices
 // the last Collect measured: for each whole GPU, the sum over the pod's processes of
-// NVML's per-process samples, at most 100. See sampleProcesses for when a GPU is
-// measured; MIG devices never are (NVML does not sample processes on them).
+// NVML's per-process samples, at most 100, averaged over the windows measured in the
+// last nvmlPodUsageSpan since the pod was first seen in them (a pod absent from a
+// window used none of it). See sampleProcesses for when a GPU is measured; MIG devices
+// never are (NVML does not sample processes on them).
 //
 // A process's pod is found through /proc/<pid>/cgroup under NVMLConfig.ProcRoot: NVML
 // reports host PIDs, so the collector needs the host's /proc (hostPID: true, or a
@@ -1063,9 +1088,35 @@ func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
 		for uid, u := range pods {
 			pods[uid] = min(u, 100)
 		}
-		out[id] = pods
+		out[id] = s.smoothPodUse(id, pods)
 	}
 	s.pods.retain(seen)
+	return out
+}
+
+// smoothPodUse records the window just measured on device id and returns each pod's
+// mean use over the windows of the last nvmlPodUsageSpan, counting for each pod the
+// windows from the first it appears in (a pod that started a moment ago is not
+// diluted by the windows before it ran). A device's windows are dropped as they age,
+// when it is next measured.
+func (s *nvmlSource) smoothPodUse(id string, window map[string]float64) map[string]float64 {
+	at := s.now()
+	ws := slices.DeleteFunc(s.podWindows[id], func(w nvmlPodWindow) bool { return at.Sub(w.at) >= nvmlPodUsageSpan })
+	ws = append(ws, nvmlPodWindow{at: at, pods: window})
+	s.podWindows[id] = ws
+	out := make(map[string]float64, len(window))
+	for i, w := range ws {
+		for uid := range w.pods {
+			if _, done := out[uid]; done {
+				continue
+			}
+			var sum float64
+			for _, later := range ws[i:] {
+				sum += later.pods[uid]
+			}
+			out[uid] = sum / float64(len(ws)-i)
+		}
+	}
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -1296,8 +1297,12 @@ func TestNVMLPodUsage(t *testing.T) {
 	var _ PodUsageSource = s
 
 	id := func(i int) string { return n.gpus[i].uuid }
+	// Each window a span apart, so each is read alone (TestNVMLPodUsageSmoothed averages).
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
 	check := func(when string, want map[string]map[string]float64) {
 		t.Helper()
+		clock = clock.Add(nvmlPodUsageSpan)
 		got := s.PodUsage()
 		if !maps.EqualFunc(got, want, func(a, b map[string]float64) bool { return maps.Equal(a, b) }) {
 			t.Errorf("%s: got %v, want %v", when, got, want)
@@ -1365,6 +1370,52 @@ gpuscaler_collector_nvml_unidentified_devices 0
 	}
 	if got, err := testutil.GatherAndCount(reg, "gpuscaler_collector_nvml_unresolved_processes_total"); err != nil || got != 2 {
 		t.Errorf("got %d unresolved-process series (%v), want 2 (by reason)", got, err)
+	}
+}
+
+// TestNVMLPodUsageSmoothed: a pod's use is its mean over the windows of the last
+// nvmlPodUsageSpan, from the first it appears in, a window it is absent from counting 0;
+// windows the GPU was not measured in do not count, and windows age out. On a real
+// time-sliced H200, two equally busy pods read 99/0, 66/33, 50/50 from one second to
+// the next (nvmlPodUsageSpan): this is what makes them read near their shares.
+func TestNVMLPodUsageSmoothed(t *testing.T) {
+	const a, b = 1001, 2001
+	root := t.TempDir()
+	writeProcCgroup(t, root, a, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID+".scope\n")
+	writeProcCgroup(t, root, b, "0::/kubepods/besteffort/pod"+cgUID2+"/"+cgCID+"\n")
+	n := newMockNVMLNode(1)
+	s := n.sourceWith(t, NVMLConfig{ProcRoot: root})
+	clock := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return clock }
+	gpu := n.gpus[0].uuid
+	ts := uint64(1000)
+	window := func(samples map[uint32]uint32) map[string]float64 {
+		t.Helper()
+		clock = clock.Add(time.Second)
+		for pid, sm := range samples {
+			ts++
+			n.gpus[0].processes = append(n.gpus[0].processes, nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm})
+		}
+		collectValid(t, s)
+		return s.PodUsage()[gpu]
+	}
+	for i, step := range []struct {
+		samples map[uint32]uint32
+		want    map[string]float64
+	}{
+		{map[uint32]uint32{a: 99}, map[string]float64{cgUID: 99}},
+		// b first appears: its mean counts from here, a's over both windows.
+		{map[uint32]uint32{b: 66, a: 33}, map[string]float64{cgUID: 66, cgUID2: 66}},
+		{map[uint32]uint32{a: 50, b: 50}, map[string]float64{cgUID: 182.0 / 3, cgUID2: 58}},
+		{map[uint32]uint32{b: 99}, map[string]float64{cgUID: 182.0 / 4, cgUID2: 215.0 / 3}},
+		{nil, nil}, // busy GPU, no sample: unmeasured, no window
+		// Five seconds on, the first window (a at 99) has aged out.
+		{map[uint32]uint32{a: 99}, map[string]float64{cgUID: 182.0 / 4, cgUID2: 215.0 / 4}},
+	} {
+		got := window(step.samples)
+		if !maps.EqualFunc(got, step.want, func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }) {
+			t.Errorf("window %d: got %v, want %v", i, got, step.want)
+		}
 	}
 }
 

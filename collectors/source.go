@@ -46,9 +46,11 @@ type Source interface {
 type PodUsageSource interface {
 	Source
 	// PodUsage returns, by device id (GPUSample.DeviceID), the utilisation in percent
-	// (0 to 100) of each pod that ran on the device during the last Collect, by pod UID.
-	// A device absent from the map was not measured; a pod absent from a device's map
-	// did not use it. The map is the caller's.
+	// (0 to 100) of each pod that ran on the device, by pod UID: in the last Collect,
+	// or averaged over the last few (NVML: nvmlPodUsageSpan, as time-slicing makes one
+	// window's figures jump). It is called once after each Collect. A device absent
+	// from the map was not measured in the last Collect; a pod absent from a device's
+	// map did not use it. The map is the caller's.
 	PodUsage() map[string]map[string]float64
 }
 
