@@ -117,6 +117,11 @@ type follower struct {
 	shards []chan shardItem
 	runCtx context.Context
 
+	// resume says where the next follow starts when the last one ended on a stalled
+	// consumer: after the last message read, in the same stream. Zero: at the latest
+	// message of each subject. Only run's goroutine touches it.
+	resume resumePoint
+
 	mu sync.Mutex // guards the fields below
 	// failure is why the follower is not following now, nil while it is; failingSince
 	// is when it stopped.
@@ -135,6 +140,65 @@ type shardItem struct {
 
 // errStreamChanged ends one follow when the stream it follows is gone or was replaced.
 var errStreamChanged = errors.New("stream changed")
+
+// errConsumerStalled ends one follow when the stream holds messages newer than the last
+// one read and nothing was read for a watchdog period (stallWatch).
+var errConsumerStalled = errors.New("consumer stalled")
+
+// resumePoint says the next follow resumes after the last message read, if the stream
+// is still the one created at created; the zero value says it does not.
+type resumePoint struct {
+	created time.Time
+}
+
+// stallWatch tells a stalled consumer from an idle one, from what the follower reads:
+// the sequence of the last message read and, when that does not move, the stream's
+// state.
+//
+// nats.go's ordered consumer recreates itself when its connection comes back or its
+// heartbeats stop (2 × 5 s), but each try waits up to 10 s for an answer and then backs
+// off 1, 2, 4 … s, holding the consumer all the while. When a NATS server is killed,
+// the consumer it hosted goes with it, and a try begun while the stream has no leader
+// (4 to 9 s of election) can leave the scaler reading nothing for 20 s and more while
+// the stream takes every report again: seen as a failed wake in the e2e NATS failover
+// test. So the follower checks every second that nothing was read: then it asks the
+// stream, and once the stream has held messages newer than the last one read for
+// consumerStallAfter, it makes a new consumer itself.
+type stallWatch struct {
+	read    uint64    // the last message read, as last seen
+	pending time.Time // since when the stream has held newer messages, nothing read; zero when not
+}
+
+// consumerStallAfter is how long the stream must hold messages newer than the last one
+// read, none being read, before the consumer counts as stalled. A consumer that works
+// takes a message within milliseconds of its being stored.
+const consumerStallAfter = 2 * time.Second
+
+// progressed reports whether a message was read since the last call, and starts over
+// when one was.
+func (w *stallWatch) progressed(read uint64) bool {
+	if read == w.read {
+		return false
+	}
+	w.read, w.pending = read, time.Time{}
+	return true
+}
+
+// stalled reports whether the consumer is stalled at now, given the stream's message
+// count and last sequence.
+func (w *stallWatch) stalled(now time.Time, msgs, last uint64) bool {
+	// A stream with messages always holds its last one: reports are never deleted one
+	// by one, and MaxAge removes the oldest first. With no message, LastSeq stays where
+	// the last one was, and there is nothing to read.
+	if msgs == 0 || last <= w.read {
+		w.pending = time.Time{}
+		return false
+	}
+	if w.pending.IsZero() {
+		w.pending = now
+	}
+	return now.Sub(w.pending) >= consumerStallAfter
+}
 
 // run follows the stream until ctx ends. After a failure it sets everything up again,
 // waiting from 1 s up to 30 s between attempts; a follow that ran a minute resets the wait.
@@ -155,13 +219,17 @@ func (f *follower) run(ctx context.Context) error {
 		if time.Since(started) > time.Minute {
 			wait = time.Second
 		}
+		if errors.Is(err, errConsumerStalled) {
+			f.metrics.consumerStalls.Inc()
+			wait = 0 // the stream answers: no reason to wait
+		}
 		f.log.Warn("not following the stream; setting it up again", "stream", gpuscalerv1.StreamName, "err", err, "retryIn", wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 30*time.Second)
+		wait = min(max(2*wait, time.Second), 30*time.Second)
 	}
 }
 
@@ -179,10 +247,17 @@ func (f *follower) follow(ctx context.Context) (err error) {
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := f.js.OrderedConsumer(setupCtx, gpuscalerv1.StreamName, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{gpuscalerv1.SubjectAll},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	}
+	if read := f.lastStreamSeq.Load(); f.resume.created.Equal(created) && read > 0 {
+		// After a stall, in the same stream: what came after the last message read, as
+		// nats.go's own reset resumes, so no report is applied twice.
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read+1
+	}
+	f.resume = resumePoint{}
+	cons, err := f.js.OrderedConsumer(setupCtx, gpuscalerv1.StreamName, cfg)
 	if err != nil {
 		return fmt.Errorf("create consumer on stream %s: %w", gpuscalerv1.StreamName, err)
 	}
@@ -200,6 +275,9 @@ func (f *follower) follow(ctx context.Context) (err error) {
 
 	watchdog := time.NewTicker(f.checkEvery)
 	defer watchdog.Stop()
+	stallCheck := time.NewTicker(min(f.checkEvery, time.Second))
+	defer stallCheck.Stop()
+	stall := stallWatch{read: f.lastStreamSeq.Load()}
 	replay := time.NewTicker(50 * time.Millisecond)
 	defer replay.Stop()
 	for {
@@ -213,8 +291,21 @@ func (f *follower) follow(ctx context.Context) (err error) {
 			}
 			f.checkReplay(ctx, cons)
 		case <-watchdog.C:
-			if err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
+			if _, err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
 				return err
+			}
+		case <-stallCheck.C:
+			if stall.progressed(f.lastStreamSeq.Load()) {
+				continue
+			}
+			state, err := f.checkStream(ctx, created)
+			if errors.Is(err, errStreamChanged) {
+				return err
+			}
+			if err == nil && stall.stalled(time.Now(), state.Msgs, state.LastSeq) {
+				f.resume = resumePoint{created: created}
+				return fmt.Errorf("%w: stream %s has held messages up to %d for %s, none read since %d",
+					errConsumerStalled, gpuscalerv1.StreamName, state.LastSeq, consumerStallAfter, stall.read)
 			}
 		}
 	}
@@ -274,24 +365,25 @@ func (f *follower) observeClock(server, sent time.Time) {
 }
 
 // checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
-// is not the one being followed, and reads the server's clock on the way.
-func (f *follower) checkStream(ctx context.Context, created time.Time) error {
+// is not the one being followed, and reads the server's clock on the way. It returns
+// the stream's state.
+func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.StreamState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	sent := f.clock.local()
 	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("%w: stream %s is gone", errStreamChanged, gpuscalerv1.StreamName)
+		return jetstream.StreamState{}, fmt.Errorf("%w: stream %s is gone", errStreamChanged, gpuscalerv1.StreamName)
 	case err != nil:
-		return err // NATS unreachable: the connection reconnects, and readiness watches it
+		return jetstream.StreamState{}, err // NATS unreachable: the connection reconnects, and readiness watches it
 	}
 	info := s.CachedInfo()
 	f.observeClock(info.TimeStamp, sent)
 	if !info.Created.Equal(created) {
-		return fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, gpuscalerv1.StreamName, stamp(info.Created))
+		return jetstream.StreamState{}, fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, gpuscalerv1.StreamName, stamp(info.Created))
 	}
-	return nil
+	return info.State, nil
 }
 
 // checkReplay covers what handle cannot see: an empty stream, or a replay whose last

@@ -24,6 +24,7 @@ type metrics struct {
 	consumersFollowed prometheus.Gauge
 	consumersRefused  prometheus.Counter
 	producerConflicts prometheus.Counter
+	consumerStalls    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
@@ -69,13 +70,17 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_queue_producer_conflicts_total",
 			Help: "Queue reports that replaced another producer's report while the two reported the queue by turns (within a minute): its backlog flaps between their figures. One queue must have one producer; the queues are logged.",
 		}),
+		consumerStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_stream_consumer_stalls_total",
+			Help: "Times the stream held messages newer than the last one read while nothing was read for a watchdog period (a consumer lost with its NATS server, or stuck recreating itself): the scaler then makes a new consumer, resuming after the last message read.",
+		}),
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
 		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
-		m.producerConflicts,
+		m.producerConflicts, m.consumerStalls,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",

@@ -664,6 +664,56 @@ func TestStreamDeletedIsSetUpAgain(t *testing.T) {
 	}
 }
 
+// TestStalledConsumerIsReplaced: the scaler's consumer stops delivering while the
+// stream goes on taking reports, as when the NATS server hosting it is killed and
+// nats.go's own recovery waits on a stream with no leader (stallWatch). Here the server
+// pauses it, which nats.go never notices. The scaler makes a new consumer, resuming after
+// the last report read, and counts the stall.
+func TestStalledConsumerIsReplaced(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s, logs := startScalerLogging(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
+	backlog := func() float64 {
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
+		if err != nil {
+			return -1
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat()
+	}
+	pub.queue("ml", "jobs", 5, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
+	received := testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue"))
+
+	stream, err := pub.js.Stream(t.Context(), gpuscalerv1.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(t.Context())
+	var paused int
+	for name := range names.Name() {
+		if _, err := pub.js.PauseConsumer(t.Context(), gpuscalerv1.StreamName, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		paused++
+	}
+	if err := names.Err(); err != nil || paused != 1 {
+		t.Fatalf("paused %d consumers (%v), want the scaler's one", paused, err)
+	}
+	pub.queue("ml", "jobs", 9, 0)
+	testkit.Eventually(t, 10*time.Second, func() bool { return backlog() == 9 })
+	if n := testutil.ToFloat64(s.metrics.consumerStalls); n < 1 {
+		t.Errorf("gpuscaler_scaler_stream_consumer_stalls_total = %v, want at least 1", n)
+	}
+	if !strings.Contains(logs.String(), "consumer stalled") {
+		t.Errorf("no stall logged:\n%s", logs)
+	}
+	// Resumed after the last report read: the first report is not applied again.
+	if got := testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue")); got != received+1 {
+		t.Errorf("queue reports received %v, want %v: the new consumer replayed what the old one had read", got, received+1)
+	}
+}
+
 // TestStreamRecreatedElsewhereIsFollowed: another party deletes and recreates the stream,
 // so its sequence numbers start again from 1. The scaler must notice and replay it.
 func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
@@ -813,5 +863,36 @@ func TestConnectionsAgeOutButStreamsStay(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no activation on the stream within 5s of the report")
+	}
+}
+
+// TestStallWatch: a stream with nothing newer than the last message read is idle, not
+// stalled, however long nothing is read; a message just stored is not a stall either,
+// until it has waited consumerStallAfter; reading anything starts over.
+func TestStallWatch(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	w := stallWatch{read: 10}
+	for i, step := range []struct {
+		at         time.Duration
+		read       uint64
+		msgs, last uint64
+		want       bool
+	}{
+		{0, 10, 5, 10, false},                                  // caught up
+		{time.Hour, 10, 0, 12, false},                          // emptied by MaxAge: LastSeq stays, nothing to read
+		{time.Hour + time.Second, 10, 3, 12, false},            // newer messages: pending from here
+		{time.Hour + 2*time.Second, 10, 3, 13, false},          // 1 s
+		{time.Hour + 3*time.Second, 10, 3, 13, true},           // 2 s: stalled
+		{time.Hour + 4*time.Second, 12, 3, 13, false},          // read again: starts over
+		{time.Hour + 10*time.Second, 12, 3, 13, false},         // pending again from here
+		{time.Hour + 10500*time.Millisecond, 13, 3, 13, false}, // caught up
+	} {
+		var got bool
+		if !w.progressed(step.read) {
+			got = w.stalled(t0.Add(step.at), step.msgs, step.last)
+		}
+		if got != step.want {
+			t.Errorf("step %d: stalled = %v, want %v", i, got, step.want)
+		}
 	}
 }
