@@ -629,20 +629,25 @@ func TestGRPCHealth(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
 }
 
-// TestStreamDeletedIsSetUpAgain deletes the stream under a running scaler (as a NATS
-// restart does to a memory stream): the scaler must create it again and follow it.
-func TestStreamDeletedIsSetUpAgain(t *testing.T) {
-	ns := natstest.Start(t, "", "")
-	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
-	pub := newPublisher(t, ns.ClientURL())
+// jobsBacklog reads the queue-backlog of ml/jobs from s, -1 when it fails.
+func jobsBacklog(t *testing.T, s *testScaler) func() float64 {
 	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
-	backlog := func() float64 {
+	return func() float64 {
 		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
 		if err != nil {
 			return -1
 		}
 		return resp.GetMetricValues()[0].GetMetricValueFloat()
 	}
+}
+
+// TestStreamDeletedIsSetUpAgain deletes the stream under a running scaler (as a NATS
+// restart does to a memory stream): the scaler must create it again and follow it.
+func TestStreamDeletedIsSetUpAgain(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, ns.ClientURL())
+	backlog := jobsBacklog(t, s)
 	pub.queue("ml", "jobs", 5, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
 
@@ -673,14 +678,7 @@ func TestStalledConsumerIsReplaced(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	s, logs := startScalerLogging(t, ns.ClientURL(), Config{streamCheckEvery: 50 * time.Millisecond})
 	pub := newPublisher(t, ns.ClientURL())
-	r := ref("ml", "llm", map[string]string{"queue": "jobs"})
-	backlog := func() float64 {
-		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
-		if err != nil {
-			return -1
-		}
-		return resp.GetMetricValues()[0].GetMetricValueFloat()
-	}
+	backlog := jobsBacklog(t, s)
 	pub.queue("ml", "jobs", 5, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
 	received := testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue"))
