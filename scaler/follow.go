@@ -298,9 +298,15 @@ func (f *follower) follow(ctx context.Context) (err error) {
 			if stall.progressed(f.lastStreamSeq.Load()) {
 				continue
 			}
-			state, err := f.checkStream(ctx, created)
+			// A short wait: a request sent while the stream has no leader goes unanswered,
+			// and the next second's may find one.
+			state, err := f.checkStreamWithin(ctx, created, time.Second)
 			if errors.Is(err, errStreamChanged) {
 				return err
+			}
+			if err != nil || state.LastSeq > stall.read {
+				f.log.Debug("nothing read for a second: asked the stream", "stream", gpuscalerv1.StreamName,
+					"read", stall.read, "lastSeq", state.LastSeq, "msgs", state.Msgs, "err", err)
 			}
 			if err == nil && stall.stalled(time.Now(), state.Msgs, state.LastSeq) {
 				f.resume = resumePoint{created: created}
@@ -368,7 +374,12 @@ func (f *follower) observeClock(server, sent time.Time) {
 // is not the one being followed, and reads the server's clock on the way. It returns
 // the stream's state.
 func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.StreamState, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	return f.checkStreamWithin(ctx, created, 5*time.Second)
+}
+
+// checkStreamWithin is checkStream waiting at most timeout for the stream's answer.
+func (f *follower) checkStreamWithin(ctx context.Context, created time.Time, timeout time.Duration) (jetstream.StreamState, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := f.clock.local()
 	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
