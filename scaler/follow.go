@@ -141,8 +141,8 @@ type shardItem struct {
 // errStreamChanged ends one follow when the stream it follows is gone or was replaced.
 var errStreamChanged = errors.New("stream changed")
 
-// errConsumerStalled ends one follow when the stream holds messages newer than the last
-// one read and nothing was read for a watchdog period (stallWatch).
+// errConsumerStalled ends one follow when the stream has held messages newer than the
+// last one read for consumerStallAfter, none being read (stallWatch).
 var errConsumerStalled = errors.New("consumer stalled")
 
 // resumePoint says the next follow resumes after the last message read, if the stream
@@ -201,7 +201,8 @@ func (w *stallWatch) stalled(now time.Time, msgs, last uint64) bool {
 }
 
 // run follows the stream until ctx ends. After a failure it sets everything up again,
-// waiting from 1 s up to 30 s between attempts; a follow that ran a minute resets the wait.
+// waiting from 1 s up to 30 s between attempts (a follow that ran a minute resets the
+// wait), and at once after a stalled consumer, since the stream answers.
 func (f *follower) run(ctx context.Context) error {
 	f.replaying.Store(true)
 	f.replayStart = time.Now()
