@@ -281,6 +281,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 	stall := stallWatch{read: f.lastStreamSeq.Load()}
 	replay := time.NewTicker(50 * time.Millisecond)
 	defer replay.Stop()
+	var replayCheck atomic.Bool // a checkReplay is running
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,7 +291,15 @@ func (f *follower) follow(ctx context.Context) (err error) {
 				replay.Stop()
 				continue
 			}
-			f.checkReplay(ctx, cons)
+			// Not on this goroutine: the ordered consumer's Info waits on its lock, which
+			// nats.go holds through every retry of a reset (10 s a try), and this loop
+			// must keep watching for a stall meanwhile.
+			if replayCheck.CompareAndSwap(false, true) {
+				go func() {
+					defer replayCheck.Store(false)
+					f.checkReplay(ctx, cons)
+				}()
+			}
 		case <-watchdog.C:
 			if _, err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
 				return err
