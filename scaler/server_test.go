@@ -729,9 +729,17 @@ func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
 	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.StreamName); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.js.CreateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	// Made again at once, as another party would. The scaler makes it too once it sees it
+	// gone, which may come first: either way the sequences start again from 1. Under load
+	// nats-server can refuse a create racing another ("error creating store for
+	// stream"), so it is tried until the stream exists.
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		_, err := pub.js.CreateStream(t.Context(), cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			t.Logf("create the stream again: %v", err)
+		}
+		return err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
+	})
 	pub.queue("ml", "jobs", 9, 0) // sequence 1 of the new stream
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
