@@ -98,7 +98,7 @@ test-hardware: ## on a machine with an NVIDIA GPU: the NVML source against nvidi
 hardware-binaries: ## build .hw/collectors.test.gz and .hw/gpuscaler.gz, to run hack/hardware-check.sh on a GPU machine without Go
 	mkdir -p .hw
 	$(GO) test -c -tags hardware -ldflags '-s -w' -o .hw/collectors.test ./collectors/
-	$(GO) build -trimpath -ldflags '-s -w' -o .hw/gpuscaler ./cmd/gpuscaler
+	$(GO) build $(BUILDFLAGS) -o .hw/gpuscaler ./cmd/gpuscaler
 	gzip -9f .hw/collectors.test .hw/gpuscaler
 
 .PHONY: fuzz

@@ -117,10 +117,11 @@ type follower struct {
 	shards []chan shardItem
 	runCtx context.Context
 
-	// resume says where the next follow starts when the last one ended on a stalled
-	// consumer: after the last message read, in the same stream. Zero: at the latest
-	// message of each subject. Only run's goroutine touches it.
-	resume resumePoint
+	// resumeIn is when the stream was created whose follow ended on a stalled consumer:
+	// the next follow, if it finds the same stream, resumes after the last message read
+	// rather than at the latest message of each subject. Zero when the last follow did
+	// not stall. Only run's goroutine touches it.
+	resumeIn time.Time
 
 	mu sync.Mutex // guards the fields below
 	// failure is why the follower is not following now, nil while it is; failingSince
@@ -144,12 +145,6 @@ var errStreamChanged = errors.New("stream changed")
 // errConsumerStalled ends one follow when the stream has held messages newer than the
 // last one read for consumerStallAfter, none being read (stallWatch).
 var errConsumerStalled = errors.New("consumer stalled")
-
-// resumePoint says the next follow resumes after the last message read, if the stream
-// is still the one created at created; the zero value says it does not.
-type resumePoint struct {
-	created time.Time
-}
 
 // stallWatch tells a stalled consumer from an idle one, from what the follower reads:
 // the sequence of the last message read and, when that does not move, the stream's
@@ -252,12 +247,12 @@ func (f *follower) follow(ctx context.Context) (err error) {
 		FilterSubjects: []string{gpuscalerv1.SubjectAll},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	}
-	if read := f.lastStreamSeq.Load(); f.resume.created.Equal(created) && read > 0 {
+	if read := f.lastStreamSeq.Load(); f.resumeIn.Equal(created) && read > 0 {
 		// After a stall, in the same stream: what came after the last message read, as
 		// nats.go's own reset resumes, so no report is applied twice.
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read+1
 	}
-	f.resume = resumePoint{}
+	f.resumeIn = time.Time{}
 	cons, err := f.js.OrderedConsumer(setupCtx, gpuscalerv1.StreamName, cfg)
 	if err != nil {
 		return fmt.Errorf("create consumer on stream %s: %w", gpuscalerv1.StreamName, err)
@@ -301,7 +296,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 				}()
 			}
 		case <-watchdog.C:
-			if _, err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
+			if _, err := f.checkStream(ctx, created, 5*time.Second); errors.Is(err, errStreamChanged) {
 				return err
 			}
 		case <-stallCheck.C:
@@ -310,7 +305,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 			}
 			// A short wait: a request sent while the stream has no leader goes unanswered,
 			// and the next second's may find one.
-			state, err := f.checkStreamWithin(ctx, created, time.Second)
+			state, err := f.checkStream(ctx, created, time.Second)
 			if errors.Is(err, errStreamChanged) {
 				return err
 			}
@@ -319,7 +314,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 					"read", stall.read, "lastSeq", state.LastSeq, "msgs", state.Msgs, "err", err)
 			}
 			if err == nil && stall.stalled(time.Now(), state.Msgs, state.LastSeq) {
-				f.resume = resumePoint{created: created}
+				f.resumeIn = created
 				return fmt.Errorf("%w: stream %s has held messages up to %d for %s, none read since %d",
 					errConsumerStalled, gpuscalerv1.StreamName, state.LastSeq, consumerStallAfter, stall.read)
 			}
@@ -382,13 +377,8 @@ func (f *follower) observeClock(server, sent time.Time) {
 
 // checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
 // is not the one being followed, and reads the server's clock on the way. It returns
-// the stream's state.
-func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.StreamState, error) {
-	return f.checkStreamWithin(ctx, created, 5*time.Second)
-}
-
-// checkStreamWithin is checkStream waiting at most timeout for the stream's answer.
-func (f *follower) checkStreamWithin(ctx context.Context, created time.Time, timeout time.Duration) (jetstream.StreamState, error) {
+// the stream's state, waiting at most timeout for it.
+func (f *follower) checkStream(ctx context.Context, created time.Time, timeout time.Duration) (jetstream.StreamState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := f.clock.local()

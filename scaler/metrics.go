@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}),
 		consumerStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_stream_consumer_stalls_total",
-			Help: "Times the stream held messages newer than the last one read while nothing was read for a watchdog period (a consumer lost with its NATS server, or stuck recreating itself): the scaler then makes a new consumer, resuming after the last message read.",
+			Help: "Times the stream held messages newer than the last one read for 2 s while nothing was read (a consumer lost with its NATS server, or stuck recreating itself): the scaler then makes a new consumer, resuming after the last message read.",
 		}),
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
