@@ -32,7 +32,9 @@ producers and a gRPC client. It reports, each beside its target:
     --hpa-sync-period: 2,000 reads/s for 10,000 triggers at the defaults), and while
     readers, as many as CPUs, read as fast as they can
   - the highest NodeReport rate absorbed end to end, through NATS, without falling
-    behind (--rates, rising), with no reads and while KEDA reads at its rate
+    behind (--rates, rising), with no reads and while KEDA reads at its rate; a rate R
+    comes from R × --node-interval nodes (more nodes join as rates rise), so each node
+    reports at its interval as collectors do
   - heap and resident memory per tracked GPU, and the resident memory of a scaler
     process of its own (this binary) following --nodes nodes
 It prints a table, writes JSON to --out, and takes about a minute with the defaults.
@@ -62,6 +64,7 @@ func runBench(ctx context.Context, args []string, env envFunc, stdout, stderr io
 	fs.DurationVar(&cfg.PollingInterval, "polling-interval", 30e9, "KEDA's pollingInterval: how often its scale loop reads each trigger")
 	fs.DurationVar(&cfg.HPASyncPeriod, "hpa-sync-period", 15e9, "how often the HPA reads each trigger through KEDA's metrics adapter (--horizontal-pod-autoscaler-sync-period)")
 	fs.StringVar(&rates, "rates", "10000,20000,30000,40000,50000,60000,80000", "NodeReport rates per second tried for absorption through NATS, rising; stops at the first not absorbed")
+	fs.BoolVar(&cfg.FixedAbsorbNodes, "absorb-fixed-nodes", false, "absorption: publish every rate from the --nodes nodes alone, each reporting faster as the rate rises, rather than from rate × --node-interval nodes (the stream keeps one report per node, so one replaced before the scaler reads it is never applied and the rate counts as not absorbed)")
 	fs.DurationVar(&cfg.StepDuration, "step", 3e9, "how long each absorption rate, and each measurement at the apply path, runs")
 	fs.IntVar(&cfg.MemoryNodes, "memory-nodes", 10000, "nodes decoded into a fresh state to weigh a GPU")
 	fs.BoolVar(&scalerRSS, "scaler-rss", true, "measure the resident memory of a scaler process of its own, this binary, following --nodes nodes")

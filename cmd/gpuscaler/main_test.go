@@ -297,6 +297,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"hpa-sync-period":    "(default 15s)",
 		"rates":              `(default "10000,20000,30000,40000,50000,60000,80000")`,
 		"step":               "(default 3s)",
+		"absorb-fixed-nodes": "",
 		"memory-nodes":       "(default 10000)",
 		"scaler-rss":         "(default true)",
 		"out":                `(default "bench.json")`,

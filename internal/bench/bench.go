@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -61,6 +62,13 @@ type Config struct {
 	// how long each ingestion measurement at the apply path runs.
 	Rates        []int
 	StepDuration time.Duration
+	// FixedAbsorbNodes has the absorption steps publish from the Nodes nodes alone, each
+	// reporting faster as the rate rises. By default a step at rate R publishes from at
+	// least R × NodeInterval nodes, so no node reports more often than every
+	// NodeInterval, as collectors do: the stream keeps only each node's last report, so
+	// with fewer nodes a report replaced before the scaler read it is never applied, and
+	// the step counts as not absorbed although the scaler's view is current.
+	FixedAbsorbNodes bool
 	// MemoryNodes are decoded into a fresh state to weigh one GPU [10000].
 	MemoryNodes int
 	// ScalerBinary is a gpuscaler binary the bench runs as a scaler process of its own to
@@ -124,7 +132,9 @@ type Latency struct {
 
 // RateStep is one step of the absorption test.
 type RateStep struct {
-	Offered   int     `json:"offered_per_s"`
+	Offered int `json:"offered_per_s"`
+	// Nodes is how many nodes published the step's reports, round robin.
+	Nodes     int     `json:"nodes"`
 	Published int     `json:"published"`
 	Applied   int     `json:"applied"`
 	Rate      float64 `json:"applied_per_s"`
@@ -350,13 +360,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}
 	res.Ingest = measureIngest(ctx, s.State(), nodes, rd, appliers, kedaRate, cfg.StepDuration, progress)
 
-	step(7, fmt.Sprintf("NodeReport absorption through NATS, no reads: rates %v per second, %s each", cfg.Rates, cfg.StepDuration))
-	res.Absorb = measureAbsorb(ctx, s.State(), pubs, nodes, cfg, progress, nil)
-	res.MaxAbsorbedPerS = maxKeptUp(res.Absorb)
-
-	step(8, fmt.Sprintf("NodeReport absorption through NATS while KEDA reads every trigger (%.0f reads/s): rates %v per second, %s each", kedaRate, cfg.Rates, cfg.StepDuration))
-	res.AbsorbWithReads = measureAbsorb(ctx, s.State(), pubs, nodes, cfg, progress, &absorbReads{rd: rd, rate: kedaRate, trigs: trigs})
+	// While KEDA reads first: the pool of nodes grows as rates rise and the state keeps
+	// every node it took, so the target's figure is measured on a state no larger than
+	// its own rates need.
+	pool := &absorbPool{w: w, nodes: nodes, fixed: cfg.FixedAbsorbNodes, interval: cfg.NodeInterval}
+	step(7, fmt.Sprintf("NodeReport absorption through NATS while KEDA reads every trigger (%.0f reads/s): rates %v per second, %s each", kedaRate, cfg.Rates, cfg.StepDuration))
+	res.AbsorbWithReads = measureAbsorb(ctx, s.State(), pubs, pool, cfg, progress, &absorbReads{rd: rd, rate: kedaRate, trigs: trigs})
 	res.MaxAbsorbedWithReadsPerS = maxKeptUp(res.AbsorbWithReads)
+
+	step(8, fmt.Sprintf("NodeReport absorption through NATS, no reads: rates %v per second, %s each", cfg.Rates, cfg.StepDuration))
+	res.Absorb = measureAbsorb(ctx, s.State(), pubs, pool, cfg, progress, nil)
+	res.MaxAbsorbedPerS = maxKeptUp(res.Absorb)
 	step(9, "done")
 	return res, ctx.Err()
 }
@@ -669,13 +683,50 @@ type absorbReads struct {
 	trigs []trigger
 }
 
-// measureAbsorb offers NodeReports at rising rates. A rate is absorbed when, within one
-// second of the step's end, the scaler has applied every report published in it. With
-// reads, every trigger's report is published afresh before each step, and KEDA reads the
-// triggers at its rate through the step and that second.
-func measureAbsorb(ctx context.Context, state *scaler.State, pubs *publishers, nodes []node, cfg Config, progress io.Writer, reads *absorbReads) []RateStep {
+// absorbPool is the nodes the absorption steps publish from: the workload's, and more as
+// rates rise (unless fixed), so that no node reports more often than every interval.
+type absorbPool struct {
+	w        *workload
+	nodes    []node
+	fixed    bool
+	interval time.Duration
+}
+
+// forRate returns the nodes a step at rate publishes from, round robin: every node of
+// the pool, grown first to rate × interval nodes when it is smaller. The new nodes
+// report once, and forRate returns once the scaler holds them all, so the step measures
+// reports of nodes the scaler knows, as in a running cluster.
+func (p *absorbPool) forRate(ctx context.Context, state *scaler.State, pubs *publishers, rate int) ([]node, error) {
+	want := int(math.Ceil(float64(rate) * p.interval.Seconds()))
+	if p.fixed || want <= len(p.nodes) {
+		return p.nodes, nil
+	}
+	more := p.w.moreNodeReports(len(p.nodes), want)
+	for i, n := range more {
+		pubs.publish(i, n.subject, n.data)
+	}
+	pubs.flush()
+	p.nodes = append(p.nodes, more...)
+	if err := waitFor(ctx, time.Minute, func() bool { n, _, _ := state.Size(); return n >= want }); err != nil {
+		return nil, fmt.Errorf("the scaler did not take the reports of %d new nodes: %w", len(more), err)
+	}
+	settle(ctx, state)
+	return p.nodes, nil
+}
+
+// measureAbsorb offers NodeReports at rising rates, each from the nodes pool gives it. A
+// rate is absorbed when, within one second of the step's end, the scaler has applied
+// every report published in it. With reads, every trigger's report is published afresh
+// before each step, and KEDA reads the triggers at its rate through the step and that
+// second.
+func measureAbsorb(ctx context.Context, state *scaler.State, pubs *publishers, pool *absorbPool, cfg Config, progress io.Writer, reads *absorbReads) []RateStep {
 	var steps []RateStep
 	for _, rate := range cfg.Rates {
+		nodes, err := pool.forRate(ctx, state, pubs, rate)
+		if err != nil {
+			fmt.Fprintf(progress, "      %v\n", err)
+			break
+		}
 		var stopReads func() ReadLoad
 		if reads != nil {
 			if err := refreshQueues(ctx, state, pubs, reads.trigs); err != nil {
@@ -695,7 +746,7 @@ func measureAbsorb(ctx context.Context, state *scaler.State, pubs *publishers, n
 		_ = waitFor(ctx, time.Second, func() bool { return state.Applied()-before >= uint64(published) })
 		applied := int(state.Applied() - before)
 		st := RateStep{
-			Offered: rate, Published: published, Applied: applied,
+			Offered: rate, Nodes: len(nodes), Published: published, Applied: applied,
 			Rate:   float64(applied) / time.Since(start).Seconds(),
 			KeptUp: applied >= published,
 		}
@@ -712,7 +763,7 @@ func measureAbsorb(ctx context.Context, state *scaler.State, pubs *publishers, n
 			}
 		}
 		steps = append(steps, st)
-		fmt.Fprintf(progress, "      %6d/s offered: %d published, %d applied (%.0f/s) %s%s\n", rate, published, applied, st.Rate, map[bool]string{true: "kept up", false: "fell behind"}[st.KeptUp], readsSaid)
+		fmt.Fprintf(progress, "      %6d/s offered by %d nodes: %d published, %d applied (%.0f/s) %s%s\n", rate, len(nodes), published, applied, st.Rate, map[bool]string{true: "kept up", false: "fell behind"}[st.KeptUp], readsSaid)
 		if st.Reads != nil && !readsKeptUp(st.Reads) {
 			st.KeptUp = false // KEDA was not served: not a rate absorbed while it reads
 			steps[len(steps)-1] = st

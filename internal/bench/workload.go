@@ -101,49 +101,72 @@ func (w *workload) nodeReports() []node {
 		curLeft = w.apps[0].gpus
 	}
 	for i := range out {
-		r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("bench-node-%05d", i), Source: "sim", CollectorId: "bench", Sequence: 1}
-		for g := range cfg.GPUsPerNode {
-			uuid := fmt.Sprintf("GPU-%08x-%04x", i, g)
-			s := &gpuscalerv1.GPUSample{
-				Uuid: uuid, Index: uint32(g), Model: "NVIDIA H100 80GB HBM3",
-				GpuUtil: proto.Float64(float64(rng.IntN(101))), SmActive: proto.Float64(float64(rng.IntN(101))),
-				TensorActive: proto.Float64(float64(rng.IntN(101))),
-				FbUsedBytes:  proto.Uint64(uint64(rng.IntN(80)) << 30), FbTotalBytes: proto.Uint64(80 << 30),
-				PowerWatts: proto.Float64(300 + float64(rng.IntN(400))), TemperatureCelsius: proto.Float64(40 + float64(rng.IntN(40))),
+		out[i] = w.nodeReport(i, rng, func(g int) *gpuscalerv1.PodRef {
+			if g >= w.bigGPUs[i] {
+				return smallPod(cfg, i, g)
 			}
-			r.Allocatable = append(r.Allocatable, &gpuscalerv1.Device{Id: uuid, Resource: "nvidia.com/gpu"})
-			switch {
-			case g == cfg.GPUsPerNode-1: // free
-			case g < w.bigGPUs[i]:
-				if curLeft == 0 {
-					cur++
-					curLeft = w.apps[cur].gpus
-				}
-				curLeft--
-				a := w.apps[cur]
-				s.Pod = &gpuscalerv1.PodRef{
-					Namespace: BigNamespace, Name: fmt.Sprintf("%s-%05d", a.name, i), Container: "main",
-					Labels:    map[string]string{"app": a.name, labelTeam: a.team, labelComponent: a.component, "pod-template-hash": fmt.Sprintf("%08x", uint32(cur)*2654435761)},
-					OwnerKind: map[string]string{"inference": "Deployment", "training": "Job"}[a.component], OwnerName: a.name,
-				}
-			default:
-				app := (i*cfg.GPUsPerNode + g) % 100
-				s.Pod = &gpuscalerv1.PodRef{
-					Namespace: fmt.Sprintf("bench-ns-%02d", app%50), Name: fmt.Sprintf("svc-%02d-%05d", app, i), Container: "main",
-					Labels:    map[string]string{"app": fmt.Sprintf("svc-%02d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"},
-					OwnerKind: "Deployment", OwnerName: fmt.Sprintf("svc-%02d", app),
-				}
+			if curLeft == 0 {
+				cur++
+				curLeft = w.apps[cur].gpus
 			}
-			if s.Pod != nil {
-				r.Allocated = append(r.Allocated, &gpuscalerv1.Device{Id: uuid, Resource: "nvidia.com/gpu"})
+			curLeft--
+			a := w.apps[cur]
+			return &gpuscalerv1.PodRef{
+				Namespace: BigNamespace, Name: fmt.Sprintf("%s-%05d", a.name, i), Container: "main",
+				Labels:    map[string]string{"app": a.name, labelTeam: a.team, labelComponent: a.component, "pod-template-hash": fmt.Sprintf("%08x", uint32(cur)*2654435761)},
+				OwnerKind: map[string]string{"inference": "Deployment", "training": "Job"}[a.component], OwnerName: a.name,
 			}
-			r.Gpus = append(r.Gpus, s)
-		}
-		subject, _ := gpuscalerv1.NodeSubject(r.GetNode())
-		data, _ := proto.Marshal(r)
-		out[i] = node{subject, data}
+		})
 	}
 	return out
+}
+
+// moreNodeReports builds the reports of nodes from to to-1, beyond the workload's
+// cfg.Nodes: nodes laid out as the round-robin ones, as a larger --nodes would have them
+// (the big namespace is filled within the first cfg.Nodes).
+func (w *workload) moreNodeReports(from, to int) []node {
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(from)))
+	out := make([]node, 0, max(to-from, 0))
+	for i := from; i < to; i++ {
+		out = append(out, w.nodeReport(i, rng, func(g int) *gpuscalerv1.PodRef { return smallPod(w.cfg, i, g) }))
+	}
+	return out
+}
+
+// nodeReport builds node i's report, its held GPUs' pods given by pod.
+func (w *workload) nodeReport(i int, rng *rand.Rand, pod func(g int) *gpuscalerv1.PodRef) node {
+	cfg := w.cfg
+	r := &gpuscalerv1.NodeReport{Node: fmt.Sprintf("bench-node-%05d", i), Source: "sim", CollectorId: "bench", Sequence: 1}
+	for g := range cfg.GPUsPerNode {
+		uuid := fmt.Sprintf("GPU-%08x-%04x", i, g)
+		s := &gpuscalerv1.GPUSample{
+			Uuid: uuid, Index: uint32(g), Model: "NVIDIA H100 80GB HBM3",
+			GpuUtil: proto.Float64(float64(rng.IntN(101))), SmActive: proto.Float64(float64(rng.IntN(101))),
+			TensorActive: proto.Float64(float64(rng.IntN(101))),
+			FbUsedBytes:  proto.Uint64(uint64(rng.IntN(80)) << 30), FbTotalBytes: proto.Uint64(80 << 30),
+			PowerWatts: proto.Float64(300 + float64(rng.IntN(400))), TemperatureCelsius: proto.Float64(40 + float64(rng.IntN(40))),
+		}
+		r.Allocatable = append(r.Allocatable, &gpuscalerv1.Device{Id: uuid, Resource: "nvidia.com/gpu"})
+		if g < cfg.GPUsPerNode-1 { // the last GPU of a node stays free
+			s.Pod = pod(g)
+			r.Allocated = append(r.Allocated, &gpuscalerv1.Device{Id: uuid, Resource: "nvidia.com/gpu"})
+		}
+		r.Gpus = append(r.Gpus, s)
+	}
+	subject, _ := gpuscalerv1.NodeSubject(r.GetNode())
+	data, _ := proto.Marshal(r)
+	return node{subject, data}
+}
+
+// smallPod is the pod of the round-robin layout holding GPU g of node i: one of 100 apps
+// over 50 namespaces.
+func smallPod(cfg Config, i, g int) *gpuscalerv1.PodRef {
+	app := (i*cfg.GPUsPerNode + g) % 100
+	return &gpuscalerv1.PodRef{
+		Namespace: fmt.Sprintf("bench-ns-%02d", app%50), Name: fmt.Sprintf("svc-%02d-%05d", app, i), Container: "main",
+		Labels:    map[string]string{"app": fmt.Sprintf("svc-%02d", app), "tier": "gpu", "pod-template-hash": "7d4b9c8f6"},
+		OwnerKind: "Deployment", OwnerName: fmt.Sprintf("svc-%02d", app),
+	}
 }
 
 // Kinds of trigger, for the GetMetrics figures.

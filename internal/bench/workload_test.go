@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,51 @@ func TestWorkloadWithoutBigNamespace(t *testing.T) {
 				t.Errorf("node %d GPU %d: app %q, want %q", i, g, got, want)
 			}
 		}
+	}
+}
+
+// TestMoreNodeReports: the nodes the absorption steps add are new nodes (names and GPUs no
+// other node has), laid out round-robin as a larger --nodes would lay them out, and a
+// State takes them beside the workload's own.
+func TestMoreNodeReports(t *testing.T) {
+	cfg := Config{Nodes: 30, BigNamespaceGPUs: 50}.withDefaults()
+	w, err := newWorkload(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := slices.Concat(w.nodeReports(), w.moreNodeReports(30, 45), w.moreNodeReports(45, 52))
+	state := scaler.NewState(nil)
+	seen := map[string]bool{}
+	for i, n := range nodes {
+		ev, err := gpuscalerv1.Decode(n.subject, n.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("bench-node-%05d", i); ev.Node.GetNode() != want {
+			t.Fatalf("node %d is %q, want %q", i, ev.Node.GetNode(), want)
+		}
+		for g, s := range ev.Node.GetGpus() {
+			if seen[s.GetUuid()] {
+				t.Errorf("node %d GPU %d: UUID %s reported twice", i, g, s.GetUuid())
+			}
+			seen[s.GetUuid()] = true
+			if i < cfg.Nodes {
+				continue
+			}
+			want := ""
+			if g != cfg.GPUsPerNode-1 {
+				want = fmt.Sprintf("svc-%02d", (i*cfg.GPUsPerNode+g)%100)
+			}
+			if got := s.GetPod().GetLabels()["app"]; got != want {
+				t.Errorf("added node %d GPU %d: app %q, want %q", i, g, got, want)
+			}
+		}
+		if err := state.Apply(ev, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, gpus, _ := state.Size(); n != len(nodes) || gpus != len(nodes)*cfg.GPUsPerNode {
+		t.Errorf("state holds %d nodes, %d GPUs; want %d, %d", n, gpus, len(nodes), len(nodes)*cfg.GPUsPerNode)
 	}
 }
 
