@@ -693,25 +693,29 @@ type absorbPool struct {
 }
 
 // forRate returns the nodes a step at rate publishes from, round robin: every node of
-// the pool, grown first to rate × interval nodes when it is smaller. The new nodes
-// report once, and forRate returns once the scaler holds them all, so the step measures
-// reports of nodes the scaler knows, as in a running cluster.
-func (p *absorbPool) forRate(ctx context.Context, state *scaler.State, pubs *publishers, rate int) ([]node, error) {
-	want := int(math.Ceil(float64(rate) * p.interval.Seconds()))
-	if p.fixed || want <= len(p.nodes) {
-		return p.nodes, nil
+// the pool, grown first to rate × interval nodes when it is smaller.
+func (p *absorbPool) forRate(rate int) []node {
+	if want := int(math.Ceil(float64(rate) * p.interval.Seconds())); !p.fixed && want > len(p.nodes) {
+		p.nodes = append(p.nodes, p.w.moreNodeReports(len(p.nodes), want)...)
 	}
-	more := p.w.moreNodeReports(len(p.nodes), want)
-	for i, n := range more {
+	return p.nodes
+}
+
+// refresh has every node of the pool report once and waits until the scaler has applied
+// them all: the new nodes join the state before the step, so it measures reports of
+// nodes the scaler knows, as in a running cluster, and no node is older than a
+// trigger's staleAfter when reads begin (the apply-path measurement before refreshes
+// only some). Nothing else may be published meanwhile.
+func (p *absorbPool) refresh(ctx context.Context, state *scaler.State, pubs *publishers) error {
+	before := state.Applied()
+	for i, n := range p.nodes {
 		pubs.publish(i, n.subject, n.data)
 	}
 	pubs.flush()
-	p.nodes = append(p.nodes, more...)
-	if err := waitFor(ctx, time.Minute, func() bool { n, _, _ := state.Size(); return n >= want }); err != nil {
-		return nil, fmt.Errorf("the scaler did not take the reports of %d new nodes: %w", len(more), err)
+	if err := waitFor(ctx, time.Minute, func() bool { return state.Applied()-before >= uint64(len(p.nodes)) }); err != nil {
+		return fmt.Errorf("the scaler did not apply a report of each of %d nodes: %w", len(p.nodes), err)
 	}
-	settle(ctx, state)
-	return p.nodes, nil
+	return nil
 }
 
 // measureAbsorb offers NodeReports at rising rates, each from the nodes pool gives it. A
@@ -722,8 +726,8 @@ func (p *absorbPool) forRate(ctx context.Context, state *scaler.State, pubs *pub
 func measureAbsorb(ctx context.Context, state *scaler.State, pubs *publishers, pool *absorbPool, cfg Config, progress io.Writer, reads *absorbReads) []RateStep {
 	var steps []RateStep
 	for _, rate := range cfg.Rates {
-		nodes, err := pool.forRate(ctx, state, pubs, rate)
-		if err != nil {
+		nodes := pool.forRate(rate)
+		if err := pool.refresh(ctx, state, pubs); err != nil {
 			fmt.Fprintf(progress, "      %v\n", err)
 			break
 		}
