@@ -375,6 +375,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	return res, ctx.Err()
 }
 
+// keptUpNodes is how many nodes published the fastest rate kept up with.
+func keptUpNodes(steps []RateStep) int {
+	n := 0
+	for _, r := range steps {
+		if r.KeptUp {
+			n = r.Nodes
+		}
+	}
+	return n
+}
+
 func maxKeptUp(steps []RateStep) int {
 	best := 0
 	for _, r := range steps {
@@ -917,7 +928,7 @@ func (r *Result) Table(w io.Writer) {
 		r.Config.KEDAReadsPerS, r.Config.PollingInterval, r.Config.HPASyncPeriod)
 	fmt.Fprintf(w, "bus: %s\n\n", r.Config.Auth)
 	tw := func(what, got, target, verdict string) {
-		fmt.Fprintf(w, "  %-52s %-36s %-32s %s\n", what, got, target, verdict)
+		fmt.Fprintf(w, "  %-52s %-46s %-32s %s\n", what, got, target, verdict)
 	}
 	failed := func(indent string, l *ReadLoad) {
 		if l != nil && l.Errors > 0 {
@@ -981,7 +992,10 @@ func (r *Result) Table(w io.Writer) {
 		}
 		return mark(ok, r.fullSize())
 	}
-	tw("  no reads", fmt.Sprintf("%d/s (%d GPU samples/s)", r.MaxAbsorbedPerS, r.MaxAbsorbedPerS*r.Config.GPUsPerNode), "", "")
+	absorbed := func(steps []RateStep, rate int) string {
+		return fmt.Sprintf("%d/s from %d nodes (%d GPU samples/s)", rate, keptUpNodes(steps), rate*r.Config.GPUsPerNode)
+	}
+	tw("  no reads", absorbed(r.Absorb, r.MaxAbsorbedPerS), "", "")
 	var l *ReadLoad
 	for _, st := range r.AbsorbWithReads { // the reads of the step reported: the fastest kept up, else the first
 		if l == nil || st.KeptUp {
@@ -992,7 +1006,7 @@ func (r *Result) Table(w io.Writer) {
 	if l != nil {
 		what += fmt.Sprintf(": %.0f/s asked, %.0f/s made", l.OfferedPerS, l.PerS)
 	}
-	tw(what, fmt.Sprintf("%d/s (%d GPU samples/s)", r.MaxAbsorbedWithReadsPerS, r.MaxAbsorbedWithReadsPerS*r.Config.GPUsPerNode),
+	tw(what, absorbed(r.AbsorbWithReads, r.MaxAbsorbedWithReadsPerS),
 		fmt.Sprintf("≥ %d/s, reads all made", r.Targets.IngestPerS), absorbVerdict(r.AbsorbWithReads, r.absorbWithReadsMet()))
 	failed("  ", l)
 
