@@ -375,26 +375,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	return res, ctx.Err()
 }
 
-// keptUpNodes is how many nodes published the fastest rate kept up with.
-func keptUpNodes(steps []RateStep) int {
-	n := 0
+// fastestKeptUp is the step of the fastest rate absorbed; zero if none was.
+func fastestKeptUp(steps []RateStep) RateStep {
+	var best RateStep
 	for _, r := range steps {
 		if r.KeptUp {
-			n = r.Nodes
-		}
-	}
-	return n
-}
-
-func maxKeptUp(steps []RateStep) int {
-	best := 0
-	for _, r := range steps {
-		if r.KeptUp {
-			best = r.Offered
+			best = r
 		}
 	}
 	return best
 }
+
+func maxKeptUp(steps []RateStep) int { return fastestKeptUp(steps).Offered }
 
 // settle waits, up to 30 s, until the scaler has applied everything published so far:
 // until its count of applied events stays put for 50 ms.
@@ -993,7 +985,7 @@ func (r *Result) Table(w io.Writer) {
 		return mark(ok, r.fullSize())
 	}
 	absorbed := func(steps []RateStep, rate int) string {
-		return fmt.Sprintf("%d/s from %d nodes (%d GPU samples/s)", rate, keptUpNodes(steps), rate*r.Config.GPUsPerNode)
+		return fmt.Sprintf("%d/s from %d nodes (%d GPU samples/s)", rate, fastestKeptUp(steps).Nodes, rate*r.Config.GPUsPerNode)
 	}
 	tw("  no reads", absorbed(r.Absorb, r.MaxAbsorbedPerS), "", "")
 	var l *ReadLoad
