@@ -318,20 +318,14 @@ func (f *follower) follow(ctx context.Context) (err error) {
 				}()
 			}
 		case <-watchdog.C:
-			// A second, as the stall check waits: both run on this loop, and a longer
-			// wait while the stream has no leader kept the stall check from running
-			// (a failover wake 4 s late in the e2e NATS test). A check that gets no
-			// answer changes nothing; the next one asks again.
-			if _, err := f.checkStream(ctx, created, time.Second); errors.Is(err, errStreamChanged) {
+			if _, err := f.checkStream(ctx, created); errors.Is(err, errStreamChanged) {
 				return err
 			}
 		case <-stallCheck.C:
 			if stall.progressed(f.lastStreamSeq.Load()) {
 				continue
 			}
-			// A short wait: a request sent while the stream has no leader goes unanswered,
-			// and the next second's may find one.
-			state, err := f.checkStream(ctx, created, time.Second)
+			state, err := f.checkStream(ctx, created)
 			if errors.Is(err, errStreamChanged) {
 				return err
 			}
@@ -401,11 +395,18 @@ func (f *follower) observeClock(server, sent time.Time) {
 	}
 }
 
+// streamCheckTimeout bounds each request checkStream makes. The watchdog and the stall
+// check both ask on the follow loop: a request sent while the stream has no leader goes
+// unanswered, and a longer wait (5 s once) kept the stall check from running during a
+// NATS failover, a wake 4 s late in the e2e test. A check that gets no answer changes
+// nothing; the next second's may find a leader.
+const streamCheckTimeout = time.Second
+
 // checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
 // is not the one being followed, and reads the server's clock on the way. It returns
-// the stream's state, waiting at most timeout for it.
-func (f *follower) checkStream(ctx context.Context, created time.Time, timeout time.Duration) (jetstream.StreamState, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// the stream's state, waiting at most streamCheckTimeout for it.
+func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.StreamState, error) {
+	ctx, cancel := context.WithTimeout(ctx, streamCheckTimeout)
 	defer cancel()
 	sent := f.clock.local()
 	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
