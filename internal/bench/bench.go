@@ -307,11 +307,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	res.NodeReportBytes = len(nodes[0].data)
 
 	// Every node reports once, so the state is full before anything is measured.
-	for i := range nodes {
-		pubs.publish(i, nodes[i].subject, nodes[i].data)
-	}
-	pubs.flush()
-	if err := waitFor(ctx, time.Minute, func() bool { n, _, _ := s.State().Size(); return n == cfg.Nodes }); err != nil {
+	if err := reportOnce(ctx, s.State(), pubs, nodes); err != nil {
 		return nil, fmt.Errorf("state did not reach %d nodes: %w", cfg.Nodes, err)
 	}
 
@@ -710,15 +706,21 @@ func (p *absorbPool) forRate(rate int) []node {
 // trigger's staleAfter when reads begin (the apply-path measurement before refreshes
 // only some). Nothing else may be published meanwhile.
 func (p *absorbPool) refresh(ctx context.Context, state *scaler.State, pubs *publishers) error {
-	before := state.Applied()
-	for i, n := range p.nodes {
-		pubs.publish(i, n.subject, n.data)
-	}
-	pubs.flush()
-	if err := waitFor(ctx, time.Minute, func() bool { return state.Applied()-before >= uint64(len(p.nodes)) }); err != nil {
+	if err := reportOnce(ctx, state, pubs, p.nodes); err != nil {
 		return fmt.Errorf("the scaler did not apply a report of each of %d nodes: %w", len(p.nodes), err)
 	}
 	return nil
+}
+
+// reportOnce has each of nodes publish its report once and waits, up to a minute, until
+// the scaler has applied them all. Nothing else may be published meanwhile.
+func reportOnce(ctx context.Context, state *scaler.State, pubs *publishers, nodes []node) error {
+	before := state.Applied()
+	for i, n := range nodes {
+		pubs.publish(i, n.subject, n.data)
+	}
+	pubs.flush()
+	return waitFor(ctx, time.Minute, func() bool { return state.Applied()-before >= uint64(len(nodes)) })
 }
 
 // measureAbsorb offers NodeReports at rising rates, each from the nodes pool gives it. A
@@ -984,10 +986,11 @@ func (r *Result) Table(w io.Writer) {
 		}
 		return mark(ok, r.fullSize())
 	}
-	absorbed := func(steps []RateStep, rate int) string {
-		return fmt.Sprintf("%d/s from %d nodes (%d GPU samples/s)", rate, fastestKeptUp(steps).Nodes, rate*r.Config.GPUsPerNode)
+	absorbed := func(steps []RateStep) string {
+		st := fastestKeptUp(steps)
+		return fmt.Sprintf("%d/s from %d nodes (%d GPU samples/s)", st.Offered, st.Nodes, st.Offered*r.Config.GPUsPerNode)
 	}
-	tw("  no reads", absorbed(r.Absorb, r.MaxAbsorbedPerS), "", "")
+	tw("  no reads", absorbed(r.Absorb), "", "")
 	var l *ReadLoad
 	for _, st := range r.AbsorbWithReads { // the reads of the step reported: the fastest kept up, else the first
 		if l == nil || st.KeptUp {
@@ -998,7 +1001,7 @@ func (r *Result) Table(w io.Writer) {
 	if l != nil {
 		what += fmt.Sprintf(": %.0f/s asked, %.0f/s made", l.OfferedPerS, l.PerS)
 	}
-	tw(what, absorbed(r.AbsorbWithReads, r.MaxAbsorbedWithReadsPerS),
+	tw(what, absorbed(r.AbsorbWithReads),
 		fmt.Sprintf("≥ %d/s, reads all made", r.Targets.IngestPerS), absorbVerdict(r.AbsorbWithReads, r.absorbWithReadsMet()))
 	failed("  ", l)
 
