@@ -189,8 +189,28 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	for _, q := range []int{4, 8, 16, 32, 64} {
 		sc.Sweeps = append(sc.Sweeps, backlogPolicy(PolicyBacklog, q, true))
 	}
-	for _, w := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute} {
+	for _, w := range TargetWaitSweep() {
 		sc.Sweeps = append(sc.Sweeps, demandPolicy(w, c, 0, "targetWait="+w.String()))
 	}
 	return sc, nil
+}
+
+// TargetWaitSweep is the settings of targetWait that the Azure LLM scenario sweeps: 10 ms,
+// then twelve a decade, the E12 series of preferred numbers (1, 1.2, 1.5, … 8.2), from
+// 100 ms to 10 min. A frontier is only as fine as its settings: the realised p99 wait
+// moves in steps as the HPA's tolerance holds or lets go of a replica, so a coarse sweep
+// (1-2-5 a decade, as before) could step over the setting that matches a backlog point.
+// Evenly spaced on a log scale, every decade is measured alike, so no region is
+// sampled more finely than another to find a lucky point.
+func TargetWaitSweep() []time.Duration {
+	e12 := []time.Duration{10, 12, 15, 18, 22, 27, 33, 39, 47, 56, 68, 82}
+	ws := []time.Duration{10 * time.Millisecond}
+	for decade := 100 * time.Millisecond; decade < 10*time.Minute; decade *= 10 {
+		for _, x := range e12 {
+			if w := x * decade / 10; w < 10*time.Minute {
+				ws = append(ws, w)
+			}
+		}
+	}
+	return append(ws, 10*time.Minute)
 }

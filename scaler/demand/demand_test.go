@@ -13,7 +13,7 @@ import (
 //   - m = 1: C = a = 0.5; P(wait > w) = 0.5·e^(−0.5w): 0.0034 for w = 10s, 0.30 for 1s.
 //   - m = 2: B = 1/13, C = 0.1; P(wait > 1s) = 0.1·e^(−1.5) = 0.022.
 //   - m = 3: C = 0.01515; P(wait > 1s) = 0.01515·e^(−2.5) = 0.0012.
-//   - m = 4 for two-slot replicas: m = 2 misses the 1% as above.
+//   - 3 slots are 1.5 two-slot replicas: the HPA, not the metric, rounds up.
 func TestServingReplicasByHand(t *testing.T) {
 	for _, tc := range []struct {
 		a, service, wait float64
@@ -22,10 +22,10 @@ func TestServingReplicasByHand(t *testing.T) {
 	}{
 		{0.5, 1, 10, 1, 1},
 		{0.5, 1, 1, 1, 3},
-		{0.5, 1, 1, 2, 2},
-		{0, 1, 1, 1, 0},      // no arrivals: no replica serves them
-		{7.9, 1, 3600, 8, 1}, // a wait an hour long: the slots just above the load
-		{8, 1, 3600, 8, 2},   // m must exceed a: 8 slots at a load of 8 never catch up
+		{0.5, 1, 1, 2, 1.5},
+		{0, 1, 1, 1, 0},        // no arrivals: no replica serves them
+		{7.9, 1, 3600, 8, 1},   // a wait an hour long: the slots just above the load
+		{8, 1, 3600, 8, 1.125}, // m must exceed a: 8 slots at a load of 8 never catch up
 	} {
 		if got := ServingReplicas(tc.a, tc.service, tc.wait, tc.c); got != tc.want {
 			t.Errorf("ServingReplicas(a=%g, S=%g, wait=%g, c=%d) = %g, want %g", tc.a, tc.service, tc.wait, tc.c, got, tc.want)
@@ -74,15 +74,20 @@ func TestServingReplicasLargeLoads(t *testing.T) {
 
 // TestReplicas: until an item is seen to finish, the metric is the backlog over the
 // concurrency; then, within a wait shorter than a service time, Erlang's serving plus
-// draining.
+// draining, where the waiting items need one slot each, not the 20·20/(4·10) = 10
+// replicas that starting c/S a second per replica would take.
 func TestReplicas(t *testing.T) {
 	if got := Replicas(Estimate{Arrivals: 3}, 4, 10*time.Second, 6, 2); got != 2 {
 		t.Errorf("no service time yet: Replicas = %g, want (6+2)/4 = 2", got)
 	}
 	e := Estimate{Arrivals: 0.5, Service: 20}
-	want := ServingReplicas(10, 20, 10, 4) + 20*20/(4*10.0)
+	want := ServingReplicas(10, 20, 10, 4) + 20/4.0
 	if got := Replicas(e, 4, 10*time.Second, 20, 3); got != want {
 		t.Errorf("Replicas = %g, want %g", got, want)
+	}
+	// Within 5 s, a quarter of the service time: 4 waiting still need one slot each.
+	if got, want := Replicas(e, 4, 5*time.Second, 4, 3), ServingReplicas(10, 20, 5, 4)+1; got != want {
+		t.Errorf("Replicas within 5 s = %g, want %g", got, want)
 	}
 }
 
