@@ -133,8 +133,8 @@ const erlangSlots = 4096
 // waiting longer than wait: the fewest slots that do, over c. It is not rounded up to
 // whole replicas: the HPA rounds the metric once, with its 10% tolerance, and a
 // replica's worth of slots rounded here as well would be asked for on top whenever
-// the drain adds a fraction (replay measured the rounding at 1–3% more GPU-hours for
-// the same p99 wait).
+// the drain adds a fraction (on Azure LLM at half speed, rounding here cost 2–4% more
+// GPU-hours for queueTarget 8's p99 wait).
 func ServingReplicas(a, service, wait float64, c int) float64 {
 	if a <= 0 {
 		return 0
