@@ -202,7 +202,10 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		report.Recommends = sc.Recommends
 		report.Targets = replay.InferenceTargets(format, res)
 		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
-		if res.WarmUp > 0 {
+		switch {
+		case res.WarmUp > 0 && res.CutEnd:
+			fmt.Fprintf(stdout, "the trace is cut from a running service: its first %s are run but not measured, and GPU-hours end at its last arrival; %d requests measured\n", res.WarmUp, res.Measured)
+		case res.WarmUp > 0:
 			fmt.Fprintf(stdout, "the first %s are run but not measured (the trace is cut from a running service): %d requests measured\n", res.WarmUp, res.Measured)
 		}
 		fmt.Fprintln(stdout)

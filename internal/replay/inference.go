@@ -57,6 +57,12 @@ type Inference struct {
 	// replicas, and the wake that follows is the cut's, not the policy's. Requests that
 	// arrive before it count in no wait, and GPU time before it in no GPU-hours.
 	WarmUp time.Duration
+	// CutEnd says the same of the trace's end: the service went on after it. GPU time
+	// after the replay's last request arrives counts in no GPU-hours: the traffic did
+	// not stop there, the trace did, and how long a policy takes to scale down from a
+	// stop the service never saw is not its cost. The replay still runs on
+	// (Scenario.Tail), so the last requests are served and their waits count.
+	CutEnd bool
 }
 
 // Policy is one way of scaling a service.
@@ -163,6 +169,7 @@ type sim struct {
 	svc    Service
 	rng    *rand.Rand
 	end    time.Duration
+	paidTo time.Duration // GPU time after it counts in no GPU-hours (Inference.CutEnd)
 	now    time.Duration
 	epoch  time.Time // the scaler's clock reads epoch + now
 	reqIdx int       // next request to arrive
@@ -199,10 +206,10 @@ type sim struct {
 
 const namespace = "replay"
 
-func newSim(cfg Inference, pol Policy, svc Service, end time.Duration, tl *timeline) *sim {
+func newSim(cfg Inference, pol Policy, svc Service, end, paidTo time.Duration, tl *timeline) *sim {
 	h := fnv.New64a()
 	h.Write([]byte(svc.Name))
-	s := &sim{cfg: cfg, pol: pol, svc: svc, end: end,
+	s := &sim{cfg: cfg, pol: pol, svc: svc, end: end, paidTo: paidTo,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, h.Sum64())),
 		epoch: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
@@ -355,8 +362,8 @@ func (s *sim) advance(at time.Duration) {
 		return
 	}
 	n := len(s.reps)
-	if from := max(s.now, s.cfg.WarmUp); at > from {
-		s.run.gpuSeconds += float64(n) * (at - from).Seconds()
+	if from, to := max(s.now, s.cfg.WarmUp), min(at, s.paidTo); to > from {
+		s.run.gpuSeconds += float64(n) * (to - from).Seconds()
 	}
 	s.run.timeline.hold(s.now, at, n)
 	s.now = at
@@ -569,9 +576,9 @@ func rank(r *replica, now time.Duration) int64 {
 	return 2 + int64(r.busy)
 }
 
-// life is how long r has held its GPU after the warm-up, in seconds.
+// life is how long r has held its GPU between the warm-up and paidTo, in seconds.
 func (s *sim) life(r *replica) float64 {
-	return max(s.now-max(r.created, s.cfg.WarmUp), 0).Seconds()
+	return max(min(s.now, s.paidTo)-max(r.created, s.cfg.WarmUp), 0).Seconds()
 }
 
 func (s *sim) remove(r *replica) {

@@ -5,9 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,7 +78,10 @@ func TestInferenceInvariants(t *testing.T) {
 		for _, s := range sc.Services {
 			last = max(last, s.Requests[len(s.Requests)-1].At)
 		}
-		end := last + sc.Tail
+		end, paidTo := last+sc.Tail, time.Duration(math.MaxInt64)
+		if sc.Config.CutEnd {
+			paidTo = last
+		}
 		// Every policy, and every other setting swept: the settings only move knobs.
 		policies := sc.Policies
 		for i, p := range sc.Sweeps {
@@ -88,7 +91,7 @@ func TestInferenceInvariants(t *testing.T) {
 		}
 		for _, p := range policies {
 			for _, svc := range sc.Services {
-				run, err := newSim(sc.Config, p, svc, end, newTimeline(end)).play(t.Context())
+				run, err := newSim(sc.Config, p, svc, end, paidTo, newTimeline(end)).play(t.Context())
 				if err != nil {
 					t.Fatalf("%s %s %s/%s: %v", sc.Trace, svc.Name, p.Name, p.Setting, err)
 				}
@@ -162,7 +165,7 @@ func TestPushWakesAtOnce(t *testing.T) {
 		{backlogPolicy(PolicyBacklog, 1, true), 10},   // pushed at 100s, ready at 110s
 		{backlogPolicy(PolicyKEDAPoll, 1, false), 30}, // polled at 120s, ready at 130s
 	} {
-		run, err := newSim(cfg, tc.p, svc, time.Hour, newTimeline(time.Hour)).play(context.Background())
+		run, err := newSim(cfg, tc.p, svc, time.Hour, math.MaxInt64, newTimeline(time.Hour)).play(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,6 +208,41 @@ func TestTargetWaitSweep(t *testing.T) {
 	for _, want := range []time.Duration{1200 * time.Millisecond, 4700 * time.Millisecond, 82 * time.Second, 560 * time.Second} {
 		if !slices.Contains(ws, want) {
 			t.Errorf("sweep %v lacks %s", ws, want)
+		}
+	}
+}
+
+// TestCutEndPaysToTheLastArrival: requests at 60 s and 200 s, the first 30 s a warm-up.
+// Cut at both ends, always-on (one replica) pays from 30 s to 200 s, and the pushed
+// backlog's replica, asked for at 60 s, from 60 s to 200 s, though both run on to
+// serve the last request and scale down. Not cut at the end, they pay for that too.
+func TestCutEndPaysToTheLastArrival(t *testing.T) {
+	cfg := Inference{Concurrency: 1, MaxReplicas: 4, PollingInterval: 30 * time.Second, Cooldown: 300 * time.Second,
+		HPASync: 15 * time.Second, ScaleDownWindow: 300 * time.Second, ReportInterval: time.Second,
+		Load: func(*rand.Rand) time.Duration { return 10 * time.Second }, WarmUp: 30 * time.Second, CutEnd: true}
+	svc := Service{Name: "s", Requests: []Request{{At: time.Minute, Service: 5 * time.Second}, {At: 200 * time.Second, Service: 5 * time.Second}}}
+	policies := []Policy{{Name: PolicyAlwaysOn, Kind: KindAlwaysOn}, backlogPolicy(PolicyBacklog, 1, true)}
+	for _, tc := range []struct {
+		cut        bool
+		on, scaled float64 // GPU-seconds
+	}{
+		{true, 170, 140},
+		// Always-on to the end of the 10-minute tail; the scaled replica until KEDA's
+		// cooldown takes it to zero at 360 s, 300 s after it last saw work (the push at
+		// 60 s: the second request came and went between polls).
+		{false, 770, 300},
+	} {
+		cfg.CutEnd = tc.cut
+		res, err := RunInference(t.Context(), []Service{svc}, cfg, policies, nil, 10*time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		on, scaled := res.Policies[0].GPUHours*3600, res.Policies[1].GPUHours*3600
+		if math.Abs(on-tc.on) > 1e-6 {
+			t.Errorf("CutEnd %t: always-on paid %g GPU-seconds, want %g", tc.cut, on, tc.on)
+		}
+		if math.Abs(scaled-tc.scaled) > 1e-6 {
+			t.Errorf("CutEnd %t: the pushed backlog paid %g GPU-seconds, want %g", tc.cut, scaled, tc.scaled)
 		}
 	}
 }

@@ -11,6 +11,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -24,7 +25,9 @@ type PolicyResult struct {
 	Name    string `json:"name"`
 	Setting string `json:"setting,omitempty"`
 	// GPUHours is the GPU time the replicas held, loading or serving, from the start
-	// of the replay to its end (or the last request served, if later).
+	// of the replay to its end (or the last request served, if later); where the trace
+	// is cut from a running service, from the end of the warm-up to the last request's
+	// arrival (Inference.WarmUp and CutEnd).
 	GPUHours float64 `json:"gpu_hours"`
 	// Waits are from a request's arrival to the start of its service, cold starts
 	// included, in seconds.
@@ -56,6 +59,7 @@ type InferenceResult struct {
 	// waits the results count.
 	Measured int           `json:"measured_requests"`
 	WarmUp   time.Duration `json:"-"`
+	CutEnd   bool          `json:"-"` // GPU-hours end at the last arrival (Inference.CutEnd)
 	Services int           `json:"services"`
 	// Span is the replay's length: from the first request to the last, plus the
 	// tail in which the policies scale down.
@@ -92,6 +96,10 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 		return nil, fmt.Errorf("replay: no request arrives after the first %s, which are run but not measured; replay a longer part of the trace", cfg.WarmUp)
 	}
 	end := last + tail
+	paidTo := time.Duration(math.MaxInt64)
+	if cfg.CutEnd {
+		paidTo = last
+	}
 
 	type key struct{ name, setting string }
 	var runs []Policy
@@ -126,7 +134,7 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	for pi, p := range runs {
 		for si, svc := range services {
 			g.Go(func() error {
-				run, err := newSim(cfg, p, svc, end, newTimeline(end)).play(gctx)
+				run, err := newSim(cfg, p, svc, end, paidTo, newTimeline(end)).play(gctx)
 				if err != nil {
 					return fmt.Errorf("service %s: %w", svc.Name, err)
 				}
@@ -143,7 +151,7 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 		return nil, err
 	}
 
-	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, Frontiers: map[string][]FrontierPoint{}}
+	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, CutEnd: cfg.CutEnd, Frontiers: map[string][]FrontierPoint{}}
 	for _, run := range results[0] {
 		out.Measured += run.measured
 	}

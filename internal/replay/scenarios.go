@@ -173,9 +173,11 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
-	// The hour is cut from a service that ran before it: the wake from zero replicas at
-	// its start is the cut's, so its first five minutes are run but not measured.
-	cfg.WarmUp = 5 * time.Minute
+	// The hour is cut from a service that ran before it and after it: the wake from zero
+	// replicas at its start is the cut's, so its first five minutes are run but not
+	// measured, and so is the scale-down from the stop at its end, which the service
+	// never saw: GPU-hours run to the last request's arrival.
+	cfg.WarmUp, cfg.CutEnd = 5*time.Minute, true
 	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute,
 		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", RecommendedTargetWait, model.Concurrency)}
 	c := model.Concurrency
