@@ -28,7 +28,8 @@ Formats (--format), from shared/testdata/traces:
              (pollingInterval 30s, cooldownPeriod 300s, max 8 replicas), one request at
              a time per replica; the recommended policy's cooldownPeriod is swept
   azure-llm  one LLM service (Llama 3.1 8B, vLLM, one A100, 8 requests at once; see
-             --service-speed); queueTarget 4..64 and targetWait are swept
+             --service-speed); queueTarget 4..64 and targetWait (10ms, then 100ms to
+             10m, twelve settings a decade) are swept
   openb      GPU tasks as Jobs from a queue run by ScaledJobs on the trace's nodes:
              a plain ScaledJob against capacityAware
 Policies: always-on (fixed at the peak the trace needs), seeds-hpa-gpu-util (the HPA on
