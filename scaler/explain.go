@@ -422,8 +422,12 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				add("queue-demand %.3g: no item has been seen to finish since this scaler started, so the service time is unknown, and the metric is the backlog over concurrency %d.",
 					r.queue.value, t.Concurrency)
 			} else {
-				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s: the fewer of Erlang's model and, when targetWait is a service time or more, the fluid one (see the README).",
-					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait)
+				model := "Erlang's model, as targetWait is shorter than the service time"
+				if t.TargetWait.Seconds() >= q.ServiceSeconds {
+					model = "the fluid model, as targetWait is a service time or more"
+				}
+				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see the README).",
+					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait, model)
 			}
 		}
 	}

@@ -75,10 +75,10 @@ func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 
 // Replicas is the queue-demand metric: the replicas, each serving c = concurrency items
 // at once, that the queue's traffic needs for its items to start within targetWait
-// (DESIGN.md, "The demand metric"). It asks two models and takes the fewer replicas of
-// those that apply:
+// (DESIGN.md, "The demand metric"). Which of two models answers depends on how
+// targetWait compares with the service time S:
 //
-//   - Erlang: serving plus draining. Serving is the fewest slots m that serve the
+//   - Erlang, while targetWait is shorter than S: serving plus draining. Serving is the fewest slots m that serve the
 //     arrivals, λ per second (the larger of the rates over Window and BurstWindow) of S
 //     seconds each, with at most 1 in 100 of them waiting longer than targetWait, over
 //     c: m/c replicas, a fraction the HPA rounds up with its tolerance. The chance an
@@ -86,15 +86,18 @@ func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 //     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
 //     slots Little's law says are busy; a short targetWait buys headroom above them for
 //     the randomness of arrivals. Draining starts the items waiting now within
-//     targetWait: a replica added for them starts c at once, then c/S a second, so
-//     waiting·S/(c·targetWait) replicas, and never more than waiting/c, one slot per
-//     item, however short targetWait is.
-//   - Fluid, once targetWait is at least one service time: the replicas that start the
-//     items waiting now and those arriving over the next Window within targetWait of
-//     it, (waiting + λ·Window)·S / (c·(targetWait + Window)). A wait that long lets a
-//     queue absorb the randomness Erlang pays headroom for, and lets it stand for a
-//     while rather than ask for a replica at every fluctuation, which the HPA would
-//     hold for its 5-minute scale-down window.
+//     targetWait: shorter than S, so a slot each, waiting/c replicas (a replica added
+//     for them starts c at once; asking c/S a second of each, waiting·S/(c·targetWait),
+//     would ask for more replicas than there are items).
+//   - Fluid, once targetWait is at least S: the replicas that start the items waiting
+//     now and those arriving over the next Window within targetWait of it,
+//     (waiting + λ·Window)·S / (c·(targetWait + Window)). A wait that long lets a queue
+//     absorb the randomness Erlang pays headroom for, and lets it stand for a while
+//     rather than ask for a replica at every fluctuation, which the HPA would hold for
+//     its 5-minute scale-down window. There it is always the fewer replicas of the two
+//     (Erlang's serving exceeds λS/c, and its drain, at least c/S a second of each
+//     replica, waiting·S/(c·targetWait), exceeds the fluid's), so it is also the fewer
+//     that still meets the wait.
 //
 // Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees in
 // the first report of a burst, and the items that piled up while replicas loaded ask for
@@ -109,14 +112,23 @@ func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, in
 		return (waiting + inFlight) / float64(c)
 	}
 	wait, rate := targetWait.Seconds(), e.Rate()
-	drain := waiting * min(e.Service/wait, 1) / float64(c)
-	erlang := ServingReplicas(rate*e.Service, e.Service, wait, c) + drain
-	if wait < e.Service {
-		return erlang
+	if wait >= e.Service {
+		return fluidReplicas(rate, e.Service, wait, c, waiting)
 	}
+	return erlangReplicas(rate, e.Service, wait, c, waiting)
+}
+
+// erlangReplicas is Erlang's model: serving λ within wait, plus a slot for each item
+// waiting now.
+func erlangReplicas(rate, service, wait float64, c int, waiting float64) float64 {
+	return ServingReplicas(rate*service, service, wait, c) + waiting/float64(c)
+}
+
+// fluidReplicas is the fluid model: the items waiting now and those arriving over the
+// next Window, started within wait of it.
+func fluidReplicas(rate, service, wait float64, c int, waiting float64) float64 {
 	h := Window.Seconds()
-	fluid := (waiting + rate*h) * e.Service / (float64(c) * (wait + h))
-	return min(erlang, fluid)
+	return (waiting + rate*h) * service / (float64(c) * (wait + h))
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

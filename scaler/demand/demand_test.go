@@ -163,3 +163,31 @@ func TestReplicasFluidOnceTheWaitIsAService(t *testing.T) {
 		t.Errorf("Replicas within 2 s = %g, want Erlang's %g", got, want)
 	}
 }
+
+// TestFluidIsTheFewerOnceTheWaitIsAService: for targetWait at or above the service time
+// the metric is the fluid model alone, and that is the fewer replicas of the two models
+// at every load, backlog and concurrency tried: Erlang's serving exceeds λS/c and its
+// drain, even at its least (c/S a second per replica: waiting·S/(c·T)), exceeds the
+// fluid's, so the switch at S is the same as taking the fewer.
+func TestFluidIsTheFewerOnceTheWaitIsAService(t *testing.T) {
+	for _, c := range []int{1, 4, 8} {
+		for _, s := range []float64{0.1, 1, 6.65, 30} {
+			for _, w := range []float64{1, 1.5, 4, 60, 3600} {
+				wait := s * w
+				for rate := 0.0; rate < 500; rate = rate*2.5 + 0.01 {
+					for _, waiting := range []float64{0, 1, 37, 5000} {
+						fluid := fluidReplicas(rate, s, wait, c, waiting)
+						erlang := ServingReplicas(rate*s, s, wait, c) + waiting*s/(float64(c)*wait)
+						if fluid > erlang {
+							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: fluid %g above Erlang's %g", rate, s, wait, c, waiting, fluid, erlang)
+						}
+						e := Estimate{Arrivals: rate, Burst: rate, Service: s}
+						if got := Replicas(e, c, time.Duration(wait*float64(time.Second)), waiting, 0); math.Abs(got-fluid) > 1e-9*max(fluid, 1) {
+							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: Replicas = %g, want the fluid %g", rate, s, wait, c, waiting, got, fluid)
+						}
+					}
+				}
+			}
+		}
+	}
+}
