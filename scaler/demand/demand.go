@@ -1,6 +1,6 @@
 // Package demand estimates a queue's traffic from its producer's reports (arrival rate,
 // service time by Little's law) and turns it into the replicas that traffic needs: the
-// queue-demand metric (DESIGN.md, "The demand metric"). It is pure arithmetic, apart
+// queue-demand metric (README, "Scaling on demand"). It is pure arithmetic, apart
 // from the scaler, so its fuzz target runs fast and replay can check it by hand.
 package demand
 
@@ -75,20 +75,20 @@ func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 
 // Replicas is the queue-demand metric: the replicas, each serving c = concurrency items
 // at once, that the queue's traffic needs for its items to start within targetWait
-// (DESIGN.md, "The demand metric"). Which of two models answers depends on how
+// (README, "Scaling on demand"). Which of two models answers depends on how
 // targetWait compares with the service time S:
 //
-//   - Erlang, while targetWait is shorter than S: serving plus draining. Serving is the fewest slots m that serve the
-//     arrivals, λ per second (the larger of the rates over Window and BurstWindow) of S
-//     seconds each, with at most 1 in 100 of them waiting longer than targetWait, over
-//     c: m/c replicas, a fraction the HPA rounds up with its tolerance. The chance an
-//     arrival waits longer than w in a queue served by m slots is
-//     C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m queue). λS is the
-//     slots Little's law says are busy; a short targetWait buys headroom above them for
-//     the randomness of arrivals. Draining starts the items waiting now within
-//     targetWait: shorter than S, so a slot each, waiting/c replicas (a replica added
-//     for them starts c at once; asking c/S a second of each, waiting·S/(c·targetWait),
-//     would ask for more replicas than there are items).
+//   - Erlang, while targetWait is shorter than S: serving plus draining. Serving is the
+//     fewest slots m that serve the arrivals, λ per second (the larger of the rates
+//     over Window and BurstWindow) of S seconds each, with at most 1 in 100 of them
+//     waiting longer than targetWait, over c: m/c replicas, a fraction the HPA rounds up
+//     with its tolerance. The chance an arrival waits longer than w in a queue served by
+//     m slots is C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m
+//     queue). λS is the slots Little's law says are busy; a short targetWait buys
+//     headroom above them for the randomness of arrivals. Draining starts the items
+//     waiting now within targetWait, shorter than S, so a slot each: waiting/c replicas
+//     (a replica added for them starts c at once; counting c/S a second of each,
+//     waiting·S/(c·targetWait), would ask for more replicas than there are items).
 //   - Fluid, once targetWait is at least S: the replicas that start the items waiting
 //     now and those arriving over the next Window within targetWait of it,
 //     (waiting + λ·Window)·S / (c·(targetWait + Window)). A wait that long lets a queue
