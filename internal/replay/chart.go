@@ -52,7 +52,13 @@ type replayChart struct {
 	time               timeAxis
 	legend             []legendEntry
 	panels             []replayPanel
+	// unmeasured are shaded in every panel: replayed, but outside what the results
+	// count (a cut trace's warm-up, and what follows its last arrival).
+	unmeasured []interval
 }
+
+// interval is a stretch of the time axis, from and to in seconds.
+type interval struct{ from, to float64 }
 
 // timeAxis is the horizontal axis: from and to in seconds, labelled in unit at ticks.
 type timeAxis struct {
@@ -267,6 +273,18 @@ func buildInferenceChart(title, attribution string, res *InferenceResult) (repla
 		note: "the most in each bin of " + fmtBin(bin)}
 	waits := replayPanel{title: "longest wait of a request arriving in each bin of " + fmtBin(bin), unit: " s",
 		note: "from arrival to the start of its service, model loads included; 0 where none arrived"}
+	// A trace cut from a running service counts neither its warm-up nor, in GPU-hours,
+	// what follows its last arrival (Inference.WarmUp, CutEnd): shaded, so the areas
+	// under the replicas read as the legend's GPU-hours.
+	if res.WarmUp > 0 {
+		c.unmeasured = append(c.unmeasured, interval{0, min(res.WarmUp.Seconds(), span)})
+	}
+	if res.CutEnd && res.LastArrival.Seconds() < span {
+		c.unmeasured = append(c.unmeasured, interval{res.LastArrival.Seconds(), span})
+	}
+	if len(c.unmeasured) > 0 {
+		replicas.note += "; shaded: not counted (the trace is a cut)"
+	}
 	for i, p := range res.Policies {
 		name := p.Name
 		if p.Setting != "" {
@@ -555,6 +573,9 @@ func (c replayChart) render(w io.Writer) error {
 			fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="11" fill="#555555">%s</text>`+"\n", chartLeft, y0-8, html.EscapeString(note))
 		}
 		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", chartLeft, titleY, html.EscapeString(p.title))
+		for _, u := range c.unmeasured {
+			fmt.Fprintf(b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="%s"/>`+"\n", x(u.from), y0, x(u.to)-x(u.from), panelH, unmeasuredFill)
+		}
 		fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#cccccc"/>`+"\n", chartLeft, y0, plotW, panelH)
 		for _, t := range c.time.ticks {
 			fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#eeeeee" stroke-width="0.5"/>`+"\n", x(t), x(t), y0, y0+panelH)
@@ -603,6 +624,9 @@ func (c replayChart) render(w io.Writer) error {
 	fmt.Fprintln(b, `</svg>`)
 	return b.Flush()
 }
+
+// unmeasuredFill shades what the results do not count.
+const unmeasuredFill = "#efefef"
 
 func dashAttr(dash bool) string {
 	if dash {

@@ -479,3 +479,37 @@ func ints(v []int) []float64 {
 	}
 	return out
 }
+
+// TestInferenceChartShadesWhatIsNotMeasured: a trace cut from a running service has its
+// warm-up and what follows its last arrival shaded in every panel, and the replicas
+// panel says why; a replay measured whole has nothing shaded.
+func TestInferenceChartShadesWhatIsNotMeasured(t *testing.T) {
+	res := handInference()
+	res.WarmUp, res.CutEnd, res.LastArrival = 10*time.Second, true, 40*time.Second
+	c, err := buildInferenceChart("cut", chartAttribution, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []interval{{0, 10}, {40, 60}}; !slices.Equal(c.unmeasured, want) {
+		t.Errorf("shaded %v, want %v: the warm-up and after the last arrival", c.unmeasured, want)
+	}
+	if !strings.Contains(c.panels[0].note, "shaded: not counted") {
+		t.Errorf("replicas panel's note %q does not say what is shaded", c.panels[0].note)
+	}
+	checkFits(t, c)
+	var out bytes.Buffer
+	if err := c.render(&out); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), `fill="`+unmeasuredFill+`"`); n != 2*len(c.panels) {
+		t.Errorf("%d shaded rectangles, want %d: two in each of %d panels", n, 2*len(c.panels), len(c.panels))
+	}
+
+	whole, err := buildInferenceChart("whole", chartAttribution, handInference())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(whole.unmeasured) != 0 || strings.Contains(whole.panels[0].note, "shaded") {
+		t.Errorf("a replay measured whole shades %v (note %q), want nothing", whole.unmeasured, whole.panels[0].note)
+	}
+}

@@ -60,7 +60,9 @@ type InferenceResult struct {
 	Measured int           `json:"measured_requests"`
 	WarmUp   time.Duration `json:"-"`
 	CutEnd   bool          `json:"-"` // GPU-hours end at the last arrival (Inference.CutEnd)
-	Services int           `json:"services"`
+	// LastArrival is when the replay's last request arrived, from its first.
+	LastArrival time.Duration `json:"-"`
+	Services    int           `json:"services"`
 	// Span is the replay's length: from the first request to the last, plus the
 	// tail in which the policies scale down.
 	Span      time.Duration              `json:"-"`
@@ -151,7 +153,7 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 		return nil, err
 	}
 
-	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, CutEnd: cfg.CutEnd, Frontiers: map[string][]FrontierPoint{}}
+	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, CutEnd: cfg.CutEnd, LastArrival: last, Frontiers: map[string][]FrontierPoint{}}
 	for _, run := range results[0] {
 		out.Measured += run.measured
 	}
