@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // explainer serves the Explainer service beside the ExternalScaler one, on the same
@@ -423,7 +424,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 					r.queue.value, t.Concurrency)
 			} else {
 				model := "Erlang's model, as targetWait is shorter than the service time"
-				if t.TargetWait.Seconds() >= q.ServiceSeconds {
+				if demand.Fluid(t.TargetWait, q.ServiceSeconds) {
 					model = "the fluid model, as targetWait is a service time or more"
 				}
 				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see the README).",

@@ -65,6 +65,15 @@ type Inference struct {
 	CutEnd bool
 }
 
+// paidTo is when GPU time stops counting in a replay whose last request arrives at
+// last: then where the trace is cut (CutEnd), else never.
+func (c Inference) paidTo(last time.Duration) time.Duration {
+	if c.CutEnd {
+		return last
+	}
+	return math.MaxInt64
+}
+
 // Policy is one way of scaling a service.
 type Policy struct {
 	// Name is the policy's name in the output (always-on, seeds-hpa-gpu-util,
@@ -362,9 +371,7 @@ func (s *sim) advance(at time.Duration) {
 		return
 	}
 	n := len(s.reps)
-	if from, to := max(s.now, s.cfg.WarmUp), min(at, s.paidTo); to > from {
-		s.run.gpuSeconds += float64(n) * (to - from).Seconds()
-	}
+	s.run.gpuSeconds += float64(n) * s.paid(s.now, at)
 	s.run.timeline.hold(s.now, at, n)
 	s.now = at
 }
@@ -576,9 +583,13 @@ func rank(r *replica, now time.Duration) int64 {
 	return 2 + int64(r.busy)
 }
 
-// life is how long r has held its GPU between the warm-up and paidTo, in seconds.
-func (s *sim) life(r *replica) float64 {
-	return max(min(s.now, s.paidTo)-max(r.created, s.cfg.WarmUp), 0).Seconds()
+// life is how long r has held its GPU, in the seconds that count (see paid).
+func (s *sim) life(r *replica) float64 { return s.paid(r.created, s.now) }
+
+// paid is the part of [from, to) that GPU-hours count, in seconds: after the warm-up and
+// before paidTo.
+func (s *sim) paid(from, to time.Duration) float64 {
+	return max(min(to, s.paidTo)-max(from, s.cfg.WarmUp), 0).Seconds()
 }
 
 func (s *sim) remove(r *replica) {

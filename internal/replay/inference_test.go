@@ -78,10 +78,7 @@ func TestInferenceInvariants(t *testing.T) {
 		for _, s := range sc.Services {
 			last = max(last, s.Requests[len(s.Requests)-1].At)
 		}
-		end, paidTo := last+sc.Tail, time.Duration(math.MaxInt64)
-		if sc.Config.CutEnd {
-			paidTo = last
-		}
+		end, paidTo := last+sc.Tail, sc.Config.paidTo(last)
 		// Every policy, and every other setting swept: the settings only move knobs.
 		policies := sc.Policies
 		for i, p := range sc.Sweeps {

@@ -11,7 +11,6 @@ package replay
 import (
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -97,11 +96,7 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	if last < cfg.WarmUp {
 		return nil, fmt.Errorf("replay: no request arrives after the first %s, which are run but not measured; replay a longer part of the trace", cfg.WarmUp)
 	}
-	end := last + tail
-	paidTo := time.Duration(math.MaxInt64)
-	if cfg.CutEnd {
-		paidTo = last
-	}
+	end, paidTo := last+tail, cfg.paidTo(last)
 
 	type key struct{ name, setting string }
 	var runs []Policy

@@ -112,10 +112,16 @@ func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, in
 		return (waiting + inFlight) / float64(c)
 	}
 	wait, rate := targetWait.Seconds(), e.Rate()
-	if wait >= e.Service {
+	if Fluid(targetWait, e.Service) {
 		return fluidReplicas(rate, e.Service, wait, c, waiting)
 	}
 	return erlangReplicas(rate, e.Service, wait, c, waiting)
+}
+
+// Fluid says whether Replicas answers by the fluid model, targetWait being at least the
+// service time (in seconds), rather than by Erlang's.
+func Fluid(targetWait time.Duration, service float64) bool {
+	return targetWait.Seconds() >= service
 }
 
 // erlangReplicas is Erlang's model: serving λ within wait, plus a slot for each item
