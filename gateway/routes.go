@@ -70,10 +70,10 @@ func (r *Route) backendName() string {
 
 // routeSpec is one route as the file spells it.
 type routeSpec struct {
-	Name        string `yaml:"name"`
-	Host        string `yaml:"host"`
-	PathPrefix  string `yaml:"pathPrefix"`
-	Header      *struct {
+	Name       string `yaml:"name"`
+	Host       string `yaml:"host"`
+	PathPrefix string `yaml:"pathPrefix"`
+	Header     *struct {
 		Name  string `yaml:"name"`
 		Value string `yaml:"value"`
 	} `yaml:"header"`

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// routeState is what the gateway keeps of one route between requests: its queue's
+// counter, its backend's readiness, the requests it holds and, with a concurrency, the
+// requests in flight at each endpoint. A reload that keeps a route's name, queue,
+// backend and concurrency keeps its state.
+type routeState struct {
+	name    string
+	queue   string
+	counter Counter
+	backend string // backendKey of the route it was made for
+	conc    int    // the route's Concurrency
+	scheme  string // of the forwarding URLs
+	path    string // a URL backend's base path, joined before the request's
+	// fixed, when set, is where requests go while the backend is ready (the Service's
+	// name, or the URL's host); else they go to an endpoint address.
+	fixed string
+
+	ctx    context.Context // ends when the route is removed or the gateway stops
+	cancel context.CancelFunc
+	wake   chan struct{} // tells a URL backend's prober that a request is held
+
+	mu sync.Mutex // guards the fields below
+	// ready: the backend can take requests; endpoints: the ready addresses (host:port).
+	ready     bool
+	endpoints []string
+	// noSlices: a Service backend has no EndpointSlice at all.
+	noSlices bool
+	// noSlicesLogged: that was logged, once per state.
+	noSlicesLogged bool
+	inFlight       map[string]int // per endpoint, in concurrency mode
+	held           int
+	heldBytes      int64
+	// changed is closed and replaced whenever a held request may now go: the backend
+	// became ready, an endpoint appeared, or one finished a request.
+	changed chan struct{}
+}
+
+func newRouteState(parent context.Context, r *Route, counter Counter, serviceAddr string) *routeState {
+	ctx, cancel := context.WithCancel(parent)
+	s := &routeState{
+		name:     r.Name,
+		queue:    r.Queue,
+		counter:  counter,
+		backend:  r.backendKey(),
+		conc:     r.Concurrency,
+		scheme:   "http",
+		ctx:      ctx,
+		cancel:   cancel,
+		wake:     make(chan struct{}, 1),
+		inFlight: map[string]int{},
+		changed:  make(chan struct{}),
+	}
+	switch {
+	case r.URL != nil:
+		s.scheme, s.path = r.URL.Scheme, r.URL.Path
+		if r.Concurrency == 0 {
+			s.fixed = r.URL.Host
+		}
+	case r.Concurrency == 0:
+		s.fixed = serviceAddr
+	}
+	return s
+}
+
+// setEndpoints records the backend's ready endpoints; noSlices says a Service has no
+// EndpointSlice at all. Held requests that can now go are woken.
+func (s *routeState) setEndpoints(endpoints []string, noSlices bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endpoints, s.noSlices = endpoints, noSlices
+	was := s.ready
+	s.ready = len(endpoints) > 0
+	if s.ready && (!was || s.conc > 0) {
+		s.broadcastLocked()
+	}
+}
+
+func (s *routeState) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// tryAcquireLocked returns where the next request goes, if it may go now: the fixed
+// target of a ready backend, or in concurrency mode the ready endpoint with the fewest
+// requests in flight below the concurrency, counting the request there.
+func (s *routeState) tryAcquireLocked() (string, bool) {
+	if !s.ready {
+		return "", false
+	}
+	if s.fixed != "" {
+		return s.fixed, true
+	}
+	best, bestN := "", s.conc
+	for _, e := range s.endpoints {
+		if n := s.inFlight[e]; n < bestN {
+			best, bestN = e, n
+		}
+	}
+	if best == "" {
+		return "", false
+	}
+	s.inFlight[best]++
+	return best, true
+}
+
+// release ends a request acquired at endpoint addr.
+func (s *routeState) release(addr string) {
+	if s.fixed != "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.inFlight[addr]; n <= 1 {
+		delete(s.inFlight, addr)
+	} else {
+		s.inFlight[addr] = n - 1
+	}
+	s.broadcastLocked()
+}
+
+// heldNow returns the number of requests held.
+func (s *routeState) heldNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// targetURL returns the URL a request acquired at addr is forwarded to.
+func (s *routeState) targetURL(addr string) *url.URL {
+	return &url.URL{Scheme: s.scheme, Host: addr, Path: s.path}
+}
+
+// holdLimits bound what one route holds.
+type holdLimits struct {
+	maxHeld      int
+	maxHeldBytes int64
+}
+
+// acquire returns where a request with a body of n bytes goes, holding it until the
+// backend can take it, ctx ends (errClientGone), the deadline passes (errHoldTimeout)
+// or the route goes (errRouteRemoved). A request that would hold more than lim allows
+// gets errOverflow at once. onHold is called with +1 when the request starts being
+// held and -1 when it stops.
+func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, lim holdLimits, onHold func(int)) (string, error) {
+	s.mu.Lock()
+	if addr, ok := s.tryAcquireLocked(); ok {
+		s.mu.Unlock()
+		return addr, nil
+	}
+	if s.held >= lim.maxHeld || s.heldBytes+n > lim.maxHeldBytes {
+		s.mu.Unlock()
+		return "", errOverflow
+	}
+	s.held++
+	s.heldBytes += n
+	ch := s.changed
+	s.mu.Unlock()
+	onHold(1)
+	defer func() {
+		s.mu.Lock()
+		s.held--
+		s.heldBytes -= n
+		s.mu.Unlock()
+		onHold(-1)
+	}()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ch:
+			s.mu.Lock()
+			addr, ok := s.tryAcquireLocked()
+			ch = s.changed
+			s.mu.Unlock()
+			if ok {
+				return addr, nil
+			}
+		case <-ctx.Done():
+			return "", errClientGone
+		case <-timer.C:
+			return "", errHoldTimeout
+		case <-s.ctx.Done():
+			return "", errRouteRemoved
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+
+	"syscall"
+	"time"
+)
+
+// forward is what the proxy's hooks need of one forwarded request, found in its
+// context.
+type forward struct {
+	state    *routeState
+	addr     string                  // the endpoint, or fixed target, acquired
+	deadline time.Time               // the end of the hold budget, which bounds dial retries
+	client   context.Context         // the client's request context
+	ctx      context.Context         // the upstream request's
+	cancel   context.CancelCauseFunc // cancels the upstream request
+	code     int                     // set by the error handler
+	reason   string
+}
+
+type forwardKey struct{}
+
+// ServeHTTP routes, holds, forwards and counts one request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.active.Add(1)
+	defer g.active.Done()
+	rt := g.routing.Load()
+	var route *Route
+	if rt != nil {
+		route = rt.table.Match(r)
+	}
+	if route == nil {
+		writeError(w, http.StatusNotFound, ReasonNoRoute, fmt.Sprintf("no route for host %q and path %q", r.Host, r.URL.Path), 0)
+		g.done(r, noRoute, http.StatusNotFound, ReasonNoRoute, 0)
+		return
+	}
+	st := rt.states[route.Name]
+	arrived := time.Now()
+
+	body, err := readBody(w, r, g.cfg.MaxBodyBytes)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("request body over %d bytes", tooLarge.Limit), 0)
+			g.done(r, route.Name, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, 0)
+		default:
+			g.done(r, route.Name, StatusClientClosed, "", 0) // the client went away or sent garbage
+		}
+		return
+	}
+
+	st.counter.Enqueued(1)
+	deadline := arrived.Add(route.HoldTimeout)
+	addr, err := st.acquire(r.Context(), int64(len(body)), deadline, g.limits, func(d int) { g.m.held.WithLabelValues(route.Name).Add(float64(d)) })
+	g.m.holdSeconds.WithLabelValues(route.Name).Observe(time.Since(arrived).Seconds())
+	if err != nil {
+		st.counter.Dropped(1)
+		g.refuse(w, r, st, route, err)
+		return
+	}
+	st.counter.Started(1)
+	forwarded := time.Now()
+	fw := &forward{state: st, addr: addr, deadline: deadline, client: r.Context()}
+	rec := &recorder{ResponseWriter: w}
+	defer func() {
+		// ReverseProxy panics with http.ErrAbortHandler when a response breaks off
+		// after its header went out; count it all the same.
+		st.release(addr)
+		st.counter.Finished(1)
+		g.m.upstreamSeconds.WithLabelValues(route.Name).Observe(time.Since(forwarded).Seconds())
+		code := rec.code
+		switch {
+		case fw.client.Err() != nil:
+			code = StatusClientClosed
+		case fw.code != 0:
+			code = fw.code
+		case code == 0:
+			code = http.StatusOK
+		}
+		if errors.Is(context.Cause(fw.ctx), errIdleTimeout) {
+			fw.reason = ReasonIdleTimeout
+		}
+		g.done(r, route.Name, code, fw.reason, time.Since(arrived))
+	}()
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardKey{}, fw))
+	defer cancel(nil)
+	fw.ctx, fw.cancel = ctx, cancel
+	out := r.WithContext(ctx)
+	out.TransferEncoding = nil
+	out.ContentLength = int64(len(body))
+	out.Body = http.NoBody
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) > 0 {
+		out.Body, _ = out.GetBody()
+	}
+	g.proxy.ServeHTTP(rec, out)
+}
+
+// readBody reads r's body whole, up to max bytes (an *http.MaxBytesError beyond): it
+// is kept to be sent again when a dial is refused.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, nil
+	}
+	if r.ContentLength > max {
+		return nil, &http.MaxBytesError{Limit: max}
+	}
+	rd := http.MaxBytesReader(w, r.Body, max)
+	if r.ContentLength > 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(rd)
+}
+
+// refuse answers a request that was never forwarded.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *Route, err error) {
+	ns := g.cfg.Namespace
+	switch {
+	case errors.Is(err, errClientGone):
+		g.done(r, route.Name, StatusClientClosed, "", 0)
+	case errors.Is(err, errOverflow):
+		writeError(w, http.StatusServiceUnavailable, ReasonOverflow,
+			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) while %s has no ready replica", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.backendName()),
+			g.cfg.RetryAfter)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, 0)
+	case errors.Is(err, errRouteRemoved):
+		writeError(w, http.StatusServiceUnavailable, ReasonRouteRemoved, fmt.Sprintf("route %s was removed while the request waited", route.Name), g.cfg.RetryAfter)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, 0)
+	default: // errHoldTimeout
+		msg := fmt.Sprintf("%s had no ready replica within %s", route.backendName(), route.HoldTimeout)
+		st.mu.Lock()
+		noSlices, logged := st.noSlices && route.ServiceName != "", st.noSlicesLogged
+		if noSlices {
+			msg = fmt.Sprintf("service %s has no endpoints in namespace %s", route.ServiceName, ns)
+			st.noSlicesLogged = true
+		}
+		st.mu.Unlock()
+		if noSlices && !logged {
+			g.log.Warn("held requests time out: the route's Service has no EndpointSlice; is its name right?", "route", route.Name, "service", route.ServiceName, "namespace", ns)
+		}
+		writeError(w, http.StatusServiceUnavailable, ReasonHoldTimeout, msg, g.cfg.RetryAfter)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonHoldTimeout, 0)
+	}
+}
+
+// done counts and logs a request answered.
+func (g *Gateway) done(r *http.Request, route string, code int, reason string, took time.Duration) {
+	g.m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	level := slog.LevelDebug
+	if reason != "" || code == StatusClientClosed {
+		level = slog.LevelInfo
+	}
+	g.log.Log(r.Context(), level, "request", "route", route, "method", r.Method, "path", r.URL.Path, "code", code, "reason", reason, "took", took)
+}
+
+// newProxy makes the reverse proxy: to the acquired endpoint, retrying refused dials
+// within the hold budget, with first-byte and idle timeouts, streams flushed as written.
+func (g *Gateway) newProxy() *httputil.ReverseProxy {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	base := &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: g.cfg.FirstByteTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Transport: &retryTransport{base: base, pause: g.cfg.DialRetry},
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			fw := pr.In.Context().Value(forwardKey{}).(*forward)
+			pr.SetURL(fw.state.targetURL(fw.addr))
+			pr.SetXForwarded()
+		},
+		// ReverseProxy flushes text/event-stream and responses of unknown length
+		// (chunked) at every write by itself; -1 does it for every response, so a
+		// stream of known length goes through as written too.
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			fw := resp.Request.Context().Value(forwardKey{}).(*forward)
+			resp.Body = newIdleBody(resp.Body, g.cfg.IdleTimeout, fw.cancel)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			fw := r.Context().Value(forwardKey{}).(*forward)
+			switch {
+			case fw.client.Err() != nil:
+				fw.code = StatusClientClosed // nobody to answer
+			case isDialError(err):
+				fw.code, fw.reason = http.StatusBadGateway, ReasonUnreachable
+				writeError(w, fw.code, fw.reason, fmt.Sprintf("%s refused connections until the hold timeout: %v", fw.state.name, err), g.cfg.RetryAfter)
+			case isTimeout(err):
+				fw.code, fw.reason = http.StatusGatewayTimeout, ReasonFirstByte
+				writeError(w, fw.code, fw.reason, fmt.Sprintf("upstream sent no response header within %s", g.cfg.FirstByteTimeout), 0)
+			default:
+				fw.code, fw.reason = http.StatusBadGateway, ReasonUpstreamError
+				writeError(w, fw.code, fw.reason, fmt.Sprintf("upstream: %v", err), 0)
+			}
+			if fw.code != StatusClientClosed {
+				g.log.Warn("upstream failed", "route", fw.state.name, "endpoint", fw.addr, "err", err)
+			}
+		},
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// retryTransport dials again, after a short fixed pause, an endpoint that refused the
+// connection, until the request's hold deadline: nothing was sent, so it is safe, and
+// a replica that just turned ready may not listen yet.
+type retryTransport struct {
+	base  http.RoundTripper
+	pause time.Duration
+}
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	fw, _ := req.Context().Value(forwardKey{}).(*forward)
+	for {
+		resp, err := t.base.RoundTrip(req)
+		if err == nil || fw == nil || !isDialError(err) || time.Until(fw.deadline) < t.pause {
+			return resp, err
+		}
+		timer := time.NewTimer(t.pause)
+		select {
+		case <-req.Context().Done():
+			timer.Stop()
+			return nil, err
+		case <-timer.C:
+		}
+		if req.GetBody != nil {
+			again := *req
+			if again.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+			req = &again
+		}
+	}
+}
+
+// isDialError reports whether err is a failure to connect: nothing was sent.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// idleBody cancels the upstream request when no read of the body returns within the
+// idle timeout. A stream may last as long as it keeps sending.
+type idleBody struct {
+	io.ReadCloser
+	idle  time.Duration
+	timer *time.Timer
+}
+
+func newIdleBody(rc io.ReadCloser, idle time.Duration, cancel context.CancelCauseFunc) *idleBody {
+	return &idleBody{ReadCloser: rc, idle: idle, timer: time.AfterFunc(idle, func() { cancel(errIdleTimeout) })}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Reset(b.idle)
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
+}
+
+// recorder remembers the status code written through it.
+type recorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 && code >= 200 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+// Flush lets ReverseProxy flush every write of a stream.
+func (r *recorder) Flush() {
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
