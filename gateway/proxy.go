@@ -182,7 +182,7 @@ func (g *Gateway) newProxy() *httputil.ReverseProxy {
 		ExpectContinueTimeout: time.Second,
 	}
 	return &httputil.ReverseProxy{
-		Transport: &retryTransport{base: base, pause: g.cfg.DialRetry},
+		Transport: &retryTransport{log: g.log, base: base, pause: g.cfg.DialRetry},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			fw := pr.In.Context().Value(forwardKey{}).(*forward)
 			pr.SetURL(fw.state.targetURL(fw.addr))
@@ -224,6 +224,7 @@ func (g *Gateway) newProxy() *httputil.ReverseProxy {
 // connection, until the request's hold deadline: nothing was sent, so it is safe, and
 // a replica that just turned ready may not listen yet.
 type retryTransport struct {
+	log   *slog.Logger
 	base  http.RoundTripper
 	pause time.Duration
 }
@@ -235,6 +236,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil || fw == nil || !isDialError(err) || time.Until(fw.deadline) < t.pause {
 			return resp, err
 		}
+		t.log.Debug("connection refused; dialling again", "route", fw.state.name, "endpoint", fw.addr, "err", err)
 		timer := time.NewTimer(t.pause)
 		select {
 		case <-req.Context().Done():
