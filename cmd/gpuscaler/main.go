@@ -26,6 +26,7 @@ func commands() []command {
 		{"collector", "read this node's GPUs and pods, and publish a NodeReport every interval", runCollector},
 		{"demo", "run everything on this machine with simulated GPUs and print a live timeline", runDemo},
 		{"explain", "ask a running scaler what it answers KEDA for a trigger, and why", runExplain},
+		{"gateway", "the front door for HTTP inference services: hold requests while a route's backend has no ready replica, forward and count them as a queue producer", runGateway},
 		{"publish", "publish one QueueReport or NodeReport, for operators and tests", runPublish},
 		{"auth-callout", "admit NATS clients by their Kubernetes ServiceAccount token (a NATS auth callout), each only for its own namespace or node", runAuthCallout},
 		{"replay", "replay a real production trace through the scaler's decisions on a virtual clock: GPU-hours and waits of each policy", runReplay},

@@ -323,7 +323,26 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"output":                   `(default "table")`,
 		"timeout":                  "(default 10s)",
 	}
-	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags, collectorFlags} {
+	gatewayFlags := map[string]string{
+		"routes":             "",
+		"listen":             `(default ":8080")`,
+		"http-addr":          `(default ":9091")`,
+		"namespace":          "",
+		"kubeconfig":         "",
+		"max-held":           "(default 1000)",
+		"max-held-bytes":     "(default 67108864)",
+		"max-body-bytes":     "(default 16777216)",
+		"max-header-bytes":   "(default 65536)",
+		"first-byte-timeout": "(default 10m0s)",
+		"idle-timeout":       "(default 5m0s)",
+		"shutdown-grace":     "(default 30s)",
+		"report-interval":    "(default 1s)",
+		"producer-id":        "",
+		"nats-url":           `(default "nats://127.0.0.1:4222")`,
+		"log-format":         `(default "text")`,
+		"log-level":          `(default "info")`,
+	}
+	for _, m := range []map[string]string{scalerFlags, publishFlags, calloutFlags, collectorFlags, gatewayFlags} {
 		for _, f := range natsFlagsWant {
 			m[f] = ""
 		}
@@ -339,6 +358,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		// Every publish error points to 'gpuscaler publish --help': it lists both kinds' flags.
 		"publish":      {[]string{"publish", "--help"}, "Usage: gpuscaler publish queue|node [flags]", []map[string]string{publishFlags, queueFlags, nodeFlags}},
 		"collector":    {[]string{"collector", "--help"}, "Usage: gpuscaler collector [flags]", []map[string]string{collectorFlags}},
+		"gateway":      {[]string{"gateway", "--help"}, "Usage: gpuscaler gateway --routes FILE [flags]", []map[string]string{gatewayFlags}},
 		"version":      {[]string{"version", "--help"}, "Usage: gpuscaler version", nil},
 		"auth-callout": {[]string{"auth-callout", "--help"}, "Usage: gpuscaler auth-callout [flags] | issuer-key | hash-password", []map[string]string{calloutFlags}},
 		"auth-callout issuer-key": {[]string{"auth-callout", "issuer-key", "--help"}, "Usage: gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]",

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+
+	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
+	"github.com/gpuscaler/gpuscaler/collectors/queue"
+	"github.com/gpuscaler/gpuscaler/gateway"
+	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+const gatewayAbout = `
+The front door of a namespace's HTTP inference Services (vLLM, SGLang, TGI, any
+OpenAI-compatible API). Each route of --routes sends the requests it matches to a Service
+of the namespace (or a URL) and counts them as a queue on gpuscaler.v1.queue.<ns>.<queue>:
+waiting until forwarded, in flight until the response's last byte. While a route's Service
+has no ready endpoint (EndpointSlices, watched), requests are held, which wakes a workload
+scaled to zero, until one is ready or the route's holdTimeout passes (then 503, Retry-After
+and an OpenAI-style JSON error). Streams are passed through as written; a client that
+leaves cancels its upstream request.
+
+The routes file (YAML; reloaded when it changes, a broken one is logged and the last good
+routes stay):
+
+  routes:
+  - name: llm                               # unique
+    host: llm.example.com                   # optional: exact, or *.example.com
+    pathPrefix: /v1                         # optional, default /; longest prefix wins
+    header: {name: X-Model, value: llama}   # optional; preferred over no header
+    service: {name: llm-server, port: 8000} # a Service in --namespace
+    queue: llm-requests                     # the queue a ScaledObject's trigger reads
+    holdTimeout: 5m                         # how long a request may wait for a replica
+    concurrency: 4                          # optional: per replica; forwards to endpoints
+                                            # directly and holds what exceeds it
+  - name: dev
+    url: http://127.0.0.1:8000              # instead of service, outside a cluster
+    healthPath: /health                     # ready when it answers 2xx (default /health)
+    queue: dev
+    holdTimeout: 30s
+
+Example:
+  gpuscaler gateway --routes /etc/gpuscaler/routes.yaml --nats-url nats://nats:4222 \
+      --nats-token-file /var/run/secrets/gpuscaler/token`
+
+func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
+	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
+	cfg := gateway.Config{
+		MaxHeld:          gateway.DefaultMaxHeld,
+		MaxHeldBytes:     gateway.DefaultMaxHeldBytes,
+		MaxBodyBytes:     gateway.DefaultMaxBodyBytes,
+		MaxHeaderBytes:   gateway.DefaultMaxHeaderBytes,
+		FirstByteTimeout: gateway.DefaultFirstByteTimeout,
+		IdleTimeout:      gateway.DefaultIdleTimeout,
+		ShutdownGrace:    gateway.DefaultShutdownGrace,
+	}
+	var (
+		listen, httpAddr, kubeconfig, producerID string
+		reportInterval                           = queue.DefaultInterval
+	)
+	fs := newFlagSet("gateway", "gateway --routes FILE [flags]", gatewayAbout, stdout)
+	fs.StringVar(&cfg.RoutesFile, "routes", "", "the routes file (YAML, above); required")
+	fs.StringVar(&listen, "listen", ":8080", "where clients connect")
+	fs.StringVar(&httpAddr, "http-addr", ":9091", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
+	fs.StringVar(&cfg.Namespace, "namespace", "", "the gateway's namespace, where its routes' Services are and its queues count; empty reads $POD_NAMESPACE, then the pod's service account namespace file")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API (EndpointSlices); empty uses the in-cluster config, "none" does without (url routes only)`)
+	fs.IntVar(&cfg.MaxHeld, "max-held", cfg.MaxHeld, "requests one route may hold; more get 503 overflow")
+	fs.Int64Var(&cfg.MaxHeldBytes, "max-held-bytes", cfg.MaxHeldBytes, "request body bytes one route may hold; more get 503 overflow")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request header; larger gets 431")
+	fs.DurationVar(&cfg.FirstByteTimeout, "first-byte-timeout", cfg.FirstByteTimeout, "how long a forwarded request may wait for its response header (a long prompt takes long to its first token)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "how long a response may send nothing; a stream has no total time limit")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "on SIGTERM, how long requests in flight and held may finish")
+	fs.DurationVar(&reportInterval, "report-interval", reportInterval, "time between a queue's heartbeat reports")
+	fs.StringVar(&producerID, "producer-id", "", "names this gateway in its queue reports, different for each replica; empty reads $POD_NAME, then the host name")
+	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
+	newLogger := logFlags(fs, stderr, "info")
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
+	}
+	log, err := newLogger()
+	if err != nil {
+		return err
+	}
+	if cfg.RoutesFile == "" {
+		return usageError{errors.New("--routes is required")}
+	}
+	for _, check := range []error{
+		positive("max-held", cfg.MaxHeld, "a number of requests, 1 or more"),
+		positive("max-held-bytes", cfg.MaxHeldBytes, "a number of bytes, 1 or more"),
+		positive("max-body-bytes", cfg.MaxBodyBytes, "a number of bytes, 1 or more"),
+		positive("max-header-bytes", cfg.MaxHeaderBytes, "a number of bytes, 1 or more"),
+		positive("first-byte-timeout", cfg.FirstByteTimeout, "a positive duration"),
+		positive("idle-timeout", cfg.IdleTimeout, "a positive duration"),
+		positive("shutdown-grace", cfg.ShutdownGrace, "a positive duration"),
+		positive("report-interval", reportInterval, "a positive duration"),
+	} {
+		if check != nil {
+			return check
+		}
+	}
+	cfg.Namespace = firstOf(cfg.Namespace, envOr(env, "POD_NAMESPACE"), serviceAccountNamespace())
+	if cfg.Namespace == "" {
+		return usageError{errors.New("--namespace: not given, no $POD_NAMESPACE, and no service account namespace file: say which namespace the gateway serves")}
+	}
+	if err := gpuscalerv1.ValidateNamespace(cfg.Namespace); err != nil {
+		return usageError{fmt.Errorf("--namespace %q: %w", cfg.Namespace, err)}
+	}
+	producerID = firstOf(producerID, envOr(env, "POD_NAME"), hostname())
+	log = log.With("namespace", cfg.Namespace)
+
+	if kubeconfig != "none" {
+		rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+		if err != nil {
+			return err
+		}
+		rc.ContentType = "application/vnd.kubernetes.protobuf"
+		if cfg.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+		}
+	}
+
+	var nc *natsconn.Conn // connected below, before Run makes the first counter
+	cfg.NewCounter = func(q string) (gateway.Counter, error) {
+		r, err := queue.NewReporter(nc.Conn, cfg.Namespace, q, queue.Config{
+			Interval:   reportInterval,
+			ProducerID: producerID,
+			Log:        log.With("component", "queue-reporter"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return reporterCounter{r}, nil
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Log, cfg.Registerer = log.With("component", "gateway"), reg
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	natsOpts.Name = "gpuscaler-gateway-" + cfg.Namespace
+	natsOpts.Log = log.With("component", "nats")
+	natsOpts.RetryInitialConnect = true
+	// Replies come back below the namespace's own inbox prefix, the only ones a
+	// producer may read where the bus enforces tenancy.
+	natsOpts.InboxPrefix = gpuscalerv1.InboxPrefix(cfg.Namespace)
+	if nc, err = natsconn.Connect(ctx, natsOpts); err != nil {
+		return err
+	}
+	defer nc.Close()
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("gateway listener: %w", err)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	if err := serveMetricsAndProbes(ctx, g, httpAddr, reg, log, gw.Ready, nil); err != nil {
+		lis.Close()
+		return err
+	}
+	g.Go(func() error { return gw.Run(ctx, lis) })
+	return g.Wait()
+}
+
+// reporterCounter counts a drop on a Reporter that has no Dropped of its own yet, as
+// its doc says a dropped item is counted: started, then finished.
+// TODO: use the Reporter's Dropped, which keeps drops apart from completions, once
+// collectors/queue has it.
+type reporterCounter struct{ *queue.Reporter }
+
+func (r reporterCounter) Dropped(n int) {
+	r.Started(n)
+	r.Finished(n)
+}
+
+// serviceAccountNamespace returns the namespace of the pod's service account, or "".
+func serviceAccountNamespace() string {
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

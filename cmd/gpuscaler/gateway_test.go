@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// TestGatewayCommand runs gpuscaler gateway end to end: embedded NATS, a url route to a
+// backend, one request through, and the queue's reports read from NATS.
+func TestGatewayCommand(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
+	reports := make(chan *nats.Msg, 256)
+	sub, err := nc.Conn.ChanSubscribe("gpuscaler.v1.queue.ml.>", reports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			fmt.Fprintf(w, "served %s", r.URL.Path)
+		}
+	}))
+	t.Cleanup(b.Close)
+	routes := testkit.WriteFile(t, t.TempDir(), "routes.yaml",
+		[]byte("routes:\n- {name: dev, url: "+b.URL+", pathPrefix: /v1, queue: dev, holdTimeout: 1m}\n"))
+	listen := testkit.FreeAddr(t)
+	log := background(t, "gateway", "--routes", routes, "--listen", listen, "--http-addr", "127.0.0.1:0",
+		"--namespace", "ml", "--kubeconfig", "none", "--nats-url", ns.ClientURL(), "--report-interval", "50ms", "--producer-id", "gw-1")
+
+	// Ready once the routes are in force.
+	addr, ok := "", false
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		addr, ok = logValue(log.String(), "serving metrics and probes", "httpAddr")
+		return ok
+	})
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+
+	var body string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get("http://" + listen + "/v1/models")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == 200
+	})
+	if body != "served /v1/models" {
+		t.Fatalf("got %q, want the backend's answer", body)
+	}
+
+	// The arrival reaches NATS, from this producer; then the queue reads empty again.
+	var arrivals uint64
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-reports:
+			ev, err := gpuscalerv1.Decode(m.Subject, m.Data)
+			if err != nil {
+				t.Fatalf("decode %s: %v", m.Subject, err)
+			}
+			q := ev.Queue
+			if q.GetQueue() != "dev" || q.GetNamespace() != "ml" || !strings.HasPrefix(q.GetProducerId(), "gw-1") {
+				t.Fatalf("got report %v, want queue ml/dev from producer gw-1", q)
+			}
+			arrivals += q.GetArrivals()
+			if arrivals == 1 && q.GetWaiting() == 0 && q.GetInFlight() == 0 {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no report of the request done within 10s (arrivals %d); log:\n%s", arrivals, log)
+		}
+	}
+}
+
+// TestGatewayCommandRefuses checks the command's usage errors.
+func TestGatewayCommandRefuses(t *testing.T) {
+	dir := t.TempDir()
+	svc := testkit.WriteFile(t, dir, "svc.yaml", []byte("routes:\n- {name: llm, service: {name: s, port: 80}, queue: q, holdTimeout: 1m}\n"))
+	bad := testkit.WriteFile(t, dir, "bad.yaml", []byte("routes:\n- {name: llm, url: 'http://x', queue: q, holdTimeout: 5x}\n"))
+	tests := map[string]struct {
+		args []string
+		env  map[string]string
+		code int
+		want string
+	}{
+		"no routes":       {[]string{"gateway"}, nil, 2, "--routes is required"},
+		"no namespace":    {[]string{"gateway", "--routes", svc, "--kubeconfig", "none"}, nil, 2, "--namespace"},
+		"bad max held":    {[]string{"gateway", "--routes", svc, "--max-held", "0"}, nil, 2, "--max-held 0"},
+		"service no kube": {[]string{"gateway", "--routes", svc, "--kubeconfig", "none", "--nats-url", "nats://" + testkit.FreeAddr(t)}, map[string]string{"POD_NAMESPACE": "ml"}, 1, "needs the Kubernetes API"},
+		"broken routes":   {[]string{"gateway", "--routes", bad, "--kubeconfig", "none", "--namespace", "ml", "--nats-url", "nats://" + testkit.FreeAddr(t)}, nil, 1, `holdTimeout "5x"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if name == "no namespace" && serviceAccountNamespace() != "" {
+				t.Skip("this machine has a service account namespace file")
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			r := runCLI(ctx, tc.env, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("got %v, want exit %d and %q on stderr", r, tc.code, tc.want)
+			}
+		})
+	}
+}
