@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -546,4 +549,42 @@ func runHelp(t *testing.T, command string) (string, error) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
+}
+
+// TestGatewayNotes: what helm install prints names the image, where clients connect and
+// each route's queue, or says that there is no route yet.
+func TestGatewayNotes(t *testing.T) {
+	chrt, err := loader.Load(filepath.Join(root(t), GatewayChartDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := chartutil.ReadValuesFile(filepath.Join(root(t), "examples/inference-scale-to-zero/gateway-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		vals map[string]any
+		want []string
+	}{
+		"defaults": {want: []string{"gpuscaler:0.1.0", "http://llm-gateway.inference.svc", "no routes yet", "inference/llm-gateway, audience gpuscaler-nats"}},
+		"example": {vals: example, want: []string{"http://llm-gateway.inference.svc", "llm: any host/v1 -> Service llm-server:8000, queue llm-requests, held up to 5m",
+			"queue: <the route's queue>", "nats://gpuscaler-nats.gpuscaler.svc.cluster.local:4222"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			top, err := chartutil.ToRenderValues(chrt, tc.vals, chartutil.ReleaseOptions{Name: "llm-gateway", Namespace: "inference", Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files, err := engine.Render(chrt, top)
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := files["gpuscaler-gateway/templates/NOTES.txt"]
+			for _, want := range tc.want {
+				if !strings.Contains(notes, want) {
+					t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+				}
+			}
+		})
+	}
 }
