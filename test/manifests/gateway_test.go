@@ -106,7 +106,7 @@ func findGateway(t *testing.T, c Case, objs []Object) gateway {
 // TestGatewayChart checks every rendering of the gateway's chart: what the gateway needs
 // of its pod, and no more rights than it needs.
 func TestGatewayChart(t *testing.T) {
-	mainAudience, mainNATS := mainChartNATS(t)
+	mainAudience, mainNATS, producers := mainChartNATS(t)
 	for _, c := range GatewayCases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
@@ -209,6 +209,9 @@ func TestGatewayChart(t *testing.T) {
 					t.Errorf("got token audience %q, want gpuscaler's auth callout's %q", token.Audience, mainAudience)
 				case deref(token.ExpirationSeconds, 3600) < 600:
 					t.Errorf("got expirationSeconds %d, want 600 at least", deref(token.ExpirationSeconds, 3600))
+				}
+				if id := ns + "/" + g.pod.ServiceAccountName; !identityAdmitted(producers, id) {
+					t.Errorf("got ServiceAccount %s, which gpuscaler's chart's default --producer-identities=%s does not admit", id, producers)
 				}
 			} else if c.Name == "gateway-default" || c.Name == "gateway-example" {
 				t.Errorf("got args %v, want --nats-token-file: the default NATS auth is the pod's ServiceAccount token", g.ctr.Args)
@@ -349,8 +352,9 @@ func avoidsGPUNodes(a *corev1.Affinity) bool {
 }
 
 // mainChartNATS returns, from gpuscaler's chart with its default values, the audience
-// its auth callout admits and the URL of its NATS client Service.
-func mainChartNATS(t *testing.T) (audience, url string) {
+// its auth callout admits, the URL of its NATS client Service and the callout's
+// --producer-identities.
+func mainChartNATS(t *testing.T) (audience, url, producers string) {
 	t.Helper()
 	var def Case
 	for _, c := range Cases {
@@ -364,6 +368,7 @@ func mainChartNATS(t *testing.T) (audience, url string) {
 		t.Fatal("got no auth callout in gpuscaler's chart's defaults")
 	}
 	audience = flagValue(callout.Spec.Template.Spec.Containers[0].Args, "audience")
+	producers = flagValue(callout.Spec.Template.Spec.Containers[0].Args, "producer-identities")
 	svc, ok := find[*corev1.Service](objs, Release+"-nats")
 	if !ok {
 		t.Fatal("got no NATS Service in gpuscaler's chart's defaults")
@@ -374,7 +379,21 @@ func mainChartNATS(t *testing.T) (audience, url string) {
 			port = p.Port
 		}
 	}
-	return audience, "nats://" + svc.Name + "." + svc.Namespace + ".svc.cluster.local:" + strconv.Itoa(int(port))
+	return audience, "nats://" + svc.Name + "." + svc.Namespace + ".svc.cluster.local:" + strconv.Itoa(int(port)), producers
+}
+
+// identityAdmitted says whether namespace/name matches one of the auth callout's
+// comma-separated namespace/serviceaccount patterns, "*" matching a whole part
+// (deploy/README.md, "Producers in the cluster").
+func identityAdmitted(patterns, id string) bool {
+	ns, name, _ := strings.Cut(id, "/")
+	for p := range strings.SplitSeq(patterns, ",") {
+		pns, pname, _ := strings.Cut(p, "/")
+		if (pns == "*" || pns == ns) && (pname == "*" || pname == name) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestGatewayValuesRejected: values the gateway's chart cannot honour fail at render
