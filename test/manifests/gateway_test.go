@@ -607,3 +607,54 @@ func TestGatewayNotes(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayNATSSecrets: a shared NATS identity comes from the Secret named, as
+// environment (token, user and password stay out of the process list) or a mounted file
+// (nkey, creds), and with it no ServiceAccount token is projected.
+func TestGatewayNATSSecrets(t *testing.T) {
+	chart := filepath.Join(root(t), GatewayChartDir)
+	for authType, want := range map[string][]string{
+		"token":        {"env GPUSCALER_NATS_TOKEN=nats-id/token"},
+		"userPassword": {"env GPUSCALER_NATS_USER=nats-id/user", "env GPUSCALER_NATS_PASSWORD=nats-id/password"},
+		"nkey":         {"--nats-nkey-seed=nats-id/nkey"},
+		"creds":        {"--nats-creds=nats-id/creds"},
+		"none":         nil,
+	} {
+		t.Run(authType, func(t *testing.T) {
+			vals := map[string]any{"nats": map[string]any{"auth": map[string]any{"type": authType, "secretName": "nats-id"}}}
+			out, err := RenderWith(chart, vals, Options{Release: "llm-gateway", Namespace: "inference"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := DecodeAll(authType, []byte(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dep, _ := find[*appsv1.Deployment](objs, "llm-gateway")
+			pod := dep.Spec.Template.Spec
+			ctr := pod.Containers[0]
+			var got []string
+			for _, e := range ctr.Env {
+				if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
+					got = append(got, "env "+e.Name+"="+r.SecretKeyRef.Name+"/"+r.SecretKeyRef.Key)
+				}
+			}
+			for _, flag := range []string{"nats-nkey-seed", "nats-creds"} {
+				if file := flagValue(ctr.Args, flag); file != "" {
+					got = append(got, "--"+flag+"="+secretFile(t, pod, ctr, file))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("got NATS credentials %v, want %v", got, want)
+			}
+			if file := flagValue(ctr.Args, "nats-token-file"); file != "" {
+				t.Errorf("got --nats-token-file=%s with auth %s, want none", file, authType)
+			}
+			for _, v := range pod.Volumes {
+				if v.Projected != nil {
+					t.Errorf("got projected volume %s with auth %s, want no token for NATS", v.Name, authType)
+				}
+			}
+		})
+	}
+}

@@ -114,6 +114,9 @@ var GatewayCases = []Case{
 	{Name: "gateway-full", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
 		Values: []string{GatewayChartDir + "/ci/full-values.yaml"},
 		Out:    "test/manifests/testdata/gateway-full.yaml"},
+	{Name: "gateway-creds", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
+		Values: []string{GatewayChartDir + "/ci/creds-values.yaml"},
+		Out:    "test/manifests/testdata/gateway-creds.yaml"},
 }
 
 // AllCases are Cases and GatewayCases: every committed rendering.
