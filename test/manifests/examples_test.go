@@ -501,3 +501,41 @@ func TestGatewayExample(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleApplyCommand: the inference example's README applies every file of objects
+// in its folder, the namespace first (kubectl applies in the order given), and not the
+// gateway's Helm values.
+func TestExampleApplyCommand(t *testing.T) {
+	dir := filepath.Join(root(t), "examples/inference-scale-to-zero")
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for line := range strings.SplitSeq(string(readme), "\n") {
+		if rest, ok := strings.CutPrefix(line, "kubectl apply "); ok {
+			for _, f := range strings.Fields(rest) {
+				if f != "-f" {
+					files = append(files, f)
+				}
+			}
+			break
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, e := range entries {
+		if isManifest(e) {
+			want = append(want, e.Name())
+		}
+	}
+	if len(files) == 0 || files[0] != "namespace.yaml" {
+		t.Errorf("got kubectl apply of %v, want namespace.yaml first", files)
+	}
+	if got := slices.Sorted(slices.Values(files)); !slices.Equal(got, want) {
+		t.Errorf("got kubectl apply of %v, want every file of objects in the folder: %v", got, want)
+	}
+}
