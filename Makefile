@@ -157,7 +157,7 @@ bench-collector: build ## measure a running collector's CPU and RSS (sim source,
 	./test/collector-footprint.sh --cold 60
 
 .PHONY: manifests
-manifests: ## render deploy/manifests (and test/manifests' golden files) from the Helm chart
+manifests: ## render deploy/manifests, the inference example's gateway.yaml (and test/manifests' golden files) from the Helm charts
 	deploy/render.sh
 
 .PHONY: manifests-check

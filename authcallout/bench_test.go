@@ -15,7 +15,7 @@ import (
 // server's permission checks add to the activation path (the bench's end-to-end figure
 // is too noisy on a shared 2-core machine to see a difference this small).
 func BenchmarkReportRoundTrip(b *testing.B) {
-	const subject = "gpuscaler.v1.queue.team-a.jobs"
+	const subject = "gpuscaler.v1.queue.team-a.jobs.p"
 	run := func(b *testing.B, producer, scaler *nats.Conn) {
 		sub, err := scaler.SubscribeSync(subject)
 		if err != nil {

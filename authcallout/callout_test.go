@@ -72,19 +72,19 @@ func TestTenantsSpeakOnlyForThemselves(t *testing.T) {
 	}
 
 	t.Run("a tenant in a publishes for b", func(t *testing.T) {
-		for _, s := range []string{"gpuscaler.v1.queue.team-b.x", "gpuscaler.v1.queue.team-a", "gpuscaler.v1.node.node-a", "gpuscaler.v1.queue.team-b.x.y"} {
+		for _, s := range []string{"gpuscaler.v1.queue.team-b.x.p", "gpuscaler.v1.queue.team-a", "gpuscaler.v1.queue.team-a.jobs", "gpuscaler.v1.queue.team-a.jobs.p.deeper", "gpuscaler.v1.node.node-a", "gpuscaler.v1.queue.team-b.x.y"} {
 			if err := a.Publish(s, []byte("forged")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := a.Publish("gpuscaler.v1.queue.team-a.jobs", []byte("mine")); err != nil {
+		if err := a.Publish("gpuscaler.v1.queue.team-a.jobs.p", []byte("mine")); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, "gpuscaler.v1.queue.team-a.jobs")
-		aErrs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-b.x\"`)
+		expect(t, "gpuscaler.v1.queue.team-a.jobs.p")
+		aErrs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-b.x.p\"`)
 	})
 	t.Run("a collector publishes another node's report", func(t *testing.T) {
 		for _, s := range []string{"gpuscaler.v1.node.node-b", "gpuscaler.v1.queue.gpuscaler.x", "gpuscaler.v1.node.node-a", "gpuscaler.v1.node.node-a.x"} {
@@ -108,10 +108,10 @@ func TestTenantsSpeakOnlyForThemselves(t *testing.T) {
 	})
 	t.Run("a tenant deletes or purges the stream", func(t *testing.T) {
 		// Publish a report the attack would erase.
-		if err := a.Publish("gpuscaler.v1.queue.team-a.kept", []byte("kept")); err != nil {
+		if err := a.Publish("gpuscaler.v1.queue.team-a.kept.p", []byte("kept")); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, "gpuscaler.v1.queue.team-a.kept")
+		expect(t, "gpuscaler.v1.queue.team-a.kept.p")
 		for _, api := range []string{"STREAM.DELETE", "STREAM.PURGE", "STREAM.UPDATE", "CONSUMER.CREATE"} {
 			if err := a.Publish("$JS.API."+api+"."+gpuscalerv1.StreamName, []byte(`{}`)); err != nil {
 				t.Fatal(err)
@@ -162,7 +162,7 @@ func TestProducerGetsItsAck(t *testing.T) {
 	}
 	a, _ := b.mustConnect(t, natsconn.Options{Name: "tenant-a", Token: b.token(t, tenantA), InboxPrefix: gpuscalerv1.InboxPrefix("team-a")})
 	ajs, _ := jetstream.New(a.Conn)
-	ack, err := ajs.Publish(t.Context(), "gpuscaler.v1.queue.team-a.jobs", []byte("x"))
+	ack, err := ajs.Publish(t.Context(), "gpuscaler.v1.queue.team-a.jobs.p", []byte("x"))
 	if err != nil {
 		t.Fatalf("producer publish with ack: %v", err)
 	}
@@ -174,7 +174,7 @@ func TestProducerGetsItsAck(t *testing.T) {
 	sjs, _ := jetstream.New(spy.Conn)
 	short, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	if _, err := sjs.Publish(short, "gpuscaler.v1.queue.team-a.jobs", []byte("x")); err == nil {
+	if _, err := sjs.Publish(short, "gpuscaler.v1.queue.team-a.jobs.p", []byte("x")); err == nil {
 		t.Fatal("a producer read replies below another namespace's inbox")
 	}
 	spyErrs.waitFor(t, "Permissions Violation for Subscription to")
@@ -265,10 +265,10 @@ func TestRefusals(t *testing.T) {
 	}
 	t.Run("static user, right password", func(t *testing.T) {
 		nc, errs := b.mustConnect(t, natsconn.Options{Name: "ci", User: "ci", Password: "right"})
-		if err := nc.Publish("gpuscaler.v1.queue.team-b.x", nil); err != nil {
+		if err := nc.Publish("gpuscaler.v1.queue.team-b.x.p", nil); err != nil {
 			t.Fatal(err)
 		}
-		errs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-b.x\"`)
+		errs.waitFor(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-b.x.p\"`)
 	})
 }
 

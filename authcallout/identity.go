@@ -4,7 +4,8 @@
 // static user for clients outside the cluster — and answers with a short-lived NATS user
 // whose permissions follow from that identity alone:
 //
-//   - a producer in namespace ns publishes gpuscaler.v1.queue.<ns>.> and nothing else;
+//   - a producer in namespace ns publishes gpuscaler.v1.queue.<ns>.<queue>.<producer>
+//     (gpuscaler.v1.queue.<ns>.*.*) and nothing else;
 //   - a collector publishes its own node's subject, the node taken from the token's
 //     bound-pod claims as the apiserver reports them, never from what the client says;
 //   - the scaler reads everything and uses the JetStream API of the GPUSCALER stream;

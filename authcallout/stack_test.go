@@ -77,7 +77,7 @@ func TestScalerOnACalloutBus(t *testing.T) {
 		t.Helper()
 		q := &gpuscalerv1.QueueReport{Namespace: "team-a", Queue: "jobs", Waiting: waiting, ObservedAt: timestamppb.Now(), ProducerId: nc.Opts.Name, Sequence: seq}
 		data, _ := proto.Marshal(q)
-		if err := nc.Publish("gpuscaler.v1.queue.team-a.jobs", data); err != nil {
+		if err := nc.Publish("gpuscaler.v1.queue.team-a.jobs."+nc.Opts.Name, data); err != nil {
 			t.Fatal(err)
 		}
 		nc.Flush()
@@ -130,7 +130,7 @@ func TestScalerOnACalloutBus(t *testing.T) {
 func TestTokenRotationLosesNothing(t *testing.T) {
 	b := startBus(t, busOptions{})
 	scalerConn, _ := b.mustConnect(t, natsconn.Options{Name: "scaler", Token: b.token(t, scalerSA)})
-	sub, err := scalerConn.SubscribeSync("gpuscaler.v1.queue.team-a.seq")
+	sub, err := scalerConn.SubscribeSync("gpuscaler.v1.queue.team-a.seq.p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestTokenRotationLosesNothing(t *testing.T) {
 		buf := make([]byte, 8)
 		for i := range uint64(n) {
 			binary.BigEndian.PutUint64(buf, i)
-			if err := producer.Publish("gpuscaler.v1.queue.team-a.seq", buf); err != nil {
+			if err := producer.Publish("gpuscaler.v1.queue.team-a.seq.p", buf); err != nil {
 				published <- err
 				return
 			}

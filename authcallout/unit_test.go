@@ -26,7 +26,7 @@ func TestPermissions(t *testing.T) {
 	}{
 		"producer": {
 			id:       Identity{Role: RoleProducer, Namespace: "team-a"},
-			pubAllow: []string{"gpuscaler.v1.queue.team-a.>"}, subAllow: []string{"_INBOX.gpuscaler.team-a.>"},
+			pubAllow: []string{"gpuscaler.v1.queue.team-a.*.*"}, subAllow: []string{"_INBOX.gpuscaler.team-a.>"},
 		},
 		"collector, dotted node": {
 			id:       Identity{Role: RoleCollector, Node: "ip-10-0-1-7.ec2.internal"},
@@ -250,7 +250,7 @@ func TestAuthorizeAnswers(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, s := range uc.Pub.Allow {
-					if s != "gpuscaler.v1.queue.team-a.>" {
+					if s != "gpuscaler.v1.queue.team-a.*.*" {
 						t.Fatalf("admitted a client to publish %q: only team-a's identities exist here", s)
 					}
 				}

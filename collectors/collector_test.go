@@ -84,8 +84,8 @@ func TestSimThroughScaler(t *testing.T) {
 func pubQueue(t *testing.T, url, ns, q string, waiting uint64) {
 	t.Helper()
 	nc := natstest.Connect(t, url)
-	subject, _ := gpuscalerv1.QueueSubject(ns, q)
-	data, _ := (&gpuscalerv1.QueueReport{Namespace: ns, Queue: q, Waiting: waiting}).MarshalVT()
+	subject, _ := gpuscalerv1.QueueSubject(ns, q, "p")
+	data, _ := (&gpuscalerv1.QueueReport{Namespace: ns, Queue: q, ProducerId: "p", Waiting: waiting}).MarshalVT()
 	if err := nc.Publish(subject, data); err != nil {
 		t.Fatal(err)
 	}

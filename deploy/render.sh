@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Renders the Helm chart deploy/helm/gpuscaler into the committed plain manifests
-# (deploy/manifests/*.yaml) and test/manifests' golden files, one per value set in
-# test/manifests/render.go. The renderer is Helm's own library at the version pinned in
-# test/manifests/go.mod (Go fetches it on first use), so no helm binary is needed and
-# the output is what `helm template gpuscaler deploy/helm/gpuscaler -n gpuscaler` prints.
+# Renders the Helm charts deploy/helm/gpuscaler and deploy/helm/gpuscaler-gateway into
+# the committed plain manifests (deploy/manifests/*.yaml), the inference example's
+# gateway (examples/inference-scale-to-zero/gateway.yaml) and test/manifests' golden
+# files, one per value set in test/manifests/render.go. The renderer is Helm's own
+# library at the version pinned in test/manifests/go.mod (Go fetches it on first use), so
+# no helm binary is needed and the output is what `helm template gpuscaler
+# deploy/helm/gpuscaler -n gpuscaler` prints.
 #
 #   deploy/render.sh           write them
 #   deploy/render.sh --check   fail, naming them, when a committed file is stale

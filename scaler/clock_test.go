@@ -21,7 +21,7 @@ import (
 // without the first reading the scaler judged on its own clock for its first 5 s.
 func TestClockSkewMeasuredBeforeReady(t *testing.T) {
 	const queue = "jobs"
-	subject, err := gpuscalerv1.QueueSubject("ml", queue)
+	subject, err := gpuscalerv1.QueueSubject("ml", queue, "p")
 	if err != nil {
 		t.Fatal(err)
 	}

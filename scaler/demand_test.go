@@ -30,7 +30,7 @@ func TestDemandByLittlesLaw(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := s.queues[queueKey{"ml", "q"}].demand
+	d := s.queues[queueKey{"ml", "q"}].producers["a"].demand
 	if math.Abs(d.Service-5) > 1e-9 {
 		t.Errorf("service time = %g s, want 5", d.Service)
 	}
@@ -42,7 +42,8 @@ func TestDemandByLittlesLaw(t *testing.T) {
 }
 
 // TestDemandSkipsGaps: completions are only counted between consecutive reports of one
-// producer; a lost report or another producer's would make them up.
+// producer; a lost report would make them up, and another producer's report is another
+// share of the queue, not a sequel.
 func TestDemandSkipsGaps(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	for name, second := range map[string]*gpuscalerv1.QueueReport{
@@ -53,10 +54,33 @@ func TestDemandSkipsGaps(t *testing.T) {
 			s := NewState(func() time.Time { return t0 })
 			s.Apply(gpuscalerv1.Event{Queue: report("a", 1, 0, 10, 0)}, t0)
 			s.Apply(gpuscalerv1.Event{Queue: second}, t0.Add(time.Second)) // ten items gone
-			if d := s.queues[queueKey{"ml", "q"}].demand; d.Completions != 0 || d.Service != 0 {
-				t.Errorf("demand = %+v, want no completions counted", d)
+			for id, p := range s.queues[queueKey{"ml", "q"}].producers {
+				if d := p.demand; d.Completions != 0 || d.Service != 0 {
+					t.Errorf("producer %s's demand = %+v, want no completions counted", id, d)
+				}
 			}
 		})
+	}
+}
+
+// TestDemandLeavesDropsOut: items dropped while waiting (timeouts, cancels) are not
+// completions. Ten items in flight, two arrivals a second, of which one is dropped: one
+// completes a second, each in ten seconds. Counting the drop as a completion would halve
+// the service time.
+func TestDemandLeavesDropsOut(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	s := NewState(func() time.Time { return t0 })
+	for i := range uint64(30) {
+		r := report("a", i+1, 0, 10, 2)
+		if i > 0 {
+			r.Dropped = 1
+		}
+		if err := s.Apply(gpuscalerv1.Event{Queue: r}, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := s.queues[queueKey{"ml", "q"}].producers["a"].demand; math.Abs(d.Service-10) > 1e-9 {
+		t.Errorf("service time = %g s, want 10", d.Service)
 	}
 }
 
@@ -77,7 +101,7 @@ func TestQueueDemandOverGRPC(t *testing.T) {
 		t.Fatalf("GetMetricSpec = %v, want [%v]", spec, wantSpec)
 	}
 
-	subject, _ := gpuscalerv1.QueueSubject("ml", "q")
+	subject, _ := gpuscalerv1.QueueSubject("ml", "q", "p")
 	data, _ := proto.Marshal(report("p", 1, 6, 2, 8))
 	pub.raw(subject, data)
 	testkit.Eventually(t, 5*time.Second, func() bool {

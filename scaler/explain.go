@@ -186,34 +186,15 @@ func effective(t *Trigger) map[string]string {
 	return m
 }
 
-// queueStatus returns what the state holds of t's queue, nil when it holds no report.
+// queueStatus returns what the state holds of t's queue, only its name when nothing.
 func (s *State) queueStatus(t *Trigger, now time.Time) *gpuscalerv1.QueueStatus {
 	s.mu.RLock()
+	defer s.mu.RUnlock()
 	e := s.queues[queueKey{t.Namespace, t.Queue}]
-	s.mu.RUnlock()
 	if e == nil {
 		return &gpuscalerv1.QueueStatus{Namespace: t.Namespace, Queue: t.Queue}
 	}
-	q := e.status(now)
-	q.Stale = now.Sub(e.stored) > t.StaleAfter
-	return q
-}
-
-func (e *queueEntry) status(now time.Time) *gpuscalerv1.QueueStatus {
-	r := e.report
-	return &gpuscalerv1.QueueStatus{
-		Namespace:        r.GetNamespace(),
-		Queue:            r.GetQueue(),
-		Waiting:          clampInt64(r.GetWaiting()),
-		InFlight:         clampInt64(r.GetInFlight()),
-		Backlog:          clampInt64(r.Backlog()),
-		ProducerId:       r.GetProducerId(),
-		Stored:           timestamppb.New(e.stored),
-		Age:              durationpb.New(now.Sub(e.stored)),
-		ProducerConflict: !e.conflicted.IsZero() && !e.conflicted.Before(now.Add(-producerConflictWindow)),
-		ArrivalRate:      e.demand.Rate(),
-		ServiceSeconds:   e.demand.Service,
-	}
+	return e.status(now, t.StaleAfter)
 }
 
 func clampInt64(v uint64) int64 {
@@ -223,13 +204,14 @@ func clampInt64(v uint64) int64 {
 	return int64(v)
 }
 
-// Queues returns the latest report of every queue, by namespace and name.
-func (s *State) Queues() []*gpuscalerv1.QueueStatus {
+// Queues returns what every queue's producers last reported, by namespace and name, the
+// sums over those live for staleAfter.
+func (s *State) Queues(staleAfter time.Duration) []*gpuscalerv1.QueueStatus {
 	now := s.now()
 	s.mu.RLock()
 	out := make([]*gpuscalerv1.QueueStatus, 0, len(s.queues))
 	for _, e := range s.queues {
-		out = append(out, e.status(now))
+		out = append(out, e.status(now, staleAfter))
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *gpuscalerv1.QueueStatus) int {

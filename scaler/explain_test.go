@@ -241,7 +241,7 @@ func TestStateNodesAndQueues(t *testing.T) {
 	if u := nodes[0].GetUnattributed(); len(u) != 1 || u[0].GetReason() != "no such MIG device" || u[0].GetPod() != "x" {
 		t.Errorf("unattributed = %v", u)
 	}
-	queues := s.Queues()
+	queues := s.Queues(time.Minute)
 	if len(queues) != 2 || queues[0].GetQueue() != "a" || queues[0].GetBacklog() != 4 || queues[0].GetAge().AsDuration() != 3*time.Second {
 		t.Errorf("queues = %v, want ml/a (backlog 4, 3s old) then ml/b", queues)
 	}

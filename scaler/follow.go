@@ -593,26 +593,35 @@ func (f *follower) drop(subject, kind, reason string, err error) {
 	}
 }
 
-// refuse counts a report the state refused (a new queue past its namespace's limit) and
-// logs it at most once a minute per namespace. The metric has no namespace label: on an
-// open bus a publisher picks namespaces at will, and each would be a time series.
+// refuse counts a report the state refused (a new queue past its namespace's limit, or a
+// new producer past its queue's) and logs it at most once a minute per namespace. The
+// metric has no namespace label: on an open bus a publisher picks namespaces at will,
+// and each would be a time series.
 func (f *follower) refuse(namespace, kind string, err error) {
-	f.metrics.eventsDropped.WithLabelValues(kind, "queue_limit").Inc()
-	if f.drops.allow("namespace " + namespace) { // no subject has a space: keys of their own
-		f.log.Warn("dropped a report of a new queue: its namespace has as many queues as --max-queues-per-namespace allows (logged once a minute per namespace)",
-			"namespace", namespace, "err", err)
+	reason, what := "queue_limit", "dropped a report of a new queue: its namespace has as many queues as --max-queues-per-namespace allows (logged once a minute per namespace)"
+	if errors.Is(err, ErrProducerLimit) {
+		reason, what = "producer_limit", "dropped a report of a new producer: its queue has as many producers as --max-producers-per-queue allows (logged once a minute per namespace)"
+	}
+	f.metrics.eventsDropped.WithLabelValues(kind, reason).Inc()
+	if f.drops.allow(reason + " " + namespace) { // no subject has a space: keys of their own
+		f.log.Warn(what, "namespace", namespace, "err", err)
 	}
 }
 
-// producerConflict counts a queue report that replaced another producer's while the two
-// reported the queue by turns, and logs it at most once a minute per queue. The metric
-// has no namespace or queue label: each would be a time series.
-func (f *follower) producerConflict(c ProducerConflict) {
-	f.metrics.producerConflicts.Inc()
-	if f.drops.allow("producers " + c.Namespace + "/" + c.Queue) { // no subject has a space: keys of their own
-		f.log.Warn("two producers report one queue by turns, and its backlog flaps between their figures: one queue must have one producer (logged once a minute per queue)",
-			"namespace", c.Namespace, "queue", c.Queue, "producer", c.Producer, "backlog", c.Backlog,
-			"otherProducer", c.Other, "otherBacklog", c.OtherBacklog)
+// producerLeft counts a producer that no longer counts in its queue's reading, and logs
+// it: at once for one that stopped cleanly, at most once a minute per queue for one that
+// fell silent. The metric has no namespace or queue label: each would be a time series.
+func (f *follower) producerLeft(l ProducerLeft) {
+	if l.Stopped {
+		f.metrics.producersLeft.WithLabelValues("stopped").Inc()
+		f.log.Info("a queue producer stopped; its share leaves the queue's reading",
+			"namespace", l.Namespace, "queue", l.Queue, "producer", l.Producer, "backlog", l.Backlog)
+		return
+	}
+	f.metrics.producersLeft.WithLabelValues("silent").Inc()
+	if f.drops.allow("silent " + l.Namespace + "/" + l.Queue) {
+		f.log.Warn("a queue producer fell silent for longer than --stale-after; its share, as last reported, leaves the queue's reading (logged once a minute per queue)",
+			"namespace", l.Namespace, "queue", l.Queue, "producer", l.Producer, "lastReport", stamp(l.Stored), "backlog", l.Backlog)
 	}
 }
 

@@ -141,11 +141,11 @@ func (p *publisher) raw(subject string, data []byte) {
 
 func (p *publisher) queue(ns, q string, waiting, inFlight uint64) {
 	p.t.Helper()
-	subject, err := gpuscalerv1.QueueSubject(ns, q)
+	subject, err := gpuscalerv1.QueueSubject(ns, q, "p")
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: ns, Queue: q, Waiting: waiting, InFlight: inFlight})
+	data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: ns, Queue: q, ProducerId: "p", Waiting: waiting, InFlight: inFlight})
 	p.raw(subject, data)
 }
 

@@ -23,7 +23,7 @@ type metrics struct {
 	replayMessages    prometheus.Gauge
 	consumersFollowed prometheus.Gauge
 	consumersRefused  prometheus.Counter
-	producerConflicts prometheus.Counter
+	producersLeft     *prometheus.CounterVec
 	consumerStalls    prometheus.Counter
 }
 
@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}, []string{"kind"}),
 		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_events_dropped_total",
-			Help: "Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), or queue_limit: a new queue in a namespace with --max-queues-per-namespace queues.",
+			Help: "Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), queue_limit: a new queue in a namespace with --max-queues-per-namespace queues, or producer_limit: a new producer of a queue with --max-producers-per-queue producers.",
 		}, []string{"kind", "reason"}),
 		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_streams_open",
@@ -66,10 +66,10 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_consumers_refused_total",
 			Help: "Calls refused (ResourceExhausted) because their trigger named a JetStream consumer not followed while --max-followed-consumers were.",
 		}),
-		producerConflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpuscaler_scaler_queue_producer_conflicts_total",
-			Help: "Queue reports that replaced another producer's report while the two reported the queue by turns (within a minute): its backlog flaps between their figures. One queue must have one producer; the queues are logged.",
-		}),
+		producersLeft: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_queue_producers_left_total",
+			Help: "Queue producers whose share left their queue's reading, by reason: stopped (its last report said so) or silent (no report for --stale-after). Each is logged.",
+		}, []string{"reason"}),
 		consumerStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_stream_consumer_stalls_total",
 			Help: "Times the stream held messages newer than the last one read for 2 s while nothing was read (a consumer lost with its NATS server, or stuck recreating itself): the scaler then makes a new consumer, resuming after the last message read.",
@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
 		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
-		m.producerConflicts, m.consumerStalls,
+		m.producersLeft, m.consumerStalls,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",
@@ -119,14 +119,11 @@ var (
 		"Entries the scaler holds, by kind (node, gpu, queue; node_tombstone: forgotten nodes whose pods keep their triggers Unavailable; selection: podSelectors kept up to date for the triggers that read them; node_pool: nodeSelectors kept for capacityAware triggers).", []string{"kind"}, nil)
 	namespacesAtQueueLimitDesc = prometheus.NewDesc("gpuscaler_scaler_namespaces_at_queue_limit",
 		"Namespaces with as many queues as --max-queues-per-namespace allows; reports of their new queues are dropped, and logged naming the namespace.", nil, nil)
-	queuesWithProducerConflictDesc = prometheus.NewDesc("gpuscaler_scaler_queues_with_producer_conflict",
-		"Queues reported by more than one producer by turns within the last minute (see gpuscaler_scaler_queue_producer_conflicts_total).", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- stateEntriesDesc
 	ch <- namespacesAtQueueLimitDesc
-	ch <- queuesWithProducerConflictDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -139,7 +136,6 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(selections), "selection")
 	ch <- prometheus.MustNewConstMetric(stateEntriesDesc, prometheus.GaugeValue, float64(pools), "node_pool")
 	ch <- prometheus.MustNewConstMetric(namespacesAtQueueLimitDesc, prometheus.GaugeValue, float64(c.state.NamespacesAtQueueLimit()))
-	ch <- prometheus.MustNewConstMetric(queuesWithProducerConflictDesc, prometheus.GaugeValue, float64(c.state.QueuesWithProducerConflict()))
 }
 
 func boolFloat(b bool) float64 {

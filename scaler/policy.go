@@ -153,17 +153,17 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 			ErrUnavailable, t.Namespace, t.Queue, stamp(s.started))
 		return m
 	}
-	if age := now.Sub(e.stored); age > t.StaleAfter {
-		m.err = fmt.Errorf("%w: queue %s/%s last reported at %s, %s ago, longer than staleAfter %s; is its producer running?",
-			ErrUnavailable, t.Namespace, t.Queue, stamp(e.stored), age.Round(time.Second), t.StaleAfter)
+	q := e.sum(now, t.StaleAfter)
+	if q.live == 0 {
+		m.err = e.unavailable(now, t.StaleAfter)
 		return m
 	}
-	m.value = float64(e.report.Backlog())
-	m.running = float64(e.report.GetInFlight())
+	m.value = q.waiting + q.inFlight
+	m.running = q.inFlight
 	m.active = m.value > t.ActivationQueueDepth // on the backlog, whatever the metric
 	if t.TargetWait > 0 {
 		m.demand = true
-		m.value = demand.Replicas(e.demand, t.Concurrency, t.TargetWait, float64(e.report.GetWaiting()), m.running)
+		m.value = demand.Replicas(q.demand, t.Concurrency, t.TargetWait, q.waiting, m.running)
 	}
 	return m
 }

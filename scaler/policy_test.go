@@ -51,8 +51,8 @@ func nodeEvent(name string, gpus ...*gpuscalerv1.GPUSample) gpuscalerv1.Event {
 
 func queueEvent(ns, q string, waiting, inFlight uint64) gpuscalerv1.Event {
 	return gpuscalerv1.Event{
-		Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindQueue, Namespace: ns, Queue: q},
-		Queue:   &gpuscalerv1.QueueReport{Namespace: ns, Queue: q, Waiting: waiting, InFlight: inFlight},
+		Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindQueue, Namespace: ns, Queue: q, Producer: "p"},
+		Queue:   &gpuscalerv1.QueueReport{Namespace: ns, Queue: q, ProducerId: "p", Waiting: waiting, InFlight: inFlight},
 	}
 }
 

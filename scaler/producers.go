@@ -1,146 +1,300 @@
 package scaler
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
-// SetProducerConflictHook sets a function told of every ProducerConflict, after the
-// report is applied and the state unlocked; nil sets none. It is called on the goroutine
-// applying the report.
-func (s *State) SetProducerConflictHook(f func(ProducerConflict)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.onProducerConflict = f
+// A queue may have several producers (the replicas of a gateway, workers that each hold a
+// share of it). Each reports its own share on a subject of its own, and the stream keeps
+// the last report of each; the queue reads the sum over its live producers. A producer
+// is live while its last report is within the trigger's staleAfter and did not say it
+// stopped. With no live producer the queue is unknown (Unavailable), never 0.
+
+// queueEntry is what the state holds of one queue: the last report of each producer that
+// has not stopped. A producer that stops leaves it at once; the entry is forgotten, with
+// its producers, when its newest report is older than the stream keeps reports.
+type queueEntry struct {
+	namespace, queue string
+	producers        map[string]*producerEntry
+	// newest is when NATS stored the newest report of any producer, stopped ones too.
+	newest time.Time
+	// stopped is the producer whose report last said it stopped, and when NATS stored
+	// it: what an error names when no producer is left.
+	stopped   string
+	stoppedAt time.Time
 }
 
-// QueuesWithProducerConflict reports how many queues had a ProducerConflict within
-// producerConflictWindow before now.
-func (s *State) QueuesWithProducerConflict() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	since := s.now().Add(-producerConflictWindow)
-	n := 0
+// producerEntry is one producer's last report of a queue.
+type producerEntry struct {
+	report *gpuscalerv1.QueueReport
+	stored time.Time
+	// demand is the producer's traffic as its reports so far tell it.
+	demand demand.Estimate
+	// silent is set by MarkSilentProducers once the report is older than the scaler's
+	// default staleAfter, so a producer's falling silent is counted and logged once.
+	silent bool
+}
+
+// DefaultMaxProducersPerQueue bounds the producers the state tracks per queue. A gateway
+// runs a few replicas, and a producer that crashed stays until the stream forgets its
+// last report, so the bound leaves room for many rollouts while a tenant inventing
+// producer ids stops at a few hundred KiB per queue.
+const DefaultMaxProducersPerQueue = 64
+
+// ErrProducerLimit refuses a report of a new producer of a queue that has as many
+// producers as the limit allows.
+var ErrProducerLimit = errors.New("producer limit of the queue reached")
+
+// SetMaxProducersPerQueue sets how many producers the state tracks per queue; zero or
+// less sets no limit. The default is DefaultMaxProducersPerQueue.
+func (s *State) SetMaxProducersPerQueue(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxProducersPerQueue = n
+}
+
+// ProducerLeft is a producer that no longer counts in its queue's reading: it stopped
+// cleanly (Stopped), or its last report grew older than the scaler's default staleAfter.
+type ProducerLeft struct {
+	Namespace, Queue, Producer string
+	Stopped                    bool
+	// Stored is when NATS stored its last report; Backlog is the share that report held.
+	Stored  time.Time
+	Backlog uint64
+}
+
+// SetProducerLeftHook sets a function told of every ProducerLeft, after the state is
+// unlocked; nil sets none. It is called on the goroutine that applied the report, or that
+// called MarkSilentProducers.
+func (s *State) SetProducerLeftHook(f func(ProducerLeft)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onProducerLeft = f
+}
+
+// applyQueue records producer r's report of its queue.
+func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
+	k := queueKey{r.GetNamespace(), r.GetQueue()}
+	id := r.GetProducerId()
+	var left *ProducerLeft
+	var hook func(ProducerLeft)
+	defer func() { // runs after the deferred unlock below: no one waits on s.mu for it
+		if left != nil && hook != nil {
+			hook(*left)
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.queues[k]
+	if e == nil {
+		if s.atQueueLimit(k.namespace) {
+			return fmt.Errorf("%w: report for queue %s/%s dropped: namespace %s has %d queues, as many as --max-queues-per-namespace allows",
+				ErrQueueLimit, k.namespace, k.queue, k.namespace, s.queuesPerNS[k.namespace])
+		}
+		e = &queueEntry{namespace: k.namespace, queue: k.queue, producers: make(map[string]*producerEntry)}
+		s.queues[k] = e
+		s.queuesPerNS[k.namespace]++
+	}
+	old := e.producers[id]
+	if old == nil && !r.GetStopped() && s.maxProducersPerQueue > 0 && len(e.producers) >= s.maxProducersPerQueue {
+		return fmt.Errorf("%w: report of producer %q of queue %s/%s dropped: the queue has %d producers, as many as --max-producers-per-queue allows, until one stops or is forgotten",
+			ErrProducerLimit, id, k.namespace, k.queue, len(e.producers))
+	}
+	if stored.After(e.newest) {
+		e.newest = stored
+	}
+	if r.GetStopped() {
+		delete(e.producers, id)
+		e.stopped, e.stoppedAt = id, stored
+		if old != nil && !old.silent {
+			left, hook = &ProducerLeft{Namespace: k.namespace, Queue: k.queue, Producer: id, Stopped: true, Stored: stored, Backlog: old.report.Backlog()}, s.onProducerLeft
+		}
+	} else {
+		e.producers[id] = &producerEntry{report: r, stored: stored, demand: old.nextDemand(r, stored)}
+	}
+	for w := range s.queueWatch[k] {
+		w.notify(e.liveBacklog(stored, w.staleAfter))
+	}
+	return nil
+}
+
+// nextDemand is the producer's traffic estimate once report r, stored at stored, follows
+// old (nil: the producer's first report since this scaler started).
+func (old *producerEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) demand.Estimate {
+	if old == nil {
+		return demand.Estimate{}
+	}
+	return old.demand.Next(old.report, r, stored.Sub(old.stored))
+}
+
+// live reports whether p counts in its queue's reading at now, for staleAfter.
+func (p *producerEntry) live(now time.Time, staleAfter time.Duration) bool {
+	return now.Sub(p.stored) <= staleAfter
+}
+
+// liveBacklog is the backlog summed over the producers live at now.
+func (e *queueEntry) liveBacklog(now time.Time, staleAfter time.Duration) float64 {
+	var b float64
+	for _, p := range e.producers {
+		if p.live(now, staleAfter) {
+			b += float64(p.report.Backlog())
+		}
+	}
+	return b
+}
+
+// queueSum is a queue's reading: the sums over its live producers.
+type queueSum struct {
+	live              int
+	waiting, inFlight float64
+	demand            demand.Estimate
+}
+
+// sum adds up the producers live at now, for staleAfter.
+func (e *queueEntry) sum(now time.Time, staleAfter time.Duration) queueSum {
+	var q queueSum
+	for _, p := range e.producers {
+		if !p.live(now, staleAfter) {
+			continue
+		}
+		if q.live++; q.live == 1 {
+			q.demand = p.demand // one producer's estimate as it is
+		} else {
+			q.demand = q.demand.Add(p.demand)
+		}
+		q.waiting += float64(p.report.GetWaiting())
+		q.inFlight += float64(p.report.GetInFlight())
+	}
+	return q
+}
+
+// unavailable explains why e has no live producer at now, for staleAfter.
+func (e *queueEntry) unavailable(now time.Time, staleAfter time.Duration) error {
+	var newest *producerEntry
+	var id string
+	for pid, p := range e.producers {
+		if newest == nil || p.stored.After(newest.stored) {
+			newest, id = p, pid
+		}
+	}
+	stopped := !e.stoppedAt.IsZero() && (newest == nil || e.stoppedAt.After(newest.stored))
+	if stopped {
+		return fmt.Errorf("%w: queue %s/%s has no live producer: its last, %q, stopped at %s, %s ago; is anything producing it now?",
+			ErrUnavailable, e.namespace, e.queue, e.stopped, stamp(e.stoppedAt), now.Sub(e.stoppedAt).Round(time.Second))
+	}
+	if newest == nil {
+		return fmt.Errorf("%w: queue %s/%s has no live producer; is its producer running and publishing to NATS?",
+			ErrUnavailable, e.namespace, e.queue)
+	}
+	return fmt.Errorf("%w: queue %s/%s last reported at %s, %s ago, longer than staleAfter %s (producer %q, the newest of %d); is its producer running?",
+		ErrUnavailable, e.namespace, e.queue, stamp(newest.stored), now.Sub(newest.stored).Round(time.Second), staleAfter, id, len(e.producers))
+}
+
+// MarkSilentProducers marks the producers whose last report NATS stored before cutoff
+// (now less the scaler's default staleAfter) as silent, and tells the ProducerLeft hook
+// of each, once. A silent producer that reports again counts again. It returns how many
+// it marked.
+func (s *State) MarkSilentProducers(cutoff time.Time) int {
+	var left []ProducerLeft
+	s.mu.Lock()
 	for _, e := range s.queues {
-		if !e.conflicted.IsZero() && !e.conflicted.Before(since) {
+		for id, p := range e.producers {
+			if !p.silent && p.stored.Before(cutoff) {
+				p.silent = true
+				left = append(left, ProducerLeft{Namespace: e.namespace, Queue: e.queue, Producer: id, Stored: p.stored, Backlog: p.report.Backlog()})
+			}
+		}
+	}
+	hook := s.onProducerLeft
+	s.mu.Unlock()
+	if hook != nil {
+		for _, l := range left {
+			hook(l)
+		}
+	}
+	return len(left)
+}
+
+// forgetQueues drops the producers whose last report NATS stored before cutoff, and the
+// queues left with none whose newest report is that old too. s.mu must be held. It
+// returns how many queues it dropped.
+func (s *State) forgetQueues(cutoff time.Time) int {
+	n := 0
+	for k, e := range s.queues {
+		for id, p := range e.producers {
+			if p.stored.Before(cutoff) {
+				delete(e.producers, id)
+			}
+		}
+		if len(e.producers) == 0 && e.newest.Before(cutoff) {
+			delete(s.queues, k)
+			if s.queuesPerNS[k.namespace]--; s.queuesPerNS[k.namespace] <= 0 {
+				delete(s.queuesPerNS, k.namespace)
+			}
 			n++
 		}
 	}
 	return n
 }
 
-// succeed carries the producer history of old, the queue's entry e replaces (nil for a
-// new queue), over to e, and returns the ProducerConflict e's report makes, or nil.
-func (e *queueEntry) succeed(old *queueEntry) *ProducerConflict {
-	if old == nil {
-		return nil
+// status is what e holds at now: the sums over the producers live for staleAfter, and
+// every producer's last report.
+func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv1.QueueStatus {
+	q := e.sum(now, staleAfter)
+	st := &gpuscalerv1.QueueStatus{
+		Namespace:      e.namespace,
+		Queue:          e.queue,
+		Waiting:        clampInt64(uint64(q.waiting)),
+		InFlight:       clampInt64(uint64(q.inFlight)),
+		Backlog:        clampInt64(uint64(q.waiting + q.inFlight)),
+		Stored:         timestamppb.New(e.newest),
+		Age:            durationpb.New(now.Sub(e.newest)),
+		Stale:          q.live == 0,
+		ArrivalRate:    q.demand.Rate(),
+		ServiceSeconds: q.demand.Service,
 	}
-	e.producers, e.conflicted = old.producers, old.conflicted
-	p, other := e.report.GetProducerId(), old.report.GetProducerId()
-	if p == other {
-		return nil
+	for id, p := range e.producers {
+		st.Producers = append(st.Producers, &gpuscalerv1.ProducerStatus{
+			ProducerId: id,
+			Waiting:    clampInt64(p.report.GetWaiting()),
+			InFlight:   clampInt64(p.report.GetInFlight()),
+			Stored:     timestamppb.New(p.stored),
+			Age:        durationpb.New(now.Sub(p.stored)),
+			Stale:      !p.live(now, staleAfter),
+		})
 	}
-	var conflict bool
-	if e.producers, conflict = e.producers.see(p, other, old.stored, e.stored); !conflict {
-		return nil
+	if e.stopped != "" {
+		st.Producers = append(st.Producers, &gpuscalerv1.ProducerStatus{
+			ProducerId: e.stopped,
+			Stored:     timestamppb.New(e.stoppedAt),
+			Age:        durationpb.New(now.Sub(e.stoppedAt)),
+			Stopped:    true,
+		})
 	}
-	e.conflicted = e.stored
-	return &ProducerConflict{Namespace: e.report.GetNamespace(), Queue: e.report.GetQueue(), Producer: p, Other: other,
-		Backlog: e.report.Backlog(), OtherBacklog: old.report.Backlog()}
+	slices.SortFunc(st.Producers, func(a, b *gpuscalerv1.ProducerStatus) int {
+		return cmp.Or(strings.Compare(a.ProducerId, b.ProducerId), boolCompare(a.Stopped, b.Stopped))
+	})
+	return st
 }
 
-// ProducerConflict is a queue report from one producer that replaced a report of another
-// while the two were reporting the same queue by turns: the backlog then flaps between
-// their figures, as the scaler keeps only the latest report per queue.
-type ProducerConflict struct {
-	Namespace, Queue string
-	// Producer sent the report just applied, of Backlog; Other sent the one it
-	// replaced, of OtherBacklog.
-	Producer, Other       string
-	Backlog, OtherBacklog uint64
-}
-
-// producerConflictWindow is how recently a producer must have reported for a report of
-// it, replacing another's, to be a conflict, and how long a queue counts as having one
-// after its last. Producers report every few seconds (well within staleAfter, 30s by
-// default), so two live ones take turns well within it. A producer that restarts takes
-// a new id (collectors/queue makes one per Reporter) and its old id never reports again,
-// so a restart is never a conflict, however short the window.
-const producerConflictWindow = time.Minute
-
-// maxProducersRemembered bounds the producer ids a queue's history holds. More producers
-// than this reporting one queue within producerConflictWindow are a conflict in
-// themselves: no producer restarts that often.
-const maxProducersRemembered = 8
-
-// producerHistory is when each producer that reported a queue lately last did so. Only
-// the goroutine applying the queue's reports uses it, under State.mu; it exists only for
-// queues that have had more than one producer.
-type producerHistory []producerSeen
-
-type producerSeen struct {
-	id   string
-	last time.Time // when NATS stored its last report
-}
-
-// see records that producer reported at stored, replacing a report of cur (who reported
-// last at curStored), and reports whether that is a conflict: producer reported within
-// producerConflictWindow before cur took over, or too many producers reported lately.
-// A history of nil is empty; see returns the history to keep.
-func (h producerHistory) see(producer, cur string, curStored, stored time.Time) (producerHistory, bool) {
-	h = h.record(cur, curStored)
-	since := stored.Add(-producerConflictWindow)
-	conflict := false
-	i := h.index(producer)
+func boolCompare(a, b bool) int {
 	switch {
-	case i >= 0:
-		conflict = !h[i].last.Before(since)
-		h[i].last = stored
+	case a == b:
+		return 0
+	case !a:
+		return -1
 	default:
-		h = h.forget(since)
-		if len(h) >= maxProducersRemembered {
-			conflict = true
-			h = h.forget(h.oldest().Add(time.Nanosecond))
-		}
-		h = append(h, producerSeen{producer, stored})
+		return 1
 	}
-	return h, conflict
-}
-
-// record sets id's last report to at.
-func (h producerHistory) record(id string, at time.Time) producerHistory {
-	if i := h.index(id); i >= 0 {
-		h[i].last = at
-		return h
-	}
-	return append(h, producerSeen{id, at})
-}
-
-func (h producerHistory) index(id string) int {
-	for i, p := range h {
-		if p.id == id {
-			return i
-		}
-	}
-	return -1
-}
-
-// forget drops the producers that last reported before cutoff.
-func (h producerHistory) forget(cutoff time.Time) producerHistory {
-	kept := h[:0]
-	for _, p := range h {
-		if !p.last.Before(cutoff) {
-			kept = append(kept, p)
-		}
-	}
-	return kept
-}
-
-func (h producerHistory) oldest() time.Time {
-	t := h[0].last
-	for _, p := range h[1:] {
-		if p.last.Before(t) {
-			t = p.last
-		}
-	}
-	return t
 }

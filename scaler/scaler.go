@@ -67,6 +67,11 @@ type Config struct {
 	// and the namespace's other queues keep being updated. Zero means
 	// DefaultMaxQueuesPerNamespace; negative sets no limit.
 	MaxQueuesPerNamespace int
+	// MaxProducersPerQueue bounds the producers the scaler tracks per queue, so that a
+	// tenant publishing reports under ever new producer ids cannot grow a queue without
+	// bound: a report of a new producer past it is dropped and counted, until one stops
+	// or is forgotten. Zero means DefaultMaxProducersPerQueue; negative sets no limit.
+	MaxProducersPerQueue int
 	// MaxFollowedConsumers bounds how many JetStream consumers stream+consumer triggers
 	// make the scaler follow at once; a trigger naming one more is refused with
 	// ResourceExhausted until one falls idle. Zero means DefaultMaxFollowedConsumers;
@@ -169,6 +174,9 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	if cfg.MaxQueuesPerNamespace != 0 {
 		s.state.SetMaxQueuesPerNamespace(cfg.MaxQueuesPerNamespace)
 	}
+	if cfg.MaxProducersPerQueue != 0 {
+		s.state.SetMaxProducersPerQueue(cfg.MaxProducersPerQueue)
+	}
 	if tlsCfg != nil {
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
@@ -188,7 +196,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	}
 	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
 	s.follower.metrics = s.metrics
-	s.state.SetProducerConflictHook(s.follower.producerConflict)
+	s.state.SetProducerLeftHook(s.follower.producerLeft)
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
@@ -322,6 +330,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.watchHealth(ctx, healthSrv) })
 	g.Go(func() error { return s.forgetLoop(ctx) })
+	g.Go(func() error { return s.silenceLoop(ctx) })
 	if s.httpLis != nil {
 		s.log.Info("serving metrics and probes", "httpAddr", s.httpLis.Addr().String())
 		g.Go(func() error { return serve.HTTP(ctx, s.httpLis, s.httpHandler(keda)) })
@@ -364,6 +373,22 @@ func (s *Scaler) forgetLoop(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			s.forget()
+		}
+	}
+}
+
+// silenceLoop counts and logs the queue producers that fall silent for longer than the
+// default staleAfter: their shares leave their queues' readings then (for triggers that
+// keep the default).
+func (s *Scaler) silenceLoop(ctx context.Context) error {
+	tick := time.NewTicker(max(min(s.cfg.StaleAfter/4, 5*time.Second), 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			s.state.MarkSilentProducers(s.clock.Now().Add(-s.cfg.StaleAfter))
 		}
 	}
 }

@@ -392,16 +392,16 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 		testkit.Eventually(t, 5*time.Second, func() bool { return received() > before })
 	}
 	bad := func(r proto.Message) []byte { b, _ := proto.Marshal(r); return b }
-	send("gpuscaler.v1.queue.ml.jobs", []byte{0xff, 0xff, 0xff})                                                        // decode
-	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", Waiting: 99}))    // mismatch: other namespace
-	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "other", Waiting: 99}))     // mismatch: other queue
-	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))  // invalid: no uuid
-	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                              // mismatch: other node
-	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                        // subject
-	send("gpuscaler.v1.queue.ml.jobs", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 1 << 62})) // valid again
+	send("gpuscaler.v1.queue.ml.jobs.p", []byte{0xff, 0xff, 0xff})                                                                         // decode
+	send("gpuscaler.v1.queue.ml.jobs.p", bad(&gpuscalerv1.QueueReport{Namespace: "prod", Queue: "jobs", ProducerId: "p", Waiting: 99}))    // mismatch: other namespace
+	send("gpuscaler.v1.queue.ml.jobs.p", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "other", ProducerId: "p", Waiting: 99}))     // mismatch: other queue
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))                     // invalid: no uuid
+	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                                                 // mismatch: other node
+	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                                           // subject
+	send("gpuscaler.v1.queue.ml.jobs.p", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "p", Waiting: 1 << 62})) // valid again
 
 	want := `
-# HELP gpuscaler_scaler_events_dropped_total Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), or queue_limit: a new queue in a namespace with --max-queues-per-namespace queues.
+# HELP gpuscaler_scaler_events_dropped_total Events dropped, by kind and reason: malformed (subject, decode, invalid, mismatch: naming another node or queue than their subject, metadata), queue_limit: a new queue in a namespace with --max-queues-per-namespace queues, or producer_limit: a new producer of a queue with --max-producers-per-queue producers.
 # TYPE gpuscaler_scaler_events_dropped_total counter
 gpuscaler_scaler_events_dropped_total{kind="node",reason="invalid"} 1
 gpuscaler_scaler_events_dropped_total{kind="node",reason="mismatch"} 1
@@ -563,8 +563,8 @@ func TestSurvivesNATSRestart(t *testing.T) {
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		pubCtx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 42})
-		if _, err := pub.js.Publish(pubCtx, "gpuscaler.v1.queue.ml.jobs", data); err != nil {
+		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "p", Waiting: 42})
+		if _, err := pub.js.Publish(pubCtx, "gpuscaler.v1.queue.ml.jobs.p", data); err != nil {
 			return false
 		}
 		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: "queue-backlog"})
@@ -660,8 +660,8 @@ func TestStreamDeletedIsSetUpAgain(t *testing.T) {
 		return err == nil
 	})
 	testkit.Eventually(t, 10*time.Second, func() bool {
-		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 9})
-		_, _ = pub.js.Publish(t.Context(), "gpuscaler.v1.queue.ml.jobs", data)
+		data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "p", Waiting: 9})
+		_, _ = pub.js.Publish(t.Context(), "gpuscaler.v1.queue.ml.jobs.p", data)
 		return backlog() == 9
 	})
 	if err := s.readiness(); err != nil {

@@ -15,7 +15,7 @@ func TestQueueReportsHaveTheirOwnShard(t *testing.T) {
 		f := &follower{shards: make([]chan shardItem, cpus+1)}
 		queueShard := -1
 		for i := range 200 {
-			q, _ := gpuscalerv1.QueueSubject(fmt.Sprintf("ns-%d", i%7), fmt.Sprintf("q-%d", i))
+			q, _ := gpuscalerv1.QueueSubject(fmt.Sprintf("ns-%d", i%7), fmt.Sprintf("q-%d", i), "p")
 			n, _ := gpuscalerv1.NodeSubject(fmt.Sprintf("gpu-node-%d", i))
 			qs, ns := f.shardFor(q), f.shardFor(n)
 			if queueShard < 0 {

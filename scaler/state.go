@@ -3,7 +3,6 @@ package scaler
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
-	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // State is the scaler's picture of the cluster: the latest report of every node and every
@@ -33,12 +31,14 @@ type State struct {
 	// newestNode is the newest stored time of any node report.
 	newestNode time.Time
 	gpus       int
-	// queues holds the latest report per namespace/queue, and queuesPerNS counts them by
-	// namespace: a namespace holding maxQueuesPerNS queues gets no new one (zero or less:
-	// no limit), so one tenant cannot grow the state without bound.
-	queues         map[queueKey]*queueEntry
-	queuesPerNS    map[string]int
-	maxQueuesPerNS int
+	// queues holds the latest report of each producer per namespace/queue, and
+	// queuesPerNS counts them by namespace: a namespace holding maxQueuesPerNS queues gets
+	// no new one, and a queue with maxProducersPerQueue producers no new producer (zero
+	// or less: no limit), so one tenant cannot grow the state without bound.
+	queues               map[queueKey]*queueEntry
+	queuesPerNS          map[string]int
+	maxQueuesPerNS       int
+	maxProducersPerQueue int
 	// tombstones holds nodes forgotten (Forget) while their last report had pods holding
 	// GPUs, by node name, and tombsByNS indexes them as byNamespace indexes nodes: a
 	// trigger that selected those pods, and now selects no live pod, answers Unavailable
@@ -60,9 +60,8 @@ type State struct {
 	// a workload at zero replicas holds no GPUs, so GPU activity can never be what wakes
 	// it, and KEDA polls IsActive for everything else.
 	queueWatch map[queueKey]map[*Watch]struct{}
-	// onProducerConflict, when set, is told of every ProducerConflict, after s.mu is
-	// released.
-	onProducerConflict func(ProducerConflict)
+	// onProducerLeft, when set, is told of every ProducerLeft, after s.mu is released.
+	onProducerLeft func(ProducerLeft)
 }
 
 type queueKey struct{ namespace, queue string }
@@ -161,18 +160,6 @@ func (e *nodeEntry) gpusOf(ns string) []gpuView {
 	return nil
 }
 
-type queueEntry struct {
-	report *gpuscalerv1.QueueReport
-	stored time.Time
-	// producers is the queue's history of producers once it has had more than one (see
-	// producerHistory); conflicted is when NATS stored the last report that was a
-	// ProducerConflict, zero if none was.
-	producers  producerHistory
-	conflicted time.Time
-	// demand is the queue's traffic as its reports so far tell it.
-	demand demand.Estimate
-}
-
 // NewState returns an empty State that tells time with now (time.Now when nil).
 func NewState(now func() time.Time) *State {
 	if now == nil {
@@ -193,9 +180,10 @@ func NewState(now func() time.Time) *State {
 		pools:       make(map[string]*nodePool),
 		// Set here, not by SetNodeTombstoneTTL, so a State made for a test or a bench
 		// keeps the production default.
-		tombstoneTTL:   DefaultNodeTombstoneTTL,
-		maxTombstones:  defaultMaxTombstones,
-		maxQueuesPerNS: DefaultMaxQueuesPerNamespace,
+		tombstoneTTL:         DefaultNodeTombstoneTTL,
+		maxTombstones:        defaultMaxTombstones,
+		maxQueuesPerNS:       DefaultMaxQueuesPerNamespace,
+		maxProducersPerQueue: DefaultMaxProducersPerQueue,
 	}
 }
 
@@ -247,37 +235,6 @@ func (s *State) Apply(ev gpuscalerv1.Event, stored time.Time) error {
 		s.applyNode(ev.Node, stored)
 	case ev.Queue != nil:
 		return s.applyQueue(ev.Queue, stored)
-	}
-	return nil
-}
-
-func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
-	k := queueKey{r.GetNamespace(), r.GetQueue()}
-	var conflict *ProducerConflict
-	var onConflict func(ProducerConflict)
-	defer func() { // runs after the deferred unlock below: no one waits on s.mu for it
-		if conflict != nil && onConflict != nil {
-			onConflict(*conflict)
-		}
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, known := s.queues[k]
-	if !known {
-		if s.atQueueLimit(k.namespace) {
-			return fmt.Errorf("%w: report for queue %s/%s dropped: namespace %s has %d queues, as many as --max-queues-per-namespace allows",
-				ErrQueueLimit, k.namespace, k.queue, k.namespace, s.queuesPerNS[k.namespace])
-		}
-		s.queuesPerNS[k.namespace]++
-	}
-	e := &queueEntry{report: r, stored: stored, demand: old.nextDemand(r, stored)}
-	if conflict = e.succeed(old); conflict != nil {
-		onConflict = s.onProducerConflict
-	}
-	s.queues[k] = e
-	backlog := float64(r.Backlog())
-	for w := range s.queueWatch[k] {
-		w.notify(backlog)
 	}
 	return nil
 }
@@ -540,16 +497,7 @@ func (s *State) Forget(cutoff time.Time) int {
 	}
 	s.dropIdleSelections(now.Add(-selectionIdleAfter))
 	s.dropIdlePools(now.Add(-selectionIdleAfter))
-	for k, e := range s.queues {
-		if e.stored.Before(cutoff) {
-			delete(s.queues, k)
-			if s.queuesPerNS[k.namespace]--; s.queuesPerNS[k.namespace] <= 0 {
-				delete(s.queuesPerNS, k.namespace)
-			}
-			n++
-		}
-	}
-	return n
+	return n + s.forgetQueues(cutoff)
 }
 
 // Applied returns how many events have been applied since the State was made.
@@ -583,6 +531,8 @@ type Watch struct {
 	// part alone: the watcher judges whether the whole trigger went inactive.
 	activationDepth float64
 	sawInactive     atomic.Bool
+	// staleAfter is the trigger's: the producers whose backlog a report's notify sums.
+	staleAfter time.Duration
 
 	mu      sync.Mutex // guards stops and stopped
 	stops   []func()
@@ -590,7 +540,7 @@ type Watch struct {
 }
 
 func newWatch(t *Trigger) *Watch {
-	w := &Watch{c: make(chan struct{}, 1), activationDepth: t.ActivationQueueDepth}
+	w := &Watch{c: make(chan struct{}, 1), activationDepth: t.ActivationQueueDepth, staleAfter: t.StaleAfter}
 	w.C = w.c
 	return w
 }

@@ -230,12 +230,12 @@ func (p *statusPage) serveIndex(w http.ResponseWriter, r *http.Request) {
 		v.Triggers = v.Triggers[:maxStatusRows]
 	}
 
-	for _, q := range p.state.Queues() {
+	for _, q := range p.state.Queues(p.staleAfter) {
 		if h.Namespace != "" && q.GetNamespace() != h.Namespace {
 			continue
 		}
 		v.QueuesTotal++
-		if q.GetAge().AsDuration() > p.staleAfter {
+		if q.GetStale() {
 			v.StaleQueues++
 		}
 		if len(v.Queues) < maxStatusRows {

@@ -23,7 +23,7 @@ user among auth_users); it answers with a NATS user, valid until the client's cr
 expires and at most --user-max-ttl, whose permissions follow from the identity alone:
 
   producer   a ServiceAccount matching --producer-identities, in namespace <ns>:
-             publish gpuscaler.v1.queue.<ns>.>, subscribe _INBOX.gpuscaler.<ns>.> (acks)
+             publish gpuscaler.v1.queue.<ns>.*.*, subscribe _INBOX.gpuscaler.<ns>.> (acks)
   collector  --collector-identities: publish gpuscaler.v1.node.<node>, the node its token
              is bound to as the Kubernetes API reports it, never what the client says
   scaler     --scaler-identities: read everything; the JetStream API of stream GPUSCALER

@@ -114,11 +114,11 @@ func TestAuthCalloutCommand(t *testing.T) {
 		t.Fatalf("static producer refused: %v\n%s", err, stderr.String())
 	}
 	defer nc.Close()
-	nc.Publish("gpuscaler.v1.queue.team-b.x", nil)
+	nc.Publish("gpuscaler.v1.queue.team-b.x.p", nil)
 	nc.Flush()
 	select {
 	case err := <-asyncErr:
-		if !strings.Contains(err.Error(), `Permissions Violation for Publish to "gpuscaler.v1.queue.team-b.x"`) {
+		if !strings.Contains(err.Error(), `Permissions Violation for Publish to "gpuscaler.v1.queue.team-b.x.p"`) {
 			t.Fatalf("got %v", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -127,7 +127,7 @@ func TestAuthCalloutCommand(t *testing.T) {
 	// gpuscaler publish names the refusal, not a bare timeout.
 	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", url, "--nats-user", "ci", "--nats-password", "right",
 		"--namespace", "team-b", "--queue", "x", "--waiting", "1", "--timeout", "2s")
-	if r.code == 0 || !strings.Contains(r.stderr, "NATS refused it: nats: permissions violation") || !strings.Contains(r.stderr, "gpuscaler.v1.queue.<its namespace>.>") {
+	if r.code == 0 || !strings.Contains(r.stderr, "NATS refused it: nats: permissions violation") || !strings.Contains(r.stderr, "gpuscaler.v1.queue.<its namespace>.<queue>.<producer>") {
 		t.Fatalf("publish for another namespace: got %v, want it refused by NATS, saying so", r)
 	}
 	if !strings.Contains(stderr.String(), `reason=bad_password`) {

@@ -298,11 +298,24 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		case q.GetStored() == nil:
 			fmt.Fprintln(w, "  no report since the scaler started")
 		default:
-			fmt.Fprintf(w, "  %d waiting + %d in flight = %d, from producer %q, stored %s (%s ago)%s\n",
-				q.GetWaiting(), q.GetInFlight(), q.GetBacklog(), q.GetProducerId(),
-				q.GetStored().AsTime().UTC().Format(time.RFC3339), age(q.GetAge()), flagIf(q.GetStale(), ", STALE"))
-			if q.GetProducerConflict() {
-				fmt.Fprintln(w, "  more than one producer reports this queue: the backlog flaps between their views")
+			live := 0
+			for _, p := range q.GetProducers() {
+				if !p.GetStopped() && !p.GetStale() {
+					live++
+				}
+			}
+			fmt.Fprintf(w, "  %d waiting + %d in flight = %d, summed over %d live producer%s, newest report stored %s (%s ago)%s\n",
+				q.GetWaiting(), q.GetInFlight(), q.GetBacklog(), live, plural(live),
+				q.GetStored().AsTime().UTC().Format(time.RFC3339), age(q.GetAge()), flagIf(q.GetStale(), ", NO LIVE PRODUCER"))
+			for _, p := range q.GetProducers() {
+				state := fmt.Sprintf("%d waiting + %d in flight", p.GetWaiting(), p.GetInFlight())
+				switch {
+				case p.GetStopped():
+					state = "stopped"
+				case p.GetStale():
+					state += ", stale: left out"
+				}
+				fmt.Fprintf(w, "    producer %q: %s, %s ago\n", p.GetProducerId(), state, age(p.GetAge()))
 			}
 			if ex.GetEffective()["targetWait"] != "" {
 				service := "unknown: no item seen to finish yet"
@@ -411,4 +424,12 @@ func flagIf(b bool, s string) string {
 		return s
 	}
 	return ""
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

@@ -67,7 +67,8 @@ func TestExplainReadmeQuickStart(t *testing.T) {
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^  IsActive +true$`),
 		regexp.MustCompile(`(?m)^  queue-backlog +target 1 +value 3 +→ 3 replicas$`),
-		regexp.MustCompile(`(?m)^  3 waiting \+ 0 in flight = 3, from producer "gpuscaler-publish", stored \S+ \([0-9.]+m?s ago\)$`),
+		regexp.MustCompile(`(?m)^  3 waiting \+ 0 in flight = 3, summed over 1 live producer, newest report stored \S+ \([0-9.]+m?s ago\)$`),
+		regexp.MustCompile(`(?m)^    producer "gpuscaler-publish": 3 waiting \+ 0 in flight, [0-9.]+m?s ago$`),
 		regexp.MustCompile(`(?m)^  - Active: KEDA scales the workload from zero`),
 	} {
 		if !want.MatchString(r.stdout) {

@@ -210,6 +210,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"consumer-refresh":         "(default 1s)",
 		"max-followed-consumers":   "(default 500)",
 		"max-queues-per-namespace": "(default 1000)",
+		"max-producers-per-queue":  "(default 64)",
 		"max-connection-age":       "(default 5m0s)",
 		"stream-replicas":          "(default 1)",
 		"stream-memory":            "",
@@ -229,6 +230,8 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"waiting":     "",
 		"in-flight":   "",
 		"arrivals":    "",
+		"dropped":     "",
+		"stopped":     "",
 		"producer-id": `(default "gpuscaler-publish")`,
 	}
 	nodeFlags := map[string]string{"file": ""}
@@ -747,7 +750,7 @@ func TestPublishQueue(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("got %v, want exit 0", r)
 			}
-			subject := "gpuscaler.v1.queue." + tc.want.Namespace + "." + tc.want.Queue
+			subject := "gpuscaler.v1.queue." + tc.want.Namespace + "." + tc.want.Queue + "." + tc.want.ProducerId
 			if !publishedLine(subject).MatchString(r.stdout) {
 				t.Errorf("got stdout %q, want %q", r.stdout, publishedLine(subject))
 			}
@@ -944,7 +947,7 @@ func TestPublishWaitsForTheStream(t *testing.T) {
 	// that. So the publish can be acknowledged while a STREAM.INFO still says "stream not
 	// found" (seen once under -race in CI); read it back once the create has returned.
 	<-created
-	if got := storedEvent(t, nc, "gpuscaler.v1.queue.ml.jobs").Queue.GetWaiting(); got != 3 {
+	if got := storedEvent(t, nc, "gpuscaler.v1.queue.ml.jobs.gpuscaler-publish").Queue.GetWaiting(); got != 3 {
 		t.Errorf("stored waiting %d, want 3", got)
 	}
 }
@@ -1022,7 +1025,7 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 	}
 	// The hint works as printed.
 	args := strings.Fields(strings.TrimPrefix(try, "gpuscaler "))
-	if r := runCLI(t.Context(), nil, args...); r.code != 0 || !publishedLine("gpuscaler.v1.queue.default.demo").MatchString(r.stdout) {
+	if r := runCLI(t.Context(), nil, args...); r.code != 0 || !publishedLine("gpuscaler.v1.queue.default.demo.gpuscaler-publish").MatchString(r.stdout) {
 		t.Errorf("running the hint %q: got %v, want exit 0 and a published line", try, r)
 	}
 

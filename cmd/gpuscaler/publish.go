@@ -23,8 +23,9 @@ import (
 const publishAbout = `
 Publishes one report to NATS and waits until the GPUSCALER stream has stored it:
 
-  gpuscaler publish queue --namespace NS --queue Q --waiting N [--in-flight N]
-      a QueueReport on gpuscaler.v1.queue.<NS>.<Q>
+  gpuscaler publish queue --namespace NS --queue Q --waiting N [--in-flight N] [--producer-id P]
+      a QueueReport on gpuscaler.v1.queue.<NS>.<Q>.<P>: producer P's share of the queue,
+      which the scaler adds to the other live producers'; --stopped takes P's share out
   gpuscaler publish node --file report.json
       a NodeReport written as protobuf JSON (field names as in events.proto), "-" for stdin
 
@@ -39,12 +40,12 @@ Examples:
 
 // publishArgs are the flags of publish queue and publish node, with their defaults.
 type publishArgs struct {
-	natsOpts                   natsconn.Options
-	timeout                    time.Duration
-	q                          gpuscalerv1.QueueReport
-	waitingSet                 bool
-	file                       string
-	waiting, inFlight, arrived uint64
+	natsOpts                            natsconn.Options
+	timeout                             time.Duration
+	q                                   gpuscalerv1.QueueReport
+	waitingSet                          bool
+	file                                string
+	waiting, inFlight, arrived, dropped uint64
 }
 
 func newPublishArgs() *publishArgs {
@@ -67,7 +68,9 @@ func (a *publishArgs) queue(fs *flag.FlagSet) {
 	})
 	fs.Uint64Var(&a.inFlight, "in-flight", 0, "items started and not yet finished")
 	fs.Uint64Var(&a.arrived, "arrivals", 0, "items enqueued since the previous report")
-	fs.StringVar(&a.q.ProducerId, "producer-id", "gpuscaler-publish", "identifies the publisher")
+	fs.Uint64Var(&a.dropped, "dropped", 0, "items that left the queue unserved since the previous report (timed out, cancelled)")
+	fs.StringVar(&a.q.ProducerId, "producer-id", "gpuscaler-publish", "identifies the publisher: the queue reads the sum of its producers' shares, one per id (a NATS subject token)")
+	fs.BoolVar(&a.q.Stopped, "stopped", false, "this producer stopped: its share leaves the queue at once")
 }
 
 // node adds the flags of publish node.
@@ -132,9 +135,9 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		if q.Namespace == "" || q.Queue == "" || !a.waitingSet {
 			return usageError{errors.New("--namespace, --queue and --waiting are required")}
 		}
-		q.Waiting, q.InFlight, q.Arrivals, q.Sequence = a.waiting, a.inFlight, a.arrived, 1
+		q.Waiting, q.InFlight, q.Arrivals, q.Dropped, q.Sequence = a.waiting, a.inFlight, a.arrived, a.dropped, 1
 		q.ObservedAt = timestamppb.Now()
-		if subject, err = gpuscalerv1.QueueSubject(q.Namespace, q.Queue); err != nil {
+		if subject, err = gpuscalerv1.QueueSubject(q.Namespace, q.Queue, q.ProducerId); err != nil {
 			return usageError{err}
 		}
 		if err := q.Validate(); err != nil {
@@ -180,7 +183,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
 		// The server refused the publish itself (or the ack's inbox); without this the
 		// user would see only a timeout.
-		return fmt.Errorf("publish to %s: NATS refused it: %w; an identity may publish only its own namespace's queues (gpuscaler.v1.queue.<its namespace>.>) or its own node's reports", subject, last)
+		return fmt.Errorf("publish to %s: NATS refused it: %w; an identity may publish only its own namespace's queues (gpuscaler.v1.queue.<its namespace>.<queue>.<producer>) or its own node's reports", subject, last)
 	}
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", subject, nc.Explain(err))

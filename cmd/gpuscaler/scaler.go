@@ -39,6 +39,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		streamBytes    int64 = scaler.DefaultStreamMaxBytes
 		maxConsumers         = scaler.DefaultMaxFollowedConsumers
 		maxQueuesPerNS       = scaler.DefaultMaxQueuesPerNamespace
+		maxProducers         = scaler.DefaultMaxProducersPerQueue
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
@@ -50,6 +51,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.DurationVar(&cfg.ConsumerRefresh, "consumer-refresh", scaler.DefaultConsumerRefresh, "how often the info of a JetStream consumer named by stream+consumer triggers is fetched, however many triggers share it")
 	fs.IntVar(&maxConsumers, "max-followed-consumers", maxConsumers, "how many JetStream consumers stream+consumer triggers can make the scaler follow at once; a trigger naming one more is refused (ResourceExhausted) until one no trigger has read for "+scaler.ConsumerIdleAfter.String()+" is dropped; 0 follows none")
 	fs.IntVar(&maxQueuesPerNS, "max-queues-per-namespace", maxQueuesPerNS, "how many queues the scaler tracks per namespace; a report of a new queue past it is dropped, counted (reason queue_limit) and logged with its namespace, until queues silent for --stream-max-age are forgotten; 0 sets no limit")
+	fs.IntVar(&maxProducers, "max-producers-per-queue", maxProducers, "how many producers the scaler tracks per queue (a queue reads the sum of its live producers' shares: the replicas of a gateway, say); a report of a new producer past it is dropped, counted (reason producer_limit) and logged, until one stops or falls silent for --stream-max-age; 0 sets no limit")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", scaler.DefaultMaxConnectionAge, "how long a KEDA connection lives before the scaler asks for a new one, so KEDA resolves the address again and reaches replicas added since; open streams are not cut")
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
@@ -89,6 +91,9 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	if cfg.MaxQueuesPerNamespace, err = zeroMeansOff("max-queues-per-namespace", maxQueuesPerNS, "a number of queues, or 0 for no limit"); err != nil {
+		return err
+	}
+	if cfg.MaxProducersPerQueue, err = zeroMeansOff("max-producers-per-queue", maxProducers, "a number of producers, or 0 for no limit"); err != nil {
 		return err
 	}
 	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}

@@ -42,6 +42,11 @@ func (c counts) finished(n uint64) counts {
 	return packCounts(c.waiting(), satSub(c.inFlight(), n))
 }
 
+// dropped returns c with n fewer items waiting, stopping at 0.
+func (c counts) dropped(n uint64) counts {
+	return packCounts(satSub(c.waiting(), n), c.inFlight())
+}
+
 // count turns a caller's int into a count: negative is 0, and anything above MaxCount is
 // MaxCount, which keeps the 32-bit sums below from overflowing.
 func count(n int) uint64 {

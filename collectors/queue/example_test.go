@@ -27,12 +27,13 @@ func ExampleReporter() {
 	}
 	defer nc.Close()
 
-	// Watch the queue's subject, as the scaler does.
-	subject, _ := gpuscalerv1.QueueSubject("inference", "llm-requests")
+	// Watch this producer's subject of the queue. The scaler reads every producer's,
+	// and sums the shares of the live ones.
+	subject, _ := gpuscalerv1.QueueSubject("inference", "llm-requests", "gateway-0")
 	sub, _ := nc.SubscribeSync(subject)
 	_ = nc.Flush()
 
-	r, err := queue.NewReporter(nc, "inference", "llm-requests", queue.Config{Interval: time.Minute})
+	r, err := queue.NewReporter(nc, "inference", "llm-requests", queue.Config{Interval: time.Minute, ProducerID: "gateway-0"})
 	if err != nil {
 		panic(err)
 	}
@@ -41,15 +42,16 @@ func ExampleReporter() {
 	r.Enqueued(2) // two requests arrive: an empty queue is not, so this is reported at once
 	show(sub)
 
-	r.Started(1) // a worker takes one; the next heartbeat, or Close, reports it
-	if err := r.Close(); err != nil {
+	r.Started(1)                      // a worker takes one; the next heartbeat, or Close, reports it
+	r.Dropped(1)                      // the other's client goes away before it starts: dropped, not completed
+	if err := r.Close(); err != nil { // the last report says the producer stopped
 		panic(err)
 	}
 	show(sub)
 	// Output:
-	// #1 waiting=0 in_flight=0 arrivals=0
-	// #2 waiting=2 in_flight=0 arrivals=2
-	// #3 waiting=1 in_flight=1 arrivals=0
+	// #1 waiting=0 in_flight=0 arrivals=0 dropped=0 stopped=false
+	// #2 waiting=2 in_flight=0 arrivals=2 dropped=0 stopped=false
+	// #3 waiting=0 in_flight=1 arrivals=0 dropped=1 stopped=true
 }
 
 // show prints the next report on sub.
@@ -63,5 +65,6 @@ func show(sub *nats.Subscription) {
 		panic(err)
 	}
 	q := ev.Queue
-	fmt.Printf("#%d waiting=%d in_flight=%d arrivals=%d\n", q.GetSequence(), q.GetWaiting(), q.GetInFlight(), q.GetArrivals())
+	fmt.Printf("#%d waiting=%d in_flight=%d arrivals=%d dropped=%d stopped=%v\n",
+		q.GetSequence(), q.GetWaiting(), q.GetInFlight(), q.GetArrivals(), q.GetDropped(), q.GetStopped())
 }

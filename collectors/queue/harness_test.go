@@ -32,14 +32,15 @@ type reportStream struct {
 	msgs chan *nats.Msg
 }
 
-// subscribe subscribes to ns/q's subject on its own connection to url, and returns once
-// the server has the subscription, so no report published afterwards is missed.
+// subscribe subscribes to the subjects of every producer of ns/q on its own connection
+// to url, and returns once the server has the subscription, so no report published
+// afterwards is missed.
 func subscribe(t *testing.T, url, ns, q string) *reportStream {
 	t.Helper()
-	subject, err := gpuscalerv1.QueueSubject(ns, q)
-	if err != nil {
+	if _, err := gpuscalerv1.QueueSubject(ns, q, "p"); err != nil {
 		t.Fatal(err)
 	}
+	subject := gpuscalerv1.QueueSubjectPrefix + ns + "." + q + ".*"
 	nc := natstest.Connect(t, url)
 	s := &reportStream{t: t, msgs: make(chan *nats.Msg, 1<<16)}
 	sub, err := nc.ChanSubscribe(subject, s.msgs)

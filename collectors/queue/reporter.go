@@ -1,7 +1,7 @@
 // Package queue is gpuscaler's queue-producer API: a Reporter that a program holding a
 // queue of work (requests for an inference server, jobs for training) updates as items
 // arrive, start and finish, and that publishes the queue's state to NATS as the
-// QueueReport events the scaler reads (gpuscaler.v1.queue.<namespace>.<queue>).
+// QueueReport events the scaler reads (gpuscaler.v1.queue.<namespace>.<queue>.<producer>).
 //
 // A Reporter publishes at once when a queue it last reported empty gets work, which is
 // what wakes a workload scaled to zero, and every interval otherwise, empty or not, as a
@@ -10,10 +10,12 @@
 // they belong on a request path; one background goroutine per Reporter does the
 // publishing.
 //
-// The scaler keeps only the latest report per queue, so each queue needs exactly one
-// Reporter across all its producer processes; processes that share a queue must report
-// through one of them. The scaler counts and logs producer ids that report one queue by
-// turns; a Reporter's id is new for each Reporter, so a restart is not taken for that.
+// A queue may have many producers (the replicas of a gateway, workers that each hold a
+// share of it): each runs its own Reporter, with an id of its own, on a subject of its
+// own, and the scaler reads the queue as the sum of the live ones. A Reporter that is
+// closed says so in its last report, and its share leaves the sum at once; one that
+// falls silent leaves it after the trigger's staleAfter. While no producer of a queue is
+// live the scaler knows nothing of it, and says so rather than read 0.
 //
 // `gpuscaler publish queue` is the shell equivalent of one report. The package meets the
 // scaler only in the event contract (proto/gpuscaler/v1) and does not import it.
@@ -54,9 +56,11 @@ type Config struct {
 	// of the triggers that read the queue (default 30s). Zero means DefaultInterval;
 	// negative is an error.
 	Interval time.Duration
-	// ProducerID names the producer in every report. Empty means the host name and a
-	// random suffix, new for each Reporter, so a restarted producer, whose sequence
-	// numbers start again at 1, is told apart from its predecessor.
+	// ProducerID names the producer in every report and in its subject: one NATS
+	// subject token (gpuscalerv1.ValidateProducerID; gpuscalerv1.ProducerID makes one of
+	// a pod or host name). Each producer of a queue needs its own. Empty means the host
+	// name and a random suffix, new for each Reporter, so a restarted producer, whose
+	// sequence numbers start again at 1, is told apart from its predecessor.
 	ProducerID string
 	// FlushTimeout bounds how long Close waits for NATS to confirm the final report.
 	// Zero means DefaultFlushTimeout; negative is an error.
@@ -88,8 +92,10 @@ type Reporter struct {
 	// counts holds the packed waiting and in-flight counts; every method updates it
 	// atomically.
 	counts atomic.Uint64
-	// arrivals counts items enqueued since the last report published.
+	// arrivals counts items enqueued since the last report published, dropped the
+	// items that left the queue unserved since then.
 	arrivals atomic.Uint64
+	dropped  atomic.Uint64
 	// wake tells the goroutine that the queue went from empty to non-empty.
 	wake chan struct{}
 	// heldReports counts the times a due report waited for NATS to connect; tests read it.
@@ -116,16 +122,19 @@ type Reporter struct {
 }
 
 // NewReporter starts a Reporter for queue name in namespace, publishing on nc. The
-// names must make a valid subject (gpuscalerv1.QueueSubject); the error then wraps
-// gpuscalerv1.ErrInvalidName. It publishes its first report at once, so the scaler
-// knows the producer is there, and runs until Close.
+// names and the producer id must make a valid subject (gpuscalerv1.QueueSubject); the
+// error then wraps gpuscalerv1.ErrInvalidName. It publishes its first report at once,
+// so the scaler knows the producer is there, and runs until Close.
 //
 // The Reporter does not own nc: close nc after the Reporter.
 func NewReporter(nc *nats.Conn, namespace, name string, cfg Config) (*Reporter, error) {
 	if nc == nil {
 		return nil, errors.New("queue reporter: NATS connection is nil")
 	}
-	subject, err := gpuscalerv1.QueueSubject(namespace, name)
+	if cfg.ProducerID == "" {
+		cfg.ProducerID = defaultProducerID()
+	}
+	subject, err := gpuscalerv1.QueueSubject(namespace, name, cfg.ProducerID)
 	if err != nil {
 		return nil, fmt.Errorf("queue reporter: %w", err)
 	}
@@ -141,9 +150,6 @@ func NewReporter(nc *nats.Conn, namespace, name string, cfg Config) (*Reporter, 
 	case cfg.FlushTimeout == 0:
 		cfg.FlushTimeout = DefaultFlushTimeout
 	}
-	if cfg.ProducerID == "" {
-		cfg.ProducerID = defaultProducerID()
-	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -154,7 +160,7 @@ func NewReporter(nc *nats.Conn, namespace, name string, cfg Config) (*Reporter, 
 		nc:      nc,
 		subject: subject,
 		cfg:     cfg,
-		log:     log.With("component", "queue-reporter", "namespace", namespace, "queue", name),
+		log:     log.With("component", "queue-reporter", "namespace", namespace, "queue", name, "producer", cfg.ProducerID),
 		cancel:  cancel,
 		done:    make(chan struct{}),
 	}
@@ -196,14 +202,28 @@ func (r *Reporter) Started(n int) {
 	}
 }
 
-// Finished records n items done, failed or abandoned: n fewer in flight, not below 0.
-// n ≤ 0 does nothing. An item dropped before it started is Started, then Finished.
+// Finished records n items done, failed or abandoned once started: n fewer in flight,
+// not below 0. n ≤ 0 does nothing. An item that leaves before it started is Dropped.
 func (r *Reporter) Finished(n int) {
 	k := count(n)
 	if k == 0 {
 		return
 	}
 	r.update(func(c counts) counts { return c.finished(k) }) // never makes a queue non-empty
+}
+
+// Dropped records n waiting items that left the queue without being served (a hold that
+// timed out, a client that went away, an overflow refused): n fewer waiting, not below
+// 0, and n more drops in the next report. Drops are reported apart from completions, so
+// the scaler's service-time estimate is not fooled by items that never ran. Count an
+// item refused at once as Enqueued, then Dropped: it was demand. n ≤ 0 does nothing.
+func (r *Reporter) Dropped(n int) {
+	k := count(n)
+	if k == 0 {
+		return
+	}
+	r.update(func(c counts) counts { return c.dropped(k) }) // never makes a queue non-empty
+	r.dropped.Add(k)
 }
 
 // Set replaces both counts, for a program that reads its queue's length rather than
@@ -236,8 +256,9 @@ func (r *Reporter) wakeUp() {
 	}
 }
 
-// Close stops the Reporter: it publishes a final report of the current counts and waits
-// up to Config.FlushTimeout for NATS to confirm it. It returns an error if the report
+// Close stops the Reporter: it publishes a final report of the current counts, marked
+// stopped, so that the scaler leaves this producer's share out of the queue at once, and
+// waits up to Config.FlushTimeout for NATS to confirm it. It returns an error if the report
 // could not be sent or confirmed; one wrapping nats.ErrDisconnected when NATS was not
 // connected. Close is safe to call more than once, and concurrently; every call returns
 // the first one's result. After Close the counting methods still work but nothing is
@@ -255,6 +276,7 @@ func (r *Reporter) final() error {
 	if !r.nc.IsConnected() {
 		return fmt.Errorf("queue reporter %s: final report not sent, NATS connection is %s: %w", r.subject, r.nc.Status(), nats.ErrDisconnected)
 	}
+	r.msg.Stopped = true
 	if err := r.publish(counts(r.counts.Load())); err != nil {
 		return fmt.Errorf("queue reporter %s: final report: %w", r.subject, err)
 	}
@@ -316,13 +338,14 @@ func (r *Reporter) run(ctx context.Context) {
 	}
 }
 
-// publish sends one report of counts c, with the arrivals counted since the last report.
-// On failure the sequence number and the arrivals are kept for the next one.
+// publish sends one report of counts c, with the arrivals and drops counted since the
+// last report. On failure the sequence number, the arrivals and the drops are kept for
+// the next one.
 func (r *Reporter) publish(c counts) error {
-	arrivals := r.arrivals.Swap(0)
+	arrivals, dropped := r.arrivals.Swap(0), r.dropped.Swap(0)
 	now := time.Now()
 	r.observedAt.Seconds, r.observedAt.Nanos = now.Unix(), int32(now.Nanosecond())
-	r.msg.Waiting, r.msg.InFlight, r.msg.Arrivals = c.waiting(), c.inFlight(), arrivals
+	r.msg.Waiting, r.msg.InFlight, r.msg.Arrivals, r.msg.Dropped = c.waiting(), c.inFlight(), arrivals, dropped
 	r.msg.Sequence++
 	size := r.msg.SizeVT()
 	if cap(r.buf) < size {
@@ -337,17 +360,19 @@ func (r *Reporter) publish(c counts) error {
 	if err != nil {
 		r.msg.Sequence--
 		r.arrivals.Add(arrivals)
+		r.dropped.Add(dropped)
 		return err
 	}
 	r.lastBacklog = c.backlog()
 	return nil
 }
 
-// defaultProducerID returns the host name with a random suffix.
+// defaultProducerID returns the host name, made a valid producer id, with a random
+// suffix.
 func defaultProducerID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "producer"
 	}
-	return fmt.Sprintf("%s-%06x", host, rand.Uint32()&0xffffff)
+	return gpuscalerv1.ProducerID(fmt.Sprintf("%.100s-%06x", host, rand.Uint32()&0xffffff))
 }

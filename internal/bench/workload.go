@@ -236,7 +236,7 @@ const queueNamespace = "bench-q"
 
 // queueReport marshals a QueueReport for namespace bench-q.
 func queueReport(queue string, waiting uint64) (string, []byte) {
-	subject, _ := gpuscalerv1.QueueSubject(queueNamespace, queue)
+	subject, _ := gpuscalerv1.QueueSubject(queueNamespace, queue, "bench")
 	data, _ := proto.Marshal(&gpuscalerv1.QueueReport{Namespace: queueNamespace, Queue: queue, Waiting: waiting, ProducerId: "bench"})
 	return subject, data
 }

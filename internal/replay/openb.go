@@ -578,7 +578,7 @@ func newOpenBRun(ctx context.Context, in *openBInput, capacityAware bool, p *pro
 		r.free[model][n.GPUs]++
 	}
 	for i, spec := range in.groups {
-		subject, err := gpuscalerv1.QueueSubject(openBNamespace, spec.name)
+		subject, err := gpuscalerv1.QueueSubject(openBNamespace, spec.name, openBProducer)
 		if err != nil {
 			return nil, err
 		}

@@ -45,9 +45,10 @@ type Estimate struct {
 // into e.
 //
 // Completions are not in the report: they are what left the backlog, the previous
-// backlog plus the arrivals less the backlog now. That holds only between consecutive
-// reports of one producer; across a gap in its sequence (a lost report) or another
-// producer's report, arrivals are still folded in but completions are not.
+// backlog plus the arrivals less the backlog now, less the items the report says were
+// dropped unserved (a drop that counted as a completion would shorten the service time
+// towards 0). That holds only between consecutive reports of one producer; across a gap
+// in its sequence (a lost report), arrivals are still folded in but completions are not.
 func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estimate {
 	if prev == nil {
 		return Estimate{}
@@ -60,13 +61,31 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
 		return e
 	}
-	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog())
+	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog()) - float64(r.GetDropped())
 	e.Completions += alpha * (max(finished, 0)/secs - e.Completions)
 	e.InFlight += alpha * ((float64(prev.GetInFlight())+float64(r.GetInFlight()))/2 - e.InFlight)
 	if finished > 0 && e.Completions > 0 {
 		e.Service = e.InFlight / e.Completions
 	}
 	return e
+}
+
+// Add returns the estimate of a queue whose traffic is e's and o's, two of its
+// producers': the rates and the items in flight add, and the service time is, by
+// Little's law again, the summed in flight over the summed completions; while neither
+// completes, the longer of the two known.
+func (e Estimate) Add(o Estimate) Estimate {
+	s := Estimate{
+		Arrivals:    e.Arrivals + o.Arrivals,
+		Completions: e.Completions + o.Completions,
+		InFlight:    e.InFlight + o.InFlight,
+		Burst:       e.Burst + o.Burst,
+		Service:     max(e.Service, o.Service),
+	}
+	if s.Completions > 0 && s.Service > 0 {
+		s.Service = s.InFlight / s.Completions
+	}
+	return s
 }
 
 // Rate is the arrival rate the metric serves: the larger of the rates over Window and

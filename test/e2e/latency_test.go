@@ -71,7 +71,7 @@ func TestWakeLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	reports, err := nc.SubscribeSync(fmt.Sprintf("gpuscaler.v1.queue.%s.bench", ns))
+	reports, err := nc.SubscribeSync(fmt.Sprintf("gpuscaler.v1.queue.%s.bench.*", ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requestsSubj, wakeSubj := "gpuscaler.v1.queue."+ns+".requests", "gpuscaler.v1.queue."+ns+".wake"
+	requestsSubj, wakeSubj := "gpuscaler.v1.queue."+ns+".requests.e2e", "gpuscaler.v1.queue."+ns+".wake.e2e"
 	for _, s := range []string{requestsSubj, wakeSubj, "gpuscaler.v1.node." + pool.name + "-0"} {
 		if !slices.Contains(before, s) {
 			t.Fatalf("the stream holds no %s before the outage: %v", s, before)

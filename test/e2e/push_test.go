@@ -46,7 +46,7 @@ func TestPushAtScaler(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nc.Close()
-			reports, err := nc.SubscribeSync(fmt.Sprintf("gpuscaler.v1.queue.%s.q", ns))
+			reports, err := nc.SubscribeSync(fmt.Sprintf("gpuscaler.v1.queue.%s.q.*", ns))
 			if err != nil {
 				t.Fatal(err)
 			}

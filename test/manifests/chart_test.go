@@ -82,7 +82,7 @@ func all[T runtime.Object](objs []Object) []T {
 // profile, CPU and memory requests and a memory limit, and all but init containers have
 // probes; all but the collector run as non-root.
 func TestPodHardening(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			for _, w := range workloads(caseObjects(t, c)) {
 				ps := w.pod.Spec.SecurityContext
@@ -127,7 +127,7 @@ func TestPodHardening(t *testing.T) {
 // TestServicesReachPods: every Service selects the pods of a workload in the release, and
 // each of its target ports names a port those pods declare.
 func TestServicesReachPods(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			ws := workloads(objs)
@@ -337,7 +337,7 @@ func flagValue(args []string, name string) string {
 // TestFilesAreMounted: every file a flag names lies under a volume mount, and every mount
 // names a volume of its pod; every ConfigMap a pod mounts is rendered with it.
 func TestFilesAreMounted(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			configMaps := map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,8 +43,9 @@ func isManifest(d fs.DirEntry) bool {
 		return false
 	}
 	// A collector's --sim-config holds no Kubernetes objects: collectors/simconfig_test.go
-	// checks it.
-	return d.Name() != "sim-config.yaml"
+	// checks it. Helm values (the gateway's) are rendered and checked by the cases that
+	// name them (render.go, TestGatewayExample).
+	return d.Name() != "sim-config.yaml" && !strings.HasSuffix(d.Name(), "-values.yaml")
 }
 
 func examples(t *testing.T) []example {
@@ -389,5 +391,151 @@ func TestExplainReadsExamplesAsKEDA(t *testing.T) {
 	}
 	if checked < 2 {
 		t.Errorf("checked %d example files, want the ScaledObject and the ScaledJob at least", checked)
+	}
+}
+
+// TestGatewayExample: the inference example's gateway holds together with the rest of
+// the folder: each route forwards to a Service of the folder, on a port it serves, whose
+// pods are a Deployment a ScaledObject scales on the route's queue; and every queue
+// trigger there has a route that reports it. gateway.yaml is the chart rendered with
+// gateway-values.yaml (TestGolden), and TestGatewayChart checks the rendering.
+func TestGatewayExample(t *testing.T) {
+	const dir = "examples/inference-scale-to-zero"
+	var ex example
+	for _, e := range examples(t) {
+		if e.dir == dir {
+			ex = e
+		}
+	}
+	var c Case
+	for _, gc := range GatewayCases {
+		if filepath.Dir(gc.Out) == dir {
+			c = gc
+		}
+	}
+	if ex.dir == "" || c.Name == "" {
+		t.Fatalf("got folder %q and gateway case %q, want %s and its gateway rendered into it", ex.dir, c.Name, dir)
+	}
+	if want := []string{dir + "/gateway-values.yaml"}; !slices.Equal(c.Values, want) {
+		t.Errorf("got the example's gateway rendered from %v, want %v", c.Values, want)
+	}
+	g := findGateway(t, c, caseObjects(t, c))
+	if len(g.routes.Routes) == 0 {
+		t.Fatal("got no routes in the example's gateway")
+	}
+	dep, ok := find[*appsv1.Deployment](ex.objs, c.ReleaseName())
+	if !ok || dep.Namespace != c.ReleaseNamespace() {
+		t.Fatalf("got no Deployment %s/%s in %s: gateway.yaml is to be applied with the rest", c.ReleaseNamespace(), c.ReleaseName(), dir)
+	}
+
+	// Queues the ScaledObjects scale on, by the Deployment they scale.
+	queues := map[string]string{} // queue -> Deployment
+	for _, so := range all[*kedav1alpha1.ScaledObject](ex.objs) {
+		for _, tr := range so.Spec.Triggers {
+			if q := tr.Metadata["queue"]; (tr.Type == "external" || tr.Type == "external-push") && q != "" {
+				queues[q] = so.Spec.ScaleTargetRef.Name
+			}
+		}
+	}
+	routed := map[string]bool{}
+	for _, r := range g.routes.Routes {
+		where := "route " + r.Name
+		routed[r.Queue] = true
+		target, ok := queues[r.Queue]
+		if !ok {
+			t.Errorf("%s: got queue %q, which no ScaledObject in %s scales on (its triggers' queues: %v)", where, r.Queue, dir, slices.Sorted(maps.Keys(queues)))
+			continue
+		}
+		var svc *corev1.Service
+		for _, s := range all[*corev1.Service](ex.objs) {
+			if s.Name == r.Service.Name && s.Namespace == c.ReleaseNamespace() {
+				svc = s
+			}
+		}
+		if svc == nil {
+			t.Errorf("%s: got Service %s, not in %s (namespace %s)", where, r.Service.Name, dir, c.ReleaseNamespace())
+			continue
+		}
+		var port *corev1.ServicePort
+		for i, p := range svc.Spec.Ports {
+			if p.Port == r.Service.Port {
+				port = &svc.Spec.Ports[i]
+			}
+		}
+		if port == nil {
+			t.Errorf("%s: got port %d, which Service %s does not serve (%v)", where, r.Service.Port, svc.Name, svc.Spec.Ports)
+			continue
+		}
+		var server *appsv1.Deployment
+		for _, d := range all[*appsv1.Deployment](ex.objs) {
+			if d.Name == target && d.Namespace == svc.Namespace {
+				server = d
+			}
+		}
+		if server == nil {
+			t.Errorf("%s: got queue %q scaling Deployment %s, not in %s", where, r.Queue, target, dir)
+			continue
+		}
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(server.Spec.Template.Labels)) {
+			t.Errorf("%s: got Service %s selecting %v, want the pods of %s, which the queue's ScaledObject scales (%v)", where, svc.Name, svc.Spec.Selector, server.Name, server.Spec.Template.Labels)
+		}
+		var served bool
+		for _, ctr := range server.Spec.Template.Spec.Containers {
+			for _, p := range ctr.Ports {
+				served = served || p.Name == port.TargetPort.String() || p.ContainerPort == int32(port.TargetPort.IntValue())
+			}
+		}
+		if !served {
+			t.Errorf("%s: got Service %s port %d to targetPort %s, which %s's containers do not declare", where, svc.Name, port.Port, port.TargetPort.String(), server.Name)
+		}
+		if server.Spec.Template.Spec.Containers[0].ReadinessProbe == nil {
+			t.Errorf("%s: got %s without a readiness probe, want one: the gateway forwards once an endpoint is ready, and a pod without a probe is ready before it serves", where, server.Name)
+		}
+		if d, err := time.ParseDuration(r.HoldTimeout); err != nil || d < time.Minute {
+			t.Errorf("%s: got holdTimeout %q (%v), want a minute or more: a cold start loads a model", where, r.HoldTimeout, err)
+		}
+	}
+	for q := range queues {
+		if !routed[q] {
+			t.Errorf("got a ScaledObject on queue %q, which no route of the gateway reports: it would never wake", q)
+		}
+	}
+}
+
+// TestExampleApplyCommand: the inference example's README applies every file of objects
+// in its folder, the namespace first (kubectl applies in the order given), and not the
+// gateway's Helm values.
+func TestExampleApplyCommand(t *testing.T) {
+	dir := filepath.Join(root(t), "examples/inference-scale-to-zero")
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for line := range strings.SplitSeq(string(readme), "\n") {
+		if rest, ok := strings.CutPrefix(line, "kubectl apply "); ok {
+			for _, f := range strings.Fields(rest) {
+				if f != "-f" {
+					files = append(files, f)
+				}
+			}
+			break
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, e := range entries {
+		if isManifest(e) {
+			want = append(want, e.Name())
+		}
+	}
+	if len(files) == 0 || files[0] != "namespace.yaml" {
+		t.Errorf("got kubectl apply of %v, want namespace.yaml first", files)
+	}
+	if got := slices.Sorted(slices.Values(files)); !slices.Equal(got, want) {
+		t.Errorf("got kubectl apply of %v, want every file of objects in the folder: %v", got, want)
 	}
 }

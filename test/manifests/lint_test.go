@@ -8,18 +8,18 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 )
 
-// TestHelmLint runs `helm lint`'s checks (Helm's library at the pinned version) on the
-// chart with each case's values: Chart.yaml, the values schema, template rendering, the
+// TestHelmLint runs `helm lint`'s checks (Helm's library at the pinned version) on each
+// chart with each of its cases' values: Chart.yaml, the values schema, template rendering, the
 // objects' names and deprecated APIs. Warnings fail as errors do; hints (INFO) do not.
 func TestHelmLint(t *testing.T) {
 	r := root(t)
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			vals, err := CaseValues(r, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range lint.All(filepath.Join(r, ChartDir), vals, Namespace, true).Messages {
+			for _, m := range lint.All(filepath.Join(r, c.ChartPath()), vals, c.ReleaseNamespace(), true).Messages {
 				if m.Severity >= support.WarningSev {
 					t.Errorf("helm lint: %s", m)
 				} else {

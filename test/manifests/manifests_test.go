@@ -42,7 +42,7 @@ func renderCases(t *testing.T) map[string][]byte {
 			renderErr = err
 			return
 		}
-		for _, c := range Cases {
+		for _, c := range AllCases() {
 			out, err := RenderCase(r, c)
 			if err != nil {
 				renderErr = err
@@ -71,7 +71,7 @@ func caseObjects(t *testing.T, c Case) []Object {
 // them (deploy/render.sh does the same).
 func TestGolden(t *testing.T) {
 	r := root(t)
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			got := renderCases(t)[c.Name]
 			path := filepath.Join(r, c.Out)
@@ -111,24 +111,26 @@ func firstDiff(got, want string) string {
 	return ""
 }
 
-// TestEveryCIValuesFileIsACase keeps the chart's ci/ folder and Cases in step.
+// TestEveryCIValuesFileIsACase keeps each chart's ci/ folder and the cases in step.
 func TestEveryCIValuesFileIsACase(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(root(t), ChartDir, "ci", "*-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var have []string
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		have = append(have, c.Values...)
 	}
-	for _, f := range files {
-		rel := ChartDir + "/ci/" + filepath.Base(f)
-		if !slices.Contains(have, rel) {
-			t.Errorf("got %s with no case in Cases (render.go), want every ci values file rendered and checked", rel)
+	for _, chart := range []string{ChartDir, GatewayChartDir} {
+		files, err := filepath.Glob(filepath.Join(root(t), chart, "ci", "*-values.yaml"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(files) == 0 {
-		t.Errorf("got no %s/ci/*-values.yaml, want the chart's value combinations there", ChartDir)
+		for _, f := range files {
+			rel := chart + "/ci/" + filepath.Base(f)
+			if !slices.Contains(have, rel) {
+				t.Errorf("got %s with no case in Cases or GatewayCases (render.go), want every ci values file rendered and checked", rel)
+			}
+		}
+		if len(files) == 0 {
+			t.Errorf("got no %s/ci/*-values.yaml, want the chart's value combinations there", chart)
+		}
 	}
 }
 
@@ -136,7 +138,7 @@ func TestEveryCIValuesFileIsACase(t *testing.T) {
 // Prometheus Operator) type with unknown fields failing, and checks that no two objects
 // share a kind, namespace and name.
 func TestStrictDecode(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			if len(objs) == 0 {

@@ -1,5 +1,5 @@
-// Package manifests renders gpuscaler's Helm chart (deploy/helm/gpuscaler) the way
-// `helm template` does, with the Helm library pinned in this module's go.mod, and holds
+// Package manifests renders gpuscaler's Helm charts (deploy/helm/gpuscaler and
+// deploy/helm/gpuscaler-gateway) the way `helm template` does, with the Helm library pinned in this module's go.mod, and holds
 // the cases whose output is committed: the plain manifests in deploy/manifests and the
 // golden files in testdata. Its tests decode every rendered object strictly into its
 // Kubernetes type, the examples into KEDA's, and check the chart against the gpuscaler
@@ -11,6 +11,7 @@ package manifests
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"maps"
@@ -33,6 +34,10 @@ import (
 
 // ChartDir is the chart, relative to the repository root.
 const ChartDir = "deploy/helm/gpuscaler"
+
+// GatewayChartDir is the gateway's chart, which a namespace installs in front of its
+// inference Services.
+const GatewayChartDir = "deploy/helm/gpuscaler-gateway"
 
 // Release and Namespace name the rendered release, as in
 // `helm install gpuscaler deploy/helm/gpuscaler -n gpuscaler`. They make the scaler's
@@ -64,7 +69,22 @@ type Case struct {
 	// APIVersions are API groups/versions the cluster is taken to serve besides
 	// Helm's defaults (.Capabilities.APIVersions), e.g. cert-manager.io/v1.
 	APIVersions []string
+	// Chart, Release and Namespace are the chart rendered (relative to the repository
+	// root) and its release; empty: ChartDir as release Release in Namespace.
+	Chart, Release, Namespace string
 }
+
+// ChartPath is the chart c renders, relative to the repository root.
+func (c Case) ChartPath() string { return cmp.Or(c.Chart, ChartDir) }
+
+// ReleaseName is the release c renders.
+func (c Case) ReleaseName() string { return cmp.Or(c.Release, Release) }
+
+// ReleaseNamespace is the namespace c renders into.
+func (c Case) ReleaseNamespace() string { return cmp.Or(c.Namespace, Namespace) }
+
+// Gateway says c renders the gateway's chart.
+func (c Case) Gateway() bool { return c.ChartPath() == GatewayChartDir }
 
 // Cases are every committed rendering: the plain manifests users apply, and golden files
 // for the chart's defaults and the value combinations its ci/ folder holds
@@ -80,6 +100,27 @@ var Cases = []Case{
 	{Name: "cert-manager", Values: []string{ChartDir + "/ci/cert-manager-values.yaml"}, Out: "test/manifests/testdata/cert-manager.yaml",
 		APIVersions: []string{"cert-manager.io/v1"}},
 }
+
+// GatewayCases are the committed renderings of the gateway's chart: the inference
+// example's gateway (release llm-gateway in namespace inference, which `kubectl apply -f
+// examples/inference-scale-to-zero/` applies with the rest of the example), and golden
+// files for its defaults and its ci/ values.
+var GatewayCases = []Case{
+	{Name: "gateway-example", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
+		Values: []string{"examples/inference-scale-to-zero/gateway-values.yaml"},
+		Out:    "examples/inference-scale-to-zero/gateway.yaml"},
+	{Name: "gateway-default", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
+		Out: "test/manifests/testdata/gateway-default.yaml"},
+	{Name: "gateway-full", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
+		Values: []string{GatewayChartDir + "/ci/full-values.yaml"},
+		Out:    "test/manifests/testdata/gateway-full.yaml"},
+	{Name: "gateway-creds", Chart: GatewayChartDir, Release: "llm-gateway", Namespace: "inference",
+		Values: []string{GatewayChartDir + "/ci/creds-values.yaml"},
+		Out:    "test/manifests/testdata/gateway-creds.yaml"},
+}
+
+// AllCases are Cases and GatewayCases: every committed rendering.
+func AllCases() []Case { return slices.Concat(Cases, GatewayCases) }
 
 // CaseValues reads c's values files from the repository at root and merges them.
 func CaseValues(root string, c Case) (map[string]any, error) {
@@ -124,8 +165,8 @@ func RenderCase(root string, c Case) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(root, ChartDir)
-	opts := Options{APIVersions: c.APIVersions}
+	dir := filepath.Join(root, c.ChartPath())
+	opts := Options{APIVersions: c.APIVersions, Release: c.ReleaseName(), Namespace: c.ReleaseNamespace()}
 	first, err := RenderWith(dir, vals, opts)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
@@ -151,7 +192,7 @@ func RenderCase(root string, c Case) ([]byte, error) {
 	if len(c.Values) > 0 {
 		from = strings.Join(c.Values, " and ")
 	}
-	fmt.Fprintf(&b, "# Rendered from %s with %s by deploy/render.sh: do not edit.\n", ChartDir, from)
+	fmt.Fprintf(&b, "# Rendered from %s with %s by deploy/render.sh: do not edit.\n", c.ChartPath(), from)
 	if len(opts.Cluster) > 0 {
 		b.WriteString("# Generated keys, certificates and passwords are placeholders here: helm install\n" +
 			"# generates them, and every upgrade keeps them.\n")
@@ -166,6 +207,13 @@ func RenderCase(root string, c Case) ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", Namespace)
 	}
+	if c.Gateway() {
+		fmt.Fprintf(&b, "# The same as\n#   helm install %s %s -n %s", c.ReleaseName(), c.ChartPath(), c.ReleaseNamespace())
+		for _, v := range c.Values {
+			fmt.Fprintf(&b, " -f %s", v)
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString(body)
 	return b.Bytes(), nil
 }
@@ -174,6 +222,8 @@ func RenderCase(root string, c Case) ([]byte, error) {
 type Options struct {
 	// APIVersions are served besides Helm's defaults (.Capabilities.APIVersions).
 	APIVersions []string
+	// Release and Namespace name the release; empty: Release and Namespace.
+	Release, Namespace string
 	// Cluster holds the objects the chart's lookup finds, as `helm upgrade` would in a
 	// cluster holding them; only Secrets. Empty: lookup finds nothing, as in
 	// `helm template` and a first `helm install`.
@@ -195,7 +245,7 @@ func RenderWith(dir string, vals map[string]any, opts Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rel := chartutil.ReleaseOptions{Name: Release, Namespace: Namespace, Revision: 1, IsInstall: true}
+	rel := chartutil.ReleaseOptions{Name: cmp.Or(opts.Release, Release), Namespace: cmp.Or(opts.Namespace, Namespace), Revision: 1, IsInstall: true}
 	if len(opts.Cluster) > 0 {
 		rel.Revision, rel.IsInstall, rel.IsUpgrade = 2, false, true
 	}

@@ -60,9 +60,9 @@ func decodeQueue(s Subject, subject string, data []byte) (Event, error) {
 	if err := r.Validate(); err != nil {
 		return Event{Subject: s}, err
 	}
-	if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue {
-		return Event{Subject: s}, fmt.Errorf("%w: QueueReport for %s/%s on the subject of %s/%s", ErrSubjectMismatch,
-			r.GetNamespace(), r.GetQueue(), s.Namespace, s.Queue)
+	if r.GetNamespace() != s.Namespace || r.GetQueue() != s.Queue || r.GetProducerId() != s.Producer {
+		return Event{Subject: s}, fmt.Errorf("%w: QueueReport for %s/%s from producer %q on the subject of %s/%s from producer %q", ErrSubjectMismatch,
+			r.GetNamespace(), r.GetQueue(), r.GetProducerId(), s.Namespace, s.Queue, s.Producer)
 	}
 	return Event{Subject: s, Queue: r}, nil
 }

@@ -120,7 +120,7 @@ func TestNodeReportValidate(t *testing.T) {
 func TestDecode(t *testing.T) {
 	node := validNodeReport()
 	nodeData, _ := proto.Marshal(node)
-	queue := &QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 3, InFlight: 2}
+	queue := &QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3, InFlight: 2}
 	queueData, _ := proto.Marshal(queue)
 
 	t.Run("node", func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestDecode(t *testing.T) {
 		}
 	})
 	t.Run("queue", func(t *testing.T) {
-		ev, err := Decode("gpuscaler.v1.queue.ml.jobs", queueData)
+		ev, err := Decode("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
 		if err != nil || ev.Queue == nil || ev.Queue.Backlog() != 5 {
 			t.Fatalf("Decode = %+v, %v; want the queue report with backlog 5", ev, err)
 		}
@@ -143,10 +143,11 @@ func TestDecode(t *testing.T) {
 		"bad subject":                   {subject: "gpuscaler.v1.gpu.x", data: nodeData, want: ErrInvalidSubject},
 		"garbage payload":               {subject: "gpuscaler.v1.node.gpu-node-1", data: []byte{0xff, 0xff, 0xff}, want: ErrUndecodable},
 		"other node's subject":          {subject: "gpuscaler.v1.node.gpu-node-2", data: nodeData, want: ErrSubjectMismatch},
-		"other namespace":               {subject: "gpuscaler.v1.queue.prod.jobs", data: queueData, want: ErrSubjectMismatch},
-		"other queue":                   {subject: "gpuscaler.v1.queue.ml.other", data: queueData, want: ErrSubjectMismatch},
+		"other namespace":               {subject: "gpuscaler.v1.queue.prod.jobs.gw-0", data: queueData, want: ErrSubjectMismatch},
+		"other queue":                   {subject: "gpuscaler.v1.queue.ml.other.gw-0", data: queueData, want: ErrSubjectMismatch},
+		"other producer":                {subject: "gpuscaler.v1.queue.ml.jobs.gw-1", data: queueData, want: ErrSubjectMismatch},
 		"queue payload on node subject": {subject: "gpuscaler.v1.node.gpu-node-1", data: queueData, want: ErrUndecodable},
-		"empty queue payload":           {subject: "gpuscaler.v1.queue.ml.jobs", data: nil, want: ErrInvalidEvent},
+		"empty queue payload":           {subject: "gpuscaler.v1.queue.ml.jobs.gw-0", data: nil, want: ErrInvalidEvent},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ev, err := Decode(tc.subject, tc.data)
@@ -175,10 +176,10 @@ func TestBacklogSaturates(t *testing.T) {
 // the node or queue of its subject.
 func FuzzDecode(f *testing.F) {
 	nodeData, _ := proto.Marshal(validNodeReport())
-	queueData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 3})
+	queueData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3})
 	f.Add("gpuscaler.v1.node.gpu-node-1", nodeData)
-	f.Add("gpuscaler.v1.queue.ml.jobs", queueData)
-	f.Add("gpuscaler.v1.queue.ml.jobs", nodeData)
+	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
+	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", nodeData)
 	f.Add("gpuscaler.v1.node.gpu-node-1", []byte{0x0a, 0x80})
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
 		ev, err := Decode(subject, data)
@@ -194,7 +195,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("accepted node report does not validate or match its subject: %v", ev.Node)
 			}
 		case ev.Queue != nil:
-			if ev.Queue.Validate() != nil || ev.Queue.GetNamespace() != ev.Subject.Namespace || ev.Queue.GetQueue() != ev.Subject.Queue {
+			if ev.Queue.Validate() != nil || ev.Queue.GetNamespace() != ev.Subject.Namespace || ev.Queue.GetQueue() != ev.Subject.Queue || ev.Queue.GetProducerId() != ev.Subject.Producer {
 				t.Fatalf("accepted queue report does not validate or match its subject: %v", ev.Queue)
 			}
 		default:

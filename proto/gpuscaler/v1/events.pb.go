@@ -1,6 +1,7 @@
 // The events gpuscaler's parts exchange over NATS. Collectors publish NodeReport on
 // gpuscaler.v1.node.<node>; queue producers publish QueueReport on
-// gpuscaler.v1.queue.<namespace>.<queue>. The scaler keeps the latest of each.
+// gpuscaler.v1.queue.<namespace>.<queue>.<producer>. The scaler keeps the latest of each,
+// and reads a queue as the sum of its live producers.
 // subject.go (beside the generated code) builds and parses those subjects, and
 // validate.go says what a well-formed event is: keep the three in step.
 //
@@ -653,9 +654,11 @@ func (x *PodRef) GetGpuUtil() float64 {
 	return 0
 }
 
-// QueueReport is a producer's view of one queue. A producer publishes one at once when the
-// queue goes from empty to non-empty, and one every interval otherwise, empty or not:
-// silence means the producer is gone, not that the queue is empty.
+// QueueReport is one producer's share of one queue. A producer publishes one at once when
+// its share goes from empty to non-empty, and one every interval otherwise, empty or not:
+// silence means the producer is gone, not that the queue is empty. A queue may have
+// several producers (the replicas of a gateway): each reports its own share on its own
+// subject, and the queue reads the sum of the live ones.
 type QueueReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Must match the namespace and queue in the subject.
@@ -669,11 +672,20 @@ type QueueReport struct {
 	Arrivals uint64 `protobuf:"varint,5,opt,name=arrivals,proto3" json:"arrivals,omitempty"`
 	// When the producer took these figures. Informational, as in NodeReport.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	// Identifies the producer: a process, or one Reporter in it. A restarted producer
-	// should take a new id, as its sequence starts again.
+	// Identifies the producer: a process, or one Reporter in it. Must match the producer
+	// in the subject. A restarted producer should take a new id, as its sequence starts
+	// again.
 	ProducerId string `protobuf:"bytes,7,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	// Counts the reports of one producer id, starting at 1.
-	Sequence      uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Items that left the queue since this producer's previous report without being
+	// served: dropped while waiting (a hold that timed out, a client that went away,
+	// an overflow). They are not completions, so the scaler's service-time estimate
+	// leaves them out.
+	Dropped uint64 `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// This is the producer's last report: it stopped cleanly, and the queue's reading
+	// leaves its share out at once, rather than when it falls silent past staleAfter.
+	Stopped       bool `protobuf:"varint,10,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +776,20 @@ func (x *QueueReport) GetSequence() uint64 {
 	return 0
 }
 
+func (x *QueueReport) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *QueueReport) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
 var File_gpuscaler_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpuscaler_v1_events_proto_rawDesc = "" +
@@ -849,7 +875,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
-	"\t_gpu_util\"\x8e\x02\n" +
+	"\t_gpu_util\"\xc2\x02\n" +
 	"\vQueueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -860,7 +886,10 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"observedAt\x12\x1f\n" +
 	"\vproducer_id\x18\a \x01(\tR\n" +
 	"producerId\x12\x1a\n" +
-	"\bsequence\x18\b \x01(\x04R\bsequenceB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	"\bsequence\x18\b \x01(\x04R\bsequence\x12\x18\n" +
+	"\adropped\x18\t \x01(\x04R\adropped\x12\x18\n" +
+	"\astopped\x18\n" +
+	" \x01(\bR\astoppedB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once

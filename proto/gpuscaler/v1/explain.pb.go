@@ -395,26 +395,25 @@ func (x *MetricAnswer) GetReplicas() int64 {
 	return 0
 }
 
-// QueueStatus is the latest report of one queue.
+// QueueStatus is what one queue's producers last reported: the sum over the live ones.
 type QueueStatus struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	Waiting   int64                  `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	InFlight  int64                  `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Sums over the live producers.
+	Waiting  int64 `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	InFlight int64 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// waiting + in_flight: what the queue-backlog metric reads before any cap.
-	Backlog    int64  `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
-	ProducerId string `protobuf:"bytes,6,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
-	// When NATS stored the report, and how long before read_at (the explanation's, or the
-	// status page's moment) that was.
+	Backlog int64 `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	// When NATS stored the newest report of any producer, and how long before read_at (the
+	// explanation's, or the status page's moment) that was.
 	Stored *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stored,proto3" json:"stored,omitempty"`
 	Age    *durationpb.Duration   `protobuf:"bytes,8,opt,name=age,proto3" json:"age,omitempty"`
-	// More than one producer reported this queue recently (see the README).
-	ProducerConflict bool `protobuf:"varint,9,opt,name=producer_conflict,json=producerConflict,proto3" json:"producer_conflict,omitempty"`
-	// Set in an explanation: older than the trigger's staleAfter, so not used.
+	// Set in an explanation: no producer is live (each stopped, or is older than the
+	// trigger's staleAfter), so the queue is unknown.
 	Stale bool `protobuf:"varint,10,opt,name=stale,proto3" json:"stale,omitempty"`
 	// Set in an explanation of a stream+consumer trigger: read from the JetStream consumer
-	// rather than a producer's report; stored and producer_id are then unset.
+	// rather than producers' reports; stored and producers are then unset.
 	FromConsumer bool `protobuf:"varint,11,opt,name=from_consumer,json=fromConsumer,proto3" json:"from_consumer,omitempty"`
 	// What the queue's reports say of its traffic, which the queue-demand metric
 	// (targetWait) reads: arrivals per second, the larger of the rates over the last minute
@@ -422,8 +421,10 @@ type QueueStatus struct {
 	// seen to finish since this scaler started.
 	ArrivalRate    float64 `protobuf:"fixed64,12,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
 	ServiceSeconds float64 `protobuf:"fixed64,13,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Every producer the scaler holds a report of, by id; live ones count in the sums.
+	Producers     []*ProducerStatus `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -491,13 +492,6 @@ func (x *QueueStatus) GetBacklog() int64 {
 	return 0
 }
 
-func (x *QueueStatus) GetProducerId() string {
-	if x != nil {
-		return x.ProducerId
-	}
-	return ""
-}
-
 func (x *QueueStatus) GetStored() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Stored
@@ -510,13 +504,6 @@ func (x *QueueStatus) GetAge() *durationpb.Duration {
 		return x.Age
 	}
 	return nil
-}
-
-func (x *QueueStatus) GetProducerConflict() bool {
-	if x != nil {
-		return x.ProducerConflict
-	}
-	return false
 }
 
 func (x *QueueStatus) GetStale() bool {
@@ -547,6 +534,109 @@ func (x *QueueStatus) GetServiceSeconds() float64 {
 	return 0
 }
 
+func (x *QueueStatus) GetProducers() []*ProducerStatus {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+// ProducerStatus is one producer's last report of a queue.
+type ProducerStatus struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId string                 `protobuf:"bytes,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Waiting    int64                  `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	InFlight   int64                  `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Stored     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stored,proto3" json:"stored,omitempty"`
+	Age        *durationpb.Duration   `protobuf:"bytes,5,opt,name=age,proto3" json:"age,omitempty"`
+	// Its last report said it stopped cleanly: it no longer counts.
+	Stopped bool `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// Older than the trigger's staleAfter (in an explanation) or the scaler's default
+	// (on the status page): it no longer counts.
+	Stale         bool `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProducerStatus) Reset() {
+	*x = ProducerStatus{}
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerStatus) ProtoMessage() {}
+
+func (x *ProducerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerStatus.ProtoReflect.Descriptor instead.
+func (*ProducerStatus) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ProducerStatus) GetProducerId() string {
+	if x != nil {
+		return x.ProducerId
+	}
+	return ""
+}
+
+func (x *ProducerStatus) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *ProducerStatus) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ProducerStatus) GetStored() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+func (x *ProducerStatus) GetAge() *durationpb.Duration {
+	if x != nil {
+		return x.Age
+	}
+	return nil
+}
+
+func (x *ProducerStatus) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
+func (x *ProducerStatus) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
 // NodeStatus is the latest report of one node.
 type NodeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -575,7 +665,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +677,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +690,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{5}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -687,7 +777,7 @@ type GPUStatus struct {
 
 func (x *GPUStatus) Reset() {
 	*x = GPUStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +789,7 @@ func (x *GPUStatus) String() string {
 func (*GPUStatus) ProtoMessage() {}
 
 func (x *GPUStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +802,7 @@ func (x *GPUStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUStatus.ProtoReflect.Descriptor instead.
 func (*GPUStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{6}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GPUStatus) GetDevice() string {
@@ -757,7 +847,7 @@ type GPUHold struct {
 
 func (x *GPUHold) Reset() {
 	*x = GPUHold{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +859,7 @@ func (x *GPUHold) String() string {
 func (*GPUHold) ProtoMessage() {}
 
 func (x *GPUHold) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +872,7 @@ func (x *GPUHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUHold.ProtoReflect.Descriptor instead.
 func (*GPUHold) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{7}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GPUHold) GetNamespace() string {
@@ -839,7 +929,7 @@ type UnattributedStatus struct {
 
 func (x *UnattributedStatus) Reset() {
 	*x = UnattributedStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +941,7 @@ func (x *UnattributedStatus) String() string {
 func (*UnattributedStatus) ProtoMessage() {}
 
 func (x *UnattributedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +954,7 @@ func (x *UnattributedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnattributedStatus.ProtoReflect.Descriptor instead.
 func (*UnattributedStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{8}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnattributedStatus) GetDevice() string {
@@ -917,7 +1007,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1019,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1032,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{9}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Capacity) GetSlots() int32 {
@@ -1018,7 +1108,7 @@ type NodeCapacity struct {
 
 func (x *NodeCapacity) Reset() {
 	*x = NodeCapacity{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1120,7 @@ func (x *NodeCapacity) String() string {
 func (*NodeCapacity) ProtoMessage() {}
 
 func (x *NodeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1133,7 @@ func (x *NodeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCapacity.ProtoReflect.Descriptor instead.
 func (*NodeCapacity) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{10}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeCapacity) GetNode() string {
@@ -1122,23 +1212,31 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xc8\x03\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xc2\x03\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x03R\awaiting\x12\x1b\n" +
 	"\tin_flight\x18\x04 \x01(\x03R\binFlight\x12\x18\n" +
-	"\abacklog\x18\x05 \x01(\x03R\abacklog\x12\x1f\n" +
-	"\vproducer_id\x18\x06 \x01(\tR\n" +
-	"producerId\x122\n" +
+	"\abacklog\x18\x05 \x01(\x03R\abacklog\x122\n" +
 	"\x06stored\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06stored\x12+\n" +
-	"\x03age\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03age\x12+\n" +
-	"\x11producer_conflict\x18\t \x01(\bR\x10producerConflict\x12\x14\n" +
+	"\x03age\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x14\n" +
 	"\x05stale\x18\n" +
 	" \x01(\bR\x05stale\x12#\n" +
 	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\x12!\n" +
 	"\farrival_rate\x18\f \x01(\x01R\varrivalRate\x12'\n" +
-	"\x0fservice_seconds\x18\r \x01(\x01R\x0eserviceSeconds\"\xa9\x04\n" +
+	"\x0fservice_seconds\x18\r \x01(\x01R\x0eserviceSeconds\x12:\n" +
+	"\tproducers\x18\x0e \x03(\v2\x1c.gpuscaler.v1.ProducerStatusR\tproducersJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\"\xf9\x01\n" +
+	"\x0eProducerStatus\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\tR\n" +
+	"producerId\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x03R\awaiting\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x122\n" +
+	"\x06stored\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06stored\x12+\n" +
+	"\x03age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x18\n" +
+	"\astopped\x18\x06 \x01(\bR\astopped\x12\x14\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\"\xa9\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -1206,53 +1304,57 @@ func file_gpuscaler_v1_explain_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_explain_proto_rawDescData
 }
 
-var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_gpuscaler_v1_explain_proto_goTypes = []any{
 	(*ExplainRequest)(nil),        // 0: gpuscaler.v1.ExplainRequest
 	(*Explanation)(nil),           // 1: gpuscaler.v1.Explanation
 	(*Answer)(nil),                // 2: gpuscaler.v1.Answer
 	(*MetricAnswer)(nil),          // 3: gpuscaler.v1.MetricAnswer
 	(*QueueStatus)(nil),           // 4: gpuscaler.v1.QueueStatus
-	(*NodeStatus)(nil),            // 5: gpuscaler.v1.NodeStatus
-	(*GPUStatus)(nil),             // 6: gpuscaler.v1.GPUStatus
-	(*GPUHold)(nil),               // 7: gpuscaler.v1.GPUHold
-	(*UnattributedStatus)(nil),    // 8: gpuscaler.v1.UnattributedStatus
-	(*Capacity)(nil),              // 9: gpuscaler.v1.Capacity
-	(*NodeCapacity)(nil),          // 10: gpuscaler.v1.NodeCapacity
-	nil,                           // 11: gpuscaler.v1.ExplainRequest.MetadataEntry
-	nil,                           // 12: gpuscaler.v1.Explanation.EffectiveEntry
-	nil,                           // 13: gpuscaler.v1.NodeStatus.FreeEntry
-	nil,                           // 14: gpuscaler.v1.NodeStatus.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*ProducerStatus)(nil),        // 5: gpuscaler.v1.ProducerStatus
+	(*NodeStatus)(nil),            // 6: gpuscaler.v1.NodeStatus
+	(*GPUStatus)(nil),             // 7: gpuscaler.v1.GPUStatus
+	(*GPUHold)(nil),               // 8: gpuscaler.v1.GPUHold
+	(*UnattributedStatus)(nil),    // 9: gpuscaler.v1.UnattributedStatus
+	(*Capacity)(nil),              // 10: gpuscaler.v1.Capacity
+	(*NodeCapacity)(nil),          // 11: gpuscaler.v1.NodeCapacity
+	nil,                           // 12: gpuscaler.v1.ExplainRequest.MetadataEntry
+	nil,                           // 13: gpuscaler.v1.Explanation.EffectiveEntry
+	nil,                           // 14: gpuscaler.v1.NodeStatus.FreeEntry
+	nil,                           // 15: gpuscaler.v1.NodeStatus.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
 }
 var file_gpuscaler_v1_explain_proto_depIdxs = []int32{
-	11, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
-	15, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
+	12, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
+	16, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: gpuscaler.v1.Explanation.answer:type_name -> gpuscaler.v1.Answer
-	12, // 3: gpuscaler.v1.Explanation.effective:type_name -> gpuscaler.v1.Explanation.EffectiveEntry
+	13, // 3: gpuscaler.v1.Explanation.effective:type_name -> gpuscaler.v1.Explanation.EffectiveEntry
 	4,  // 4: gpuscaler.v1.Explanation.queue:type_name -> gpuscaler.v1.QueueStatus
-	5,  // 5: gpuscaler.v1.Explanation.nodes:type_name -> gpuscaler.v1.NodeStatus
-	9,  // 6: gpuscaler.v1.Explanation.capacity:type_name -> gpuscaler.v1.Capacity
+	6,  // 5: gpuscaler.v1.Explanation.nodes:type_name -> gpuscaler.v1.NodeStatus
+	10, // 6: gpuscaler.v1.Explanation.capacity:type_name -> gpuscaler.v1.Capacity
 	3,  // 7: gpuscaler.v1.Answer.metrics:type_name -> gpuscaler.v1.MetricAnswer
-	15, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
-	16, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
-	15, // 10: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
-	16, // 11: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
-	6,  // 12: gpuscaler.v1.NodeStatus.gpus:type_name -> gpuscaler.v1.GPUStatus
-	8,  // 13: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
-	13, // 14: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
-	14, // 15: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
-	7,  // 16: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
-	10, // 17: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
-	16, // 18: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
-	0,  // 19: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
-	1,  // 20: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
+	17, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
+	5,  // 10: gpuscaler.v1.QueueStatus.producers:type_name -> gpuscaler.v1.ProducerStatus
+	16, // 11: gpuscaler.v1.ProducerStatus.stored:type_name -> google.protobuf.Timestamp
+	17, // 12: gpuscaler.v1.ProducerStatus.age:type_name -> google.protobuf.Duration
+	16, // 13: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
+	17, // 14: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
+	7,  // 15: gpuscaler.v1.NodeStatus.gpus:type_name -> gpuscaler.v1.GPUStatus
+	9,  // 16: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
+	14, // 17: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
+	15, // 18: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
+	8,  // 19: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
+	11, // 20: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
+	17, // 21: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
+	0,  // 22: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
+	1,  // 23: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_explain_proto_init() }
@@ -1260,14 +1362,14 @@ func file_gpuscaler_v1_explain_proto_init() {
 	if File_gpuscaler_v1_explain_proto != nil {
 		return
 	}
-	file_gpuscaler_v1_explain_proto_msgTypes[7].OneofWrappers = []any{}
+	file_gpuscaler_v1_explain_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_explain_proto_rawDesc), len(file_gpuscaler_v1_explain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

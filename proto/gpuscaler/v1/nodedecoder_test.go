@@ -171,8 +171,8 @@ func TestNodeDecoderDecodes(t *testing.T) {
 	if _, err := d.Decode("gpuscaler.v1.node.gpu-node-1", make([]byte, MaxEventBytes+1)); !errors.Is(err, ErrUndecodable) {
 		t.Errorf("too large: %v", err)
 	}
-	q, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", Waiting: 3})
-	if ev, err := d.Decode("gpuscaler.v1.queue.ml.jobs", q); err != nil || ev.Queue.GetWaiting() != 3 {
+	q, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "p", Waiting: 3})
+	if ev, err := d.Decode("gpuscaler.v1.queue.ml.jobs.p", q); err != nil || ev.Queue.GetWaiting() != 3 {
 		t.Errorf("queue report: %v, %v", ev, err)
 	}
 }

@@ -32,6 +32,9 @@ const (
 // MaxQueueNameLen bounds a queue name, in bytes.
 const MaxQueueNameLen = 256
 
+// MaxProducerIDLen bounds a producer id, in bytes.
+const MaxProducerIDLen = 128
+
 // ErrInvalidSubject reports a subject that is not a gpuscaler v1 subject, or whose names
 // break the rules below.
 var ErrInvalidSubject = errors.New("invalid subject")
@@ -66,9 +69,10 @@ type Subject struct {
 	Kind SubjectKind
 	// Node is set for KindNode: the Kubernetes node name, decoded.
 	Node string
-	// Namespace and Queue are set for KindQueue.
+	// Namespace, Queue and Producer are set for KindQueue.
 	Namespace string
 	Queue     string
+	Producer  string
 }
 
 // NodeSubject returns the subject a node's reports travel on:
@@ -82,26 +86,31 @@ func NodeSubject(node string) (string, error) {
 	return SubjectPrefix + "." + nodeKind + "." + strings.ReplaceAll(node, ".", "_"), nil
 }
 
-// QueueSubject returns the subject a queue's reports travel on:
-// gpuscaler.v1.queue.<namespace>.<queue>.
-func QueueSubject(namespace, queue string) (string, error) {
+// QueueSubject returns the subject one producer's reports of a queue travel on:
+// gpuscaler.v1.queue.<namespace>.<queue>.<producer>. Each producer of a queue has a
+// subject of its own, so the stream keeps the last report of each, and the queue reads
+// their sum.
+func QueueSubject(namespace, queue, producer string) (string, error) {
 	if err := ValidateNamespace(namespace); err != nil {
 		return "", err
 	}
 	if err := ValidateQueueName(queue); err != nil {
 		return "", err
 	}
-	return SubjectPrefix + "." + queueKind + "." + namespace + "." + queue, nil
+	if err := ValidateProducerID(producer); err != nil {
+		return "", err
+	}
+	return SubjectPrefix + "." + queueKind + "." + namespace + "." + queue + "." + producer, nil
 }
 
 // NamespaceQueueSubjects returns the wildcard that matches every queue subject of a
-// namespace, gpuscaler.v1.queue.<namespace>.>: what a producer of that namespace may
-// publish to when the bus enforces tenancy.
+// namespace, gpuscaler.v1.queue.<namespace>.*.*: what a producer of that namespace may
+// publish to when the bus enforces tenancy, and nothing deeper.
 func NamespaceQueueSubjects(namespace string) (string, error) {
 	if err := ValidateNamespace(namespace); err != nil {
 		return "", err
 	}
-	return SubjectPrefix + "." + queueKind + "." + namespace + ".>", nil
+	return SubjectPrefix + "." + queueKind + "." + namespace + ".*.*", nil
 }
 
 // InboxPrefix is the prefix of the reply subjects a producer of namespace uses (for the
@@ -134,9 +143,10 @@ func ParseSubject(subject string) (Subject, error) {
 		}
 		return Subject{Kind: KindNode, Node: node}, nil
 	case queueKind:
-		ns, queue, ok := strings.Cut(rest, ".")
-		if !ok || strings.Contains(queue, ".") {
-			return Subject{}, fmt.Errorf("%w %q: want %s.queue.<namespace>.<queue>", ErrInvalidSubject, subject, SubjectPrefix)
+		ns, rest, ok1 := strings.Cut(rest, ".")
+		queue, producer, ok2 := strings.Cut(rest, ".")
+		if !ok1 || !ok2 || strings.Contains(producer, ".") {
+			return Subject{}, fmt.Errorf("%w %q: want %s.queue.<namespace>.<queue>.<producer>", ErrInvalidSubject, subject, SubjectPrefix)
 		}
 		if err := ValidateNamespace(ns); err != nil {
 			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
@@ -144,7 +154,10 @@ func ParseSubject(subject string) (Subject, error) {
 		if err := ValidateQueueName(queue); err != nil {
 			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
 		}
-		return Subject{Kind: KindQueue, Namespace: ns, Queue: queue}, nil
+		if err := ValidateProducerID(producer); err != nil {
+			return Subject{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
+		}
+		return Subject{Kind: KindQueue, Namespace: ns, Queue: queue, Producer: producer}, nil
 	default:
 		return Subject{}, fmt.Errorf("%w %q: unknown kind %q, want node or queue", ErrInvalidSubject, subject, kind)
 	}
@@ -198,6 +211,52 @@ func ValidateQueueName(queue string) error {
 		}
 	}
 	return nil
+}
+
+// ValidateProducerID checks a producer id: one NATS subject token, as a queue name, of
+// 1 to MaxProducerIDLen bytes.
+func ValidateProducerID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: producer id is empty", ErrInvalidName)
+	}
+	if len(id) > MaxProducerIDLen {
+		return fmt.Errorf("%w: producer id %.20q… is %d bytes, want at most %d", ErrInvalidName, id, len(id), MaxProducerIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: producer id %q is not valid UTF-8", ErrInvalidName, id)
+	}
+	for _, r := range id {
+		if !tokenRune(r) {
+			return fmt.Errorf("%w: producer id %q holds %q; '.', '*', '>', white space and control characters are not allowed", ErrInvalidName, id, r)
+		}
+	}
+	return nil
+}
+
+// ProducerID turns s (a host or pod name, which may hold dots) into a valid producer id:
+// each rune a subject token cannot hold becomes '-', and it is cut to MaxProducerIDLen
+// bytes. An s with nothing left gives "producer".
+func ProducerID(s string) string {
+	s = strings.ToValidUTF8(s, "-")
+	s = strings.Map(func(r rune) rune {
+		if tokenRune(r) {
+			return r
+		}
+		return '-'
+	}, s)
+	for len(s) > MaxProducerIDLen {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	if s == "" {
+		return "producer"
+	}
+	return s
+}
+
+// tokenRune reports whether r may stand in a subject token gpuscaler builds from a name.
+func tokenRune(r rune) bool {
+	return r != '.' && r != '*' && r != '>' && r != utf8.RuneError && !unicode.IsSpace(r) && !unicode.IsControl(r)
 }
 
 // isDNSLabel reports whether s is 1 to 63 lower-case letters, digits and '-', starting and

@@ -225,12 +225,16 @@ func (p *PodRef) validate() error {
 	return nil
 }
 
-// Validate reports whether r is a well-formed QueueReport: a valid namespace and queue name.
+// Validate reports whether r is a well-formed QueueReport: a valid namespace, queue name
+// and producer id.
 func (r *QueueReport) Validate() error {
 	if err := ValidateNamespace(r.GetNamespace()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	if err := ValidateQueueName(r.GetQueue()); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if err := ValidateProducerID(r.GetProducerId()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return nil

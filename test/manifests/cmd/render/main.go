@@ -1,6 +1,7 @@
-// Command render writes every committed rendering of gpuscaler's Helm chart
-// (manifests.Cases: deploy/manifests/*.yaml and test/manifests/testdata/*.yaml), or with
-// -check fails when one differs from a fresh rendering. deploy/render.sh runs it.
+// Command render writes every committed rendering of gpuscaler's Helm charts
+// (manifests.AllCases: deploy/manifests/*.yaml, test/manifests/testdata/*.yaml and the
+// inference example's gateway.yaml), or with -check fails when one differs from a fresh
+// rendering. deploy/render.sh runs it.
 package main
 
 import (
@@ -29,7 +30,7 @@ func run(dir string, check bool) error {
 		return err
 	}
 	var stale []string
-	for _, c := range manifests.Cases {
+	for _, c := range manifests.AllCases() {
 		got, err := manifests.RenderCase(root, c)
 		if err != nil {
 			return err
