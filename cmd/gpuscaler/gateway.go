@@ -117,7 +117,13 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	if err := gpuscalerv1.ValidateNamespace(cfg.Namespace); err != nil {
 		return usageError{fmt.Errorf("--namespace %q: %w", cfg.Namespace, err)}
 	}
-	producerID = firstOf(producerID, envOr(env, "POD_NAME"), hostname())
+	if producerID != "" {
+		if err := gpuscalerv1.ValidateProducerID(producerID); err != nil {
+			return usageError{fmt.Errorf("--producer-id %q: %w", producerID, err)}
+		}
+	} else {
+		producerID = gpuscalerv1.ProducerID(firstOf(envOr(env, "POD_NAME"), hostname()))
+	}
 	log = log.With("namespace", cfg.Namespace)
 
 	if kubeconfig != "none" {
@@ -141,7 +147,7 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		if err != nil {
 			return nil, err
 		}
-		return reporterCounter{r}, nil
+		return r, nil
 	}
 
 	reg := prometheus.NewRegistry()
@@ -173,17 +179,6 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	}
 	g.Go(func() error { return gw.Run(ctx, lis) })
 	return g.Wait()
-}
-
-// reporterCounter counts a drop on a Reporter that has no Dropped of its own yet, as
-// its doc says a dropped item is counted: started, then finished.
-// TODO: use the Reporter's Dropped, which keeps drops apart from completions, once
-// collectors/queue has it.
-type reporterCounter struct{ *queue.Reporter }
-
-func (r reporterCounter) Dropped(n int) {
-	r.Started(n)
-	r.Finished(n)
 }
 
 // serviceAccountNamespace returns the namespace of the pod's service account, or "".

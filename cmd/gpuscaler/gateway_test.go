@@ -41,8 +41,14 @@ func TestGatewayCommand(t *testing.T) {
 	routes := testkit.WriteFile(t, t.TempDir(), "routes.yaml",
 		[]byte("routes:\n- {name: dev, url: "+b.URL+", pathPrefix: /v1, queue: dev, holdTimeout: 1m}\n"))
 	listen := testkit.FreeAddr(t)
-	log := background(t, "gateway", "--routes", routes, "--listen", listen, "--http-addr", "127.0.0.1:0",
-		"--namespace", "ml", "--kubeconfig", "none", "--nats-url", ns.ClientURL(), "--report-interval", "50ms", "--producer-id", "gw-1")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	log := &testkit.SyncBuffer{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"gateway", "--routes", routes, "--listen", listen, "--http-addr", "127.0.0.1:0",
+			"--namespace", "ml", "--kubeconfig", "none", "--nats-url", ns.ClientURL(), "--report-interval", "50ms", "--producer-id", "gw-1"}, mapEnv(nil), io.Discard, log)
+	}()
 
 	// Ready once the routes are in force.
 	addr, ok := "", false
@@ -74,27 +80,42 @@ func TestGatewayCommand(t *testing.T) {
 		t.Fatalf("got %q, want the backend's answer", body)
 	}
 
-	// The arrival reaches NATS, from this producer; then the queue reads empty again.
+	// The arrival reaches NATS, on this producer's subject; then the queue reads empty
+	// again; on stop, the last report says it stopped.
 	var arrivals uint64
-	deadline := time.After(10 * time.Second)
-	for {
+	next := func() *gpuscalerv1.QueueReport {
+		t.Helper()
 		select {
 		case m := <-reports:
+			if m.Subject != "gpuscaler.v1.queue.ml.dev.gw-1" {
+				t.Fatalf("got a report on %s, want gpuscaler.v1.queue.ml.dev.gw-1", m.Subject)
+			}
 			ev, err := gpuscalerv1.Decode(m.Subject, m.Data)
 			if err != nil {
 				t.Fatalf("decode %s: %v", m.Subject, err)
 			}
-			q := ev.Queue
-			if q.GetQueue() != "dev" || q.GetNamespace() != "ml" || !strings.HasPrefix(q.GetProducerId(), "gw-1") {
-				t.Fatalf("got report %v, want queue ml/dev from producer gw-1", q)
-			}
-			arrivals += q.GetArrivals()
-			if arrivals == 1 && q.GetWaiting() == 0 && q.GetInFlight() == 0 {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no report of the request done within 10s (arrivals %d); log:\n%s", arrivals, log)
+			arrivals += ev.Queue.GetArrivals()
+			return ev.Queue
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no report within 10s (arrivals %d); log:\n%s", arrivals, log)
 		}
+		return nil
+	}
+	for q := next(); arrivals != 1 || q.GetWaiting() != 0 || q.GetInFlight() != 0; q = next() {
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("exit %d, want 0; log:\n%s", code, log)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10s after its context ended; log:\n%s", log)
+	}
+	for q := next(); !q.GetStopped(); q = next() {
+	}
+	if arrivals != 1 {
+		t.Errorf("got %d arrivals, want 1", arrivals)
 	}
 }
 
