@@ -52,6 +52,9 @@ type testGateway struct {
 	reg   *prometheus.Registry
 	log   *testkit.SyncBuffer
 	kube  *fake.Clientset
+	// stop ends Run and waits for it to return.
+	stop     func()
+	stopOnce sync.Once
 	mu    sync.Mutex
 	queue map[string]*countingCounter
 }
@@ -88,12 +91,8 @@ func startGateway(t *testing.T, routes string, cfg Config) *testGateway {
 		tg.kube = fake.NewClientset()
 		cfg.Kube = tg.kube
 	}
-	cfg.NewCounter = func(q string) (Counter, error) {
-		tg.mu.Lock()
-		defer tg.mu.Unlock()
-		c := &countingCounter{}
-		tg.queue[q] = c
-		return c, nil
+	if cfg.NewCounter == nil {
+		cfg.NewCounter = tg.newCounter
 	}
 	g, err := New(cfg)
 	if err != nil {
@@ -108,16 +107,21 @@ func startGateway(t *testing.T, routes string, cfg Config) *testGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx, lis) }()
-	t.Cleanup(func() {
+	tg.stop = func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+		tg.stopOnce.Do(func() {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Run still running 10s after its context ended")
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("Run still running 10s after its context ended")
-		}
+		})
+	}
+	t.Cleanup(func() {
+		tg.stop()
 		tg.mu.Lock()
 		defer tg.mu.Unlock()
 		for q, c := range tg.queue {
@@ -131,6 +135,14 @@ func startGateway(t *testing.T, routes string, cfg Config) *testGateway {
 	})
 	testkit.Eventually(t, 5*time.Second, func() bool { return g.Ready() == nil })
 	return tg
+}
+
+func (tg *testGateway) newCounter(q string) (Counter, error) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	c := &countingCounter{}
+	tg.queue[q] = c
+	return c, nil
 }
 
 // held returns the number of requests route holds, from the gauge.

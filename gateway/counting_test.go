@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuscaler/gpuscaler/collectors/queue"
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// TestCountsReachNATS counts through the real Reporter on an embedded NATS and reads
+// the QueueReports: a hold timeout and an overflow are arrivals and drops, never
+// completions, and Run's end sends a last report that says the producer stopped.
+func TestCountsReachNATS(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
+	reports := make(chan *nats.Msg, 256)
+	sub, err := nc.Conn.ChanSubscribe("gpuscaler.v1.queue.ml.llm.gw", reports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{MaxHeld: 1, NewCounter: func(q string) (Counter, error) {
+		return queue.NewReporter(nc.Conn, "ml", q, queue.Config{Interval: 20 * time.Millisecond, ProducerID: "gw"})
+	}}
+	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 200ms}\n", cfg)
+
+	first := send(t.Context(), "GET", tg.URL+"/", "", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return tg.held("llm") == 1 })
+	if o := wait(t, send(t.Context(), "GET", tg.URL+"/", "", nil)); o.resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("overflow: got %d, want 503", o.resp.StatusCode)
+	}
+	if o := wait(t, first); o.resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("hold timeout: got %d, want 503", o.resp.StatusCode)
+	}
+
+	var arrivals, dropped uint64
+	next := func() *gpuscalerv1.QueueReport {
+		t.Helper()
+		select {
+		case m := <-reports:
+			ev, err := gpuscalerv1.Decode(m.Subject, m.Data)
+			if err != nil {
+				t.Fatalf("decode %s: %v", m.Subject, err)
+			}
+			arrivals += ev.Queue.GetArrivals()
+			dropped += ev.Queue.GetDropped()
+			return ev.Queue
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no report within 5s (arrivals %d, dropped %d)", arrivals, dropped)
+		}
+		return nil
+	}
+	for q := next(); dropped < 2 || q.GetWaiting() != 0; q = next() {
+		if q.GetInFlight() != 0 {
+			t.Fatalf("got %v, want nothing in flight: no request was forwarded", q)
+		}
+	}
+	tg.stop()
+	for q := next(); !q.GetStopped(); q = next() {
+	}
+	if arrivals != 2 || dropped != 2 {
+		t.Errorf("got %d arrivals and %d dropped, want 2 and 2", arrivals, dropped)
+	}
+}
+
+// TestShutdownLetsInFlightFinish: once Run's context ends, a request in flight still
+// gets its whole response, and Run returns after it.
+func TestShutdownLetsInFlightFinish(t *testing.T) {
+	release := make(chan struct{})
+	b := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Write([]byte("done"))
+	})
+	tg := startGateway(t, "routes:\n"+urlRoute("dev", b.URL, ""), Config{})
+	res := send(t.Context(), "GET", tg.URL+"/x", "", nil)
+	c := tg.counter("dev-q")
+	testkit.Eventually(t, 5*time.Second, func() bool { return c.started.Load() == 1 })
+	stopped := make(chan struct{})
+	go func() { tg.stop(); close(stopped) }()
+	testkit.Eventually(t, 5*time.Second, func() bool { return testkit.CountLines(tg.log.String(), "stopping") == 1 })
+	select {
+	case <-stopped:
+		t.Fatal("Run returned with a request in flight")
+	default:
+	}
+	close(release)
+	if o := wait(t, res); o.resp.StatusCode != 200 || o.body != "done" {
+		t.Errorf("got %d %q, want 200 done", o.resp.StatusCode, o.body)
+	}
+	<-stopped
+	if c.closed.Load() != 1 || c.finished.Load() != 1 {
+		t.Errorf("got %s, want the request finished and the counter closed", c)
+	}
+}
