@@ -47,16 +47,16 @@ func (c *countingCounter) counts() [4]int64 {
 // testGateway is a Gateway served on a loopback port for one test.
 type testGateway struct {
 	*Gateway
-	URL   string // http://127.0.0.1:port
-	File  string // the routes file
-	reg   *prometheus.Registry
-	log   *testkit.SyncBuffer
-	kube  *fake.Clientset
+	URL  string // http://127.0.0.1:port
+	File string // the routes file
+	reg  *prometheus.Registry
+	log  *testkit.SyncBuffer
+	kube *fake.Clientset
 	// stop ends Run and waits for it to return.
 	stop     func()
 	stopOnce sync.Once
-	mu    sync.Mutex
-	queue map[string]*countingCounter
+	mu       sync.Mutex
+	queue    map[string]*countingCounter
 }
 
 // counter returns queue's counter (the latest made for it).
