@@ -289,8 +289,8 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 		srv.Close()
 	}
 	stop() // ends held requests that were left, the probers and the watchers
-	g.active.Wait()
-	bg.Wait()
+	bg.Wait()       // no reload starts a prober after this
+	g.active.Wait() // the requests cut and the probers return
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for q, c := range g.counters {

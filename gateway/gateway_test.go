@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
@@ -185,6 +186,41 @@ func TestOverflow(t *testing.T) {
 	ready.Store(true)
 	if o := wait(t, first); o.resp.StatusCode != 200 {
 		t.Errorf("held request: got %d, want 200", o.resp.StatusCode)
+	}
+}
+
+func TestOverflowOfHeldBytes(t *testing.T) {
+	var ready atomic.Bool
+	b := echo(t, &ready)
+	tg := startGateway(t, "routes:\n"+urlRoute("dev", b.URL, ""), Config{MaxHeldBytes: 10})
+	first := send(t.Context(), "POST", tg.URL+"/x", "123456", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return tg.held("dev") == 1 })
+	wantError(t, wait(t, send(t.Context(), "POST", tg.URL+"/x", "123456", nil)), 503, ReasonOverflow, true, "10 bytes")
+	ready.Store(true)
+	if o := wait(t, first); o.resp.StatusCode != 200 {
+		t.Errorf("held request: got %d, want 200", o.resp.StatusCode)
+	}
+}
+
+func TestNotReadyBeforeRun(t *testing.T) {
+	file := testkit.WriteFile(t, t.TempDir(), "routes.yaml", []byte("routes: []\n"))
+	g, err := New(Config{RoutesFile: file, Namespace: "ml", Kube: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Ready(); err == nil {
+		t.Error("Ready before Run: got nil, want an error")
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	dir := t.TempDir()
+	svc := testkit.WriteFile(t, dir, "svc.yaml", []byte("routes:\n- {name: llm, service: {name: s, port: 80}, queue: q, holdTimeout: 1m}\n"))
+	if _, err := New(Config{RoutesFile: svc}); err == nil || !strings.Contains(err.Error(), "needs the Kubernetes API") {
+		t.Errorf("service route without Kubernetes: got %v", err)
+	}
+	if _, err := New(Config{RoutesFile: dir + "/missing.yaml"}); err == nil {
+		t.Error("missing file: got no error")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 
 	"syscall"
 	"time"
@@ -216,9 +217,23 @@ func (g *Gateway) newProxy() *httputil.ReverseProxy {
 				g.log.Warn("upstream failed", "route", fw.state.name, "endpoint", fw.addr, "err", err)
 			}
 		},
-		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ErrorLog:   slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		BufferPool: &bufferPool{},
 	}
 }
+
+// bufferPool keeps ReverseProxy's copy buffers between responses; it would otherwise
+// allocate 32 KiB for each.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // retryTransport dials again, after a short fixed pause, an endpoint that refused the
 // connection, until the request's hold deadline: nothing was sent, so it is safe, and
