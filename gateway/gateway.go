@@ -288,7 +288,7 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 		g.log.Warn("shutdown grace over: cutting the requests left", "err", err)
 		srv.Close()
 	}
-	stop() // ends held requests that were left, the probers and the watchers
+	stop()          // ends held requests that were left, the probers and the watchers
 	bg.Wait()       // no reload starts a prober after this
 	g.active.Wait() // the requests cut and the probers return
 	g.mu.Lock()
