@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"net/url"
 	"sync"
 	"time"
@@ -38,9 +40,16 @@ type routeState struct {
 	inFlight       map[string]int // per endpoint, in concurrency mode
 	held           int
 	heldBytes      int64
-	// changed is closed and replaced whenever a held request may now go: the backend
-	// became ready, an endpoint appeared, or one finished a request.
-	changed chan struct{}
+	// waiters are the held requests, first come first: each gets where to go, in
+	// order, as soon as the backend can take it.
+	waiters list.List // of *waiter
+}
+
+// waiter is one held request.
+type waiter struct {
+	el    *list.Element // in routeState.waiters; nil once given an address
+	addr  string        // where it goes, set before ready is closed
+	ready chan struct{}
 }
 
 func newRouteState(parent context.Context, r *Route, counter Counter, serviceAddr string) *routeState {
@@ -56,7 +65,6 @@ func newRouteState(parent context.Context, r *Route, counter Counter, serviceAdd
 		cancel:   cancel,
 		wake:     make(chan struct{}, 1),
 		inFlight: map[string]int{},
-		changed:  make(chan struct{}),
 	}
 	switch {
 	case r.URL != nil:
@@ -76,16 +84,22 @@ func (s *routeState) setEndpoints(endpoints []string, noSlices bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.endpoints, s.noSlices = endpoints, noSlices
-	was := s.ready
 	s.ready = len(endpoints) > 0
-	if s.ready && (!was || s.conc > 0) {
-		s.broadcastLocked()
-	}
+	s.dispatchLocked()
 }
 
-func (s *routeState) broadcastLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+// dispatchLocked gives the held requests, first come first, where to go, for as long
+// as the backend can take more.
+func (s *routeState) dispatchLocked() {
+	for s.waiters.Len() > 0 {
+		addr, ok := s.tryAcquireLocked()
+		if !ok {
+			return
+		}
+		w := s.waiters.Remove(s.waiters.Front()).(*waiter)
+		w.el, w.addr = nil, addr
+		close(w.ready)
+	}
 }
 
 // tryAcquireLocked returns where the next request goes, if it may go now: the fixed
@@ -123,7 +137,7 @@ func (s *routeState) release(addr string) {
 	} else {
 		s.inFlight[addr] = n - 1
 	}
-	s.broadcastLocked()
+	s.dispatchLocked()
 }
 
 // heldNow returns the number of requests held.
@@ -146,14 +160,17 @@ type holdLimits struct {
 
 // acquire returns where a request with a body of n bytes goes, holding it until the
 // backend can take it, ctx ends (errClientGone), the deadline passes (errHoldTimeout)
-// or the route goes (errRouteRemoved). A request that would hold more than lim allows
-// gets errOverflow at once. onHold is called with +1 when the request starts being
-// held and -1 when it stops.
+// or the route goes (errRouteRemoved). Held requests go first come first, and a new
+// one does not pass them. A request that would hold more than lim allows gets
+// errOverflow at once. onHold is called with +1 when the request starts being held and
+// -1 when it stops.
 func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, lim holdLimits, onHold func(int)) (string, error) {
 	s.mu.Lock()
-	if addr, ok := s.tryAcquireLocked(); ok {
-		s.mu.Unlock()
-		return addr, nil
+	if s.waiters.Len() == 0 {
+		if addr, ok := s.tryAcquireLocked(); ok {
+			s.mu.Unlock()
+			return addr, nil
+		}
 	}
 	if s.held >= lim.maxHeld || s.heldBytes+n > lim.maxHeldBytes {
 		s.mu.Unlock()
@@ -161,7 +178,8 @@ func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, l
 	}
 	s.held++
 	s.heldBytes += n
-	ch := s.changed
+	w := &waiter{ready: make(chan struct{})}
+	w.el = s.waiters.PushBack(w)
 	s.mu.Unlock()
 	onHold(1)
 	defer func() {
@@ -177,22 +195,28 @@ func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, l
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for {
-		select {
-		case <-ch:
-			s.mu.Lock()
-			addr, ok := s.tryAcquireLocked()
-			ch = s.changed
-			s.mu.Unlock()
-			if ok {
-				return addr, nil
-			}
-		case <-ctx.Done():
-			return "", errClientGone
-		case <-timer.C:
-			return "", errHoldTimeout
-		case <-s.ctx.Done():
-			return "", errRouteRemoved
-		}
+	var err error
+	select {
+	case <-w.ready:
+		return w.addr, nil
+	case <-ctx.Done():
+		err = errClientGone
+	case <-timer.C:
+		err = errHoldTimeout
+	case <-s.ctx.Done():
+		err = errRouteRemoved
 	}
+	s.mu.Lock()
+	if w.el != nil {
+		s.waiters.Remove(w.el)
+		s.mu.Unlock()
+		return "", err
+	}
+	s.mu.Unlock()
+	// Given an address as it gave up: go there, unless the client is gone.
+	if !errors.Is(err, errClientGone) {
+		return w.addr, nil
+	}
+	s.release(w.addr)
+	return "", err
 }
