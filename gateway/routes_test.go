@@ -1,11 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const exampleRoutes = `
@@ -167,4 +172,43 @@ func FuzzParseRoutes(f *testing.F) {
 		}
 		tab.Match(httptest.NewRequest("GET", "http://h.example/x", nil))
 	})
+}
+
+// TestExampleRoutesParse reads the routes the inference example deploys, rendered from
+// the gateway's Helm chart (examples/inference-scale-to-zero/gateway.yaml, its
+// ConfigMap's routes.yaml): what the chart writes, the gateway must take.
+func TestExampleRoutesParse(t *testing.T) {
+	data, err := os.ReadFile("../examples/inference-scale-to-zero/gateway.yaml")
+	if err != nil {
+		t.Skipf("no rendered example: %v", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	found := false
+	for {
+		var obj struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		routes, ok := obj.Data["routes.yaml"]
+		if obj.Kind != "ConfigMap" || !ok {
+			continue
+		}
+		found = true
+		tab, err := ParseRoutes("routes.yaml", []byte(routes))
+		if err != nil {
+			t.Fatalf("the example's routes: %v", err)
+		}
+		if rs := tab.Routes(); len(rs) != 1 || rs[0].ServiceName != "llm-server" || rs[0].Queue != "llm-requests" {
+			t.Errorf("got routes %+v, want llm → llm-server, queue llm-requests", rs)
+		}
+	}
+	if !found {
+		t.Error("no ConfigMap with routes.yaml in the example")
+	}
 }
