@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"sync"
-
 	"syscall"
 	"time"
 )
@@ -137,7 +136,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState,
 		g.done(r, route.Name, StatusClientClosed, "", 0)
 	case errors.Is(err, errOverflow):
 		writeError(w, http.StatusServiceUnavailable, ReasonOverflow,
-			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) while %s has no ready replica", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.backendName()),
+			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.backendName()),
 			g.cfg.RetryAfter)
 		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, 0)
 	case errors.Is(err, errRouteRemoved):
