@@ -234,36 +234,40 @@ func TestClientCancelWhileHeldIsDropped(t *testing.T) {
 	testkit.Eventually(t, 2*time.Second, func() bool { return c.counts() == [4]int64{1, 0, 0, 1} && tg.requests("dev", StatusClientClosed) == 1 })
 }
 
-// TestSSEFlushedPerEvent checks each event reaches the client before the backend writes
-// the next: the backend waits for the client to have read one before writing another.
-func TestSSEFlushedPerEvent(t *testing.T) {
-	next := make(chan struct{})
-	b := backend(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 3 {
-			fmt.Fprintf(w, "data: %d\n\n", i)
-			w.(http.Flusher).Flush()
-			select {
-			case <-next:
-			case <-r.Context().Done():
-				return
+// TestStreamsFlushedPerWrite checks each event or chunk reaches the client before the
+// backend writes the next: the backend waits for the client to have read one before
+// writing another. SSE, and a chunked stream of another type (NDJSON).
+func TestStreamsFlushedPerWrite(t *testing.T) {
+	for _, ct := range []string{"text/event-stream", "application/x-ndjson"} {
+		t.Run(ct, func(t *testing.T) {
+			next := make(chan struct{})
+			b := backend(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", ct)
+				for i := range 3 {
+					fmt.Fprintf(w, "data: %d\n", i)
+					w.(http.Flusher).Flush()
+					select {
+					case <-next:
+					case <-r.Context().Done():
+						return
+					}
+				}
+			})
+			tg := startGateway(t, "routes:\n"+urlRoute("dev", b.URL, ""), Config{})
+			resp, err := http.Get(tg.URL + "/v1/chat")
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	})
-	tg := startGateway(t, "routes:\n"+urlRoute("dev", b.URL, ""), Config{})
-	resp, err := http.Get(tg.URL + "/v1/chat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	for i := range 3 {
-		line, err := rd.ReadString('\n')
-		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
-			t.Fatalf("event %d: got %q, %v", i, line, err)
-		}
-		rd.ReadString('\n')
-		next <- struct{}{}
+			defer resp.Body.Close()
+			rd := bufio.NewReader(resp.Body)
+			for i := range 3 {
+				line, err := rd.ReadString('\n')
+				if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+					t.Fatalf("write %d: got %q, %v", i, line, err)
+				}
+				next <- struct{}{}
+			}
+		})
 	}
 }
 

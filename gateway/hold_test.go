@@ -68,3 +68,24 @@ func TestHeldLeavesTheLine(t *testing.T) {
 		t.Errorf("got %q, %v, want the Service's address", addr, err)
 	}
 }
+
+// TestLeastInFlightFirst: with concurrency, each request goes to the ready endpoint with
+// the fewest in flight, and what exceeds concurrency × endpoints is held.
+func TestLeastInFlightFirst(t *testing.T) {
+	r := &Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 2}
+	s := newRouteState(t.Context(), r, nopCounter{}, "")
+	s.setEndpoints([]string{"a:80", "b:80"}, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var got []string
+	for range 5 {
+		addr, ok := s.tryAcquireLocked()
+		if !ok {
+			break
+		}
+		got = append(got, addr)
+	}
+	if want := []string{"a:80", "b:80", "a:80", "b:80"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
+		t.Errorf("got %q, want %q and then nothing (2 endpoints × concurrency 2)", got, want)
+	}
+}
