@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +100,20 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	<-stopped
 	if c.closed.Load() != 1 || c.finished.Load() != 1 {
 		t.Errorf("got %s, want the request finished and the counter closed", c)
+	}
+}
+
+// TestShutdownAnswersHeld: held requests still waiting when the grace is over get a 503
+// they can retry on, not a cut connection.
+func TestShutdownAnswersHeld(t *testing.T) {
+	var ready atomic.Bool
+	b := echo(t, &ready)
+	tg := startGateway(t, "routes:\n"+urlRoute("dev", b.URL, ""), Config{ShutdownGrace: 20 * time.Millisecond})
+	res := send(t.Context(), "GET", tg.URL+"/x", "", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return tg.held("dev") == 1 })
+	tg.stop()
+	wantError(t, wait(t, res), 503, ReasonShuttingDown, true, "stopping")
+	if c := tg.counter("dev-q"); c.counts() != [4]int64{1, 0, 0, 1} {
+		t.Errorf("got %s, want 1 enqueued, 1 dropped", c)
 	}
 }

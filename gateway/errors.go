@@ -19,6 +19,7 @@ const (
 	ReasonOverflow      = "overflow"
 	ReasonHoldTimeout   = "hold-timeout"
 	ReasonRouteRemoved  = "route-removed"
+	ReasonShuttingDown  = "shutting-down"
 	ReasonUnreachable   = "upstream-unreachable"
 	ReasonFirstByte     = "first-byte-timeout"
 	ReasonIdleTimeout   = "idle-timeout"

@@ -162,7 +162,9 @@ type Gateway struct {
 	slices  *sliceWatcher // nil without Kubernetes
 	limits  holdLimits
 	routing atomic.Pointer[routing] // nil until Run applies the first routes
-	active  sync.WaitGroup          // requests being served, and the probers
+	// stopping: Run's grace is over; held requests are answered "shutting-down".
+	stopping atomic.Bool
+	active   sync.WaitGroup // requests being served, and the probers
 
 	mu       sync.Mutex // guards the fields below, and replacing routing
 	initial  *Table
@@ -285,10 +287,15 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 	defer cancel()
 	g.log.Info("stopping: letting requests in flight and held finish", "grace", g.cfg.ShutdownGrace)
 	if err := srv.Shutdown(graceCtx); err != nil {
-		g.log.Warn("shutdown grace over: cutting the requests left", "err", err)
+		// Held requests get a 503 with Retry-After, which a client can act on, rather
+		// than a cut connection; then what is left in flight is cut.
+		g.log.Warn("shutdown grace over: answering held requests 503 and cutting those in flight", "err", err)
+		g.stopping.Store(true)
+		stop()
+		g.awaitNoneHeld(time.Second)
 		srv.Close()
 	}
-	stop()          // ends held requests that were left, the probers and the watchers
+	stop()          // ends the probers and the watchers
 	bg.Wait()       // no reload starts a prober after this
 	g.active.Wait() // the requests cut and the probers return
 	g.mu.Lock()
@@ -300,6 +307,21 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 		delete(g.counters, q)
 	}
 	return serveErr
+}
+
+// awaitNoneHeld waits up to timeout for every held request to have been answered.
+func (g *Gateway) awaitNoneHeld(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		held := 0
+		for _, s := range g.routing.Load().states {
+			held += s.heldNow()
+		}
+		if held == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // watchRoutes reloads the routes file whenever its content changes, until ctx ends.

@@ -139,6 +139,9 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState,
 			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.backendName()),
 			g.cfg.RetryAfter)
 		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, 0)
+	case errors.Is(err, errRouteRemoved) && g.stopping.Load():
+		writeError(w, http.StatusServiceUnavailable, ReasonShuttingDown, "the gateway is stopping; send the request again", g.cfg.RetryAfter)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonShuttingDown, 0)
 	case errors.Is(err, errRouteRemoved):
 		writeError(w, http.StatusServiceUnavailable, ReasonRouteRemoved, fmt.Sprintf("route %s was removed while the request waited", route.Name), g.cfg.RetryAfter)
 		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, 0)
