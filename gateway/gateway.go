@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -402,7 +403,7 @@ func (g *Gateway) applyLocked(t *Table) error {
 	for _, s := range made {
 		r := next.table.byName(s.name)
 		if r.URL != nil {
-			health := r.URL.JoinPath(r.HealthPath).String()
+			health := (&url.URL{Scheme: r.URL.Scheme, Host: r.URL.Host, Path: r.HealthPath}).String()
 			g.active.Go(func() {
 				probeURL(s, g.probes, health, r.URL.Host, g.cfg.HeldProbeInterval, g.cfg.IdleProbeInterval)
 			})

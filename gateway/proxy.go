@@ -100,9 +100,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := r.WithContext(ctx)
 	out.TransferEncoding = nil
 	out.ContentLength = int64(len(body))
-	out.Body = http.NoBody
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.Body, out.GetBody = http.NoBody, nil
 	if len(body) > 0 {
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		out.Body, _ = out.GetBody()
 	}
 	g.proxy.ServeHTTP(rec, out)

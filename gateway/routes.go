@@ -34,12 +34,14 @@ type Route struct {
 	// HeaderName and HeaderValue, when HeaderName is set, match requests that carry that
 	// header with exactly that value.
 	HeaderName, HeaderValue string
-	// ServiceName and ServicePort name a Service in the gateway's namespace, or
-	// URL (scheme and host, maybe a path) a backend outside Kubernetes; exactly one is set.
+	// ServiceName and ServicePort name a Service in the gateway's namespace, or URL a
+	// backend outside Kubernetes (a path in it goes before the request's); exactly one
+	// is set.
 	ServiceName string
 	ServicePort int
 	URL         *url.URL
-	// HealthPath is what a URL backend answers 2xx on when it is ready.
+	// HealthPath is the path on the URL's host that answers 2xx when the backend is
+	// ready.
 	HealthPath string
 	// Queue is the queue the route's requests are counted in.
 	Queue string
