@@ -263,6 +263,8 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 	g.initial = nil
 	g.mu.Unlock()
 	if err != nil {
+		stop()
+		bg.Wait()
 		return err
 	}
 	bg.Go(func() { g.watchRoutes(base) })
