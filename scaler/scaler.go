@@ -365,30 +365,28 @@ func (s *Scaler) watchHealth(ctx context.Context, h *health.Server) error {
 
 // forgetLoop drops nodes and queues the stream has expired (older than MaxAge).
 func (s *Scaler) forgetLoop(ctx context.Context) error {
-	tick := time.NewTicker(min(s.cfg.Stream.MaxAge/4, time.Minute))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			s.forget()
-		}
-	}
+	return every(ctx, min(s.cfg.Stream.MaxAge/4, time.Minute), s.forget)
 }
 
 // silenceLoop counts and logs the queue producers that fall silent for longer than the
 // default staleAfter: their shares leave their queues' readings then (for triggers that
 // keep the default).
 func (s *Scaler) silenceLoop(ctx context.Context) error {
-	tick := time.NewTicker(max(min(s.cfg.StaleAfter/4, 5*time.Second), 100*time.Millisecond))
+	return every(ctx, max(min(s.cfg.StaleAfter/4, 5*time.Second), 100*time.Millisecond), func() {
+		s.state.MarkSilentProducers(s.clock.Now().Add(-s.cfg.StaleAfter))
+	})
+}
+
+// every runs f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) error {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			s.state.MarkSilentProducers(s.clock.Now().Add(-s.cfg.StaleAfter))
+			f()
 		}
 	}
 }

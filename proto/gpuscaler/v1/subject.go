@@ -196,38 +196,30 @@ func ValidateNamespace(namespace string) error {
 // ValidateQueueName checks a queue name: one NATS subject token, so no '.', '*', '>' or
 // white space, no control characters, valid UTF-8, 1 to MaxQueueNameLen bytes.
 func ValidateQueueName(queue string) error {
-	if queue == "" {
-		return fmt.Errorf("%w: queue name is empty", ErrInvalidName)
-	}
-	if len(queue) > MaxQueueNameLen {
-		return fmt.Errorf("%w: queue name %.20q… is %d bytes, want at most %d", ErrInvalidName, queue, len(queue), MaxQueueNameLen)
-	}
-	if !utf8.ValidString(queue) {
-		return fmt.Errorf("%w: queue name %q is not valid UTF-8", ErrInvalidName, queue)
-	}
-	for _, r := range queue {
-		if r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return fmt.Errorf("%w: queue name %q holds %q; '.', '*', '>', white space and control characters are not allowed", ErrInvalidName, queue, r)
-		}
-	}
-	return nil
+	return validateToken("queue name", queue, MaxQueueNameLen)
 }
 
 // ValidateProducerID checks a producer id: one NATS subject token, as a queue name, of
 // 1 to MaxProducerIDLen bytes.
 func ValidateProducerID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: producer id is empty", ErrInvalidName)
+	return validateToken("producer id", id, MaxProducerIDLen)
+}
+
+// validateToken checks that s, the what of a subject, is one subject token of at most
+// maxLen bytes.
+func validateToken(what, s string, maxLen int) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidName, what)
 	}
-	if len(id) > MaxProducerIDLen {
-		return fmt.Errorf("%w: producer id %.20q… is %d bytes, want at most %d", ErrInvalidName, id, len(id), MaxProducerIDLen)
+	if len(s) > maxLen {
+		return fmt.Errorf("%w: %s %.20q… is %d bytes, want at most %d", ErrInvalidName, what, s, len(s), maxLen)
 	}
-	if !utf8.ValidString(id) {
-		return fmt.Errorf("%w: producer id %q is not valid UTF-8", ErrInvalidName, id)
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidName, what, s)
 	}
-	for _, r := range id {
+	for _, r := range s {
 		if !tokenRune(r) {
-			return fmt.Errorf("%w: producer id %q holds %q; '.', '*', '>', white space and control characters are not allowed", ErrInvalidName, id, r)
+			return fmt.Errorf("%w: %s %q holds %q; '.', '*', '>', white space and control characters are not allowed", ErrInvalidName, what, s, r)
 		}
 	}
 	return nil
