@@ -107,7 +107,7 @@ func BenchmarkRelease(b *testing.B) {
 			lim := holdLimits{maxHeld: n, maxHeldBytes: 1 << 30}
 			for b.Loop() {
 				b.StopTimer()
-				s := newRouteState(context.Background(), r, nopCounter{}, "llm-server.ml.svc:8000")
+				s := newRouteState(context.Background(), r, nopCounter{}, "llm-server.ml.svc:8000", newMetrics(nil))
 				var wg sync.WaitGroup
 				for range n {
 					wg.Go(func() {

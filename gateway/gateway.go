@@ -389,7 +389,7 @@ func (g *Gateway) applyLocked(t *Table) error {
 			}
 			return fmt.Errorf("route %q: queue %s: %w", r.Name, r.Queue, err)
 		}
-		s := newRouteState(g.base, r, c, g.cfg.ServiceAddr(r.ServiceName, g.cfg.Namespace, r.ServicePort))
+		s := newRouteState(g.base, r, c, g.cfg.ServiceAddr(r.ServiceName, g.cfg.Namespace, r.ServicePort), g.m)
 		made = append(made, s)
 		next.states[r.Name] = s
 	}

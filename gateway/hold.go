@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // routeState is what the gateway keeps of one route between requests: its queue's
@@ -24,6 +26,10 @@ type routeState struct {
 	// fixed, when set, is where requests go while the backend is ready (the Service's
 	// name, or the URL's host); else they go to an endpoint address.
 	fixed string
+
+	// The route's metrics, looked up once.
+	heldGauge                    prometheus.Gauge
+	holdSeconds, upstreamSeconds prometheus.Observer
 
 	ctx    context.Context // ends when the route is removed or the gateway stops
 	cancel context.CancelFunc
@@ -52,19 +58,22 @@ type waiter struct {
 	ready chan struct{}
 }
 
-func newRouteState(parent context.Context, r *Route, counter Counter, serviceAddr string) *routeState {
+func newRouteState(parent context.Context, r *Route, counter Counter, serviceAddr string, m *metrics) *routeState {
 	ctx, cancel := context.WithCancel(parent)
 	s := &routeState{
-		name:     r.Name,
-		queue:    r.Queue,
-		counter:  counter,
-		backend:  r.backendKey(),
-		conc:     r.Concurrency,
-		scheme:   "http",
-		ctx:      ctx,
-		cancel:   cancel,
-		wake:     make(chan struct{}, 1),
-		inFlight: map[string]int{},
+		heldGauge:       m.held.WithLabelValues(r.Name),
+		holdSeconds:     m.holdSeconds.WithLabelValues(r.Name),
+		upstreamSeconds: m.upstreamSeconds.WithLabelValues(r.Name),
+		name:            r.Name,
+		queue:           r.Queue,
+		counter:         counter,
+		backend:         r.backendKey(),
+		conc:            r.Concurrency,
+		scheme:          "http",
+		ctx:             ctx,
+		cancel:          cancel,
+		wake:            make(chan struct{}, 1),
+		inFlight:        map[string]int{},
 	}
 	switch {
 	case r.URL != nil:
@@ -77,6 +86,9 @@ func newRouteState(parent context.Context, r *Route, counter Counter, serviceAdd
 	}
 	return s
 }
+
+// onHold adds d to the route's held requests gauge.
+func (s *routeState) onHold(d int) { s.heldGauge.Add(float64(d)) }
 
 // setEndpoints records the backend's ready endpoints; noSlices says a Service has no
 // EndpointSlice at all. Held requests that can now go are woken.

@@ -12,7 +12,7 @@ import (
 // in their order of arrival as the endpoint frees, and a newcomer does not pass them.
 func TestHeldFirstComeFirstServed(t *testing.T) {
 	r := &Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 1}
-	s := newRouteState(t.Context(), r, nopCounter{}, "")
+	s := newRouteState(t.Context(), r, nopCounter{}, "", newMetrics(nil))
 	s.setEndpoints([]string{"10.0.0.1:80"}, false)
 	lim := holdLimits{maxHeld: 10, maxHeldBytes: 1 << 20}
 	deadline := time.Now().Add(time.Minute)
@@ -43,7 +43,7 @@ func TestHeldFirstComeFirstServed(t *testing.T) {
 // next one gets the endpoint.
 func TestHeldLeavesTheLine(t *testing.T) {
 	r := &Route{Name: "llm", URL: nil, ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute}
-	s := newRouteState(t.Context(), r, nopCounter{}, "s.ml.svc:80")
+	s := newRouteState(t.Context(), r, nopCounter{}, "s.ml.svc:80", newMetrics(nil))
 	lim := holdLimits{maxHeld: 10, maxHeldBytes: 1 << 20}
 	deadline := time.Now().Add(time.Minute)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -73,7 +73,7 @@ func TestHeldLeavesTheLine(t *testing.T) {
 // the fewest in flight, and what exceeds concurrency × endpoints is held.
 func TestLeastInFlightFirst(t *testing.T) {
 	r := &Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 2}
-	s := newRouteState(t.Context(), r, nopCounter{}, "")
+	s := newRouteState(t.Context(), r, nopCounter{}, "", newMetrics(nil))
 	s.setEndpoints([]string{"a:80", "b:80"}, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -63,8 +63,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st.counter.Enqueued(1)
 	deadline := arrived.Add(route.HoldTimeout)
-	addr, err := st.acquire(r.Context(), int64(len(body)), deadline, g.limits, func(d int) { g.m.held.WithLabelValues(route.Name).Add(float64(d)) })
-	g.m.holdSeconds.WithLabelValues(route.Name).Observe(time.Since(arrived).Seconds())
+	addr, err := st.acquire(r.Context(), int64(len(body)), deadline, g.limits, st.onHold)
+	st.holdSeconds.Observe(time.Since(arrived).Seconds())
 	if err != nil {
 		st.counter.Dropped(1)
 		g.refuse(w, r, st, route, err)
@@ -79,7 +79,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// after its header went out; count it all the same.
 		st.release(addr)
 		st.counter.Finished(1)
-		g.m.upstreamSeconds.WithLabelValues(route.Name).Observe(time.Since(forwarded).Seconds())
+		st.upstreamSeconds.Observe(time.Since(forwarded).Seconds())
 		code := rec.code
 		switch {
 		case fw.client.Err() != nil:
@@ -168,6 +168,9 @@ func (g *Gateway) done(r *http.Request, route string, code int, reason string, t
 	level := slog.LevelDebug
 	if reason != "" || code == StatusClientClosed {
 		level = slog.LevelInfo
+	}
+	if !g.log.Enabled(r.Context(), level) {
+		return
 	}
 	g.log.Log(r.Context(), level, "request", "route", route, "method", r.Method, "path", r.URL.Path, "code", code, "reason", reason, "took", took)
 }
