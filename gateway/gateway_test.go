@@ -460,3 +460,36 @@ gpuscaler_gateway_requests_total{code="200",route="dev"} 1
 		t.Errorf("got %d histogram series, want 2", n)
 	}
 }
+
+// TestReloadKeepsHeldRequests: a reload that leaves a route as it was keeps its held
+// requests waiting; one that removes a route answers its held requests 503.
+func TestReloadKeepsHeldRequests(t *testing.T) {
+	var ready atomic.Bool
+	b := echo(t, &ready)
+	a := urlRoute("a", b.URL, ", pathPrefix: /a")
+	tg := startGateway(t, "routes:\n"+a+urlRoute("gone", b.URL, ", pathPrefix: /gone"), Config{})
+	kept := send(t.Context(), "GET", tg.URL+"/a", "", nil)
+	removed := send(t.Context(), "GET", tg.URL+"/gone", "", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return tg.held("a") == 1 && tg.held("gone") == 1 })
+	tg.writeRoutes(t, "routes:\n"+a)
+	wantError(t, wait(t, removed), 503, ReasonRouteRemoved, true, "route gone was removed")
+	ready.Store(true)
+	if o := wait(t, kept); o.resp.StatusCode != 200 {
+		t.Errorf("kept route: got %d %q, want 200", o.resp.StatusCode, o.body)
+	}
+	if c := tg.counter("a-q"); c.closed.Load() != 0 {
+		t.Errorf("the kept route's counter: %s, want it open", c)
+	}
+}
+
+func TestServiceNotReadyTimesOutNamingIt(t *testing.T) {
+	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 20ms}\n", Config{})
+	tg.setSlice(t, "llm-server", "10.0.0.1:8000", false)
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		st := tg.routing.Load().states["llm"]
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return !st.noSlices
+	})
+	wantError(t, wait(t, send(t.Context(), "GET", tg.URL+"/", "", nil)), 503, ReasonHoldTimeout, true, "service llm-server had no ready replica within 20ms")
+}
