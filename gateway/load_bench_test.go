@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The issue's targets compare the gateway with calling the backend directly, in one run
+// on one machine: the p99 latency at a fixed 1,000 requests a second, and the most
+// requests a second. Both run against a backend that answers at once (what the gateway
+// adds, with nothing to hide it) and one that takes 5 ms (a small model's answer: a
+// real inference backend never answers in microseconds).
+
+// loadBackend answers every request after serve, reading its body first.
+func loadBackend(b *testing.B, serve time.Duration) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if serve > 0 {
+			time.Sleep(serve) // the backend's own work, not a wait for state
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"x","choices":[{"message":{"role":"assistant","content":"hi"}}]}`))
+	}))
+	b.Cleanup(s.Close)
+	return s
+}
+
+// post sends one benchBody to url and reads the answer whole.
+func post(client *http.Client, url string) error {
+	resp, err := client.Post(url, "application/json", strings.NewReader(benchBody))
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// openLoopP99 sends n requests to url at rate a second, each when its time comes
+// whatever the others are doing (open loop, so a slow answer does not slow the
+// arrivals and hide its own cost), and returns the 99th percentile of their latencies.
+func openLoopP99(b *testing.B, url string, rate, n int) time.Duration {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	defer client.CloseIdleConnections()
+	lat := make([]time.Duration, n)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	gap := time.Second / time.Duration(rate)
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * gap)); d > 0 {
+			time.Sleep(d) // pacing the arrivals: the load's own clock
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			if err := post(client, url); err != nil {
+				failed.Add(1)
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d requests failed", f, n)
+	}
+	slices.Sort(lat)
+	return lat[n*99/100]
+}
+
+// mostPerSecond runs workers closed-loop clients against url for d and returns the
+// requests answered a second.
+func mostPerSecond(b *testing.B, url string, workers int, d time.Duration) float64 {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	var done, failed atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if err := post(client, url); err != nil {
+					failed.Add(1)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d requests failed", f)
+	}
+	return float64(done.Load()) / d.Seconds()
+}
+
+// BenchmarkAddedLatency: p99 at 1,000 requests a second through the gateway and
+// directly, in the same run; the ratio is the target (≤ 1.2).
+func BenchmarkAddedLatency(b *testing.B) {
+	for _, serve := range []time.Duration{0, 5 * time.Millisecond} {
+		b.Run(fmt.Sprintf("backend=%s", serve), func(b *testing.B) {
+			be := loadBackend(b, serve)
+			_, addr := startGatewayB(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n", Config{}, true)
+			const rate, n = 1000, 3000
+			var direct, gw time.Duration
+			for b.Loop() {
+				direct = openLoopP99(b, be.URL+"/v1/chat/completions", rate, n)
+				gw = openLoopP99(b, "http://"+addr+"/v1/chat/completions", rate, n)
+			}
+			b.ReportMetric(float64(direct.Microseconds())/1000, "direct-p99-ms")
+			b.ReportMetric(float64(gw.Microseconds())/1000, "gateway-p99-ms")
+			b.ReportMetric(float64(gw)/float64(direct), "p99-ratio")
+		})
+	}
+}
+
+// BenchmarkThroughput: the most requests a second through the gateway and directly,
+// 64 clients each, in the same run; the ratio is the target (≥ 0.7).
+func BenchmarkThroughput(b *testing.B) {
+	for _, serve := range []time.Duration{0, 5 * time.Millisecond} {
+		b.Run(fmt.Sprintf("backend=%s", serve), func(b *testing.B) {
+			be := loadBackend(b, serve)
+			_, addr := startGatewayB(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n", Config{}, true)
+			var direct, gw float64
+			for b.Loop() {
+				direct = mostPerSecond(b, be.URL+"/v1/chat/completions", 64, 2*time.Second)
+				gw = mostPerSecond(b, "http://"+addr+"/v1/chat/completions", 64, 2*time.Second)
+			}
+			b.ReportMetric(direct, "direct-req/s")
+			b.ReportMetric(gw, "gateway-req/s")
+			b.ReportMetric(gw/direct, "ratio")
+		})
+	}
+}
