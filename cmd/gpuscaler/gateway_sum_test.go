@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,4 +161,78 @@ func TestTwoGatewaysOneQueue(t *testing.T) {
 	}
 	sent.Wait()
 	waitBacklog(0)
+}
+
+// BenchmarkGatewayWake measures what the front door exists for: from a request arriving
+// at a gateway whose backend has no ready replica to KEDA's StreamIsActive stream
+// saying active. Each round sends one request to an empty queue, waits for the push,
+// then cancels the request (a drop) and waits until the scaler has seen the queue empty
+// again, so the next round starts from an inactive trigger. Reported: the p50 and p99
+// over the rounds, in milliseconds (the target is a p99 of 5 ms).
+func BenchmarkGatewayWake(b *testing.B) {
+	ns := natstest.Start(b, "", "")
+	_, keda := scalertest.Start(b, ns.ClientURL())
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "loading", http.StatusServiceUnavailable)
+	}))
+	b.Cleanup(down.Close)
+	routes := testkit.WriteFile(b, b.TempDir(), "routes.yaml",
+		[]byte("routes:\n- {name: llm, url: "+down.URL+", pathPrefix: /v1, queue: llm-requests, holdTimeout: 1m}\n"))
+	listen := testkit.FreeAddr(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"gateway", "--routes", routes, "--listen", listen, "--http-addr", "-",
+			"--namespace", "ml", "--kubeconfig", "none", "--nats-url", ns.ClientURL(),
+			"--report-interval", "50ms", "--producer-id", "gw-bench", "--shutdown-grace", "100ms"}, mapEnv(nil), io.Discard, io.Discard)
+	}()
+	b.Cleanup(func() { cancel(); <-exited })
+
+	ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: map[string]string{"queue": "llm-requests"}}
+	inactive := func() bool {
+		resp, err := keda.IsActive(context.Background(), ref)
+		return err == nil && !resp.GetResult()
+	}
+	testkit.Eventually(b, 10*time.Second, inactive) // the gateway reported its empty share
+	streamCtx, stopStream := context.WithCancel(context.Background())
+	defer stopStream()
+	stream, err := keda.StreamIsActive(streamCtx, ref)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pushes := make(chan time.Time, 16)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if resp.GetResult() {
+				pushes <- time.Now()
+			}
+		}
+	}()
+	client := &http.Client{}
+	var lat []time.Duration
+	for b.Loop() {
+		reqCtx, drop := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(reqCtx, http.MethodPost, "http://"+listen+"/v1/completions", nil)
+		sent := time.Now()
+		go func() {
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		select {
+		case at := <-pushes:
+			lat = append(lat, at.Sub(sent))
+		case <-time.After(10 * time.Second):
+			b.Fatal("no push within 10s of a request at an empty queue")
+		}
+		drop()
+		testkit.Eventually(b, 10*time.Second, inactive)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
