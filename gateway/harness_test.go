@@ -69,7 +69,7 @@ func (tg *testGateway) counter(queue string) *countingCounter {
 // startGateway serves a gateway with the routes in routes until the test ends, and
 // checks then that Run returned and closed every counter. cfg's zero fields get test
 // values: fast polls, a namespace "ml", a fake clientset.
-func startGateway(t *testing.T, routes string, cfg Config) *testGateway {
+func startGateway(t testing.TB, routes string, cfg Config) *testGateway {
 	t.Helper()
 	tg := &testGateway{File: filepath.Join(t.TempDir(), "routes.yaml"), reg: prometheus.NewRegistry(), queue: map[string]*countingCounter{}}
 	if err := os.WriteFile(tg.File, []byte(routes), 0o600); err != nil {
@@ -169,7 +169,7 @@ func (tg *testGateway) writeRoutes(t *testing.T, routes string) {
 
 // setSlice creates or updates Service service's EndpointSlice in namespace ml, with
 // one endpoint at addr (ip:port), ready or not.
-func (tg *testGateway) setSlice(t *testing.T, service, addr string, ready bool) {
+func (tg *testGateway) setSlice(t testing.TB, service, addr string, ready bool) {
 	t.Helper()
 	host, portText, err := net.SplitHostPort(addr)
 	if err != nil {
