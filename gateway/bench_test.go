@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
+
 	"context"
 	"fmt"
 	"io"
@@ -103,7 +105,7 @@ func startGatewayB(b *testing.B, routes string, cfg Config, wantReady bool) (*Ga
 func BenchmarkRelease(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
-			r := &Route{Name: "llm", ServiceName: "llm-server", ServicePort: 8000, Queue: "llm", HoldTimeout: time.Minute}
+			r := &routes.Route{Name: "llm", ServiceName: "llm-server", ServicePort: 8000, Queue: "llm", HoldTimeout: time.Minute}
 			lim := holdLimits{maxHeld: n, maxHeldBytes: 1 << 30}
 			for b.Loop() {
 				b.StopTimer()

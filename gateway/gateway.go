@@ -19,6 +19,8 @@
 package gateway
 
 import (
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
+
 	"bytes"
 	"context"
 	"errors"
@@ -168,7 +170,7 @@ type Gateway struct {
 	active   sync.WaitGroup // requests being served, and the probers
 
 	mu       sync.Mutex // guards the fields below, and replacing routing
-	initial  *Table
+	initial  *routes.Table
 	lastData []byte                    // the routes file's content last read
 	counters map[string]*sharedCounter // by queue
 	base     context.Context           // the route states' parent; set by Run
@@ -177,7 +179,7 @@ type Gateway struct {
 // routing is one generation of routes: a table and the state of each of its routes, by
 // name. It is replaced whole on a reload, never changed.
 type routing struct {
-	table  *Table
+	table  *routes.Table
 	states map[string]*routeState
 }
 
@@ -214,20 +216,20 @@ func New(cfg Config) (*Gateway, error) {
 }
 
 // readRoutes reads and checks the routes file.
-func (g *Gateway) readRoutes() (*Table, []byte, error) {
+func (g *Gateway) readRoutes() (*routes.Table, []byte, error) {
 	data, err := os.ReadFile(g.cfg.RoutesFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("routes file: %w", err)
 	}
-	t, err := ParseRoutes(g.cfg.RoutesFile, data)
+	t, err := routes.Parse(g.cfg.RoutesFile, data)
 	if err != nil {
 		return nil, data, err
 	}
 	if g.cfg.Kube == nil {
-		for _, r := range t.routes {
+		for _, r := range t.Routes() {
 			if r.ServiceName != "" {
 				return nil, data, fmt.Errorf("%w: %s: route %q: service %s needs the Kubernetes API, and there is none (--kubeconfig none): use url",
-					ErrInvalidRoutes, g.cfg.RoutesFile, r.Name, r.ServiceName)
+					routes.ErrInvalid, g.cfg.RoutesFile, r.Name, r.ServiceName)
 			}
 		}
 	}
@@ -278,7 +280,7 @@ func (g *Gateway) Run(ctx context.Context, lis net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	g.log.Info("serving", "addr", lis.Addr().String(), "routes", len(g.routing.Load().table.routes))
+	g.log.Info("serving", "addr", lis.Addr().String(), "routes", len(g.routing.Load().table.Routes()))
 	var serveErr error
 	select {
 	case serveErr = <-errc:
@@ -352,7 +354,7 @@ func (g *Gateway) reload() {
 	}
 	if err == nil {
 		g.lastData = data
-		var t *Table
+		var t *routes.Table
 		if t, _, err = g.readRoutes(); err == nil {
 			err = g.applyLocked(t)
 		}
@@ -363,20 +365,20 @@ func (g *Gateway) reload() {
 		return
 	}
 	g.m.reloads.WithLabelValues("ok").Inc()
-	g.log.Info("routes reloaded", "file", g.cfg.RoutesFile, "routes", len(g.routing.Load().table.routes))
+	g.log.Info("routes reloaded", "file", g.cfg.RoutesFile, "routes", len(g.routing.Load().table.Routes()))
 }
 
 // applyLocked puts table t in force: a route whose name, queue, backend and concurrency
 // are unchanged keeps its state (held requests, counts); the others get new ones, and
 // the states of routes gone end (their held requests get 503 route-removed) and release
 // their queue's counter, closed when no route counts in it any more.
-func (g *Gateway) applyLocked(t *Table) error {
+func (g *Gateway) applyLocked(t *routes.Table) error {
 	old := g.routing.Load()
 	next := &routing{table: t, states: map[string]*routeState{}}
 	var made []*routeState
-	for _, r := range t.routes {
+	for _, r := range t.Routes() {
 		if old != nil {
-			if s := old.states[r.Name]; s != nil && s.queue == r.Queue && s.backend == r.backendKey() && s.conc == r.Concurrency {
+			if s := old.states[r.Name]; s != nil && s.queue == r.Queue && s.backend == r.BackendKey() && s.conc == r.Concurrency {
 				next.states[r.Name] = s
 				continue
 			}
@@ -403,7 +405,7 @@ func (g *Gateway) applyLocked(t *Table) error {
 		}
 	}
 	for _, s := range made {
-		r := next.table.byName(s.name)
+		r := next.table.ByName(s.name)
 		if r.URL != nil {
 			health := (&url.URL{Scheme: r.URL.Scheme, Host: r.URL.Host, Path: r.HealthPath}).String()
 			g.active.Go(func() {
@@ -449,24 +451,14 @@ func (g *Gateway) serviceChanged(name string) {
 	if rt == nil {
 		return // Run reads every slice when it applies the first routes
 	}
-	for _, r := range rt.table.routes {
+	for _, r := range rt.table.Routes() {
 		if r.ServiceName == name {
 			g.refreshService(rt.states[r.Name], r)
 		}
 	}
 }
 
-func (g *Gateway) refreshService(s *routeState, r *Route) {
+func (g *Gateway) refreshService(s *routeState, r *routes.Route) {
 	eps, none := g.slices.endpoints(r.ServiceName, r.ServicePort)
 	s.setEndpoints(eps, none)
-}
-
-// byName returns the route named name, or nil.
-func (t *Table) byName(name string) *Route {
-	for _, r := range t.routes {
-		if r.Name == name {
-			return r
-		}
-	}
-	return nil
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
+
 	"container/list"
 	"context"
 	"errors"
@@ -58,7 +60,7 @@ type waiter struct {
 	ready chan struct{}
 }
 
-func newRouteState(parent context.Context, r *Route, counter Counter, serviceAddr string, m *metrics) *routeState {
+func newRouteState(parent context.Context, r *routes.Route, counter Counter, serviceAddr string, m *metrics) *routeState {
 	ctx, cancel := context.WithCancel(parent)
 	s := &routeState{
 		heldGauge:       m.held.WithLabelValues(r.Name),
@@ -67,7 +69,7 @@ func newRouteState(parent context.Context, r *Route, counter Counter, serviceAdd
 		name:            r.Name,
 		queue:           r.Queue,
 		counter:         counter,
-		backend:         r.backendKey(),
+		backend:         r.BackendKey(),
 		conc:            r.Concurrency,
 		scheme:          "http",
 		ctx:             ctx,

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
+
 	"context"
 	"testing"
 	"time"
@@ -11,7 +13,7 @@ import (
 // TestHeldFirstComeFirstServed: with concurrency 1 and one endpoint, held requests go
 // in their order of arrival as the endpoint frees, and a newcomer does not pass them.
 func TestHeldFirstComeFirstServed(t *testing.T) {
-	r := &Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 1}
+	r := &routes.Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 1}
 	s := newRouteState(t.Context(), r, nopCounter{}, "", newMetrics(nil))
 	s.setEndpoints([]string{"10.0.0.1:80"}, false)
 	lim := holdLimits{maxHeld: 10, maxHeldBytes: 1 << 20}
@@ -42,7 +44,7 @@ func TestHeldFirstComeFirstServed(t *testing.T) {
 // TestHeldLeavesTheLine: a held request whose client leaves leaves the line, and the
 // next one gets the endpoint.
 func TestHeldLeavesTheLine(t *testing.T) {
-	r := &Route{Name: "llm", URL: nil, ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute}
+	r := &routes.Route{Name: "llm", URL: nil, ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute}
 	s := newRouteState(t.Context(), r, nopCounter{}, "s.ml.svc:80", newMetrics(nil))
 	lim := holdLimits{maxHeld: 10, maxHeldBytes: 1 << 20}
 	deadline := time.Now().Add(time.Minute)
@@ -72,7 +74,7 @@ func TestHeldLeavesTheLine(t *testing.T) {
 // TestLeastInFlightFirst: with concurrency, each request goes to the ready endpoint with
 // the fewest in flight, and what exceeds concurrency × endpoints is held.
 func TestLeastInFlightFirst(t *testing.T) {
-	r := &Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 2}
+	r := &routes.Route{Name: "llm", ServiceName: "s", ServicePort: 80, Queue: "q", HoldTimeout: time.Minute, Concurrency: 2}
 	s := newRouteState(t.Context(), r, nopCounter{}, "", newMetrics(nil))
 	s.setEndpoints([]string{"a:80", "b:80"}, false)
 	s.mu.Lock()

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
+
 	"bytes"
 	"context"
 	"errors"
@@ -36,7 +38,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.active.Add(1)
 	defer g.active.Done()
 	rt := g.routing.Load()
-	var route *Route
+	var route *routes.Route
 	if rt != nil {
 		route = rt.table.Match(r)
 	}
@@ -129,14 +131,14 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 }
 
 // refuse answers a request that was never forwarded.
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *Route, err error) {
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *routes.Route, err error) {
 	ns := g.cfg.Namespace
 	switch {
 	case errors.Is(err, errClientGone):
 		g.done(r, route.Name, StatusClientClosed, "", 0)
 	case errors.Is(err, errOverflow):
 		writeError(w, http.StatusServiceUnavailable, ReasonOverflow,
-			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.backendName()),
+			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.BackendName()),
 			g.cfg.RetryAfter)
 		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, 0)
 	case errors.Is(err, errRouteRemoved) && g.stopping.Load():
@@ -146,7 +148,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState,
 		writeError(w, http.StatusServiceUnavailable, ReasonRouteRemoved, fmt.Sprintf("route %s was removed while the request waited", route.Name), g.cfg.RetryAfter)
 		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, 0)
 	default: // errHoldTimeout
-		msg := fmt.Sprintf("%s had no ready replica within %s", route.backendName(), route.HoldTimeout)
+		msg := fmt.Sprintf("%s had no ready replica within %s", route.BackendName(), route.HoldTimeout)
 		st.mu.Lock()
 		noSlices, logged := st.noSlices && route.ServiceName != "", st.noSlicesLogged
 		if noSlices {

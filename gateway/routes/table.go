@@ -1,4 +1,4 @@
-package gateway
+package routes
 
 import (
 	"net"
@@ -14,6 +14,16 @@ type Table struct {
 
 // Routes returns the table's routes, most specific first.
 func (t *Table) Routes() []*Route { return slices.Clone(t.routes) }
+
+// ByName returns the route named name, or nil.
+func (t *Table) ByName(name string) *Route {
+	for _, r := range t.routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
 
 // sort orders the routes so that the first one matching a request is the best: an exact
 // host before a *.suffix (longer suffix first) before no host, then the longest path

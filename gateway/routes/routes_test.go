@@ -1,4 +1,4 @@
-package gateway
+package routes
 
 import (
 	"bytes"
@@ -29,8 +29,8 @@ routes:
   holdTimeout: 30s
 `
 
-func TestParseRoutes(t *testing.T) {
-	tab, err := ParseRoutes("routes.yaml", []byte(exampleRoutes))
+func TestParse(t *testing.T) {
+	tab, err := Parse("routes.yaml", []byte(exampleRoutes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestParseRoutes(t *testing.T) {
 	}
 }
 
-func TestParseRoutesRefuses(t *testing.T) {
+func TestParseRefuses(t *testing.T) {
 	route := func(extra string) string {
 		return "routes:\n- name: llm\n  queue: q\n  holdTimeout: 5m\n" + extra
 	}
@@ -85,14 +85,14 @@ func TestParseRoutesRefuses(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := ParseRoutes("routes.yaml", []byte(tc.data))
+			_, err := Parse("routes.yaml", []byte(tc.data))
 			if err == nil {
 				t.Fatalf("got no error, want one containing %q", tc.want)
 			}
-			if !errors.Is(err, ErrInvalidRoutes) {
-				t.Errorf("got %v, want it to wrap ErrInvalidRoutes", err)
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("got %v, want it to wrap ErrInvalid", err)
 			}
-			msg := strings.TrimPrefix(err.Error(), ErrInvalidRoutes.Error()+": ")
+			msg := strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
 			if !strings.HasPrefix(msg, "routes.yaml") || !strings.Contains(msg, tc.want) {
 				t.Errorf("got %q, want it to begin routes.yaml and contain %q", msg, tc.want)
 			}
@@ -101,7 +101,7 @@ func TestParseRoutesRefuses(t *testing.T) {
 }
 
 func TestMatch(t *testing.T) {
-	tab, err := ParseRoutes("routes.yaml", []byte(`
+	tab, err := Parse("routes.yaml", []byte(`
 routes:
 - {name: any, url: "http://b", queue: q, holdTimeout: 1m}
 - {name: v1, pathPrefix: /v1, url: "http://b", queue: q, holdTimeout: 1m}
@@ -143,22 +143,22 @@ routes:
 			}
 		})
 	}
-	empty, _ := ParseRoutes("r", []byte("routes: []"))
+	empty, _ := Parse("r", []byte("routes: []"))
 	if got := empty.Match(httptest.NewRequest("GET", "/", nil)); got != nil {
 		t.Errorf("empty table: got %v, want no route", got)
 	}
 }
 
-func FuzzParseRoutes(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add([]byte(exampleRoutes))
 	f.Add([]byte("routes: []"))
 	f.Add([]byte("routes:\n- {name: a, url: 'http://x', queue: q, holdTimeout: 1s, host: '*.a', header: {name: h}}"))
 	f.Add([]byte("routes: &a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tab, err := ParseRoutes("f.yaml", data)
+		tab, err := Parse("f.yaml", data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidRoutes) || tab != nil {
-				t.Fatalf("got %v and %v, want a nil table and an ErrInvalidRoutes", tab, err)
+			if !errors.Is(err, ErrInvalid) || tab != nil {
+				t.Fatalf("got %v and %v, want a nil table and an ErrInvalid", tab, err)
 			}
 			return
 		}
@@ -178,9 +178,9 @@ func FuzzParseRoutes(f *testing.F) {
 // the gateway's Helm chart (examples/inference-scale-to-zero/gateway.yaml, its
 // ConfigMap's routes.yaml): what the chart writes, the gateway must take.
 func TestExampleRoutesParse(t *testing.T) {
-	data, err := os.ReadFile("../examples/inference-scale-to-zero/gateway.yaml")
+	data, err := os.ReadFile("../../examples/inference-scale-to-zero/gateway.yaml")
 	if err != nil {
-		t.Skipf("no rendered example: %v", err)
+		t.Fatalf("the rendered example: %v", err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	found := false
@@ -200,7 +200,7 @@ func TestExampleRoutesParse(t *testing.T) {
 			continue
 		}
 		found = true
-		tab, err := ParseRoutes("routes.yaml", []byte(routes))
+		tab, err := Parse("routes.yaml", []byte(routes))
 		if err != nil {
 			t.Fatalf("the example's routes: %v", err)
 		}

@@ -1,4 +1,9 @@
-package gateway
+// Package routes is the gateway's routes file: its format, parsed strictly with the
+// file's line in every error, and the match of a request to a route (host, then the
+// longest path prefix, then a header). Pure functions of their input, apart from the
+// gateway's I/O and its Kubernetes client, so the parser is fuzzed in a test binary of
+// its own.
+package routes
 
 import (
 	"bytes"
@@ -18,8 +23,8 @@ import (
 // DefaultHealthPath is where a url backend is probed when its route names no healthPath.
 const DefaultHealthPath = "/health"
 
-// ErrInvalidRoutes is wrapped by every error ParseRoutes returns.
-var ErrInvalidRoutes = errors.New("invalid routes")
+// ErrInvalid is wrapped by every error Parse returns.
+var ErrInvalid = errors.New("invalid routes")
 
 // Route sends the requests it matches to one backend and counts them as one queue.
 type Route struct {
@@ -53,17 +58,17 @@ type Route struct {
 	Concurrency int
 }
 
-// backendKey says which backend a route reaches: routes with the same key share
+// BackendKey says which backend a route reaches: routes with the same key share
 // readiness; a reload that changes it starts the route afresh.
-func (r *Route) backendKey() string {
+func (r *Route) BackendKey() string {
 	if r.URL != nil {
 		return "url " + r.URL.String() + " " + r.HealthPath
 	}
 	return fmt.Sprintf("service %s:%d", r.ServiceName, r.ServicePort)
 }
 
-// backendName names the backend for people: "service llm-server" or the URL.
-func (r *Route) backendName() string {
+// BackendName names the backend for people: "service llm-server" or the URL.
+func (r *Route) BackendName() string {
 	if r.URL != nil {
 		return r.URL.String()
 	}
@@ -98,8 +103,8 @@ var (
 	serviceKeys = []string{"name", "port"}
 )
 
-// ParseRoutes reads a routes file's content; name is the file's name, used in errors.
-// Errors wrap ErrInvalidRoutes and say the file, the line where known, the route and
+// Parse reads a routes file's content; name is the file's name, used in errors.
+// Errors wrap ErrInvalid and say the file, the line where known, the route and
 // what is wrong, e.g. `routes.yaml:7: route "llm" (routes[0]): holdTimeout "5x": …`.
 //
 // The format:
@@ -114,13 +119,13 @@ var (
 //	  queue: llm-requests
 //	  holdTimeout: 5m
 //	  concurrency: 4                         # optional: per replica
-func ParseRoutes(name string, data []byte) (*Table, error) {
+func Parse(name string, data []byte) (*Table, error) {
 	fail := func(line int, format string, args ...any) error {
 		where := name
 		if line > 0 {
 			where = fmt.Sprintf("%s:%d", name, line)
 		}
-		return fmt.Errorf("%w: %s: %s", ErrInvalidRoutes, where, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, where, fmt.Sprintf(format, args...))
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
