@@ -24,12 +24,13 @@ import (
 const gatewayAbout = `
 The front door of a namespace's HTTP inference Services (vLLM, SGLang, TGI, any
 OpenAI-compatible API). Each route of --routes sends the requests it matches to a Service
-of the namespace (or a URL) and counts them as a queue on gpuscaler.v1.queue.<ns>.<queue>:
-waiting until forwarded, in flight until the response's last byte. While a route's Service
-has no ready endpoint (EndpointSlices, watched), requests are held, which wakes a workload
-scaled to zero, until one is ready or the route's holdTimeout passes (then 503, Retry-After
-and an OpenAI-style JSON error). Streams are passed through as written; a client that
-leaves cancels its upstream request.
+of the namespace (or a URL) and counts them in a queue: waiting until forwarded, in
+flight until the response's last byte. Each replica reports its share as a producer of
+its own (gpuscaler.v1.queue.<ns>.<queue>.<producer>); the scaler sums the live ones.
+While a route's Service has no ready endpoint (EndpointSlices, watched), requests are
+held, which wakes a workload scaled to zero, until one is ready or the route's
+holdTimeout passes (then 503, Retry-After and an OpenAI-style JSON error). Streams are
+passed through as written; a client that leaves cancels its upstream request.
 
 The routes file (YAML; reloaded when it changes, a broken one is logged and the last good
 routes stay):
