@@ -169,3 +169,30 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// TestGatewayDocMatches: every flag docs/gateway.md names is one gpuscaler gateway has,
+// every gateway metric it names is one the gateway registers, and it names them all.
+func TestGatewayDocMatches(t *testing.T) {
+	doc := readRepoFile(t, "docs/gateway.md")
+	help := runCLI(t.Context(), nil, "gateway", "--help")
+	for _, m := range regexp.MustCompile("`(--[a-z-]+)").FindAllStringSubmatch(doc, -1) {
+		if !strings.Contains(help.stdout, "  "+m[1]+" ") {
+			t.Errorf("docs/gateway.md names %s, which gpuscaler gateway --help does not list", m[1])
+		}
+	}
+	metrics := readRepoFile(t, "gateway/metrics.go")
+	registered := regexp.MustCompile(`Name: +"(gpuscaler_gateway_[a-z_]+)"`).FindAllStringSubmatch(metrics, -1)
+	if len(registered) == 0 {
+		t.Fatal("found no metric in gateway/metrics.go")
+	}
+	for _, m := range registered {
+		if !strings.Contains(doc, "`"+m[1]) {
+			t.Errorf("docs/gateway.md does not name metric %s", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile("`(gpuscaler_gateway_[a-z_]+)").FindAllStringSubmatch(doc, -1) {
+		if !strings.Contains(metrics, `"`+m[1]+`"`) {
+			t.Errorf("docs/gateway.md names metric %s, which the gateway does not register", m[1])
+		}
+	}
+}
