@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 )
 
 // Counter is what the gateway needs of a queue producer (collectors/queue.Reporter
@@ -75,9 +75,9 @@ type Config struct {
 	RoutesPoll time.Duration
 	// Namespace is the gateway's namespace: its routes' Services are there.
 	Namespace string
-	// Kube reads the namespace's EndpointSlices. Nil means no Kubernetes: Service
-	// routes are then refused.
-	Kube kubernetes.Interface
+	// Kube reads the namespace's EndpointSlices (EndpointSlicesResource). Nil means no
+	// Kubernetes: Service routes are then refused.
+	Kube dynamic.Interface
 	// NewCounter makes the counter of a queue; the gateway closes it when no route
 	// counts in that queue any more, and at the end of Run. Nil counts nothing.
 	NewCounter func(queue string) (Counter, error)

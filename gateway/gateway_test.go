@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
@@ -201,7 +200,7 @@ func TestOverflowOfHeldBytes(t *testing.T) {
 
 func TestNotReadyBeforeRun(t *testing.T) {
 	file := testkit.WriteFile(t, t.TempDir(), "routes.yaml", []byte("routes: []\n"))
-	g, err := New(Config{RoutesFile: file, Namespace: "ml", Kube: fake.NewClientset()})
+	g, err := New(Config{RoutesFile: file, Namespace: "ml", Kube: newFakeKube(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
@@ -51,7 +54,7 @@ type testGateway struct {
 	File string // the routes file
 	reg  *prometheus.Registry
 	log  *testkit.SyncBuffer
-	kube *fake.Clientset
+	kube *dynamicfake.FakeDynamicClient
 	// stop ends Run and waits for it to return.
 	stop     func()
 	stopOnce sync.Once
@@ -88,7 +91,7 @@ func startGateway(t testing.TB, routes string, cfg Config) *testGateway {
 		cfg.Namespace = "ml"
 	}
 	if cfg.Kube == nil {
-		tg.kube = fake.NewClientset()
+		tg.kube = newFakeKube(t)
 		cfg.Kube = tg.kube
 	}
 	if cfg.NewCounter == nil {
@@ -184,9 +187,34 @@ func (tg *testGateway) setSlice(t testing.TB, service, addr string, ready bool) 
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &p32}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 	}
-	slices := tg.kube.DiscoveryV1().EndpointSlices("ml")
-	if _, err := slices.Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
-		if _, err := slices.Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+	putSlice(t, tg.kube, s)
+}
+
+// newFakeKube is client-go's fake dynamic client, serving slices.
+func newFakeKube(t testing.TB, slices ...*discoveryv1.EndpointSlice) *dynamicfake.FakeDynamicClient {
+	t.Helper()
+	c := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{EndpointSlicesResource: "EndpointSliceList"})
+	for _, s := range slices {
+		putSlice(t, c, s)
+	}
+	return c
+}
+
+// putSlice creates or updates s through the dynamic client, as the API server would
+// hand it out: the typed object turned into its JSON form.
+func putSlice(t testing.TB, c *dynamicfake.FakeDynamicClient, s *discoveryv1.EndpointSlice) {
+	t.Helper()
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetAPIVersion("discovery.k8s.io/v1")
+	u.SetKind("EndpointSlice")
+	res := c.Resource(EndpointSlicesResource).Namespace(s.Namespace)
+	if _, err := res.Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		if _, err := res.Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

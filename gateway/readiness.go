@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,53 +10,95 @@ import (
 	"strconv"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 )
+
+// EndpointSlicesResource is the resource the gateway watches: discovery.k8s.io/v1
+// EndpointSlices, read through the dynamic client. client-go's typed clientset and
+// informers would link every API group's types into the one gpuscaler binary, the node
+// collector's included (collectors' TestBinaryLinksNoTypedClient).
+var EndpointSlicesResource = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+
+// labelServiceName is the label an EndpointSlice names its Service by
+// (discoveryv1.LabelServiceName).
+const labelServiceName = "kubernetes.io/service-name"
+
+// byService indexes the slices by the Service they belong to.
+const byService = "service"
+
+// endpointSlice is what the gateway reads of a discovery.k8s.io/v1 EndpointSlice
+// (k8s.io/api/discovery/v1 types.go, the same JSON names).
+type endpointSlice struct {
+	Endpoints []struct {
+		Addresses  []string `json:"addresses"`
+		Conditions struct {
+			Ready *bool `json:"ready"`
+		} `json:"conditions"`
+	} `json:"endpoints"`
+	Ports []struct {
+		Port     *int32  `json:"port"`
+		Protocol *string `json:"protocol"`
+	} `json:"ports"`
+}
 
 // sliceWatcher follows the EndpointSlices of one namespace and says which endpoints of
 // a Service port are ready.
 type sliceWatcher struct {
-	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
-	lister   discoverylisters.EndpointSliceLister
-	ns       string
 }
 
 // newSliceWatcher watches namespace ns's EndpointSlices through client, calling
 // onChange with the Service name of every slice added, changed or deleted.
-func newSliceWatcher(client kubernetes.Interface, ns string, onChange func(service string)) (*sliceWatcher, error) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
-	si := factory.Discovery().V1().EndpointSlices()
-	w := &sliceWatcher{factory: factory, informer: si.Informer(), lister: si.Lister(), ns: ns}
+func newSliceWatcher(client dynamic.Interface, ns string, onChange func(service string)) (*sliceWatcher, error) {
+	res := client.Resource(EndpointSlicesResource).Namespace(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, opts)
+		},
+	}
+	// With the client's word on whether it serves watch-list streams (client-go's fakes
+	// do not), so the reflector does not wait for one that never comes.
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &unstructured.Unstructured{}, 0, cache.Indexers{
+		byService: func(obj any) ([]string, error) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				if name := u.GetLabels()[labelServiceName]; name != "" {
+					return []string{name}, nil
+				}
+			}
+			return nil, nil
+		},
+	})
 	changed := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-			if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if name := u.GetLabels()[labelServiceName]; name != "" {
 				onChange(name)
 			}
 		}
 	}
-	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    changed,
 		UpdateFunc: func(_, obj any) { changed(obj) },
 		DeleteFunc: changed,
-	})
-	return w, err
+	}); err != nil {
+		return nil, err
+	}
+	return &sliceWatcher{informer: informer}, nil
 }
 
 // run follows the slices until ctx ends.
-func (w *sliceWatcher) run(ctx context.Context) {
-	w.factory.Start(ctx.Done())
-	<-ctx.Done()
-	w.factory.Shutdown()
-}
+func (w *sliceWatcher) run(ctx context.Context) { w.informer.RunWithContext(ctx) }
 
 func (w *sliceWatcher) synced() bool { return w.informer.HasSynced() }
 
@@ -66,11 +109,15 @@ func (w *sliceWatcher) synced() bool { return w.informer.HasSynced() }
 // Services: a slice port matches when its number is the route's port, or when it is
 // the slice's only port (a one-port Service whose targetPort differs).
 func (w *sliceWatcher) endpoints(service string, port int) (addrs []string, noSlices bool) {
-	list, err := w.lister.EndpointSlices(w.ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service}))
-	if err != nil || len(list) == 0 {
+	objs, err := w.informer.GetIndexer().ByIndex(byService, service)
+	if err != nil || len(objs) == 0 {
 		return nil, true
 	}
-	for _, s := range list {
+	for _, obj := range objs {
+		s, err := decodeSlice(obj)
+		if err != nil {
+			continue // the API server validated it; a slice that does not decode offers nothing
+		}
 		target := -1
 		for _, p := range s.Ports {
 			if p.Port == nil || (p.Protocol != nil && *p.Protocol != "TCP") {
@@ -95,6 +142,19 @@ func (w *sliceWatcher) endpoints(service string, port int) (addrs []string, noSl
 	}
 	slices.Sort(addrs)
 	return slices.Compact(addrs), false
+}
+
+// decodeSlice reads what the gateway needs of an EndpointSlice the informer holds.
+func decodeSlice(obj any) (*endpointSlice, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("an EndpointSlice of type %T", obj)
+	}
+	s := new(endpointSlice)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // probeURL follows a URL backend's readiness until s's context ends: GET healthURL

@@ -6,7 +6,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
@@ -30,7 +29,7 @@ func TestSliceEndpoints(t *testing.T) {
 	}
 	two := []discoveryv1.EndpointPort{{Name: ptr("metrics"), Port: ptr[int32](9090)}, {Name: ptr("http"), Port: ptr[int32](8000)}}
 	one := []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080)}}
-	client := fake.NewClientset(
+	client := newFakeKube(t,
 		slice("llm-a", "llm", two, ep("10.0.0.1", ptr(true)), ep("10.0.0.2", nil), ep("10.0.0.3", ptr(false))),
 		slice("llm-b", "llm", two, ep("10.0.0.4", ptr(true))),
 		slice("target-a", "target", one, ep("10.0.1.1", ptr(true))),

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 
 	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
 	"github.com/gpuscaler/gpuscaler/collectors/queue"
@@ -136,8 +136,7 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		rc.ContentType = "application/vnd.kubernetes.protobuf"
-		if cfg.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+		if cfg.Kube, err = dynamic.NewForConfig(rc); err != nil {
 			return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 		}
 	}
