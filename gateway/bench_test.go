@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/gpuscaler/gpuscaler/gateway/routes"
-
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 

@@ -19,8 +19,6 @@
 package gateway
 
 import (
-	"github.com/gpuscaler/gpuscaler/gateway/routes"
-
 	"bytes"
 	"context"
 	"errors"
@@ -37,6 +35,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
 )
 
 // Counter is what the gateway needs of a queue producer (collectors/queue.Reporter

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/gpuscaler/gpuscaler/gateway/routes"
-
 	"container/list"
 	"context"
 	"errors"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
 )
 
 // routeState is what the gateway keeps of one route between requests: its queue's

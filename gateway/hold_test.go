@@ -1,12 +1,11 @@
 package gateway
 
 import (
-	"github.com/gpuscaler/gpuscaler/gateway/routes"
-
 	"context"
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/gateway/routes"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
