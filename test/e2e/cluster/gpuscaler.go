@@ -22,7 +22,7 @@ import (
 )
 
 // Gpuscaler runs the product's binary as it runs in a cluster: the scaler, node
-// collectors (sim source) and one-shot queue reports.
+// collectors (sim source), gateways and one-shot queue reports.
 type Gpuscaler struct {
 	Bin     string
 	NATSURL string
@@ -173,6 +173,70 @@ func (g *Gpuscaler) StartClusterCollector(ctx context.Context, node, kubeconfig 
 	// Extra flags come after StartCollector's own, and the last --kubeconfig counts.
 	return g.StartCollector(ctx, node, sim, interval, "--sim-from-cluster", "--kubeconfig="+kubeconfig,
 		"--pod-resources-socket="+filepath.Join(g.dir, "kubelet-"+node, "kubelet.sock"))
+}
+
+// GatewayOptions say how a `gpuscaler gateway` runs.
+type GatewayOptions struct {
+	// Namespace is the gateway's namespace: its routes' Services and queues.
+	Namespace string
+	// Kubeconfig reads the namespace's EndpointSlices.
+	Kubeconfig string
+	// Routes is the routes file's content (gateway.ParseRoutes).
+	Routes string
+	// ProducerID names this gateway in its queue reports; each replica has its own.
+	ProducerID string
+	// ServiceAddresses are --service-address values, NAME:PORT=HOST:PORT: where the
+	// traffic of a Service's port goes instead of its cluster DNS name.
+	ServiceAddresses []string
+	// ReportInterval is the time between a queue's heartbeat reports.
+	ReportInterval time.Duration
+}
+
+// Gateway is a running gpuscaler gateway.
+type Gateway struct {
+	*Process
+	// Addr is where clients connect; HTTPAddr serves /metrics and /readyz.
+	Addr, HTTPAddr string
+}
+
+// StartGateway starts `gpuscaler gateway` on NATS with the routes of o, listening on a
+// free loopback port, and waits for its /readyz: routes applied, EndpointSlices read.
+// It lets requests finish for 2 s when stopped (SIGTERM).
+func (g *Gpuscaler) StartGateway(ctx context.Context, o GatewayOptions) (*Gateway, error) {
+	routes, err := writeFile(filepath.Join(g.dir, "gateway-"+o.ProducerID), "routes.yaml", []byte(o.Routes))
+	if err != nil {
+		return nil, err
+	}
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"gateway", "--log-level=debug",
+		"--routes=" + routes,
+		"--listen=" + addr, "--http-addr=" + httpAddr,
+		"--namespace=" + o.Namespace, "--kubeconfig=" + o.Kubeconfig,
+		"--nats-url=" + g.NATSURL,
+		"--producer-id=" + o.ProducerID,
+		"--report-interval=" + o.ReportInterval.String(),
+		"--shutdown-grace=2s",
+	}
+	for _, a := range o.ServiceAddresses {
+		args = append(args, "--service-address="+a)
+	}
+	p, err := g.procs.Start("gpuscaler-gateway-"+o.ProducerID, g.Bin, args)
+	if err != nil {
+		return nil, err
+	}
+	gw := &Gateway{Process: p, Addr: addr, HTTPAddr: httpAddr}
+	if err := waitHTTPOK(ctx, 30*time.Second, 100*time.Millisecond, "gateway "+o.ProducerID+" ready", p, "http://"+httpAddr+"/readyz"); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return gw, nil
 }
 
 // Report is one QueueReport.
