@@ -356,18 +356,9 @@ func (s *Scaler) Metric(ctx context.Context, namespace, name string, metadata ma
 // GPUs a podSelector trigger's figures come from: node → the pods holding its GPUs
 // (one entry per GPU held).
 func (g *Gpuscaler) GPUHolders(ctx context.Context, addr, namespace string, metadata map[string]string) (map[string][]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	args := []string{"explain", "--scaler-address=" + addr, "--namespace=" + namespace, "--output=json"}
-	for k, v := range metadata {
-		args = append(args, "--metadata="+k+"="+v)
-	}
-	cmd := exec.CommandContext(ctx, g.Bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := g.explain(ctx, addr, namespace, metadata)
 	if err != nil {
-		return nil, fmt.Errorf("gpuscaler explain: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
 	var results []struct {
 		Explanation struct {
@@ -396,4 +387,58 @@ func (g *Gpuscaler) GPUHolders(ctx context.Context, addr, namespace string, meta
 		}
 	}
 	return holders, nil
+}
+
+// Producer is one producer's last report of a queue, as `gpuscaler explain` shows it.
+type Producer struct {
+	ID       string `json:"producerId"`
+	Waiting  uint64 `json:"waiting,string"`
+	InFlight uint64 `json:"inFlight,string"`
+	// Stale: older than the trigger's staleAfter; it no longer counts.
+	Stale bool `json:"stale"`
+}
+
+// QueueProducers asks `gpuscaler explain` (against the scaler at addr) for the producers
+// of a queue trigger's queue and their last reports, by producer id.
+func (g *Gpuscaler) QueueProducers(ctx context.Context, addr, namespace string, metadata map[string]string) (map[string]Producer, error) {
+	out, err := g.explain(ctx, addr, namespace, metadata)
+	if err != nil {
+		return nil, err
+	}
+	var results []struct {
+		Explanation struct {
+			Queue struct {
+				Producers []Producer `json:"producers"`
+			} `json:"queue"`
+		} `json:"explanation"`
+	}
+	if err := json.Unmarshal(out, &results); err != nil {
+		return nil, fmt.Errorf("gpuscaler explain -o json: %w: %s", err, out)
+	}
+	producers := map[string]Producer{}
+	for _, r := range results {
+		for _, p := range r.Explanation.Queue.Producers {
+			producers[p.ID] = p
+		}
+	}
+	return producers, nil
+}
+
+// explain runs `gpuscaler explain -o json` for a trigger's metadata against the scaler
+// at addr.
+func (g *Gpuscaler) explain(ctx context.Context, addr, namespace string, metadata map[string]string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := []string{"explain", "--scaler-address=" + addr, "--namespace=" + namespace, "--output=json"}
+	for k, v := range metadata {
+		args = append(args, "--metadata="+k+"="+v)
+	}
+	cmd := exec.CommandContext(ctx, g.Bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("gpuscaler explain: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
