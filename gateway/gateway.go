@@ -79,7 +79,7 @@ type Config struct {
 	// counts in that queue any more, and at the end of Run. Nil counts nothing.
 	NewCounter func(queue string) (Counter, error)
 	// ServiceAddr returns the host:port that reaches a Service's port (kube-proxy
-	// balances it). Nil means "<name>.<namespace>.svc:<port>".
+	// balances it). Nil means ClusterServiceAddr.
 	ServiceAddr func(name, namespace string, port int) string
 
 	// Per route: held requests, and the bytes of their bodies (default 1000, 64 MiB).
@@ -131,11 +131,17 @@ func (c *Config) defaults() {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.ServiceAddr == nil {
-		c.ServiceAddr = func(name, ns string, port int) string { return fmt.Sprintf("%s.%s.svc:%d", name, ns, port) }
+		c.ServiceAddr = ClusterServiceAddr
 	}
 	if c.NewCounter == nil {
 		c.NewCounter = func(string) (Counter, error) { return nopCounter{}, nil }
 	}
+}
+
+// ClusterServiceAddr is where a Service's port is reached inside the cluster, through
+// its cluster DNS name: "<name>.<namespace>.svc:<port>" (kube-proxy balances it).
+func ClusterServiceAddr(name, namespace string, port int) string {
+	return fmt.Sprintf("%s.%s.svc:%d", name, namespace, port)
 }
 
 func setDefault[T int | int64 | time.Duration](v *T, def T) {

@@ -109,11 +109,12 @@ func TestGatewayCommandRefuses(t *testing.T) {
 		code int
 		want string
 	}{
-		"no routes":       {[]string{"gateway"}, nil, 2, "--routes is required"},
-		"no namespace":    {[]string{"gateway", "--routes", svc, "--kubeconfig", "none"}, nil, 2, "--namespace"},
-		"bad max held":    {[]string{"gateway", "--routes", svc, "--max-held", "0"}, nil, 2, "--max-held 0"},
-		"service no kube": {[]string{"gateway", "--routes", svc, "--kubeconfig", "none", "--nats-url", "nats://" + testkit.FreeAddr(t)}, map[string]string{"POD_NAMESPACE": "ml"}, 1, "needs the Kubernetes API"},
-		"broken routes":   {[]string{"gateway", "--routes", bad, "--kubeconfig", "none", "--namespace", "ml", "--nats-url", "nats://" + testkit.FreeAddr(t)}, nil, 1, `holdTimeout "5x"`},
+		"no routes":           {[]string{"gateway"}, nil, 2, "--routes is required"},
+		"no namespace":        {[]string{"gateway", "--routes", svc, "--kubeconfig", "none"}, nil, 2, "--namespace"},
+		"bad max held":        {[]string{"gateway", "--routes", svc, "--max-held", "0"}, nil, 2, "--max-held 0"},
+		"service no kube":     {[]string{"gateway", "--routes", svc, "--kubeconfig", "none", "--nats-url", "nats://" + testkit.FreeAddr(t)}, map[string]string{"POD_NAMESPACE": "ml"}, 1, "needs the Kubernetes API"},
+		"bad service address": {[]string{"gateway", "--routes", svc, "--service-address", "s:80"}, nil, 2, `"s:80": want NAME:PORT=HOST:PORT`},
+		"broken routes":       {[]string{"gateway", "--routes", bad, "--kubeconfig", "none", "--namespace", "ml", "--nats-url", "nats://" + testkit.FreeAddr(t)}, nil, 1, `holdTimeout "5x"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -125,6 +126,58 @@ func TestGatewayCommandRefuses(t *testing.T) {
 			r := runCLI(ctx, tc.env, tc.args...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("got %v, want exit %d and %q on stderr", r, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// TestServiceAddresses checks --service-address: what it accepts, what it refuses, and
+// where the gateway then sends a Service's traffic.
+func TestServiceAddresses(t *testing.T) {
+	tests := map[string]struct {
+		values []string
+		want   map[string]string // "name:port" → address looked up
+		err    string
+	}{
+		"none": {nil, map[string]string{"llm:8000": "llm.ml.svc:8000"}, ""},
+		"one": {[]string{"llm:8000=127.0.0.1:18000"},
+			map[string]string{"llm:8000": "127.0.0.1:18000", "llm:9000": "llm.ml.svc:9000", "other:8000": "other.ml.svc:8000"}, ""},
+		"repeated": {[]string{"llm:8000=127.0.0.1:18000", "emb:80=localhost:18080"},
+			map[string]string{"llm:8000": "127.0.0.1:18000", "emb:80": "localhost:18080"}, ""},
+		"comma-separated, as the environment gives it": {[]string{"llm:8000=127.0.0.1:18000, emb:80=[::1]:18080"},
+			map[string]string{"llm:8000": "127.0.0.1:18000", "emb:80": "[::1]:18080"}, ""},
+		"leading zero in port": {[]string{"llm:08000=127.0.0.1:18000"}, map[string]string{"llm:8000": "127.0.0.1:18000"}, ""},
+		"no '='":               {[]string{"llm:8000"}, nil, "want NAME:PORT=HOST:PORT"},
+		"no port":              {[]string{"llm=127.0.0.1:1"}, nil, "NAME:PORT before '='"},
+		"port 0":               {[]string{"llm:0=127.0.0.1:1"}, nil, "NAME:PORT before '='"},
+		"no name":              {[]string{":80=127.0.0.1:1"}, nil, "NAME:PORT before '='"},
+		"no target port":       {[]string{"llm:80=127.0.0.1"}, nil, "HOST:PORT after '='"},
+		"target port too big":  {[]string{"llm:80=127.0.0.1:70000"}, nil, "HOST:PORT after '='"},
+		"twice":                {[]string{"llm:80=127.0.0.1:1", "llm:80=127.0.0.1:2"}, nil, "mapped twice"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := serviceAddresses{}
+			var err error
+			for _, v := range tc.values {
+				if err = s.Set(v); err != nil {
+					break
+				}
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got error %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for svc, want := range tc.want {
+				n, p, _ := strings.Cut(svc, ":")
+				if got := s.lookup(n, "ml", parsePort(p)); got != want {
+					t.Errorf("%s: got %s, want %s", svc, got, want)
+				}
 			}
 		})
 	}

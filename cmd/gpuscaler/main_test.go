@@ -341,6 +341,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"shutdown-grace":     "(default 30s)",
 		"report-interval":    "(default 1s)",
 		"producer-id":        "",
+		"service-address":    "",
 		"nats-url":           `(default "nats://127.0.0.1:4222")`,
 		"log-format":         `(default "text")`,
 		"log-level":          `(default "info")`,
