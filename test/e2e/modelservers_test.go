@@ -28,7 +28,9 @@ import (
 //
 //   - modelServers plays the containers: for each pod of a Deployment that kwok makes
 //     Ready (after its model load), a real HTTP server on a loopback port speaking
-//     OpenAI's completions API, stopped when the pod goes.
+//     OpenAI's completions API. When the pod is deleted (a scale-down), its server
+//     stops as a model server does on the kubelet's SIGTERM: it takes no new
+//     connection and finishes what it serves, within the pod's grace period.
 //   - kubeProxy plays kube-proxy, which the suite lacks: a TCP forwarder on 127.0.0.1
 //     that sends each connection to one Ready pod's server. The gateway is told, with
 //     --service-address, to send the Service's traffic there, as a gateway outside a
@@ -47,21 +49,24 @@ type modelServers struct {
 	tokenEvery time.Duration
 
 	mu sync.Mutex // guards the fields below
-	// servers by pod name; ready lists the pods whose servers take new connections
-	// (Ready and not terminating), in the order they became so.
+	// servers by pod name, draining ones too; ready lists the pods whose servers take
+	// new connections (Ready and not terminating), in the order they became so.
 	servers map[string]*modelServer
 	ready   []string
 	// changed is closed and replaced whenever ready changes.
 	changed chan struct{}
 	stopped bool
+	// drains are the servers shutting down.
+	drains sync.WaitGroup
 }
 
 // modelServer is one pod's server.
 type modelServer struct {
-	pod  string
-	addr string
-	srv  *http.Server
-	done chan struct{}
+	pod      string
+	addr     string
+	srv      *http.Server
+	done     chan struct{} // closed when Serve has returned
+	draining bool          // guarded by modelServers.mu
 }
 
 // startModelServers follows the pods of ns selected by selector until the test ends,
@@ -80,7 +85,7 @@ func startModelServers(t *testing.T, ns, selector string, tokenEvery time.Durati
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				ms.gone(p.Name)
+				ms.terminate(p)
 			}
 		},
 	}); err != nil {
@@ -93,14 +98,15 @@ func startModelServers(t *testing.T, ns, selector string, tokenEvery time.Durati
 		factory.Shutdown()
 		ms.mu.Lock()
 		ms.stopped = true
-		pods := make([]string, 0, len(ms.servers))
-		for pod := range ms.servers {
-			pods = append(pods, pod)
+		servers := make([]*modelServer, 0, len(ms.servers))
+		for _, s := range ms.servers {
+			servers = append(servers, s)
 		}
 		ms.mu.Unlock()
-		for _, pod := range pods {
-			ms.gone(pod)
+		for _, s := range servers {
+			s.srv.Close()
 		}
+		ms.drains.Wait()
 	})
 	return ms
 }
@@ -112,7 +118,11 @@ func (ms *modelServers) sync(obj any) {
 	if !ok {
 		return
 	}
-	ready := p.DeletionTimestamp == nil && podReady(p)
+	if p.DeletionTimestamp != nil {
+		ms.terminate(p)
+		return
+	}
+	ready := podReady(p)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if ms.stopped {
@@ -137,20 +147,39 @@ func (ms *modelServers) sync(obj any) {
 	}
 }
 
-// gone stops a pod's server, cutting what it still serves, as a container killed.
-func (ms *modelServers) gone(pod string) {
+// terminate stops a deleted pod's server as the kubelet's SIGTERM stops a model
+// server: no new connection, and what it serves finishes within the pod's
+// terminationGracePeriodSeconds, after which it is cut. kwok removes the pod object at
+// once; the server, like a container still draining, outlives it. Calling it again
+// does nothing.
+func (ms *modelServers) terminate(p *corev1.Pod) {
+	grace := 30 * time.Second // the API's default
+	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
 	ms.mu.Lock()
-	s := ms.servers[pod]
-	delete(ms.servers, pod)
-	if slices.Contains(ms.ready, pod) {
-		ms.ready = slices.DeleteFunc(ms.ready, func(n string) bool { return n == pod })
+	defer ms.mu.Unlock()
+	if slices.Contains(ms.ready, p.Name) {
+		ms.ready = slices.DeleteFunc(ms.ready, func(n string) bool { return n == p.Name })
 		ms.broadcastLocked()
 	}
-	ms.mu.Unlock()
-	if s != nil {
-		s.srv.Close()
-		<-s.done
+	s := ms.servers[p.Name]
+	if s == nil || s.draining {
+		return
 	}
+	s.draining = true
+	ms.drains.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			ms.t.Logf("model server of pod %s: cut after its grace period %s: %v", p.Name, grace, err)
+			s.srv.Close()
+		}
+		<-s.done
+		ms.mu.Lock()
+		delete(ms.servers, p.Name)
+		ms.mu.Unlock()
+	})
 }
 
 func (ms *modelServers) broadcastLocked() {
@@ -195,7 +224,7 @@ func (ms *modelServers) readyAddrs() []string {
 	return addrs
 }
 
-// running returns how many servers run (the pods that exist and were once Ready).
+// running returns how many servers run, draining ones too.
 func (ms *modelServers) running() int {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
