@@ -167,8 +167,8 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	ready := pw.earliestReady()
 	recordFigure(t, "gateway, %d requests at 0 replicas: first request → 1 replica (KEDA, pushed) %s; → %d replicas (HPA, ⌈%d/%d⌉ capped) %s",
 		n, woke.Sub(sent).Round(time.Millisecond), maxReplicas, n, target, scaled.Sub(sent).Round(time.Millisecond))
-	recordFigure(t, "gateway: first request → first pod Ready %s (model load %s); pod Ready → first response %s (the EndpointSlice, the gateway's release, one token of %s)",
-		ready.Sub(sent).Round(time.Millisecond), modelLoad, first.Sub(ready).Round(time.Millisecond), tokenEvery)
+	recordFigure(t, "gateway: first request → first pod Ready %s (model load %s); pod Ready → the first request at its model server %s (EndpointSlice controller, the gateway's watch and release, the forwarder), → first response %s (one token, %s)",
+		ready.Sub(sent).Round(time.Millisecond), modelLoad, servers.first().Sub(ready).Round(time.Millisecond), first.Sub(ready).Round(time.Millisecond), tokenEvery)
 	t.Logf("all %d answers whole, from pods %v", n, pods)
 
 	zero := dw.waitFor(t, name, 0, 60*time.Second)

@@ -58,6 +58,8 @@ type modelServers struct {
 	stopped bool
 	// drains are the servers shutting down.
 	drains sync.WaitGroup
+	// firstRequest is when a server first got a request (zero: none yet).
+	firstRequest time.Time
 }
 
 // modelServer is one pod's server.
@@ -224,6 +226,13 @@ func (ms *modelServers) readyAddrs() []string {
 	return addrs
 }
 
+// first returns when a server first got a request (zero: none yet).
+func (ms *modelServers) first() time.Time {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.firstRequest
+}
+
 // running returns how many servers run, draining ones too.
 func (ms *modelServers) running() int {
 	ms.mu.Lock()
@@ -292,6 +301,11 @@ func completionText(n int) string {
 // as server-sent events (a chunk per token, the last with its finish_reason, then
 // [DONE]), or whole at the end. A client that goes away ends it.
 func (ms *modelServers) complete(w http.ResponseWriter, r *http.Request, pod string) {
+	ms.mu.Lock()
+	if ms.firstRequest.IsZero() {
+		ms.firstRequest = time.Now()
+	}
+	ms.mu.Unlock()
 	var req completionRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.MaxTokens < 1 || req.MaxTokens > 1000 {
 		http.Error(w, `{"error":{"message":"want a JSON body with max_tokens from 1 to 1000","type":"invalid_request_error"}}`, http.StatusBadRequest)
