@@ -251,7 +251,11 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	// While gw-b's streams ran, the queue never read 0 or unknown, and before they could
 	// have ended it never read below their 3.
 	minRead := -1.0
+	var seen []int32 // the Deployment's replicas while gw-b's streams ran, each change
 	for _, s := range samples {
+		if s.outstanding > 0 && s.replicasErr == nil && (len(seen) == 0 || seen[len(seen)-1] != s.replicas) {
+			seen = append(seen, s.replicas)
+		}
 		switch {
 		case s.outstanding == 0:
 			continue
@@ -269,7 +273,7 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 			minRead = s.backlog
 		}
 	}
-	t.Logf("%d readings of queue-backlog while gw-b's streams ran, the lowest %g", len(samples), minRead)
+	t.Logf("%d readings of queue-backlog while gw-b's streams ran, the lowest %g; the Deployment's replicas meanwhile %v", len(samples), minRead, seen)
 	zero = dw.waitFor(t, name, 0, 60*time.Second)
 	if zero.Before(bDone) {
 		t.Errorf("Deployment at 0 replicas %s before gw-b's streams ended", bDone.Sub(zero))
