@@ -125,9 +125,9 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 		})
 	}
 	woke := dw.waitFor(t, name, 1, 30*time.Second)
-	// Until the first answer ends the 20 are waiting or in flight: the sum of the two
-	// gateways' shares.
-	eventually(t, 10*time.Second, "the scaler reads the 20 requests, 10 from each gateway", func(ctx context.Context) (bool, string) {
+	// Until the first answer ends the 20 are waiting or in flight. Each gateway holds
+	// 10: reading 20, the scaler sums both shares.
+	eventually(t, 10*time.Second, "the scaler reads the 20 requests, 10 held by each gateway", func(ctx context.Context) (bool, string) {
 		v, err := backlog(ctx)
 		if err != nil {
 			return false, err.Error()
