@@ -27,13 +27,16 @@ const HPASyncPeriod = time.Second
 // (cmd/kube-controller-manager/names): Deployments, ReplicaSets, Jobs and HPAs; the
 // default ServiceAccount a pod needs (ServiceAccount admission refuses pods without
 // it) and the kube-root-ca.crt ConfigMap; namespaces deleted with what they hold, and
-// owned objects with their owners; and node lifecycle, which lifts the not-ready taint
-// the API server gives every new Node once kwok reports it Ready.
+// owned objects with their owners; node lifecycle, which lifts the not-ready taint
+// the API server gives every new Node once kwok reports it Ready; and EndpointSlices,
+// which say which pods of a Service are ready (kwok's pods have 10.244.x.x addresses,
+// which nothing here dials): the gateway holds requests until they show one.
 var controllers = []string{
 	"deployment", "replicaset", "job", "horizontalpodautoscaling",
 	"serviceaccount", "root-ca-cert-publisher",
 	"namespace", "garbagecollector",
 	"nodelifecycle",
+	"endpointslice",
 }
 
 // StartControllers starts kube-controller-manager and kube-scheduler and waits for their

@@ -22,7 +22,7 @@ import (
 )
 
 // Gpuscaler runs the product's binary as it runs in a cluster: the scaler, node
-// collectors (sim source) and one-shot queue reports.
+// collectors (sim source), gateways and one-shot queue reports.
 type Gpuscaler struct {
 	Bin     string
 	NATSURL string
@@ -175,6 +175,70 @@ func (g *Gpuscaler) StartClusterCollector(ctx context.Context, node, kubeconfig 
 		"--pod-resources-socket="+filepath.Join(g.dir, "kubelet-"+node, "kubelet.sock"))
 }
 
+// GatewayOptions say how a `gpuscaler gateway` runs.
+type GatewayOptions struct {
+	// Namespace is the gateway's namespace: its routes' Services and queues.
+	Namespace string
+	// Kubeconfig reads the namespace's EndpointSlices.
+	Kubeconfig string
+	// Routes is the routes file's content (gateway.ParseRoutes).
+	Routes string
+	// ProducerID names this gateway in its queue reports; each replica has its own.
+	ProducerID string
+	// ServiceAddresses are --service-address values, NAME:PORT=HOST:PORT: where the
+	// traffic of a Service's port goes instead of its cluster DNS name.
+	ServiceAddresses []string
+	// ReportInterval is the time between a queue's heartbeat reports.
+	ReportInterval time.Duration
+}
+
+// Gateway is a running gpuscaler gateway.
+type Gateway struct {
+	*Process
+	// Addr is where clients connect; HTTPAddr serves /metrics and /readyz.
+	Addr, HTTPAddr string
+}
+
+// StartGateway starts `gpuscaler gateway` on NATS with the routes of o, listening on a
+// free loopback port, and waits for its /readyz: routes applied, EndpointSlices read.
+// It lets requests finish for 2 s when stopped (SIGTERM).
+func (g *Gpuscaler) StartGateway(ctx context.Context, o GatewayOptions) (*Gateway, error) {
+	routes, err := writeFile(filepath.Join(g.dir, "gateway-"+o.ProducerID), "routes.yaml", []byte(o.Routes))
+	if err != nil {
+		return nil, err
+	}
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"gateway", "--log-level=debug",
+		"--routes=" + routes,
+		"--listen=" + addr, "--http-addr=" + httpAddr,
+		"--namespace=" + o.Namespace, "--kubeconfig=" + o.Kubeconfig,
+		"--nats-url=" + g.NATSURL,
+		"--producer-id=" + o.ProducerID,
+		"--report-interval=" + o.ReportInterval.String(),
+		"--shutdown-grace=2s",
+	}
+	for _, a := range o.ServiceAddresses {
+		args = append(args, "--service-address="+a)
+	}
+	p, err := g.procs.Start("gpuscaler-gateway-"+o.ProducerID, g.Bin, args)
+	if err != nil {
+		return nil, err
+	}
+	gw := &Gateway{Process: p, Addr: addr, HTTPAddr: httpAddr}
+	if err := waitHTTPOK(ctx, 30*time.Second, 100*time.Millisecond, "gateway "+o.ProducerID+" ready", p, "http://"+httpAddr+"/readyz"); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return gw, nil
+}
+
 // Report is one QueueReport.
 type Report struct {
 	Waiting, InFlight, Arrivals uint64
@@ -292,18 +356,9 @@ func (s *Scaler) Metric(ctx context.Context, namespace, name string, metadata ma
 // GPUs a podSelector trigger's figures come from: node → the pods holding its GPUs
 // (one entry per GPU held).
 func (g *Gpuscaler) GPUHolders(ctx context.Context, addr, namespace string, metadata map[string]string) (map[string][]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	args := []string{"explain", "--scaler-address=" + addr, "--namespace=" + namespace, "--output=json"}
-	for k, v := range metadata {
-		args = append(args, "--metadata="+k+"="+v)
-	}
-	cmd := exec.CommandContext(ctx, g.Bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := g.explain(ctx, addr, namespace, metadata)
 	if err != nil {
-		return nil, fmt.Errorf("gpuscaler explain: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
 	var results []struct {
 		Explanation struct {
@@ -332,4 +387,58 @@ func (g *Gpuscaler) GPUHolders(ctx context.Context, addr, namespace string, meta
 		}
 	}
 	return holders, nil
+}
+
+// Producer is one producer's last report of a queue, as `gpuscaler explain` shows it.
+type Producer struct {
+	ID       string `json:"producerId"`
+	Waiting  uint64 `json:"waiting,string"`
+	InFlight uint64 `json:"inFlight,string"`
+	// Stale: older than the trigger's staleAfter; it no longer counts.
+	Stale bool `json:"stale"`
+}
+
+// QueueProducers asks `gpuscaler explain` (against the scaler at addr) for the producers
+// of a queue trigger's queue and their last reports, by producer id.
+func (g *Gpuscaler) QueueProducers(ctx context.Context, addr, namespace string, metadata map[string]string) (map[string]Producer, error) {
+	out, err := g.explain(ctx, addr, namespace, metadata)
+	if err != nil {
+		return nil, err
+	}
+	var results []struct {
+		Explanation struct {
+			Queue struct {
+				Producers []Producer `json:"producers"`
+			} `json:"queue"`
+		} `json:"explanation"`
+	}
+	if err := json.Unmarshal(out, &results); err != nil {
+		return nil, fmt.Errorf("gpuscaler explain -o json: %w: %s", err, out)
+	}
+	producers := map[string]Producer{}
+	for _, r := range results {
+		for _, p := range r.Explanation.Queue.Producers {
+			producers[p.ID] = p
+		}
+	}
+	return producers, nil
+}
+
+// explain runs `gpuscaler explain -o json` for a trigger's metadata against the scaler
+// at addr.
+func (g *Gpuscaler) explain(ctx context.Context, addr, namespace string, metadata map[string]string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := []string{"explain", "--scaler-address=" + addr, "--namespace=" + namespace, "--output=json"}
+	for k, v := range metadata {
+		args = append(args, "--metadata="+k+"="+v)
+	}
+	cmd := exec.CommandContext(ctx, g.Bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("gpuscaler explain: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
