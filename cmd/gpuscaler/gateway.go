@@ -247,64 +247,6 @@ func parsePort(p string) int {
 	return n
 }
 
-// serviceAddresses is --service-address: where the traffic of a Service's port goes,
-// by "name:port", instead of the Service's cluster DNS name.
-type serviceAddresses map[string]string
-
-func (s serviceAddresses) String() string {
-	var parts []string
-	for k, v := range s {
-		parts = append(parts, k+"="+v)
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
-// Set adds one NAME:PORT=HOST:PORT, or several separated by commas (as an environment
-// variable gives them).
-func (s serviceAddresses) Set(v string) error {
-	for item := range strings.SplitSeq(v, ",") {
-		svc, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if !ok {
-			return fmt.Errorf("%q: want NAME:PORT=HOST:PORT", item)
-		}
-		name, port, err := net.SplitHostPort(svc)
-		if err != nil || name == "" || parsePort(port) == 0 {
-			return fmt.Errorf("%q: want a Service's NAME:PORT before '=', such as llm-server:8000", item)
-		}
-		host, hostPort, err := net.SplitHostPort(addr)
-		if err != nil || host == "" || parsePort(hostPort) == 0 {
-			return fmt.Errorf("%q: want HOST:PORT after '=', such as 127.0.0.1:8000", item)
-		}
-		key := serviceKey(name, parsePort(port))
-		if _, dup := s[key]; dup {
-			return fmt.Errorf("%q: %s is mapped twice", item, svc)
-		}
-		s[key] = addr
-	}
-	return nil
-}
-
-// lookup is gateway.Config.ServiceAddr: the mapped address, or the Service's cluster
-// DNS name.
-func (s serviceAddresses) lookup(name, namespace string, port int) string {
-	if addr, ok := s[serviceKey(name, port)]; ok {
-		return addr
-	}
-	return gateway.ClusterServiceAddr(name, namespace, port)
-}
-
-func serviceKey(name string, port int) string { return name + ":" + strconv.Itoa(port) }
-
-// parsePort returns the TCP port p names, or 0 when it names none.
-func parsePort(p string) int {
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 1 || n > 65535 {
-		return 0
-	}
-	return n
-}
-
 // serviceAccountNamespace returns the namespace of the pod's service account, or "".
 func serviceAccountNamespace() string {
 	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
