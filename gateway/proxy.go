@@ -69,7 +69,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.holdSeconds.Observe(time.Since(arrived).Seconds())
 	if err != nil {
 		st.counter.Dropped(1)
-		g.refuse(w, r, st, route, err)
+		g.refuse(w, r, st, route, err, time.Since(arrived))
 		return
 	}
 	st.counter.Started(1)
@@ -125,22 +125,22 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 }
 
 // refuse answers a request that was never forwarded.
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *routes.Route, err error) {
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *routes.Route, err error, held time.Duration) {
 	ns := g.cfg.Namespace
 	switch {
 	case errors.Is(err, errClientGone):
-		g.done(r, route.Name, StatusClientClosed, "", 0)
+		g.done(r, route.Name, StatusClientClosed, "", held)
 	case errors.Is(err, errOverflow):
 		writeError(w, http.StatusServiceUnavailable, ReasonOverflow,
 			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.BackendName()),
 			g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, 0)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, held)
 	case errors.Is(err, errRouteRemoved) && g.stopping.Load():
 		writeError(w, http.StatusServiceUnavailable, ReasonShuttingDown, "the gateway is stopping; send the request again", g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonShuttingDown, 0)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonShuttingDown, held)
 	case errors.Is(err, errRouteRemoved):
 		writeError(w, http.StatusServiceUnavailable, ReasonRouteRemoved, fmt.Sprintf("route %s was removed while the request waited", route.Name), g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, 0)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, held)
 	default: // errHoldTimeout
 		msg := fmt.Sprintf("%s had no ready replica within %s", route.BackendName(), route.HoldTimeout)
 		st.mu.Lock()
@@ -154,7 +154,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState,
 			g.log.Warn("held requests time out: the route's Service has no EndpointSlice; is its name right?", "route", route.Name, "service", route.ServiceName, "namespace", ns)
 		}
 		writeError(w, http.StatusServiceUnavailable, ReasonHoldTimeout, msg, g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonHoldTimeout, 0)
+		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonHoldTimeout, held)
 	}
 }
 
