@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/gpuscaler/gpuscaler/collectors/queue"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -20,15 +18,7 @@ import (
 func TestCountsReachNATS(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	nc := natstest.Connect(t, ns.ClientURL())
-	reports := make(chan *nats.Msg, 256)
-	sub, err := nc.Conn.ChanSubscribe("gpuscaler.v1.queue.ml.llm.gw", reports)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	reports := natstest.Subscribe(t, nc.Conn, "gpuscaler.v1.queue.ml.llm.gw")
 	cfg := Config{MaxHeld: 1, NewCounter: func(q string) (Counter, error) {
 		return queue.NewReporter(nc.Conn, "ml", q, queue.Config{Interval: 20 * time.Millisecond, ProducerID: "gw"})
 	}}

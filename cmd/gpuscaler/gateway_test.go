@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -22,15 +20,7 @@ import (
 func TestGatewayCommand(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	nc := natstest.Connect(t, ns.ClientURL())
-	reports := make(chan *nats.Msg, 256)
-	sub, err := nc.Conn.ChanSubscribe("gpuscaler.v1.queue.ml.>", reports)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	reports := natstest.Subscribe(t, nc.Conn, "gpuscaler.v1.queue.ml.>")
 
 	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/health" {

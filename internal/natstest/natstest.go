@@ -4,6 +4,9 @@ package natstest
 
 import (
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
@@ -48,4 +51,21 @@ func Connect(t testing.TB, url string) *natsconn.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Subscribe subscribes nc to subject and returns its messages (up to 4096 unread), once
+// the server has the subscription, so no message published afterwards is missed. It
+// unsubscribes at cleanup.
+func Subscribe(t testing.TB, nc *nats.Conn, subject string) <-chan *nats.Msg {
+	t.Helper()
+	msgs := make(chan *nats.Msg, 4096)
+	sub, err := nc.ChanSubscribe(subject, msgs)
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", subject, err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatalf("flush the subscription to %s: %v", subject, err)
+	}
+	return msgs
 }
