@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net/http"
@@ -111,21 +112,32 @@ func mostPerSecond(b *testing.B, url string, workers int, d time.Duration) float
 }
 
 // BenchmarkAddedLatency: p99 at 1,000 requests a second through the gateway and
-// directly, in the same run; the ratio is the target (≤ 1.2).
+// directly, in the same run; the ratio is the target (≤ 1.2). It reports the median of
+// three rounds' ratios.
 func BenchmarkAddedLatency(b *testing.B) {
 	for _, serve := range []time.Duration{0, 5 * time.Millisecond} {
 		b.Run(fmt.Sprintf("backend=%s", serve), func(b *testing.B) {
 			be := loadBackend(b, serve)
 			_, addr := startGatewayB(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n", Config{}, true)
-			const rate, n = 1000, 3000
-			var direct, gw time.Duration
+			// A p99 of 3,000 requests on two shared cores moves with every pause of the
+			// machine: three rounds, each direct then through the gateway, and the round
+			// of the median ratio is reported.
+			const rate, n, rounds = 1000, 3000, 3
+			type round struct{ direct, gw time.Duration }
+			var rs []round
 			for b.Loop() {
-				direct = openLoopP99(b, be.URL+"/v1/chat/completions", rate, n)
-				gw = openLoopP99(b, "http://"+addr+"/v1/chat/completions", rate, n)
+				for range rounds {
+					direct := openLoopP99(b, be.URL+"/v1/chat/completions", rate, n)
+					rs = append(rs, round{direct, openLoopP99(b, "http://"+addr+"/v1/chat/completions", rate, n)})
+				}
 			}
-			b.ReportMetric(float64(direct.Microseconds())/1000, "direct-p99-ms")
-			b.ReportMetric(float64(gw.Microseconds())/1000, "gateway-p99-ms")
-			b.ReportMetric(float64(gw)/float64(direct), "p99-ratio")
+			slices.SortFunc(rs, func(x, y round) int {
+				return cmp.Compare(float64(x.gw)/float64(x.direct), float64(y.gw)/float64(y.direct))
+			})
+			med := rs[len(rs)/2]
+			b.ReportMetric(float64(med.direct.Microseconds())/1000, "direct-p99-ms")
+			b.ReportMetric(float64(med.gw.Microseconds())/1000, "gateway-p99-ms")
+			b.ReportMetric(float64(med.gw)/float64(med.direct), "p99-ratio")
 		})
 	}
 }
