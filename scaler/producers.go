@@ -122,6 +122,9 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 		}
 	} else {
 		e.producers[id] = &producerEntry{report: r, stored: stored, demand: old.nextDemand(r, stored)}
+		if e.stopped == id { // it reports again: no longer the one that stopped
+			e.stopped, e.stoppedAt = "", time.Time{}
+		}
 	}
 	for w := range s.queueWatch[k] {
 		w.notify(e.liveBacklog(stored, w.staleAfter))

@@ -112,8 +112,21 @@ func TestProducerLimit(t *testing.T) {
 	if err := apply(producerReport("c", 1, 1, 0)); err != nil {
 		t.Fatalf("third producer once one stopped: %v", err)
 	}
+	if st := s.Queues(time.Minute)[0]; len(st.GetProducers()) != 3 || !st.GetProducers()[1].GetStopped() {
+		t.Fatalf("producers %v, want a, b stopped, c", st.GetProducers())
+	}
+	if err := apply(producerReport("b", 1, 0, 0)); !errors.Is(err, ErrProducerLimit) {
+		t.Fatalf("b again past the limit: %v, want ErrProducerLimit", err)
+	}
+	s.SetMaxProducersPerQueue(3)
+	if err := apply(producerReport("b", 1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Queues(time.Minute)[0]; len(st.GetProducers()) != 3 || st.GetProducers()[1].GetStopped() {
+		t.Fatalf("producers %v, want a, b live again, c: b no longer listed as stopped", st.GetProducers())
+	}
 	if m := readJobs(t, s); m.value != 8 {
-		t.Fatalf("backlog = %g, want 7 + 1", m.value)
+		t.Fatalf("backlog = %g, want 7 + 1 + 0", m.value)
 	}
 }
 
