@@ -127,7 +127,8 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 		}
 	}
 	for w := range s.queueWatch[k] {
-		w.notify(e.liveBacklog(stored, w.staleAfter))
+		q := e.sum(stored, w.staleAfter)
+		w.notify(q.waiting + q.inFlight)
 	}
 	return nil
 }
@@ -144,17 +145,6 @@ func (old *producerEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Tim
 // live reports whether p counts in its queue's reading at now, for staleAfter.
 func (p *producerEntry) live(now time.Time, staleAfter time.Duration) bool {
 	return now.Sub(p.stored) <= staleAfter
-}
-
-// liveBacklog is the backlog summed over the producers live at now.
-func (e *queueEntry) liveBacklog(now time.Time, staleAfter time.Duration) float64 {
-	var b float64
-	for _, p := range e.producers {
-		if p.live(now, staleAfter) {
-			b += float64(p.report.Backlog())
-		}
-	}
-	return b
 }
 
 // queueSum is a queue's reading: the sums over its live producers.
