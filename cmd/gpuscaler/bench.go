@@ -80,7 +80,7 @@ func runBench(ctx context.Context, args []string, env envFunc, stdout, stderr io
 	if err := applyScale(fs, scale, env); err != nil {
 		return err
 	}
-	for _, err := range []error{
+	if err := firstErr(
 		positive("nodes", cfg.Nodes, "a number of nodes, 1 or more"),
 		positive("gpus-per-node", cfg.GPUsPerNode, "a number of GPUs, 1 or more"),
 		positive("activations", cfg.Activations, "a number of activations, 1 or more"),
@@ -91,10 +91,8 @@ func runBench(ctx context.Context, args []string, env envFunc, stdout, stderr io
 		positive("polling-interval", cfg.PollingInterval, "a positive duration"),
 		positive("hpa-sync-period", cfg.HPASyncPeriod, "a positive duration"),
 		positive("step", cfg.StepDuration, "a positive duration"),
-	} {
-		if err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
 	log, err := newLogger()
 	if err != nil {

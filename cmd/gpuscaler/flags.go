@@ -177,6 +177,17 @@ func positive[T int | int64 | time.Duration](name string, v T, want string) erro
 	return usageError{fmt.Errorf("--%s %v: want %s", name, v, want)}
 }
 
+// firstErr returns the first of errs that is not nil: the first of a command's flag
+// checks that failed.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // natsFlags adds the flags that say how to reach NATS.
 func natsFlags(fs *flag.FlagSet, o *natsconn.Options, urlHelp string) {
 	fs.StringVar(&o.URLs, "nats-url", o.URLs, urlHelp)

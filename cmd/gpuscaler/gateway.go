@@ -101,7 +101,7 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	if cfg.RoutesFile == "" {
 		return usageError{errors.New("--routes is required")}
 	}
-	for _, check := range []error{
+	if err := firstErr(
 		positive("max-held", cfg.MaxHeld, "a number of requests, 1 or more"),
 		positive("max-held-bytes", cfg.MaxHeldBytes, "a number of bytes, 1 or more"),
 		positive("max-body-bytes", cfg.MaxBodyBytes, "a number of bytes, 1 or more"),
@@ -110,10 +110,8 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		positive("idle-timeout", cfg.IdleTimeout, "a positive duration"),
 		positive("shutdown-grace", cfg.ShutdownGrace, "a positive duration"),
 		positive("report-interval", reportInterval, "a positive duration"),
-	} {
-		if check != nil {
-			return check
-		}
+	); err != nil {
+		return err
 	}
 	cfg.Namespace = firstOf(cfg.Namespace, envOr(env, "POD_NAMESPACE"), serviceAccountNamespace())
 	if cfg.Namespace == "" {

@@ -70,17 +70,15 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	for _, err := range []error{
+	if err := firstErr(
 		positive("stale-after", staleAfter, "a duration from 1s to 24h"),
 		positive("stream-max-age", streamMaxAge, "a duration longer than --stale-after"),
 		positive("stream-max-bytes", streamBytes, "a size in bytes"),
 		positive("stream-replicas", streamReplica, "1 or more replicas"),
 		positive("consumer-refresh", cfg.ConsumerRefresh, "a positive duration"),
 		positive("max-connection-age", cfg.MaxConnectionAge, "a positive duration"),
-	} {
-		if err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
 	cfg.StaleAfter = staleAfter
 	cfg.NoStatusPage = !*statusPage
