@@ -72,6 +72,17 @@ var (
 	NATSServer = Tool{
 		Name: "nats-server", Module: "tools/nats", Package: "github.com/nats-io/nats-server/v2", Version: "v2.15.2",
 	}
+	// HTTPAddOnInterceptor and HTTPAddOnScaler are the KEDA HTTP add-on's request holder
+	// and its external scaler, for the side-by-side comparison (cmd/httpaddon-compare)
+	// only: no test of the suite runs them.
+	HTTPAddOnInterceptor = Tool{
+		Name: "keda-http-interceptor", Module: "tools/httpaddon", Package: "github.com/kedacore/http-add-on/interceptor", Version: "v0.15.0",
+		LDFlags: "-X=github.com/kedacore/http-add-on/pkg/build.version=v0.15.0",
+	}
+	HTTPAddOnScaler = Tool{
+		Name: "keda-http-scaler", Module: "tools/httpaddon", Package: "github.com/kedacore/http-add-on/scaler", Version: "v0.15.0",
+		LDFlags: HTTPAddOnInterceptor.LDFlags,
+	}
 )
 
 // Builder builds tools into a cache folder, once per version: a binary is found again by

@@ -190,6 +190,8 @@ type GatewayOptions struct {
 	ServiceAddresses []string
 	// ReportInterval is the time between a queue's heartbeat reports.
 	ReportInterval time.Duration
+	// LogLevel is --log-level; empty is debug, every request logged.
+	LogLevel string
 }
 
 // Gateway is a running gpuscaler gateway.
@@ -215,7 +217,11 @@ func (g *Gpuscaler) StartGateway(ctx context.Context, o GatewayOptions) (*Gatewa
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"gateway", "--log-level=debug",
+	level := o.LogLevel
+	if level == "" {
+		level = "debug"
+	}
+	args := []string{"gateway", "--log-level=" + level,
 		"--routes=" + routes,
 		"--listen=" + addr, "--http-addr=" + httpAddr,
 		"--namespace=" + o.Namespace, "--kubeconfig=" + o.Kubeconfig,
