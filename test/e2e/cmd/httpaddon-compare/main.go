@@ -374,7 +374,7 @@ func setup(ctx context.Context, kube kubernetes.Interface, cp *cluster.ControlPl
 // not.
 func setReady(ctx context.Context, kube kubernetes.Interface, svc, ip string, port int, ready bool) error {
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{ip},
