@@ -18,7 +18,8 @@ import (
 
 // The targets compare the gateway with calling the backend directly, in one run
 // on one machine: the p99 latency at a fixed 1,000 requests a second, and the most
-// requests a second. Both run against a backend that answers at once (what the gateway
+// requests a second. The gateway runs in a process of its own, as in a cluster; the
+// load and the backend share the benchmark's. Both run against a backend that answers at once (what the gateway
 // adds, with nothing to hide it) and one that takes 5 ms (a small model's answer: a
 // real inference backend never answers in microseconds).
 
@@ -118,7 +119,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	for _, serve := range []time.Duration{0, 5 * time.Millisecond} {
 		b.Run(fmt.Sprintf("backend=%s", serve), func(b *testing.B) {
 			be := loadBackend(b, serve)
-			_, addr := startGatewayB(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n", Config{}, true)
+			addr := startGatewayProcess(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n")
 			// A p99 of 3,000 requests on two shared cores moves with every pause of the
 			// machine: three rounds, each direct then through the gateway, and the round
 			// of the median ratio is reported.
@@ -148,7 +149,7 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, serve := range []time.Duration{0, 5 * time.Millisecond} {
 		b.Run(fmt.Sprintf("backend=%s", serve), func(b *testing.B) {
 			be := loadBackend(b, serve)
-			_, addr := startGatewayB(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n", Config{}, true)
+			addr := startGatewayProcess(b, "routes:\n- {name: llm, url: "+be.URL+", pathPrefix: /v1, queue: llm, holdTimeout: 1m}\n")
 			var direct, gw float64
 			for b.Loop() {
 				direct = mostPerSecond(b, be.URL+"/v1/chat/completions", 64, 2*time.Second)
