@@ -33,7 +33,7 @@ table=$(cat <<TABLE
 | memory per held request, 10,000 held: the gateway's own | ≤ 8 KiB | $(( $(metric BenchmarkHeldMemory/handler bytes/held) / 1024 )).$(( $(metric BenchmarkHeldMemory/handler bytes/held) % 1024 * 10 / 1024 )) KiB |
 | memory per held request, 5,000 held over loopback HTTP, both ends' connections in one process | — | $(( $(metric BenchmarkHeldMemory/http bytes/held) / 1024 )).$(( $(metric BenchmarkHeldMemory/http bytes/held) % 1024 * 10 / 1024 )) KiB |
 
-Measured by \`hack/gateway-bench.sh\` on $(nproc) cores of an ${cpu}, $(date -u +%Y-%m-%d), client, gateway and backend in one process.
+Measured by \`hack/gateway-bench.sh\` on $(nproc) cores of an ${cpu}, $(date -u +%Y-%m-%d): for latency and requests/s the gateway runs in a process of its own, the load and the backend in the benchmark's; the other figures are taken in one process.
 TABLE
 )
 if [ "${1:-}" = --print ]; then

@@ -22,7 +22,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -35,6 +34,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -75,10 +75,11 @@ var (
 	trials    = flag.Int("trials", 40, "wakes measured on each side")
 	rate      = flag.Int("rate", 1000, "arrivals a second of the latency runs")
 	requests  = flag.Int("requests", 5000, "requests in each latency run")
-	rounds    = flag.Int("rounds", 3, "latency and throughput runs on each path; the median is reported")
+	rounds    = flag.Int("rounds", 5, "latency and throughput runs on each path; the median is reported")
 	workers   = flag.Int("workers", 64, "closed-loop clients of the throughput runs")
 	tputFor   = flag.Duration("throughput-for", 3*time.Second, "length of each throughput run")
 	serves    = flag.String("serve", "0s,5ms", "how long the backend takes to answer, one latency and throughput set each, comma-separated")
+	goneFor   = flag.Duration("gone-for", 10*time.Second, "how long to wait for a scaler to drop a held request whose client went away")
 	keep      = flag.Bool("keep", false, "keep the run's folder (every process's log)")
 )
 
@@ -96,6 +97,8 @@ Flags:
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	// The load's own garbage collection is noise on every path alike; less of it.
+	debug.SetGCPercent(400)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {
@@ -278,6 +281,15 @@ func run(ctx context.Context) error {
 		}
 		sets = append(sets, set)
 	}
+	if err := setReady(ctx, kube, service, backendIP, backendPort, false); err != nil {
+		return err
+	}
+	fmt.Fprintln(log, "a held request whose client goes away ...")
+	for _, s := range sides {
+		if s.gone, err = s.goneOnce(ctx, *goneFor); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
 	table(os.Stdout, addon, ours, sets)
 	return nil
 }
@@ -406,6 +418,9 @@ type side struct {
 	actives chan time.Time // when each true message of the stream arrived
 
 	wakes []time.Duration
+	// gone is how long the scaler went on counting a held request after its client went
+	// away; -1: still after --gone-for.
+	gone time.Duration
 }
 
 func startAddOn(ctx context.Context, procs *cluster.Procs, cp *cluster.ControlPlane, bins map[string]string, adminPort int) (*side, error) {
@@ -597,6 +612,43 @@ func (s *side) wakeOnce(ctx context.Context, kube kubernetes.Interface) (time.Du
 	return took, setReady(ctx, kube, service, backendIP, backendPort, false)
 }
 
+// goneOnce sends a request while the backend has no ready endpoint, waits until the
+// stream says active, and then the client goes away (its connection closes): it returns
+// how long the scaler goes on saying active, or -1 if it still does after limit. A
+// model server woken for a request nobody waits for any more costs a GPU for nothing.
+func (s *side) goneOnce(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	if err := cluster.Eventually(ctx, 30*time.Second, 20*time.Millisecond, s.name+" inactive", nil, func(ctx context.Context) (bool, error) {
+		active, err := s.isActive(ctx)
+		return err == nil && !active, nil
+	}); err != nil {
+		return 0, err
+	}
+	for len(s.actives) > 0 {
+		<-s.actives
+	}
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	p := &path{name: s.name, url: s.proxyURL, client: &http.Client{Transport: tr}}
+	go func() { _ = p.post(reqCtx) }()
+	select {
+	case <-s.actives:
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("the stream did not say active within 30s of a request")
+	}
+	cancel()
+	gone := time.Now()
+	err := cluster.Eventually(ctx, limit, 20*time.Millisecond, "inactive", nil, func(ctx context.Context) (bool, error) {
+		active, err := s.isActive(ctx)
+		return err == nil && !active, nil
+	})
+	if err != nil {
+		return -1, nil
+	}
+	return time.Since(gone), nil
+}
+
 // body is a chat completion request, the same on every path.
 const body = `{"model":"llm","messages":[{"role":"user","content":"Say hi."}],"max_tokens":8}`
 
@@ -696,22 +748,6 @@ type loadSet struct {
 	tput  map[string][]float64
 }
 
-// medianRatio is the median over rounds of a path's figure over the direct one's in the
-// same round.
-func medianRatio[T time.Duration | float64](xs, direct []T) (ratio float64, x T) {
-	type pair struct {
-		r float64
-		x T
-	}
-	ps := make([]pair, len(xs))
-	for i := range xs {
-		ps[i] = pair{float64(xs[i]) / float64(direct[i]), xs[i]}
-	}
-	slices.SortFunc(ps, func(a, b pair) int { return cmp.Compare(a.r, b.r) })
-	m := ps[len(ps)/2]
-	return m.r, m.x
-}
-
 func median[T time.Duration | float64](xs []T) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -740,30 +776,35 @@ func table(w io.Writer, addon, ours *side, sets []loadSet) {
 	fmt.Fprintf(w, "| figure | %s | %s |\n| --- | --- | --- |\n", ours.name, addon.name)
 	fmt.Fprintf(w, "| first request at zero → KEDA told active (StreamIsActive), p50 / p99 of %d | %s / %s | %s / %s |\n",
 		len(ours.wakes), ms(pct(ours.wakes, 50)), ms(pct(ours.wakes, 99)), ms(pct(addon.wakes, 50)), ms(pct(addon.wakes, 99)))
+	gone := func(d time.Duration) string {
+		if d < 0 {
+			return fmt.Sprintf("still counted after %s", *goneFor)
+		}
+		return ms(d)
+	}
+	fmt.Fprintf(w, "| a held request (POST) whose client goes away → KEDA told inactive | %s | %s |\n", gone(ours.gone), gone(addon.gone))
 	for _, set := range sets {
 		what := "answering at once"
 		if set.serve > 0 {
 			what = "taking " + set.serve.String()
 		}
-		direct := set.lat["direct"]
-		directP99 := make([]time.Duration, len(direct))
-		for i, l := range direct {
-			directP99[i] = l.p99
-		}
-		cell := func(name string) string {
-			p99 := make([]time.Duration, len(set.lat[name]))
-			p50 := make([]time.Duration, len(set.lat[name]))
-			for i, l := range set.lat[name] {
-				p99[i], p50[i] = l.p99, l.p50
+		p99s := func(name string) (p50, p99 time.Duration) {
+			var a, b []time.Duration
+			for _, l := range set.lat[name] {
+				a, b = append(a, l.p50), append(b, l.p99)
 			}
-			r, x := medianRatio(p99, directP99)
-			return fmt.Sprintf("%.2f× direct (%s; p50 %s)", r, ms(x), ms(median(p50)))
+			return median(a), median(b)
+		}
+		_, direct := p99s("direct")
+		cell := func(name string) string {
+			p50, p99 := p99s(name)
+			return fmt.Sprintf("%.2f× direct (%s; p50 %s)", float64(p99)/float64(direct), ms(p99), ms(p50))
 		}
 		fmt.Fprintf(w, "| latency, p99 at %d requests/s, backend %s (direct: %s) | %s | %s |\n",
-			*rate, what, ms(median(directP99)), cell(ours.name), cell(addon.name))
+			*rate, what, ms(direct), cell(ours.name), cell(addon.name))
 		tput := func(name string) string {
-			r, x := medianRatio(set.tput[name], set.tput["direct"])
-			return fmt.Sprintf("%.2f× direct (%.0f)", r, x)
+			x := median(set.tput[name])
+			return fmt.Sprintf("%.2f× direct (%.0f)", x/median(set.tput["direct"]), x)
 		}
 		fmt.Fprintf(w, "| most requests/s, %d clients, backend %s (direct: %.0f) | %s | %s |\n",
 			*workers, what, median(set.tput["direct"]), tput(ours.name), tput(addon.name))
@@ -777,8 +818,8 @@ func table(w io.Writer, addon, ours *side, sets []loadSet) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\nMeasured by `hack/httpaddon-compare.sh` on %d cores of an %s, %s: each proxy and scaler its own process, with its shipped defaults; the load and the backend in a third; latency runs of %d requests, %d rounds, median shown.\n",
-		runtime.NumCPU(), cpu, time.Now().UTC().Format(time.DateOnly), *requests, *rounds)
+	fmt.Fprintf(w, "\nMeasured by `hack/httpaddon-compare.sh` on %d cores of an %s, %s: each proxy and scaler its own process, with its shipped defaults; the load and the backend in a third; each figure the median of %d rounds (latency: %d requests each; throughput: %s each), the paths taking turns.\n",
+		runtime.NumCPU(), cpu, time.Now().UTC().Format(time.DateOnly), *rounds, *requests, *tputFor)
 }
 
 func copyFile(from, to string) error {
