@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -119,14 +120,19 @@ func TestCapacityUnknown(t *testing.T) {
 // (pkg/scalers/scaler.go, quantityFromFloat64), it divides the value by the target
 // (pkg/scaling/scaledjob/metrics.go, CalculateQueueLengthAndMaxValue), rounds up
 // (IsScaledJobActive), and under the default scaling strategy creates that many Jobs less
-// those not finished yet (pkg/scaling/executor/scale_jobs.go, defaultScalingStrategy).
-func kedaJobsToCreate(value, target float64, unfinished int) int {
+// those not finished yet beyond the ScaledJob's minReplicaCount; with fewer unfinished
+// than minReplicaCount it creates the difference whatever the value
+// (pkg/scaling/executor/scale_jobs.go, getScalingDecision, defaultScalingStrategy).
+func kedaJobsToCreate(value, target float64, unfinished, minReplicas int) int {
+	if unfinished < minReplicas {
+		return minReplicas - unfinished
+	}
 	quantity := func(v float64) float64 {
 		q := resource.MustParse(fmt.Sprintf("%.3f", v))
 		return q.AsApproximateFloat64()
 	}
 	jobs := int(math.Ceil(quantity(value) / quantity(target)))
-	return max(0, jobs-unfinished)
+	return max(0, jobs-(unfinished-minReplicas))
 }
 
 // TestCapacityCapInJobs: a capacityAware trigger's value, divided by queueTarget as KEDA
@@ -139,6 +145,7 @@ func TestCapacityCapInJobs(t *testing.T) {
 		waiting, inFlight uint64
 		running           int // the Jobs KEDA counts as not finished
 		headroom          string
+		minReplicas       int // the ScaledJob's minReplicaCount, repeated in the trigger
 		want              int // Jobs KEDA creates
 	}{
 		// The case the issue names: 2 Jobs of 4 items each running, 8 GPUs free.
@@ -158,6 +165,16 @@ func TestCapacityCapInJobs(t *testing.T) {
 		"backlog below capacity":       {target: "4", waiting: 10, inFlight: 8, running: 2, want: 3},
 		"backlog below capacity, 0.5":  {target: "0.5", waiting: 1, inFlight: 1, running: 2, want: 2},
 		"queueTarget 4, nothing waits": {target: "4", inFlight: 8, running: 2, want: 0},
+		// minReplicaCount 2: KEDA leaves 2 unfinished Jobs out of what it subtracts, so
+		// the cap must leave them out of the running Jobs too. The issue's case: both
+		// standby Jobs busy and the 8 GPUs taken by others, so none may be created.
+		"minReplicaCount 2, standby busy, 8 free":     {target: "1", waiting: 50, inFlight: 2, running: 2, minReplicas: 2, want: 8},
+		"minReplicaCount 2, 4 busy, 8 free":           {target: "1", waiting: 50, inFlight: 4, running: 4, minReplicas: 2, want: 8},
+		"minReplicaCount 2, queueTarget 4, 8 free":    {target: "4", waiting: 100, inFlight: 16, running: 4, minReplicas: 2, want: 8},
+		"minReplicaCount 2, queueTarget 0.5, 8 free":  {target: "0.5", waiting: 100, inFlight: 2, running: 4, minReplicas: 2, want: 8},
+		"minReplicaCount 2, headroom 1, 8 free":       {target: "1", waiting: 50, inFlight: 3, running: 3, minReplicas: 2, headroom: "1", want: 9},
+		"minReplicaCount 2, small backlog":            {target: "1", waiting: 3, inFlight: 2, running: 2, minReplicas: 2, want: 3},
+		"minReplicaCount 3, one standby Job finished": {target: "1", waiting: 50, inFlight: 2, running: 2, minReplicas: 3, want: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -168,13 +185,17 @@ func TestCapacityCapInJobs(t *testing.T) {
 			if tc.headroom != "" {
 				md["capacityHeadroom"] = tc.headroom
 			}
+			if tc.minReplicas > 0 {
+				md["minReplicaCount"] = strconv.Itoa(tc.minReplicas)
+			}
 			tr := mustTrigger(t, "ml", md)
 			v, err := readyServer(s).read(tr).Metric(MetricQueueBacklog)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := kedaJobsToCreate(v, tr.QueueTarget, tc.running); got != tc.want {
-				t.Fatalf("value %v with queueTarget %v and %d Jobs running: KEDA creates %d Jobs, want %d", v, tr.QueueTarget, tc.running, got, tc.want)
+			if got := kedaJobsToCreate(v, tr.QueueTarget, tc.running, tc.minReplicas); got != tc.want {
+				t.Fatalf("value %v with queueTarget %v, %d Jobs running and minReplicaCount %d: KEDA creates %d Jobs, want %d",
+					v, tr.QueueTarget, tc.running, tc.minReplicas, got, tc.want)
 			}
 		})
 	}
@@ -191,8 +212,8 @@ func TestCapBacklogMatchesKEDA(t *testing.T) {
 	targets = append(targets, 0.002, 0.003, 1, 2, 7, 10, 64, 12345.678, 1e6)
 	for _, target := range targets {
 		for n := 1; n <= 100; n++ {
-			v := capBacklog(target, 0, n)
-			if got := kedaJobsToCreate(v, target, 0); got != n {
+			v := capBacklog(target, n)
+			if got := kedaJobsToCreate(v, target, 0, 0); got != n {
 				t.Fatalf("queueTarget %v, %d Jobs: cap %v makes KEDA create %d", target, n, v, got)
 			}
 		}

@@ -179,6 +179,7 @@ func effective(t *Trigger) map[string]string {
 	if t.CapacityAware {
 		m[KeyCapacityAware] = "true"
 		m[KeyCapacityHeadroom] = strconv.Itoa(t.CapacityHeadroom)
+		m[KeyMinReplicaCount] = strconv.Itoa(t.MinReplicaCount)
 		if t.NodeSelector != nil {
 			m[KeyNodeSelector] = t.NodeSelector.String()
 		}

@@ -170,8 +170,8 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 
 // capQueue caps a queue's backlog, for a capacityAware trigger, at what the cluster can
 // place now: the backlog, in items, at which KEDA wants as many Jobs as are running, plus
-// those free GPUs can take, plus the headroom (see capBacklog). The activation decision
-// stays on the whole backlog: the queue has work either way.
+// those free GPUs can take, plus the headroom (see capBacklog), all less the ScaledJob's
+// minReplicaCount (see standby). The activation decision stays on the whole backlog: the queue has work either way.
 func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if !m.defined || m.err != nil {
 		return
@@ -181,22 +181,42 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 		m.value, m.err = 0, err
 		return
 	}
-	m.value = min(m.value, capBacklog(t.QueueTarget, m.running, slots+t.CapacityHeadroom))
+	jobs := runningJobs(t.QueueTarget, m.running) + slots + t.CapacityHeadroom
+	m.value = max(0, min(standby(t, m.value), capBacklog(t.QueueTarget, jobs-t.MinReplicaCount)))
+}
+
+// standby returns backlog less the items the ScaledJob's minReplicaCount standby Jobs
+// hold or will take, queueTarget each. KEDA hands its scaling strategy the unfinished
+// Jobs less minReplicaCount (pkg/scaling/executor/scale_jobs.go, getScalingDecision), so
+// under the default strategy it creates ⌈value/queueTarget⌉ − (unfinished −
+// minReplicaCount) Jobs: the standby Jobs are never subtracted. Busy, their items are in
+// the backlog; idle, they will take the next ones. Either way the value must leave them
+// out, or KEDA creates a Job for each of them again: Pending, where the cap is what
+// stopped the rest.
+func standby(t *Trigger, backlog float64) float64 {
+	if t.MinReplicaCount == 0 {
+		return backlog
+	}
+	return (thousandths(backlog) - float64(t.MinReplicaCount)*thousandths(t.QueueTarget)) / 1000
+}
+
+// runningJobs returns the Jobs working on running items: ⌈running/target⌉. KEDA made one
+// Job per target items, rounding up, and a Job with a part batch holds its GPUs as a full
+// one does. Rounding down would leave it out, and since KEDA subtracts every Job not
+// finished, it would create one Job fewer than the free GPUs take. Rounding up errs only
+// where Jobs take more than target items each, which is not how KEDA sizes them. The
+// target is taken in thousandths, as KEDA sees it (see capBacklog).
+func runningJobs(target, running float64) int {
+	return int(math.Ceil(running * 1000 / thousandths(target)))
 }
 
 // capBacklog returns the backlog, in items, at which a ScaledJob with queueTarget target
-// wants the Jobs working on running items plus more. KEDA divides a ScaledJob's value by
-// its target and rounds up to a number of Jobs (pkg/scaling/scaledjob/metrics.go), then,
-// under the default scaling strategy, creates that many less the Jobs not finished yet
+// wants jobs Jobs. KEDA divides a ScaledJob's value by its target and rounds up to a
+// number of Jobs (pkg/scaling/scaledjob/metrics.go), then, under the default scaling
+// strategy, creates that many less the Jobs not finished yet beyond minReplicaCount
 // (pkg/scaling/executor/scale_jobs.go). The cap must be in items, as the backlog is: a
 // count of Jobs compared with items would let a queueTarget of 4 create a quarter of the
 // Jobs the GPUs can take, and one of 0.5 twice as many.
-//
-// The running Jobs are ceil(running/target): KEDA made one Job per target items, rounding
-// up, and a Job with a part batch holds its GPUs as a full one does. Rounding down would
-// leave it out, and since KEDA subtracts every Job not finished, it would create one Job
-// fewer than the free GPUs take. Rounding up errs only where Jobs take more than target
-// items each, which is not how KEDA sizes them.
 //
 // KEDA sees the value and the target as quantities printed to three decimals
 // (pkg/scalers/scaler.go, quantityFromFloat64) and divides them in floating point, so
@@ -206,13 +226,12 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 // cap is then one thousandth of an item less, which still divides to more than n-1 for
 // any target of 0.002 or more. For a target of 0.001, where a thousandth is a whole Job,
 // it stays exact.
-func capBacklog(target, running float64, more int) float64 {
-	perJob := thousandths(target)
-	jobs := math.Ceil(running*1000/perJob) + float64(more)
+func capBacklog(target float64, jobs int) float64 {
 	if jobs <= 0 {
 		return 0
 	}
-	capped := jobs * perJob
+	perJob := thousandths(target)
+	capped := float64(jobs) * perJob
 	if math.Mod(perJob, 1000) != 0 && perJob >= 2 {
 		capped--
 	}

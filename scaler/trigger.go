@@ -40,6 +40,7 @@ const (
 	KeyGPUsPerReplica       = metadata.KeyGPUsPerReplica
 	KeyCapacityAware        = metadata.KeyCapacityAware
 	KeyCapacityHeadroom     = metadata.KeyCapacityHeadroom
+	KeyMinReplicaCount      = metadata.KeyMinReplicaCount
 	KeyNodeSelector         = metadata.KeyNodeSelector
 	KeyStaleAfter           = metadata.KeyStaleAfter
 	KeyStream               = metadata.KeyStream

@@ -37,6 +37,7 @@ const (
 	KeyGPUsPerReplica       = "gpusPerReplica"
 	KeyCapacityAware        = "capacityAware"
 	KeyCapacityHeadroom     = "capacityHeadroom"
+	KeyMinReplicaCount      = "minReplicaCount"
 	KeyNodeSelector         = "nodeSelector"
 	KeyStaleAfter           = "staleAfter"
 	KeyStream               = "stream"
@@ -87,7 +88,7 @@ var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tl
 var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
-	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
 	KeyTargetWait, KeyConcurrency,
 }
 
@@ -150,7 +151,11 @@ type Trigger struct {
 	// CapacityHeadroom replicas (to let pending Jobs call for new nodes).
 	CapacityAware    bool
 	CapacityHeadroom int
-	NodeSelector     labels.Selector // nil means every node
+	// MinReplicaCount repeats the ScaledJob's spec.minReplicaCount, which the scaler
+	// cannot see: KEDA leaves that many unfinished Jobs out of those its scaling
+	// strategy subtracts, so the cap must leave them out too.
+	MinReplicaCount int
+	NodeSelector    labels.Selector // nil means every node
 
 	StaleAfter time.Duration
 
@@ -217,6 +222,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	t.GPUsPerReplica, t.GPUProfile = p.gpusPerReplica(KeyGPUsPerReplica)
 	p.bool(KeyCapacityAware, &t.CapacityAware)
 	p.whole(KeyCapacityHeadroom, &t.CapacityHeadroom, 0, 1_000_000)
+	p.whole(KeyMinReplicaCount, &t.MinReplicaCount, 0, 1_000_000)
 	t.NodeSelector = p.selector(KeyNodeSelector)
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
@@ -282,7 +288,7 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	if t.CapacityAware && t.PodSelector != nil {
 		return fail(KeyCapacityAware, "no podSelector too: capacityAware is for ScaledJobs, and a ScaledJob trigger must give exactly one metric")
 	}
-	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom} {
+	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom, KeyMinReplicaCount} {
 		if _, ok := md[k]; ok && !t.CapacityAware {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}

@@ -30,6 +30,7 @@ type triggerView struct {
 	GPUProfile           string
 	CapacityAware        bool
 	CapacityHeadroom     int
+	MinReplicaCount      int
 	NodeSelector         string
 	StaleAfter           time.Duration
 	Stream               string
@@ -62,6 +63,7 @@ func viewOf(tr *Trigger) triggerView {
 		GPUProfile:           tr.GPUProfile,
 		CapacityAware:        tr.CapacityAware,
 		CapacityHeadroom:     tr.CapacityHeadroom,
+		MinReplicaCount:      tr.MinReplicaCount,
 		NodeSelector:         selectorString(tr.NodeSelector),
 		StaleAfter:           tr.StaleAfter,
 		Stream:               tr.Stream,
@@ -300,6 +302,9 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"capacityHeadroom 0":                {metaWith(baseCapacity, KeyCapacityHeadroom, "0"), nil, capacity},
 		"capacityHeadroom 3":                {metaWith(baseCapacity, KeyCapacityHeadroom, " 3 "), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 3 }},
 		"capacityHeadroom 1e6":              {metaWith(baseCapacity, KeyCapacityHeadroom, "1000000"), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 1_000_000 }},
+		"minReplicaCount 0":                 {metaWith(baseCapacity, KeyMinReplicaCount, "0"), nil, capacity},
+		"minReplicaCount 2":                 {metaWith(baseCapacity, KeyMinReplicaCount, " 2 "), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 2 }},
+		"minReplicaCount 1e6":               {metaWith(baseCapacity, KeyMinReplicaCount, "1000000"), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 1_000_000 }},
 		"capacityAware false without queue": {metaWith(baseGPU, KeyCapacityAware, "false"), gpu, func(v *triggerView) {}},
 		"capacityAware with stream": {metaWith(baseStream, KeyCapacityAware, "true", KeyGPUsPerReplica, "8"), nil, func(v *triggerView) {
 			v.Stream, v.Consumer, v.CapacityAware, v.GPUsPerReplica = "WORK", "workers", true, 8
@@ -407,6 +412,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 
 	add(baseQueue, KeyCapacityAware, `"true" or "false"`, "yes", "no", "on", "maybe", "", "2")
 	add(baseCapacity, KeyCapacityHeadroom, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
+	add(baseCapacity, KeyMinReplicaCount, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
@@ -438,7 +444,7 @@ func caseName(s string) string {
 func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
-		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter,
+		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyStaleAfter,
 		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
@@ -517,6 +523,10 @@ func TestParseTriggerCombinations(t *testing.T) {
 		},
 		"capacityHeadroom without capacityAware": {
 			metadata: metaWith(baseQueue, KeyCapacityHeadroom, "2"), key: KeyCapacityHeadroom, value: "2", want: `capacityAware "true" too`,
+		},
+		// minReplicaCount mirrors the ScaledJob's for the capacity cap alone.
+		"minReplicaCount without capacityAware": {
+			metadata: metaWith(baseQueue, KeyMinReplicaCount, "2"), key: KeyMinReplicaCount, value: "2", want: `capacityAware "true" too`,
 		},
 		"nodeSelector with capacityAware false": {
 			metadata: metaWith(baseQueue, KeyCapacityAware, "false", KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100",
@@ -601,7 +611,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
 			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
-			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
+			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyMinReplicaCount, "2"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
 		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8"),
 	}
