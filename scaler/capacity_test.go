@@ -95,6 +95,13 @@ func TestCapacityCap(t *testing.T) {
 	})
 }
 
+// TestCapacityUnknown: with no fresh node the cap cannot be made, so the backlog and the
+// activation decision both fail with Unavailable, not the uncapped backlog (Jobs left
+// Pending) nor 0 (work stopped in silence). KEDA asks a ScaledJob trigger's metric first
+// and drops a trigger that errors without asking IsActive (GetMetricsAndActivity,
+// pkg/scalers/external_scaler.go; getScaledJobMetrics, pkg/scaling/scale_handler.go):
+// it creates no Job, the running ones go on, and the ScaledJob's Ready condition says so
+// (RequestJobScale, pkg/scaling/executor/scale_jobs.go; test/keda TestScaledJobCapacityUnknown).
 func TestCapacityUnknown(t *testing.T) {
 	clock := newFakeClock(t0)
 	s := NewState(clock.Now)
@@ -104,8 +111,8 @@ func TestCapacityUnknown(t *testing.T) {
 	r := readyServer(s).read(tr)
 	_, err := r.Metric(MetricQueueBacklog)
 	wantUnavailable(t, err, "capacity unknown: no node report since this scaler started")
-	if _, err := r.Active(); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Active() error %v, want ErrUnavailable", err)
+	if active, err := r.Active(); active || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Active() = %v, %v; want false, ErrUnavailable: the cap, and so the answer, is unknown", active, err)
 	}
 
 	s.Apply(capacityNode("a1", nil, 8, 0, nil, false), t0)

@@ -171,7 +171,19 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 // capQueue caps a queue's backlog, for a capacityAware trigger, at what the cluster can
 // place now: the backlog, in items, at which KEDA wants as many Jobs as are running, plus
 // those free GPUs can take, plus the headroom (see capBacklog), all less the ScaledJob's
-// minReplicaCount (see standby). The activation decision stays on the whole backlog: the queue has work either way.
+// minReplicaCount (see standby). The activation decision stays on the whole backlog
+// while capacity is known: the queue has work either way.
+//
+// When capacity is unknown (no node has reported within staleAfter) the backlog fails
+// with ErrUnavailable, and with it the activation decision (Reading.Active fails when the
+// queue, its one part, fails). KEDA asks a ScaledJob's trigger for its metric first and
+// drops a trigger that errors from the poll without asking IsActive
+// (GetMetricsAndActivity, pkg/scalers/external_scaler.go; getScaledJobMetrics,
+// pkg/scaling/scale_handler.go): it creates no Job for it, leaves the Jobs it made
+// running, and marks the ScaledJob's Ready condition with the error. Uncapped, the
+// backlog would create Jobs to sit Pending; a 0 would stop the work in silence; and an
+// IsActive of true beside the error would tell whoever asks it alone (an older KEDA, a
+// ScaledObject) to scale on a count nobody has.
 func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if !m.defined || m.err != nil {
 		return

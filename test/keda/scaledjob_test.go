@@ -3,8 +3,12 @@ package keda
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -294,6 +298,46 @@ func TestScaledJobMinReplicaCount(t *testing.T) {
 			created, _ := kedaCreates(t, s.external(t, tr), scaledJob(2, 20, tc.strategy), runningJobs(tc.jobs))
 			if created != tc.wantCreated {
 				t.Errorf("KEDA created %d Jobs, want %d", created, tc.wantCreated)
+			}
+		})
+	}
+}
+
+// TestScaledJobCapacityUnknown: with no GPU node reporting, a capacityAware trigger's
+// metric and activity are Unavailable, and KEDA's own poll and executor then create no
+// Job (neither the uncapped backlog's, to sit Pending, nor none in silence): the running
+// Jobs go on and the ScaledJob's Ready condition is False with TriggerError
+// (RequestJobScale, pkg/scaling/executor/scale_jobs.go). With minReplicaCount KEDA is
+// active whatever the triggers say (IsScaledJobActive), and still creates only the
+// standby Jobs missing.
+func TestScaledJobCapacityUnknown(t *testing.T) {
+	s := startScaler(t)
+	s.publishQueue(t, "ml", "train", 50, 2)
+	waitMetric(t, s, trigger{kind: "ScaledJob", namespace: "ml", metadata: map[string]string{"queue": "train"}}, "s0-queue-backlog", 52000)
+	tests := map[string]struct {
+		minReplicaCount int32
+		jobs            int
+		wantCreated     int
+		wantReady       metav1.ConditionStatus
+	}{
+		"no standby":                      {jobs: 2, wantCreated: 0, wantReady: metav1.ConditionFalse},
+		"minReplicaCount 2, both there":   {minReplicaCount: 2, jobs: 2, wantCreated: 0, wantReady: metav1.ConditionUnknown},
+		"minReplicaCount 2, one finished": {minReplicaCount: 2, jobs: 1, wantCreated: 1, wantReady: metav1.ConditionUnknown},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"}
+			if tc.minReplicaCount > 0 {
+				md["minReplicaCount"] = strconv.Itoa(int(tc.minReplicaCount))
+			}
+			sc := s.external(t, trigger{kind: "ScaledJob", namespace: "ml", name: "trainer", metadata: md})
+			if _, _, err := metric(t, sc, "s0-queue-backlog"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "capacity unknown") {
+				t.Fatalf("got error %v, want Unavailable: capacity unknown", err)
+			}
+			created, result := kedaCreates(t, sc, scaledJob(tc.minReplicaCount, 20, ""), runningJobs(tc.jobs))
+			ready := result.Conditions.GetReadyCondition()
+			if created != tc.wantCreated || ready.Status != tc.wantReady {
+				t.Errorf("KEDA created %d Jobs, Ready %s (%s); want %d, Ready %s", created, ready.Status, ready.Reason, tc.wantCreated, tc.wantReady)
 			}
 		})
 	}
