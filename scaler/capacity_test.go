@@ -3,6 +3,7 @@ package scaler
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"testing"
@@ -225,4 +226,123 @@ func TestCapBacklogMatchesKEDA(t *testing.T) {
 			}
 		}
 	}
+}
+
+// jobsNode is an 8-GPU node on which the pods of ScaledJob ml/trainer's Jobs named in
+// jobs hold one GPU each, labelled as KEDA labels them (generateJobs,
+// pkg/scaling/executor/scale_jobs.go), another namespace's pods hold others more, and
+// the rest are free.
+func jobsNode(name string, jobs []string, others int) gpuscalerv1.Event {
+	var gpus []*gpuscalerv1.GPUSample
+	r := &gpuscalerv1.NodeReport{Node: name, Source: "sim"}
+	for i := range 8 {
+		id := fmt.Sprintf("GPU-%s-%d", name, i)
+		d := &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu"}
+		r.Allocatable = append(r.Allocatable, d)
+		switch {
+		case i < len(jobs):
+			gpus = append(gpus, gpu(id, "ml", jobs[i], map[string]string{"scaledjob.keda.sh/name": "trainer"}, 90, 10, 80))
+		case i < len(jobs)+others:
+			gpus = append(gpus, gpu(id, "web", fmt.Sprintf("llm-%d", i), map[string]string{"app": "llm"}, 40, 10, 80))
+		default:
+			continue
+		}
+		r.Allocated = append(r.Allocated, d)
+	}
+	r.Gpus = gpus
+	return gpuscalerv1.Event{Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindNode, Node: name}, Node: r}
+}
+
+// TestCapacityCountsJobsHoldingGPUs: a Job that holds its GPUs without an item (loading
+// its model, or finishing after acking it) is not free capacity, and KEDA counts it as
+// unfinished (getRunningJobCount, pkg/scaling/executor/scale_jobs.go). Counted from the
+// items in flight, it would be missing from the running Jobs and so subtracted twice:
+// a node's free GPUs would go unused until it took an item. With podSelector selecting
+// the Jobs' pods, the cap counts the pods holding devices as the running Jobs.
+func TestCapacityCountsJobsHoldingGPUs(t *testing.T) {
+	const jobsSelector = "scaledjob.keda.sh/name=trainer"
+	tests := map[string]struct {
+		jobs        []string // the trainer Jobs' pods holding a GPU on node a1
+		inFlight    uint64   // of the queue's items (50 more wait)
+		md          map[string]string
+		unfinished  int // the Jobs KEDA counts as not finished
+		minReplicas int
+		want        int // Jobs KEDA creates
+	}{
+		// 3 Jobs hold GPUs, one of them with an item; 5 GPUs free.
+		"two Jobs loading, counted from their pods": {
+			jobs: []string{"trainer-0", "trainer-1", "trainer-2"}, inFlight: 1,
+			md: map[string]string{"podSelector": jobsSelector}, unfinished: 3, want: 5},
+		"two Jobs loading, minReplicaCount 2": {
+			jobs: []string{"trainer-0", "trainer-1", "trainer-2"}, inFlight: 1,
+			md: map[string]string{"podSelector": jobsSelector, "minReplicaCount": "2"}, unfinished: 3, minReplicas: 2, want: 5},
+		// A Job created and not yet scheduled holds no GPU: KEDA subtracts it, and it
+		// will take one of the free GPUs.
+		"one Job Pending": {
+			jobs: []string{"trainer-0", "trainer-1"}, inFlight: 2,
+			md: map[string]string{"podSelector": jobsSelector}, unfinished: 3, want: 5},
+		"every Job with an item": {
+			jobs: []string{"trainer-0", "trainer-1", "trainer-2"}, inFlight: 3,
+			md: map[string]string{"podSelector": jobsSelector}, unfinished: 3, want: 5},
+		// Without podSelector the Jobs are counted from the items in flight: 2 of the 5
+		// free GPUs stay unused until the loading Jobs take items.
+		"two Jobs loading, without podSelector": {
+			jobs: []string{"trainer-0", "trainer-1", "trainer-2"}, inFlight: 1, unfinished: 3, want: 3},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := NewState(newFakeClock(t0).Now)
+			s.Apply(jobsNode("a1", tc.jobs, 0), t0)
+			s.Apply(queueEvent("ml", "train", 50, tc.inFlight), t0)
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"}
+			maps.Copy(md, tc.md)
+			tr := mustTrigger(t, "ml", md)
+			r := readyServer(s).read(tr)
+			v, err := r.Metric(MetricQueueBacklog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kedaJobsToCreate(v, tr.QueueTarget, tc.unfinished, tc.minReplicas); got != tc.want {
+				t.Errorf("value %v: KEDA creates %d Jobs, want %d", v, got, tc.want)
+			}
+			if active, err := r.Active(); !active || err != nil {
+				t.Errorf("Active() = %v, %v; want true, on the backlog", active, err)
+			}
+		})
+	}
+
+	// The Jobs' pods give no GPU metric or activity: an empty queue is inactive however
+	// many Jobs hold GPUs, or KEDA would create Jobs because Jobs run.
+	t.Run("empty queue, Jobs holding GPUs", func(t *testing.T) {
+		s := NewState(newFakeClock(t0).Now)
+		s.Apply(jobsNode("a1", []string{"trainer-0"}, 0), t0)
+		s.Apply(queueEvent("ml", "train", 0, 0), t0)
+		tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "podSelector": jobsSelector})
+		r := readyServer(s).read(tr)
+		wantMetric(t, r, MetricQueueBacklog, 0)
+		if active, err := r.Active(); active || err != nil {
+			t.Errorf("Active() = %v, %v; want false, nil", active, err)
+		}
+		if _, err := r.Metric(MetricGPUUtil); !errors.Is(err, ErrUnknownMetric) {
+			t.Errorf("gpu-util: got %v, want ErrUnknownMetric", err)
+		}
+	})
+
+	// A node holding a Job's pod that falls silent: whether the Job still holds its
+	// GPUs is unknown, so the cap is Unavailable, as a GPU metric would be.
+	t.Run("a node holding a Job's pod silent", func(t *testing.T) {
+		clock := newFakeClock(t0)
+		s := NewState(clock.Now)
+		s.Apply(jobsNode("a1", []string{"trainer-0"}, 0), t0)
+		clock.Advance(time.Minute)
+		s.Apply(jobsNode("b1", nil, 0), clock.Now())
+		s.Apply(queueEvent("ml", "train", 5, 1), clock.Now())
+		tr := mustTrigger(t, "ml", map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "podSelector": jobsSelector})
+		r := readyServer(s).read(tr)
+		_, err := r.Metric(MetricQueueBacklog)
+		wantUnavailable(t, err, "node a1 last reported", "trainer-0")
+		if _, err := r.Active(); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Active() error %v, want ErrUnavailable", err)
+		}
+	})
 }

@@ -91,6 +91,8 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 		if uncapped.defined && uncapped.err == nil && r.queue.err == nil {
 			ex.Capacity.Backlog = uncapped.value
 			ex.Capacity.Capped = r.queue.value
+			running, _ := s.state.runningJobsOf(t, &uncapped)
+			ex.Capacity.RunningJobs = int32(running)
 		}
 	}
 	ex.Reasons = reasons(ex, t, r)
@@ -348,9 +350,11 @@ func (s *State) explainGPUs(t *Trigger, now time.Time) (nodes []*gpuscalerv1.Nod
 // matches, as capacity counts it.
 func (s *State) explainCapacity(t *Trigger, now time.Time) *gpuscalerv1.Capacity {
 	c := &gpuscalerv1.Capacity{
-		Headroom:       int32(t.CapacityHeadroom),
-		GpusPerReplica: int32(max(t.GPUsPerReplica, 1)),
-		Profile:        t.GPUProfile,
+		Headroom:        int32(t.CapacityHeadroom),
+		GpusPerReplica:  int32(max(t.GPUsPerReplica, 1)),
+		Profile:         t.GPUProfile,
+		JobsFromPods:    t.PodSelector != nil,
+		MinReplicaCount: int32(t.MinReplicaCount),
 	}
 	if t.GPUProfile != "" {
 		c.GpusPerReplica = 0
@@ -451,8 +455,18 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 		add("%d of %d metrics fail: the HPA may still scale up on the others (to %d here), but does not scale down while any fails (computeReplicasForMetrics in kube-controller-manager).", failed, len(a.Metrics), most)
 	}
 	if c := ex.Capacity; c != nil && c.Backlog > c.Capped {
-		add("capacityAware capped the backlog from %s to %s items: free devices take %d more replicas on the nodes nodeSelector matches, plus capacityHeadroom %d, so no Job is created that would wait Pending for a GPU.",
-			num(c.Backlog), num(c.Capped), c.Slots, c.Headroom)
+		counted := fmt.Sprintf("the %s items in flight over queueTarget %s, rounded up", num(r.queue.running), num(t.QueueTarget))
+		if c.JobsFromPods {
+			counted = fmt.Sprintf("the pods podSelector %q selects that hold devices", t.PodSelector.String())
+		}
+		add("capacityAware capped the backlog from %s to %s items: %d Jobs running (%s), plus the %d more free devices take on the nodes nodeSelector matches, plus capacityHeadroom %d, less minReplicaCount %d, so no Job is created that would wait Pending for a GPU.",
+			num(c.Backlog), num(c.Capped), c.RunningJobs, counted, c.Slots, c.Headroom, c.MinReplicaCount)
+		if !c.JobsFromPods {
+			add("Without podSelector, a Job that holds its GPUs without an item (loading its model, or finishing after its item) is not counted as running, though KEDA subtracts it and its GPUs are not free: the cap is a Job lower for each until it takes an item. Set podSelector to the Jobs' pods (scaledjob.keda.sh/name=<the ScaledJob's name>) to count them.")
+		}
+	}
+	if t.CapacityAware {
+		add("minReplicaCount %d must be the ScaledJob's spec.minReplicaCount, which the scaler cannot see: KEDA never subtracts that many unfinished Jobs, so with too low a value here it creates a Job beyond what fits for each busy standby Job.", t.MinReplicaCount)
 	}
 	return out
 }

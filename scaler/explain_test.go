@@ -186,7 +186,13 @@ func TestExplainCapacity(t *testing.T) {
 	if c.GetSlots() != 2 || c.GetBacklog() != 52 || c.GetCapped() != v || v != 4 || ex.GetAnswer().GetMetrics()[0].GetValue() != v {
 		t.Errorf("capacity = %v, answer %v; want 2 slots, backlog 52 capped at the read's %v (4)", c, ex.GetAnswer(), v)
 	}
-	wantReason(t, ex, "capacityAware capped the backlog from 52 to 4 items")
+	wantReason(t, ex, "capacityAware capped the backlog from 52 to 4 items: 2 Jobs running (the 2 items in flight over queueTarget 1, rounded up), plus the 2 more")
+	wantReason(t, ex, "Without podSelector, a Job that holds its GPUs without an item")
+	wantReason(t, ex, "minReplicaCount 0 must be the ScaledJob's spec.minReplicaCount")
+	if c.GetRunningJobs() != 2 || c.GetJobsFromPods() || c.GetMinReplicaCount() != 0 {
+		t.Errorf("capacity = %v, want 2 running Jobs counted from the items in flight, minReplicaCount 0", c)
+	}
+
 
 	// Every node silent: capacity is unknown, so KEDA gets Unavailable, and the
 	// explanation shows no cap at 0 items, which would read as a silent zero.
@@ -208,6 +214,36 @@ func TestExplainCapacity(t *testing.T) {
 	}
 	if sel, pools := s.Aggregates(); sel != 0 || pools != 1 {
 		t.Errorf("aggregates = %d selections, %d pools; want the one pool a KEDA read of this trigger makes", sel, pools)
+	}
+}
+
+// TestExplainCapacityJobsFromPods: with podSelector, Explain says the running Jobs are
+// the selected pods holding devices, and does not suggest podSelector.
+func TestExplainCapacityJobsFromPods(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	// 3 Jobs hold GPUs on a1 (one item in flight), others 3, 2 free; a2 has 1 free.
+	a1 := jobsNode("a1", []string{"trainer-0", "trainer-1", "trainer-2"}, 3)
+	a1.Node.NodeLabels = map[string]string{"pool": "a100"}
+	s.Apply(a1, t0)
+	s.Apply(capacityNode("a2", map[string]string{"pool": "a100"}, 8, 7, nil, false), t0)
+	s.Apply(queueEvent("ml", "train", 50, 1), t0)
+	md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "podSelector": "scaledjob.keda.sh/name=trainer",
+		"minReplicaCount": "1", "nodeSelector": "pool=a100"}
+	ex, err := readyServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "trainer", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 running + 3 free - 1 standby = 5 Jobs of 1 item; 51 - 1 standby item capped at 5.
+	if c := ex.GetCapacity(); c.GetRunningJobs() != 3 || !c.GetJobsFromPods() || c.GetMinReplicaCount() != 1 || c.GetSlots() != 3 || c.GetCapped() != 5 {
+		t.Errorf("capacity = %v, want 3 running Jobs from pods, 3 slots, minReplicaCount 1, capped at 5", c)
+	}
+	wantReason(t, ex, `capped the backlog from 51 to 5 items: 3 Jobs running (the pods podSelector "scaledjob.keda.sh/name=trainer" selects that hold devices), plus the 3 more`)
+	wantReason(t, ex, "minReplicaCount 1 must be the ScaledJob's")
+	if strings.Contains(strings.Join(ex.GetReasons(), "\n"), "Without podSelector") {
+		t.Errorf("reasons %q: the Jobs are counted from their pods", ex.GetReasons())
+	}
+	if ex.GetEffective()[KeyMinReplicaCount] != "1" {
+		t.Errorf("effective = %v, want minReplicaCount 1", ex.GetEffective())
 	}
 }
 

@@ -86,7 +86,9 @@ func (r Reading) Active() (bool, error) {
 }
 
 // Read evaluates t's queue and GPU parts against the latest reports. A stream+consumer
-// backlog and the capacity cap come from the server, which composes the sources.
+// backlog and the capacity cap come from the server, which composes the sources. A
+// capacityAware trigger's podSelector selects its Jobs' pods for the cap (see capQueue),
+// not a GPU part.
 func (s *State) Read(t *Trigger) Reading {
 	now := s.now()
 	var (
@@ -94,11 +96,12 @@ func (s *State) Read(t *Trigger) Reading {
 		sel *selection
 		key selKey
 	)
+	gpuPart := t.PodSelector != nil && !t.CapacityAware
 	s.mu.RLock()
 	if t.Queue != "" {
 		r.queue = s.readQueue(t, now)
 	}
-	if t.PodSelector != nil {
+	if gpuPart {
 		r.hasGPU = true
 		r.gpuUtil.defined = t.GPUUtilTarget > 0
 		r.gpuMemory.defined = t.GPUMemoryTarget > 0
@@ -110,11 +113,11 @@ func (s *State) Read(t *Trigger) Reading {
 		}
 	}
 	s.mu.RUnlock()
-	if t.PodSelector != nil && r.gpuActiveErr == nil {
+	if gpuPart && r.gpuActiveErr == nil {
 		if sel == nil {
 			sel = s.selectionFor(t.Namespace, t.PodSelector, key)
 		}
-		s.readGPUs(t, sel, now, &r)
+		s.judgeGPUs(t, now, s.sumGPUs(t, sel, now), &r)
 	}
 	return r
 }
@@ -188,13 +191,58 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if !m.defined || m.err != nil {
 		return
 	}
+	// The Jobs' pods are read before the free devices: a node report applied between
+	// the two reads then shows a new Job's GPUs neither held nor free (a Job too few, for
+	// one poll), never both (a Job too many, Pending).
+	running, err := s.runningJobsOf(t, m)
+	if err != nil {
+		m.value, m.err = 0, err
+		return
+	}
 	slots, err := s.capacity(t)
 	if err != nil {
 		m.value, m.err = 0, err
 		return
 	}
-	jobs := runningJobs(t.QueueTarget, m.running) + slots + t.CapacityHeadroom
+	jobs := running + slots + t.CapacityHeadroom
 	m.value = max(0, min(standby(t, m.value), capBacklog(t.QueueTarget, jobs-t.MinReplicaCount)))
+}
+
+// runningJobsOf returns the running Jobs the cap counts for t, whose queue m is: the
+// Jobs' pods holding devices when t has a podSelector, else the items in flight over
+// queueTarget, rounded up.
+func (s *State) runningJobsOf(t *Trigger, m *metricReading) (int, error) {
+	if t.PodSelector != nil {
+		return s.jobsHoldingDevices(t)
+	}
+	return runningJobs(t.QueueTarget, m.running), nil
+}
+
+// jobsHoldingDevices counts the running Jobs of a capacityAware trigger from its
+// podSelector, which selects the Jobs' pods: the selected pods holding devices, one pod
+// per Job. A Job holding its GPUs without an item (loading its model, or finishing after
+// acking it) is counted, as KEDA counts it unfinished and its GPUs are not free; counted
+// from the items in flight it would be subtracted twice, and free GPUs would go unused
+// until it took an item. A Job whose pod the collector has not yet reported holding
+// GPUs is missing here, but its GPUs still show free, so the sum with the free slots
+// holds. It fails as a GPU metric fails: a node holding a selected pod gone silent, a
+// pod or device the collector could not describe, the pods' node forgotten.
+func (s *State) jobsHoldingDevices(t *Trigger) (int, error) {
+	now := s.now()
+	key := selKey{t.Namespace, t.PodSelector.String()}
+	s.mu.RLock()
+	sel := s.selections[key]
+	s.mu.RUnlock()
+	if sel == nil {
+		sel = s.selectionFor(t.Namespace, t.PodSelector, key)
+	}
+	sum := s.sumGPUs(t, sel, now)
+	var r Reading
+	s.judgeGPUs(t, now, sum, &r) // t has no utilisation activation: only the failures above
+	if r.gpuActiveErr != nil {
+		return 0, r.gpuActiveErr
+	}
+	return sum.pods, nil
 }
 
 // standby returns backlog less the items the ScaledJob's minReplicaCount standby Jobs
@@ -302,10 +350,10 @@ func slotsOn(t *Trigger, e *nodeEntry, now time.Time) (free, slots int, stale bo
 	}
 }
 
-// readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so
+// sumGPUs sums the GPUs held by the pods sel selects, node by node in name order, so
 // every call and replica sums in the same order and names the same GPU in an error. It
 // takes no lock (see selection): its cost is the nodes holding the selected pods.
-func (s *State) readGPUs(t *Trigger, sel *selection, now time.Time, r *Reading) {
+func (s *State) sumGPUs(t *Trigger, sel *selection, now time.Time) gpuSums {
 	<-sel.built
 	sel.lastRead.Store(now.UnixNano())
 	var sum gpuSums
@@ -333,7 +381,7 @@ func (s *State) readGPUs(t *Trigger, sel *selection, now time.Time, r *Reading) 
 		sum.util += p.util
 		sum.mem += p.mem
 	}
-	s.judgeGPUs(t, now, sum, r)
+	return sum
 }
 
 // testHookReading, when set by a test, runs in the middle of every podSelector read.

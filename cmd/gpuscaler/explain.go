@@ -361,6 +361,13 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		}
 		fmt.Fprintf(w, "\nCapacity on nodes matching nodeSelector %q, %s: %d replicas free, headroom %d\n",
 			cmp.Or(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
+		if c.GetBacklog() > 0 || c.GetCapped() > 0 {
+			from := "the items in flight over queueTarget"
+			if c.GetJobsFromPods() {
+				from = "the pods podSelector selects holding devices"
+			}
+			fmt.Fprintf(w, "Jobs running: %d (%s), less minReplicaCount %d\n", c.GetRunningJobs(), from, c.GetMinReplicaCount())
+		}
 		if len(c.GetNodes()) > 0 {
 			tw = newTable(w)
 			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS")

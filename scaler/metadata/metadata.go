@@ -130,7 +130,9 @@ type Trigger struct {
 	Concurrency int
 
 	// PodSelector selects the workload's pods; their GPUs are the workload's. Nil when
-	// the trigger measures no GPUs.
+	// the trigger measures no GPUs. With CapacityAware it selects the Jobs' pods, and
+	// those holding devices are the running Jobs the cap counts; it gives no GPU metric
+	// or activity then.
 	PodSelector       labels.Selector
 	GPUUtilTarget     float64 // 0 when not given
 	ActivationGPUUtil float64
@@ -262,13 +264,27 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	if t.Queue != "" && t.Stream != "" {
 		return fail(KeyStream, "either queue or stream with consumer, not both")
 	}
-	if t.PodSelector == nil {
+	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
+		return fail(KeyCapacityAware, "a queue or stream: capacity caps a backlog")
+	}
+	switch {
+	case t.PodSelector == nil:
 		for _, k := range []string{KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget} {
 			if _, ok := md[k]; ok {
 				return fail(k, "podSelector set too: it says whose GPUs to measure")
 			}
 		}
-	} else if t.GPUUtilTarget == 0 && t.GPUMemoryTarget == 0 {
+	case t.CapacityAware:
+		// podSelector selects the Jobs' pods, to count those holding GPUs as running
+		// Jobs. KEDA sums a ScaledJob's first metric but divides by the average target of
+		// all its metrics, so a ScaledJob trigger must give one metric; and activity on
+		// the Jobs' own GPUs would ask for Jobs because Jobs run.
+		for _, k := range []string{KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget} {
+			if _, ok := md[k]; ok {
+				return fail(k, "no capacityAware too: a ScaledJob trigger must give exactly one metric, and with capacityAware podSelector only counts the Jobs holding GPUs")
+			}
+		}
+	case t.GPUUtilTarget == 0 && t.GPUMemoryTarget == 0:
 		return fail(KeyPodSelector, "gpuUtilTarget or gpuMemoryTarget set too: the metric to scale on")
 	}
 	// A key that shapes nothing the trigger gives would be accepted and ignored, and the
@@ -279,14 +295,6 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 				return fail(k, "queue, or stream with consumer, set too: "+k+" applies to a backlog, and a trigger with only podSelector measures none")
 			}
 		}
-	}
-	if t.CapacityAware && t.Queue == "" && t.Stream == "" {
-		return fail(KeyCapacityAware, "a queue or stream: capacity caps a backlog")
-	}
-	// KEDA sums a ScaledJob's first metric but divides by the average target of all its
-	// metrics, so a ScaledJob trigger must give one metric. capacityAware is for ScaledJobs.
-	if t.CapacityAware && t.PodSelector != nil {
-		return fail(KeyCapacityAware, "no podSelector too: capacityAware is for ScaledJobs, and a ScaledJob trigger must give exactly one metric")
 	}
 	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom, KeyMinReplicaCount} {
 		if _, ok := md[k]; ok && !t.CapacityAware {

@@ -295,16 +295,20 @@ func TestParseTriggerValidValues(t *testing.T) {
 			v.GPUsPerReplica, v.GPUProfile = 1, "7g.80gb"
 		}},
 
-		"capacityAware true":                {baseCapacity, nil, capacity},
-		"capacityAware 1":                   {metaWith(baseCapacity, KeyCapacityAware, "1"), nil, capacity},
-		"capacityAware TRUE":                {metaWith(baseCapacity, KeyCapacityAware, "TRUE"), nil, capacity},
-		"capacityAware false":               {metaWith(baseQueue, KeyCapacityAware, "false"), queue, func(v *triggerView) {}},
-		"capacityHeadroom 0":                {metaWith(baseCapacity, KeyCapacityHeadroom, "0"), nil, capacity},
-		"capacityHeadroom 3":                {metaWith(baseCapacity, KeyCapacityHeadroom, " 3 "), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 3 }},
-		"capacityHeadroom 1e6":              {metaWith(baseCapacity, KeyCapacityHeadroom, "1000000"), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 1_000_000 }},
-		"minReplicaCount 0":                 {metaWith(baseCapacity, KeyMinReplicaCount, "0"), nil, capacity},
-		"minReplicaCount 2":                 {metaWith(baseCapacity, KeyMinReplicaCount, " 2 "), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 2 }},
-		"minReplicaCount 1e6":               {metaWith(baseCapacity, KeyMinReplicaCount, "1000000"), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 1_000_000 }},
+		"capacityAware true":   {baseCapacity, nil, capacity},
+		"capacityAware 1":      {metaWith(baseCapacity, KeyCapacityAware, "1"), nil, capacity},
+		"capacityAware TRUE":   {metaWith(baseCapacity, KeyCapacityAware, "TRUE"), nil, capacity},
+		"capacityAware false":  {metaWith(baseQueue, KeyCapacityAware, "false"), queue, func(v *triggerView) {}},
+		"capacityHeadroom 0":   {metaWith(baseCapacity, KeyCapacityHeadroom, "0"), nil, capacity},
+		"capacityHeadroom 3":   {metaWith(baseCapacity, KeyCapacityHeadroom, " 3 "), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 3 }},
+		"capacityHeadroom 1e6": {metaWith(baseCapacity, KeyCapacityHeadroom, "1000000"), nil, func(v *triggerView) { capacity(v); v.CapacityHeadroom = 1_000_000 }},
+		"minReplicaCount 0":    {metaWith(baseCapacity, KeyMinReplicaCount, "0"), nil, capacity},
+		"minReplicaCount 2":    {metaWith(baseCapacity, KeyMinReplicaCount, " 2 "), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 2 }},
+		"minReplicaCount 1e6":  {metaWith(baseCapacity, KeyMinReplicaCount, "1000000"), nil, func(v *triggerView) { capacity(v); v.MinReplicaCount = 1_000_000 }},
+		"capacityAware with podSelector": {metaWith(baseCapacity, KeyPodSelector, "scaledjob.keda.sh/name=trainer"), nil, func(v *triggerView) {
+			capacity(v)
+			v.PodSelector = "scaledjob.keda.sh/name=trainer"
+		}},
 		"capacityAware false without queue": {metaWith(baseGPU, KeyCapacityAware, "false"), gpu, func(v *triggerView) {}},
 		"capacityAware with stream": {metaWith(baseStream, KeyCapacityAware, "true", KeyGPUsPerReplica, "8"), nil, func(v *triggerView) {
 			v.Stream, v.Consumer, v.CapacityAware, v.GPUsPerReplica = "WORK", "workers", true, 8
@@ -468,9 +472,20 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"only optional keys": {
 			metadata: metaOf(KeyQueueTarget, "5", KeyStaleAfter, "1m"), key: KeyQueue, value: "", want: "one of queue",
 		},
-		"capacityAware with podSelector": {
-			metadata: metaOf(KeyQueue, "jobs", KeyCapacityAware, "true", KeyPodSelector, "app=llm", KeyGPUUtilTarget, "70"),
-			key:      KeyCapacityAware, value: "true", want: "a ScaledJob trigger must give exactly one metric",
+		// With capacityAware, podSelector selects the Jobs' pods to count those holding
+		// GPUs; a GPU metric beside the backlog would be a second metric, which a
+		// ScaledJob divides wrongly, and GPU activity would create Jobs for Jobs.
+		"capacityAware with podSelector and gpuUtilTarget": {
+			metadata: metaWith(baseCapacity, KeyPodSelector, "app=llm", KeyGPUUtilTarget, "70"),
+			key:      KeyGPUUtilTarget, value: "70", want: "no capacityAware too: a ScaledJob trigger must give exactly one metric",
+		},
+		"capacityAware with podSelector and gpuMemoryTarget": {
+			metadata: metaWith(baseCapacity, KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "70"),
+			key:      KeyGPUMemoryTarget, value: "70", want: "no capacityAware too",
+		},
+		"capacityAware with podSelector and activationGpuUtil": {
+			metadata: metaWith(baseCapacity, KeyPodSelector, "app=llm", KeyActivationGPUUtil, "5"),
+			key:      KeyActivationGPUUtil, value: "5", want: "no capacityAware too",
 		},
 		"stream without consumer": {
 			metadata: metaOf(KeyStream, "WORK"), key: KeyConsumer, value: "", want: "stream and consumer given together",

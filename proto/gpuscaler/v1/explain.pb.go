@@ -1000,9 +1000,16 @@ type Capacity struct {
 	Backlog float64 `protobuf:"fixed64,6,opt,name=backlog,proto3" json:"backlog,omitempty"`
 	Capped  float64 `protobuf:"fixed64,7,opt,name=capped,proto3" json:"capped,omitempty"`
 	// The nodes the nodeSelector matches, by name.
-	Nodes         []*NodeCapacity `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Nodes []*NodeCapacity `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The running Jobs the cap counts: the pods podSelector selects that hold devices
+	// (jobs_from_pods), or else the items in flight over queueTarget, rounded up. Set
+	// with backlog and capped.
+	RunningJobs  int32 `protobuf:"varint,9,opt,name=running_jobs,json=runningJobs,proto3" json:"running_jobs,omitempty"`
+	JobsFromPods bool  `protobuf:"varint,10,opt,name=jobs_from_pods,json=jobsFromPods,proto3" json:"jobs_from_pods,omitempty"`
+	// The ScaledJob's minReplicaCount, as the trigger repeats it: left out of the Jobs.
+	MinReplicaCount int32 `protobuf:"varint,11,opt,name=min_replica_count,json=minReplicaCount,proto3" json:"min_replica_count,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Capacity) Reset() {
@@ -1089,6 +1096,27 @@ func (x *Capacity) GetNodes() []*NodeCapacity {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *Capacity) GetRunningJobs() int32 {
+	if x != nil {
+		return x.RunningJobs
+	}
+	return 0
+}
+
+func (x *Capacity) GetJobsFromPods() bool {
+	if x != nil {
+		return x.JobsFromPods
+	}
+	return false
+}
+
+func (x *Capacity) GetMinReplicaCount() int32 {
+	if x != nil {
+		return x.MinReplicaCount
+	}
+	return 0
 }
 
 type NodeCapacity struct {
@@ -1273,7 +1301,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03pod\x18\x04 \x01(\tR\x03pod\"\x89\x02\n" +
+	"\x03pod\x18\x04 \x01(\tR\x03pod\"\xfe\x02\n" +
 	"\bCapacity\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\x12\x1a\n" +
 	"\bheadroom\x18\x02 \x01(\x05R\bheadroom\x12(\n" +
@@ -1282,7 +1310,11 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\rnode_selector\x18\x05 \x01(\tR\fnodeSelector\x12\x18\n" +
 	"\abacklog\x18\x06 \x01(\x01R\abacklog\x12\x16\n" +
 	"\x06capped\x18\a \x01(\x01R\x06capped\x120\n" +
-	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\"\x8f\x01\n" +
+	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\x12!\n" +
+	"\frunning_jobs\x18\t \x01(\x05R\vrunningJobs\x12$\n" +
+	"\x0ejobs_from_pods\x18\n" +
+	" \x01(\bR\fjobsFromPods\x12*\n" +
+	"\x11min_replica_count\x18\v \x01(\x05R\x0fminReplicaCount\"\x8f\x01\n" +
 	"\fNodeCapacity\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04free\x18\x02 \x01(\x05R\x04free\x12\x14\n" +
