@@ -52,7 +52,7 @@ func TestErrors(t *testing.T) {
 			metric:   "s0-gpu-util",
 			wantCode: codes.InvalidArgument, wantMsg: "podSelector",
 		},
-		"capacityAware with podSelector": {
+		"capacityAware with podSelector and gpuUtilTarget": {
 			metadata: map[string]string{"queue": "orders", "capacityAware": "true", "podSelector": "app=llm", "gpuUtilTarget": "70"},
 			metric:   "s0-queue-backlog",
 			wantCode: codes.InvalidArgument, wantMsg: "capacityAware",

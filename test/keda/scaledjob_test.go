@@ -342,3 +342,43 @@ func TestScaledJobCapacityUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestScaledJobJobsHoldingGPUs: Jobs that hold GPUs without an item (loading their
+// model, or finishing after acking theirs) are unfinished to KEDA (getRunningJobCount,
+// pkg/scaling/executor/scale_jobs.go) and their GPUs are not free. Counted from the items
+// in flight they are subtracted twice, and free GPUs go unused; with podSelector on the
+// Jobs' pods, the cap counts them, and KEDA's executor fills the free GPUs.
+func TestScaledJobJobsHoldingGPUs(t *testing.T) {
+	// 3 trainer Jobs hold a GPU each, one of them with an item; 3 GPUs are another
+	// namespace's; 2 are free.
+	node := simNode{GPUs: 8, Pods: trainerPods(0, 3)}
+	for i := 3; i < 6; i++ {
+		node.Pods = append(node.Pods, simPod{Namespace: "web", Name: fmt.Sprintf("llm-%d", i), GPUs: []string{strconv.Itoa(i)}, Util: 40})
+	}
+	s := startScaler(t)
+	s.startCollectors(t, map[string]simNode{"gpu-a": node})
+	s.publishQueue(t, "ml", "train", 50, 1)
+	tests := map[string]struct {
+		podSelector string
+		wantValue   int64
+		wantCreated int
+	}{
+		"Jobs counted from their pods": {podSelector: "scaledjob.keda.sh/name=trainer", wantValue: 5000, wantCreated: 2},
+		// ⌈1 in flight⌉ + 2 free = 3, and KEDA subtracts all 3 Jobs: the free GPUs wait.
+		"Jobs counted from the items in flight": {wantValue: 3000, wantCreated: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"}
+			if tc.podSelector != "" {
+				md["podSelector"] = tc.podSelector
+			}
+			tr := trigger{kind: "ScaledJob", namespace: "ml", name: "trainer", metadata: md}
+			waitMetric(t, s, tr, "s0-queue-backlog", tc.wantValue)
+			created, _ := kedaCreates(t, s.external(t, tr), scaledJob(0, 20, ""), runningJobs(3))
+			if created != tc.wantCreated {
+				t.Errorf("KEDA created %d Jobs, want %d", created, tc.wantCreated)
+			}
+		})
+	}
+}
