@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -176,6 +177,21 @@ func checkScaledJob(t *testing.T, ex example, sj *kedav1alpha1.ScaledJob) {
 		sel, err := labels.Parse(tr.Metadata["nodeSelector"])
 		if err != nil || !sel.Matches(labels.Set(pod.NodeSelector)) {
 			t.Errorf("%s: got trigger nodeSelector %q, want it to match the Job's nodeSelector %v", where, tr.Metadata["nodeSelector"], pod.NodeSelector)
+		}
+		// KEDA subtracts only the unfinished Jobs beyond minReplicaCount
+		// (getScalingDecision, pkg/scaling/executor/scale_jobs.go); the scaler cannot see
+		// the ScaledJob, so the trigger repeats it.
+		if got := cmp.Or(tr.Metadata["minReplicaCount"], "0"); got != strconv.FormatInt(sj.MinReplicaCount(), 10) {
+			t.Errorf("%s: got trigger minReplicaCount %q, want the ScaledJob's %d", where, got, sj.MinReplicaCount())
+		}
+		// The Jobs' pods carry the label KEDA gives them (generateJobs) beside the
+		// template's own.
+		if ps, ok := tr.Metadata["podSelector"]; ok {
+			podLabels := labels.Set{"scaledjob.keda.sh/name": sj.Name}
+			maps.Copy(podLabels, sj.Spec.JobTargetRef.Template.Labels)
+			if s, err := labels.Parse(ps); err != nil || !s.Matches(podLabels) {
+				t.Errorf("%s: got podSelector %q (%v), want it to select the Jobs' pods %v", where, ps, err, podLabels)
+			}
 		}
 	}
 }
