@@ -193,7 +193,6 @@ func TestExplainCapacity(t *testing.T) {
 		t.Errorf("capacity = %v, want 2 running Jobs counted from the items in flight, minReplicaCount 0", c)
 	}
 
-
 	// Every node silent: capacity is unknown, so KEDA gets Unavailable, and the
 	// explanation shows no cap at 0 items, which would read as a silent zero.
 	clock.Advance(time.Minute)
