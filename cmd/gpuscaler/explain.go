@@ -45,6 +45,10 @@ or give the ScaledObject or ScaledJob it is in (several, in a multi-document fil
   gpuscaler explain --file scaledobject.yaml            (every external trigger in it)
   kubectl get scaledobject llm -n ml -o yaml | gpuscaler explain --file -
 
+With --file it also names the object's settings that change what KEDA and the HPA do
+with the answers, which the scaler never sees: metricType Value, scalingModifiers,
+fallback.
+
 It connects as KEDA does: to the trigger's scalerAddress (or --scaler-address, which wins),
 over TLS when the trigger sets enableTLS or a --tls-* flag is given. From outside the
 cluster, forward the port first and name the certificate's host:
@@ -288,6 +292,12 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			parts[i] = k + "=" + ex.GetEffective()[k]
 		}
 		fmt.Fprintf(w, "  as read, defaults included: %s\n", strings.Join(parts, " "))
+	}
+	if len(tg.Warnings) > 0 {
+		fmt.Fprintf(w, "\nSettings of this %s that change what KEDA does with these answers\n", tg.Kind)
+		for _, warn := range tg.Warnings {
+			fmt.Fprintf(w, "  ! %s\n", warn)
+		}
 	}
 
 	if q := ex.GetQueue(); q != nil {
