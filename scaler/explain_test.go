@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -208,6 +209,48 @@ func TestExplainCapacity(t *testing.T) {
 	}
 	if sel, pools := s.Aggregates(); sel != 0 || pools != 1 {
 		t.Errorf("aggregates = %d selections, %d pools; want the one pool a KEDA read of this trigger makes", sel, pools)
+	}
+}
+
+// TestExplainUnplaceable: explain names the nodes whose free GPUs capacity left out, and
+// why (see TestCapacitySchedulable), and those whose collector did not say.
+func TestExplainUnplaceable(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	s.Apply(scheduled(capacityNode("gpu-a", nil, 4, 1, nil, false), false), t0)
+	s.Apply(scheduled(capacityNode("gpu-b", nil, 8, 0, nil, false), true), t0)
+	s.Apply(scheduled(capacityNode("gpu-c", nil, 8, 2, nil, false), false, "ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule"), t0)
+	s.Apply(scheduled(capacityNode("gpu-d", nil, 8, 8, nil, false), true), t0) // cordoned, but nothing free to leave out
+	s.Apply(capacityNode("gpu-e", nil, 2, 0, nil, false), t0)                  // a collector that did not say
+	s.Apply(queueEvent("ml", "train", 50, 0), t0)
+	md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "tolerations": "dedicated=ml:NoSchedule"}
+	ex, err := readyServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range ex.GetCapacity().GetNodes() {
+		nodes = append(nodes, fmt.Sprintf("%s:%d/%d %q unknown=%v", n.GetNode(), n.GetFree(), n.GetSlots(), n.GetUnplaceable(), n.GetSchedulingUnknown()))
+	}
+	want := []string{
+		`gpu-a:3/3 "" unknown=false`,
+		`gpu-b:8/0 "cordoned" unknown=false`,
+		`gpu-c:6/0 "tainted ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule" unknown=false`,
+		`gpu-d:0/0 "cordoned" unknown=false`,
+		`gpu-e:2/2 "" unknown=true`,
+	}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("capacity nodes:\ngot  %q\nwant %q", nodes, want)
+	}
+	if got := ex.GetEffective()[KeyTolerations]; got != "dedicated=ml:NoSchedule" {
+		t.Errorf("metadata tolerations = %q, want the trigger's", got)
+	}
+	wantReason(t, ex,
+		"gpu-b: cordoned, 8 free GPUs not counted; gpu-c: tainted ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule, 6 free GPUs not counted.",
+		"gpu-e: its collector did not report whether the node is cordoned or tainted",
+		"its 2 free GPUs are counted",
+		"capacityAware capped the backlog from 50 to 5 items")
+	if all := strings.Join(ex.GetReasons(), "\n"); strings.Contains(all, "gpu-d") {
+		t.Errorf("reasons name gpu-d, which has no free GPU to leave out:\n%s", all)
 	}
 }
 

@@ -1101,9 +1101,16 @@ type NodeCapacity struct {
 	Slots int32                `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
 	Age   *durationpb.Duration `protobuf:"bytes,4,opt,name=age,proto3" json:"age,omitempty"`
 	// Older than staleAfter: counted as full.
-	Stale         bool `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stale bool `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Why the scheduler would place none of the trigger's Jobs on the node ("cordoned",
+	// "tainted key=value:Effect"): it is counted as full. Empty when it may.
+	Unplaceable string `protobuf:"bytes,6,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
+	// The node's collector did not report whether the node is cordoned or tainted (no
+	// API access to its Node, or a collector from before that field): its free devices
+	// are counted.
+	SchedulingUnknown bool `protobuf:"varint,7,opt,name=scheduling_unknown,json=schedulingUnknown,proto3" json:"scheduling_unknown,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeCapacity) Reset() {
@@ -1167,6 +1174,20 @@ func (x *NodeCapacity) GetAge() *durationpb.Duration {
 func (x *NodeCapacity) GetStale() bool {
 	if x != nil {
 		return x.Stale
+	}
+	return false
+}
+
+func (x *NodeCapacity) GetUnplaceable() string {
+	if x != nil {
+		return x.Unplaceable
+	}
+	return ""
+}
+
+func (x *NodeCapacity) GetSchedulingUnknown() bool {
+	if x != nil {
+		return x.SchedulingUnknown
 	}
 	return false
 }
@@ -1282,13 +1303,15 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\rnode_selector\x18\x05 \x01(\tR\fnodeSelector\x12\x18\n" +
 	"\abacklog\x18\x06 \x01(\x01R\abacklog\x12\x16\n" +
 	"\x06capped\x18\a \x01(\x01R\x06capped\x120\n" +
-	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\"\x8f\x01\n" +
+	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\"\xe0\x01\n" +
 	"\fNodeCapacity\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04free\x18\x02 \x01(\x05R\x04free\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\x05R\x05slots\x12+\n" +
 	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x14\n" +
-	"\x05stale\x18\x05 \x01(\bR\x05stale2O\n" +
+	"\x05stale\x18\x05 \x01(\bR\x05stale\x12 \n" +
+	"\vunplaceable\x18\x06 \x01(\tR\vunplaceable\x12-\n" +
+	"\x12scheduling_unknown\x18\a \x01(\bR\x11schedulingUnknown2O\n" +
 	"\tExplainer\x12B\n" +
 	"\aExplain\x12\x1c.gpuscaler.v1.ExplainRequest\x1a\x19.gpuscaler.v1.ExplanationB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
