@@ -131,7 +131,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		pods   gpucollectors.PodDirectory
 	)
 	if sim != nil && !simFromCluster {
-		attrib, pods, cfg.NodeLabels = sim, sim, sim.Labels
+		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling = sim, sim, sim.Labels, sim.Scheduling
 	} else {
 		if simFromCluster {
 			rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
@@ -160,10 +160,21 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, and no node labels; podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
 				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
-				labels := gpucollectors.NewNodeLabels(client, cfg.Node, 0, log.With("component", "node-labels"))
-				pods, cfg.NodeLabels = dir, labels.Labels
+				pods = dir
 				g.Go(func() error { return dir.Run(ctx) })
-				g.Go(func() error { return labels.Run(ctx) })
+				// The Node's spec (cordon, taints) is not in its metadata: the dynamic
+				// client reads it, which links no typed API.
+				rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+				if err != nil {
+					return err
+				}
+				dyn, err := dynamic.NewForConfig(rc)
+				if err != nil {
+					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+				}
+				node := gpucollectors.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
+				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
+				g.Go(func() error { return node.Run(ctx) })
 			}
 		}
 	}
