@@ -268,6 +268,8 @@ func (e *nodeEntry) status(now time.Time, keep func(*gpuView) bool) *gpuscalerv1
 		GpuCount: int32(len(e.gpus)),
 		Free:     make(map[string]int32, len(e.free)),
 		Labels:   e.report.GetNodeLabels(),
+		// Shared, not copied: the entry's report never changes once applied.
+		Scheduling: e.report.GetScheduling(),
 	}
 	for profile, free := range e.free {
 		n.Free[profile] = int32(free)
