@@ -475,21 +475,33 @@ func unplaceableReasons(c *gpuscalerv1.Capacity, add func(string, ...any)) {
 	if c.GetProfile() != "" {
 		unit = c.GetProfile() + " slices"
 	}
-	var out []string
+	var out, unknown []string
 	for _, n := range c.GetNodes() {
 		switch {
 		case n.GetStale() || n.GetFree() == 0:
 		case n.GetUnplaceable() != "":
 			out = append(out, fmt.Sprintf("%s: %s, %d free %s not counted", n.GetNode(), n.GetUnplaceable(), n.GetFree(), unit))
 		case n.GetSchedulingUnknown():
-			add("%s: its collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): its %d free %s are counted.",
-				n.GetNode(), n.GetFree(), unit)
+			unknown = append(unknown, fmt.Sprintf("%s: %d free %s counted", n.GetNode(), n.GetFree(), unit))
 		}
 	}
 	if len(out) > 0 {
 		add("Left out of capacity, as the scheduler would place none of this trigger's Jobs there: %s. A Job tolerating a taint counts its node through the tolerations key; node.kubernetes.io/unschedulable:NoSchedule tolerates a cordon.",
-			strings.Join(out, "; "))
+			firstNodes(out))
 	}
+	if len(unknown) > 0 {
+		add("Counted without knowing whether the scheduler would place the Jobs there, as the collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): %s.",
+			firstNodes(unknown))
+	}
+}
+
+// firstNodes joins what is said of the first 10 nodes, and counts the rest.
+func firstNodes(items []string) string {
+	const most = 10
+	if len(items) <= most {
+		return strings.Join(items, "; ")
+	}
+	return fmt.Sprintf("%s; and %d nodes more", strings.Join(items[:most], "; "), len(items)-most)
 }
 
 // mostReplicas returns the most replicas the metrics that answer ask for, and how many

@@ -246,8 +246,7 @@ func TestExplainUnplaceable(t *testing.T) {
 	}
 	wantReason(t, ex,
 		"gpu-b: cordoned, 8 free GPUs not counted; gpu-c: tainted ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule, 6 free GPUs not counted.",
-		"gpu-e: its collector did not report whether the node is cordoned or tainted",
-		"its 2 free GPUs are counted",
+		"the collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): gpu-e: 2 free GPUs counted.",
 		"capacityAware capped the backlog from 50 to 5 items")
 	if all := strings.Join(ex.GetReasons(), "\n"); strings.Contains(all, "gpu-d") {
 		t.Errorf("reasons name gpu-d, which has no free GPU to leave out:\n%s", all)
@@ -307,4 +306,19 @@ func TestExplainSeveralMetrics(t *testing.T) {
 	s.Apply(queueEvent("ml", "q", 3, 0), t0.Add(time.Minute))
 	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
 	wantReason(t, ex, "1 of 2 metrics fail: the HPA may still scale up on the others (to 1 here), but does not scale down while any fails")
+}
+
+// TestFirstNodes: a reason names at most 10 nodes, and counts the rest, so a cluster
+// drained for an upgrade does not make a page of it.
+func TestFirstNodes(t *testing.T) {
+	var items []string
+	for i := range 12 {
+		items = append(items, fmt.Sprintf("gpu-%d: cordoned", i))
+	}
+	if got, want := firstNodes(items[:2]), "gpu-0: cordoned; gpu-1: cordoned"; got != want {
+		t.Errorf("two nodes: got %q, want %q", got, want)
+	}
+	if got := firstNodes(items); !strings.HasSuffix(got, "gpu-9: cordoned; and 2 nodes more") || strings.Contains(got, "gpu-10") {
+		t.Errorf("twelve nodes: got %q, want the first 10 and a count of the rest", got)
+	}
 }

@@ -231,8 +231,8 @@ func thousandths(v float64) float64 {
 // reported within staleAfter, matches t's nodeSelector and would take t's Jobs (see
 // placeable), its free devices of t's MIG profile, or its free whole GPUs divided by
 // gpusPerReplica (rounded down per node: a replica cannot span nodes). Nodes silent
-// longer are counted as full, and so are nodes the scheduler would place no Job on. It walks the
-// nodes of t's pool (see nodePool) without holding the state's lock.
+// longer are counted as full, and so are nodes the scheduler would place no Job on. It
+// walks the nodes of t's pool (see nodePool) without holding the state's lock.
 func (s *State) capacity(t *Trigger) (int, error) {
 	now := s.now()
 	key := ""
