@@ -373,9 +373,16 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			cmp.Or(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
 		if len(c.GetNodes()) > 0 {
 			tw = newTable(w)
-			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS")
+			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS\tSCHEDULER")
 			for _, n := range c.GetNodes() {
-				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots())
+				sched := "places Jobs"
+				switch {
+				case n.GetUnplaceable() != "":
+					sched = n.GetUnplaceable() + " (counted as full)"
+				case n.GetSchedulingUnknown():
+					sched = "unknown (counted)"
+				}
+				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\t%s\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots(), sched)
 			}
 			tw.Flush()
 		}
