@@ -30,6 +30,7 @@ type explained struct {
 	Type          string            `json:"type"`
 	ScalerAddress string            `json:"scalerAddress"`
 	Metadata      map[string]string `json:"metadata"`
+	Warnings      []string          `json:"warnings"`
 	Explanation   json.RawMessage   `json:"explanation"`
 }
 
@@ -112,6 +113,9 @@ func TestExplainFile(t *testing.T) {
 		if ex.GetAnswer().GetErrorCode() != want.code || !strings.Contains(ex.GetAnswer().GetError(), want.says) {
 			t.Errorf("trigger %d answer: %v, want %s saying %q", i, ex.GetAnswer(), want.code, want.says)
 		}
+		if len(g.Warnings) != 1 || !strings.HasPrefix(g.Warnings[0], "fallback: ") {
+			t.Errorf("trigger %d warnings %q, want the example's fallback", i, g.Warnings)
+		}
 	}
 
 	// The table, from stdin, with a Deployment before the ScaledObject.
@@ -138,6 +142,7 @@ func TestExplainFile(t *testing.T) {
 		"Unavailable: data unavailable: no report for queue inference/llm-requests",
 		`GPUs of the pods podSelector "app.kubernetes.io/name=llm-server" selects`,
 		"IsActive fails (Unavailable): KEDA neither scales to nor from zero",
+		"Settings of this ScaledObject that change what KEDA does with these answers\n  ! fallback: while the scaler answers Unavailable (missing data), after 3 failures KEDA counts the trigger active and sets 2 replicas",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("explain table does not say %q:\n%s", want, r.stdout)

@@ -39,6 +39,7 @@ const (
 	KeyCapacityHeadroom     = "capacityHeadroom"
 	KeyMinReplicaCount      = "minReplicaCount"
 	KeyNodeSelector         = "nodeSelector"
+	KeyTolerations          = "tolerations"
 	KeyStaleAfter           = "staleAfter"
 	KeyStream               = "stream"
 	KeyConsumer             = "consumer"
@@ -88,7 +89,7 @@ var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tl
 var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
-	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter, KeyStream, KeyConsumer,
 	KeyTargetWait, KeyConcurrency,
 }
 
@@ -158,6 +159,11 @@ type Trigger struct {
 	// strategy subtracts, so the cap must leave them out too.
 	MinReplicaCount int
 	NodeSelector    labels.Selector // nil means every node
+	// Tolerations are the taints the Jobs tolerate: a node whose NoSchedule or NoExecute
+	// taints they do not all tolerate, or a cordoned one unless they tolerate
+	// node.kubernetes.io/unschedulable, is not counted. Nil tolerates none (but the
+	// taint of the GPU resource the Jobs ask for; see the scaler's capacity).
+	Tolerations []Toleration
 
 	StaleAfter time.Duration
 
@@ -226,6 +232,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.whole(KeyCapacityHeadroom, &t.CapacityHeadroom, 0, 1_000_000)
 	p.whole(KeyMinReplicaCount, &t.MinReplicaCount, 0, 1_000_000)
 	t.NodeSelector = p.selector(KeyNodeSelector)
+	t.Tolerations = p.tolerations(KeyTolerations)
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
@@ -296,7 +303,7 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 			}
 		}
 	}
-	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom, KeyMinReplicaCount} {
+	for _, k := range []string{KeyNodeSelector, KeyTolerations, KeyCapacityHeadroom, KeyMinReplicaCount} {
 		if _, ok := md[k]; ok && !t.CapacityAware {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}
@@ -527,6 +534,21 @@ func (p *parser) selector(key string) labels.Selector {
 		return nil
 	}
 	return sel
+}
+
+func (p *parser) tolerations(key string) []Toleration {
+	v, ok := p.get(key)
+	if !ok {
+		return nil
+	}
+	tols, err := ParseTolerations(v)
+	if err != nil {
+		var me *Error
+		_ = errors.As(err, &me)
+		p.fail(key, v, me.Want)
+		return nil
+	}
+	return tols
 }
 
 // migProfile matches MIG profile names: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb.
