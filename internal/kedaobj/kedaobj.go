@@ -6,7 +6,7 @@
 // It reads only what those commands need, under the field names KEDA's types give them
 // (github.com/kedacore/keda/v2/apis/keda/v1alpha1: ObjectMeta, spec.triggers of
 // ScaleTriggers, spec.fallback, spec.advanced.scalingModifiers, spec.cooldownPeriod,
-// spec.pollingInterval). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
+// spec.pollingInterval, a ScaledJob's spec.minReplicaCount and spec.scalingStrategy). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
 // webhooks and an expression engine into the binary: 16 MB more, measured on a
 // client-go program, for four fields. test/manifests checks this reading against KEDA's
 // types on every example the project ships.
@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -53,7 +54,11 @@ type object struct {
 		} `json:"triggers"`
 		PollingInterval *int32 `json:"pollingInterval"`
 		CooldownPeriod  *int32 `json:"cooldownPeriod"`
-		Fallback        *struct {
+		MinReplicaCount *int32 `json:"minReplicaCount"`
+		ScalingStrategy struct {
+			Strategy string `json:"strategy"`
+		} `json:"scalingStrategy"`
+		Fallback *struct {
 			FailureThreshold int32  `json:"failureThreshold"`
 			Replicas         int32  `json:"replicas"`
 			Behavior         string `json:"behavior"`
@@ -112,7 +117,7 @@ func External(data []byte, namespace string) ([]Trigger, error) {
 			found = true
 			out = append(out, Trigger{
 				Kind: o.Kind, Namespace: ns, Name: o.Metadata.Name, Index: i, Type: tr.Type, TrigName: tr.Name, Metadata: tr.Metadata,
-				Warnings: o.warnings(tr.MetricType),
+				Warnings: o.warnings(tr.MetricType, tr.Metadata),
 			})
 		}
 		if !found {
@@ -136,11 +141,15 @@ const (
 )
 
 // warnings names the settings of o that change what a trigger's answers do, as the KEDA
-// the project tests against (v2.21.0) applies them; metricType is the trigger's own.
-// gpuscaler's metrics are totals for the whole workload under an AverageValue target,
-// and its IsActive is the activation decision: each setting below breaks one of those.
-func (o *object) warnings(metricType string) []string {
+// the project tests against (v2.21.0) applies them; metricType and md are the trigger's
+// own. gpuscaler's metrics are totals for the whole workload under an AverageValue
+// target, its IsActive is the activation decision, and a capacityAware cap is made for
+// the ScaledJob's default strategy and minReplicaCount: each setting below breaks one.
+func (o *object) warnings(metricType string, md map[string]string) []string {
 	var w []string
+	if capacityAware, _ := strconv.ParseBool(md["capacityAware"]); capacityAware && o.Kind == "ScaledJob" {
+		w = append(w, o.capacityWarnings(md)...)
+	}
 	if metricType == "Value" {
 		if o.Kind == "ScaledJob" {
 			// pkg/scaling/scaledjob/metrics.go, getTargetAverageValue: a target without
@@ -198,6 +207,29 @@ func (o *object) warnings(metricType string) []string {
 				w = append(w, fmt.Sprintf("fallback.replicas 0 with failureThreshold %d and pollingInterval %ds against cooldownPeriod %ds: missing data can scale the workload to zero before the fallback applies.", f.FailureThreshold, polling, cooldown))
 			}
 		}
+	}
+	return w
+}
+
+// capacityWarnings names a ScaledJob's settings that a capacityAware trigger's cap must
+// be told of or made for. KEDA's executor hands its scaling strategy the unfinished Jobs
+// less minReplicaCount, and its default strategy creates ⌈value/target⌉ less those
+// (pkg/scaling/executor/scale_jobs.go, getScalingDecision, defaultScalingStrategy).
+func (o *object) capacityWarnings(md map[string]string) []string {
+	var w []string
+	spec := int32(0)
+	if o.Spec.MinReplicaCount != nil {
+		spec = *o.Spec.MinReplicaCount
+	}
+	given := strings.TrimSpace(md["minReplicaCount"])
+	if given == "" {
+		given = "0"
+	}
+	if given != strconv.Itoa(int(spec)) {
+		w = append(w, fmt.Sprintf("minReplicaCount: the ScaledJob's is %d and the capacityAware trigger's %s; KEDA never subtracts the standby Jobs, so the cap must leave out the same number: give the trigger minReplicaCount: %q (the scaler cannot see the ScaledJob). Fewer there creates a Job beyond what fits for each busy standby Job.", spec, given, strconv.Itoa(int(spec))))
+	}
+	if s := o.Spec.ScalingStrategy.Strategy; s != "" && s != "default" {
+		w = append(w, fmt.Sprintf("scalingStrategy %s: capacityAware's cap is made for the default strategy, which subtracts the running Jobs; %s does not as default does, and creates Jobs beyond what fits (a Job too many for each running beyond minReplicaCount under accurate and eager). Use default.", s, s))
 	}
 	return w
 }

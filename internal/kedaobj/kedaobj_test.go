@@ -134,10 +134,11 @@ func FuzzExternal(f *testing.F) {
 // warnings); an object without them has none.
 func TestWarnings(t *testing.T) {
 	const head = "apiVersion: keda.sh/v1alpha1\nkind: %s\nmetadata: {name: llm, namespace: ml}\nspec:\n"
-	trigger := "  triggers:\n  - type: external-push\n    %s\n    metadata: {scalerAddress: s:9090, queue: q}\n"
+	trigger := "  triggers:\n  - type: external-push\n    %s\n    metadata: {scalerAddress: s:9090, queue: q%s}\n"
+	const capacity = ", capacityAware: \"true\", gpusPerReplica: \"1\""
 	for _, c := range []struct {
-		name, kind, spec, metricType string
-		want                         []string // a substring of each warning, in order
+		name, kind, spec, metricType, metadata string
+		want                                   []string // a substring of each warning, in order
 	}{
 		{name: "plain", kind: "ScaledObject"},
 		{name: "metricType AverageValue", kind: "ScaledObject", metricType: "metricType: AverageValue"},
@@ -158,9 +159,19 @@ func TestWarnings(t *testing.T) {
 		{name: "fallback 0, short cooldown", kind: "ScaledObject", spec: "  cooldownPeriod: 60\n  pollingInterval: 30\n  fallback: {failureThreshold: 3, replicas: 0}\n",
 			want: []string{"the HPA goes to its minimum, 1", "takes the failing trigger as idle", "can scale the workload to zero before the fallback applies"}},
 		{name: "ScaledJob fallback ignored", kind: "ScaledJob", spec: "  fallback: {failureThreshold: 3, replicas: 0}\n"},
+		// A capacityAware ScaledJob: its minReplicaCount repeated in the trigger, and the
+		// default strategy (pkg/scaling/executor/scale_jobs.go, getScalingDecision).
+		{name: "capacityAware, no standby", kind: "ScaledJob", metadata: capacity},
+		{name: "capacityAware, minReplicaCount repeated", kind: "ScaledJob", spec: "  minReplicaCount: 2\n  scalingStrategy: {strategy: default}\n",
+			metadata: capacity + ", minReplicaCount: \"2\""},
+		{name: "capacityAware, minReplicaCount not repeated", kind: "ScaledJob", spec: "  minReplicaCount: 2\n", metadata: capacity,
+			want: []string{`the ScaledJob's is 2 and the capacityAware trigger's 0`}},
+		{name: "capacityAware, accurate", kind: "ScaledJob", spec: "  scalingStrategy: {strategy: accurate}\n", metadata: capacity,
+			want: []string{"scalingStrategy accurate: capacityAware's cap is made for the default strategy"}},
+		{name: "not capacityAware, accurate", kind: "ScaledJob", spec: "  minReplicaCount: 2\n  scalingStrategy: {strategy: accurate}\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			doc := fmt.Sprintf(head, c.kind) + c.spec + fmt.Sprintf(trigger, c.metricType)
+			doc := fmt.Sprintf(head, c.kind) + c.spec + fmt.Sprintf(trigger, c.metricType, c.metadata)
 			got, err := External([]byte(doc), "")
 			if err != nil {
 				t.Fatal(err)
