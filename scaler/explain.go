@@ -157,6 +157,9 @@ func effective(t *Trigger) map[string]string {
 			m[KeyQueueTarget] = num(t.QueueTarget)
 		}
 		m[KeyActivationQueueDepth] = num(t.ActivationQueueDepth)
+		if !t.CapacityAware {
+			m[KeyPushInterval] = t.PushInterval.String()
+		}
 	}
 	if t.PodSelector != nil {
 		m[KeyPodSelector] = t.PodSelector.String()

@@ -170,7 +170,8 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	pub.queue("ml", "jobs", 0, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
 
-	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
+	// pushInterval 0s: every activation is pushed (TestStreamIsActiveSpacesPushes spaces them).
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "pushInterval": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +212,82 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	}
 }
 
+// TestStreamIsActiveSpacesPushes: sparse traffic, a request every 2 s for a minute, each
+// served before the next, makes the queue go from empty to non-empty 30 times. KEDA
+// answers every push with RequestScale and a ScaledObject status write, as lastActiveTime
+// changes (startPushScalers and handleResult in KEDA's pkg/scaling/scale_handler.go), so
+// each activation pushed was a status write every 2 s. Once the first push has woken the
+// workload, KEDA does not scale it to zero before a cooldownPeriod has passed since
+// lastActiveTime (scaleToZeroOrIdle in pkg/scaling/executor/scale_scaledobjects.go), so
+// the stream pushes at most once per pushInterval (30 s by default, KEDA's default
+// pollingInterval): twice in the minute. A request after the trigger has been quiet for
+// longer than that, one that may find the workload at zero, is still pushed at once. The
+// scaler's clock is moved by hand; the stream's looks are waited for through its counters.
+func TestStreamIsActiveSpacesPushes(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ns := natstest.Start(t, "", "")
+	// The watchdog would measure the offset as clock skew and correct it away: keep it quiet.
+	s := startScaler(t, ns.ClientURL(), Config{Now: now, streamCheckEvery: time.Hour})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 0, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
+
+	// staleAfter 10m: the hand-moved clock must not make the queue's reports stale.
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, false)
+
+	looked := func() float64 {
+		return testutil.ToFloat64(s.metrics.activationsPushed) + testutil.ToFloat64(s.metrics.activationsHeld)
+	}
+	// request is one request: waiting, then served, the queue empty again. It returns once
+	// the stream has judged the activation, pushed or held, at the clock's present reading.
+	request := func() {
+		t.Helper()
+		before := looked()
+		for _, waiting := range []uint64{1, 0} {
+			applied := s.State().Applied()
+			pub.queue("ml", "jobs", waiting, 0)
+			testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > applied })
+			if waiting == 1 {
+				testkit.Eventually(t, 5*time.Second, func() bool { return looked() > before })
+			}
+		}
+	}
+
+	for i := range 30 { // at 0 s, 2 s, … 58 s
+		if i > 0 {
+			offset.Add(int64(2 * time.Second))
+		}
+		request()
+	}
+	// Pushed at 0 s (the wake) and at 30 s, a pushInterval after it; the other 28 held.
+	pushed, held := testutil.ToFloat64(s.metrics.activationsPushed), testutil.ToFloat64(s.metrics.activationsHeld)
+	if pushed != 2 || held != 28 {
+		t.Fatalf("a minute of requests 2 s apart: pushed %v, held %v; want 2 pushed (one per pushInterval 30s), 28 held", pushed, held)
+	}
+	expectMsg(t, msgs, true)
+	expectMsg(t, msgs, true)
+	select {
+	case m := <-msgs:
+		t.Fatalf("stream sent %v more, want only the 2 pushes", m)
+	default:
+	}
+
+	// Quiet for longer than pushInterval since the last push (at 30 s): the next request
+	// may find the workload at zero, and is pushed at once, without the clock moving on.
+	offset.Add(int64(40 * time.Second))
+	request()
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 3 {
+		t.Fatalf("activations pushed = %v, want 3: the request after a quiet pushInterval is pushed", got)
+	}
+}
+
 // TestStreamIsActiveCombinedTriggerPushesOnce: a trigger with a queue and a podSelector
 // whose pods are busy stays active while its queue is empty, so the queue's heartbeats,
 // empty each time, push nothing: KEDA writes the ScaledObject's status for every push,
@@ -233,7 +310,7 @@ func TestStreamIsActiveCombinedTriggerPushesOnce(t *testing.T) {
 	applied(func() { pub.queue("ml", "jobs", 0, 0) })
 
 	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{
-		"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10"}))
+		"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10", "pushInterval": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,7 @@ const (
 	KeyConsumer             = metadata.KeyConsumer
 	KeyTargetWait           = metadata.KeyTargetWait
 	KeyConcurrency          = metadata.KeyConcurrency
+	KeyPushInterval         = metadata.KeyPushInterval
 )
 
 // Defaults of the optional keys.

@@ -43,6 +43,7 @@ const (
 	KeyConsumer             = "consumer"
 	KeyTargetWait           = "targetWait"
 	KeyConcurrency          = "concurrency"
+	KeyPushInterval         = "pushInterval"
 )
 
 // Defaults of the optional keys.
@@ -51,6 +52,11 @@ const (
 	DefaultActivationQueueDepth = 0.0
 	DefaultActivationGPUUtil    = 0.0
 	DefaultStaleAfter           = 30 * time.Second
+	// DefaultPushInterval is KEDA's default pollingInterval (pkg/scaling/executor,
+	// getPollingInterval): pushes then write a ScaledObject's status no more often than
+	// the polls of an active trigger do, and it is below KEDA's default cooldownPeriod
+	// (300 s), which a pushInterval must not exceed (see Trigger.PushInterval).
+	DefaultPushInterval = 30 * time.Second
 )
 
 // Metric names, as GetMetricSpec returns them. KEDA prefixes each with "s<trigger index>-"
@@ -88,7 +94,7 @@ var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
 	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
-	KeyTargetWait, KeyConcurrency,
+	KeyTargetWait, KeyConcurrency, KeyPushInterval,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -157,6 +163,16 @@ type Trigger struct {
 	// Stream and Consumer name a JetStream work queue followed directly.
 	Stream   string
 	Consumer string
+
+	// PushInterval is the least time between two activations StreamIsActive pushes; an
+	// activation within it of the last push is left to KEDA's polls. KEDA answers every
+	// push with a status write, and a push buys nothing while replicas are up. It is
+	// sound while it is at most the ScaledObject's cooldownPeriod: a push sets
+	// lastActiveTime, and KEDA scales to zero only a cooldownPeriod after that
+	// (scaleToZeroOrIdle in pkg/scaling/executor/scale_scaledobjects.go), so within
+	// PushInterval of a push the workload has not been scaled to zero. 0 pushes every
+	// activation.
+	PushInterval time.Duration
 }
 
 // MetricSpec is one metric a trigger gives and its per-replica target.
@@ -205,6 +221,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		StaleAfter:           defaultStaleAfter,
 		Concurrency:          1,
+		PushInterval:         DefaultPushInterval,
 	}
 	p := parser{md: md, written: written}
 	t.Queue = p.name(KeyQueue, gpuscalerv1.ValidateQueueName, "a queue name: no '.', '*', '>' or white space")
@@ -223,6 +240,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
 	p.durationIn(KeyTargetWait, &t.TargetWait, 10*time.Millisecond, MaxStaleAfter, `a duration from 10ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
+	p.durationIn(KeyPushInterval, &t.PushInterval, 0, MaxStaleAfter, `a duration from 0s to 24h, such as "30s"; at most the ScaledObject's cooldownPeriod`)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -272,6 +290,14 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 			if _, ok := md[k]; ok {
 				return fail(k, "queue, or stream with consumer, set too: "+k+" applies to a backlog, and a trigger with only podSelector measures none")
 			}
+		}
+	}
+	if _, ok := md[KeyPushInterval]; ok {
+		switch {
+		case t.Queue == "" && t.Stream == "":
+			return fail(KeyPushInterval, "queue, or stream with consumer, set too: it spaces the pushes of a backlog's activations, and a trigger with only podSelector pushes none")
+		case t.CapacityAware:
+			return fail(KeyPushInterval, `no capacityAware "true" too: capacityAware is for ScaledJobs, and KEDA pushes nothing for a ScaledJob`)
 		}
 	}
 	if t.CapacityAware && t.Queue == "" && t.Stream == "" {

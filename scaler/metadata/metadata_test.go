@@ -36,6 +36,7 @@ type triggerView struct {
 	Consumer             string
 	TargetWait           time.Duration
 	Concurrency          int
+	PushInterval         time.Duration
 }
 
 // noSelector is how triggerView writes a nil selector.
@@ -68,6 +69,7 @@ func viewOf(tr *Trigger) triggerView {
 		Consumer:             tr.Consumer,
 		TargetWait:           tr.TargetWait,
 		Concurrency:          tr.Concurrency,
+		PushInterval:         tr.PushInterval,
 	}
 }
 
@@ -82,6 +84,7 @@ func defaultView() triggerView {
 		NodeSelector:         noSelector,
 		StaleAfter:           DefaultStaleAfter,
 		Concurrency:          1,
+		PushInterval:         DefaultPushInterval,
 	}
 }
 
@@ -318,6 +321,14 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"staleAfter 1500ms":      {metaWith(baseQueue, KeyStaleAfter, "1500ms"), queue, func(v *triggerView) { v.StaleAfter = 1500 * time.Millisecond }},
 		"staleAfter white space": {metaWith(baseQueue, KeyStaleAfter, " 10s "), queue, func(v *triggerView) { v.StaleAfter = 10 * time.Second }},
 
+		"pushInterval 0s":  {metaWith(baseQueue, KeyPushInterval, "0s"), queue, func(v *triggerView) { v.PushInterval = 0 }},
+		"pushInterval 0":   {metaWith(baseQueue, KeyPushInterval, "0"), queue, func(v *triggerView) { v.PushInterval = 0 }},
+		"pushInterval 2m":  {metaWith(baseQueue, KeyPushInterval, "2m"), queue, func(v *triggerView) { v.PushInterval = 2 * time.Minute }},
+		"pushInterval 24h": {metaWith(baseQueue, KeyPushInterval, "24h"), queue, func(v *triggerView) { v.PushInterval = 24 * time.Hour }},
+		"pushInterval with stream": {metaWith(baseStream, KeyPushInterval, "5s"), nil, func(v *triggerView) {
+			v.Stream, v.Consumer, v.PushInterval = "WORK", "workers", 5*time.Second
+		}},
+
 		"stream and consumer": {metaOf(KeyStream, "ORDERS", KeyConsumer, "worker-1"), nil, func(v *triggerView) {
 			v.Stream, v.Consumer = "ORDERS", "worker-1"
 		}},
@@ -340,7 +351,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, ActivationQueueDepth: 2,
 					PodSelector: "app=llm", GPUUtilTarget: 75, ActivationGPUUtil: 5, GPUMemoryTarget: 90,
-					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1,
+					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -351,7 +362,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 			func(v *triggerView) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, PodSelector: noSelector, GPUsPerReplica: 2,
-					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1,
+					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -410,6 +421,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
+	add(baseQueue, KeyPushInterval, "a duration from 0s to 24h", "-1s", "30", "abc", "", "1d", "24h1s", "9999999999h")
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
 
 	jsNames := []string{"", "a.b", "a/b", `a\b`, "a b", " a", "a\t", "a\n", "a*", "a>", "a\x00", "a\x7f", strings.Repeat("n", 256)}
@@ -439,7 +451,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter,
-		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -508,6 +520,12 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"podSelector with queue but no GPU target": {
 			metadata: metaWith(baseQueue, KeyPodSelector, "app=llm"), key: KeyPodSelector, value: "app=llm",
 			want: "gpuUtilTarget or gpuMemoryTarget set too",
+		},
+		"pushInterval with only podSelector": {
+			metadata: metaWith(baseGPU, KeyPushInterval, "10s"), key: KeyPushInterval, value: "10s", want: "queue, or stream with consumer, set too",
+		},
+		"pushInterval on a capacityAware trigger": {
+			metadata: metaWith(baseCapacity, KeyPushInterval, "10s"), key: KeyPushInterval, value: "10s", want: "KEDA pushes nothing for a ScaledJob",
 		},
 		"capacityAware without queue or stream": {
 			metadata: metaWith(baseGPU, KeyCapacityAware, "true"), key: KeyCapacityAware, value: "true", want: "a queue or stream",
@@ -603,7 +621,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
-		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8"),
+		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyPushInterval, "10s"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
@@ -884,6 +902,9 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},
+		{"ml", KeyPushInterval, "0s", "", "", true, 0},
+		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
+		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", true, 0},
 		{"ml", KeyStream, "a.b", KeyConsumer, "c", false, 0},
 		{"ml", KeyStream, "WORK", "", "", false, 0},
@@ -976,6 +997,14 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	} {
 		if !(p >= 0 && p <= 100) {
 			t.Errorf("%s: got %v, want 0 to 100 (%+v)", name, p, v)
+		}
+	}
+	if tr.PushInterval < 0 || tr.PushInterval > MaxStaleAfter {
+		t.Errorf("PushInterval: got %v, want 0 to 24h (%+v)", tr.PushInterval, v)
+	}
+	if _, given := metadata[KeyPushInterval]; !given && tr.PushInterval != DefaultPushInterval {
+		if _, ok := metadata[KeyPushInterval+fromEnvSuffix]; !ok {
+			t.Errorf("PushInterval with no pushInterval key: got %v, want %v", tr.PushInterval, DefaultPushInterval)
 		}
 	}
 	if tr.StaleAfter < time.Second {
