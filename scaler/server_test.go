@@ -212,6 +212,85 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	}
 }
 
+// TestGPUOnlyTriggerNeverLetsKEDAScaleToZero: a trigger with only podSelector, whose pods
+// idle at 0 %, must not answer inactive. KEDA's executor (RequestScale in
+// pkg/scaling/executor/scale_scaledobjects.go, v2.21.0) scales a ScaledObject with
+// minReplicaCount 0 (KEDA's default) to zero once its triggers have been inactive for
+// cooldownPeriod (scaleToZeroOrIdle), and at zero replicas the pods hold no GPUs, so the
+// trigger could never be active again: a silent, permanent zero. Active at zero replicas,
+// KEDA scales from zero to minReplicaCount or 1 (scaleFromZeroOrIdle), and never to zero;
+// an error would keep it at zero, Ready=False, with no way back. So the trigger answers
+// active whenever its GPUs can be judged, as KEDA refuses scale to zero for cpu and
+// memory triggers alone (apis/keda/v1alpha1/scaledobject_webhook.go). Data that cannot be
+// judged is still Unavailable; a trigger with a queue wakes from zero on the queue and
+// keeps its GPU part's activity.
+func TestGPUOnlyTriggerNeverLetsKEDAScaleToZero(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	gpuOnly := ref("ml", "llm", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "60"})
+	isActive := func(r *pb.ScaledObjectRef) (bool, error) {
+		t.Helper()
+		resp, err := s.client.IsActive(t.Context(), r)
+		return resp.GetResult(), err
+	}
+
+	// No node has reported: unknown, never a silent inactive.
+	_, err := isActive(gpuOnly)
+	wantCode(t, err, codes.Unavailable, "no node report")
+
+	applied := func(r *gpuscalerv1.NodeReport) {
+		t.Helper()
+		before := s.State().Applied()
+		pub.node(r)
+		testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > before })
+	}
+	llm := map[string]string{"app": "llm"}
+	applied(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{
+		gpu("GPU-1", "ml", "llm-0", llm, 0, 60, 80), gpu("GPU-2", "ml", "llm-1", llm, 0, 60, 80)}})
+	if active, err := isActive(gpuOnly); !active || err != nil {
+		t.Fatalf("pods idle at 0%%: IsActive = %v, %v; want true: inactive lets KEDA scale to zero, and nothing wakes it", active, err)
+	}
+	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: gpuOnly, MetricName: MetricGPUUtil})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 0 {
+		t.Fatalf("gpu-util = %v, %v; want 0: the HPA still scales the idle pods down to KEDA's floor", resp, err)
+	}
+	// gpuscaler explain and the status page say why.
+	explainer := gpuscalerv1.NewExplainerClient(s.conn)
+	explain := func() *gpuscalerv1.Explanation {
+		t.Helper()
+		ex, err := explainer.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: gpuOnly.ScalerMetadata})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex
+	}
+	wantReason(t, explain(), "Active, always: a trigger with only podSelector", "KEDA therefore never scales this workload to zero")
+	_, page := get(t, s, http.MethodGet, "/status/trigger?id=1")
+	wantContains(t, "the trigger's status page", page, "Active, always: a trigger with only podSelector")
+
+	// The workload at zero replicas: no pod holds a GPU.
+	applied(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "", "", nil, 0, 0, 80)}})
+	if active, err := isActive(gpuOnly); !active || err != nil {
+		t.Fatalf("no pod holds a GPU: IsActive = %v, %v; want true, so KEDA brings the workload back to one replica", active, err)
+	}
+	wantReason(t, explain(), "No pod in namespace ml holds a GPU", "The trigger answers active all the same")
+	stream, err := s.client.StreamIsActive(t.Context(), gpuOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, true)
+
+	// With a queue, idle, the trigger can wake from zero on the queue: it is inactive.
+	pub.queue("ml", "jobs", 0, 0)
+	combined := ref("ml", "llm", map[string]string{"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60"})
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		active, err := isActive(combined)
+		return err == nil && !active
+	})
+}
+
 // TestStreamIsActiveSpacesPushes: sparse traffic, a request every 2 s for a minute, each
 // served before the next, makes the queue go from empty to non-empty 30 times. KEDA
 // answers every push with RequestScale and a ScaledObject status write, as lastActiveTime

@@ -141,9 +141,10 @@ type Trigger struct {
 	ActivationGPUUtil float64
 	GPUMemoryTarget   float64 // 0 when not given
 	// ActivateOnUtil says the GPU part is active when the average utilisation is above
-	// ActivationGPUUtil: true when gpuUtilTarget or activationGpuUtil is given. Otherwise
-	// (a gpuMemoryTarget trigger) the GPU part is active while the workload holds GPUs,
-	// which needs no utilisation figure a source may not have.
+	// ActivationGPUUtil: true when gpuUtilTarget or activationGpuUtil is given to a
+	// trigger with a queue or stream. Otherwise (a gpuMemoryTarget trigger) the GPU part
+	// is active while the workload holds GPUs, which needs no utilisation figure a source
+	// may not have. A trigger with only podSelector is always active (see GPUOnly).
 	ActivateOnUtil bool
 
 	// GPUsPerReplica is the number of GPUs one replica holds; 0 means use the observed
@@ -248,8 +249,18 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		return nil, err
 	}
 	_, activationGiven := md[KeyActivationGPUUtil]
-	t.ActivateOnUtil = t.GPUUtilTarget > 0 || activationGiven
+	t.ActivateOnUtil = (t.GPUUtilTarget > 0 || activationGiven) && !t.GPUOnly()
 	return t, nil
+}
+
+// GPUOnly reports a trigger with podSelector and neither queue nor stream. Such a trigger
+// is always active when its data can be judged: at zero replicas there are no GPUs to
+// read, so an inactive one could never wake its workload again, and KEDA, which scales to
+// zero on an inactive trigger once cooldownPeriod has passed, would leave it at zero for
+// good. Always active, KEDA keeps the workload at one replica at least, as it refuses
+// scale to zero for cpu and memory triggers alone.
+func (t *Trigger) GPUOnly() bool {
+	return t.PodSelector != nil && t.Queue == "" && t.Stream == ""
 }
 
 // checkCombination checks the keys make sense together. written maps each key to the
@@ -285,6 +296,9 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	}
 	// A key that shapes nothing the trigger gives would be accepted and ignored, and the
 	// workload would scale in a way its author did not write.
+	if _, ok := md[KeyActivationGPUUtil]; ok && t.GPUOnly() {
+		return fail(KeyActivationGPUUtil, "queue, or stream with consumer, set too: a trigger with only podSelector is always active, since at zero replicas it has no GPUs to read and could never wake the workload again; activationGpuUtil would change nothing")
+	}
 	if t.Queue == "" && t.Stream == "" {
 		for _, k := range []string{KeyQueueTarget, KeyActivationQueueDepth} {
 			if _, ok := md[k]; ok {

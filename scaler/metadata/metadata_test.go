@@ -265,9 +265,9 @@ func TestParseTriggerValidValues(t *testing.T) {
 
 		"gpuUtilTarget 100":      {metaWith(baseGPU, KeyGPUUtilTarget, "100"), gpu, func(v *triggerView) { v.GPUUtilTarget = 100 }},
 		"gpuUtilTarget fraction": {metaWith(baseGPU, KeyGPUUtilTarget, "0.5"), gpu, func(v *triggerView) { v.GPUUtilTarget = 0.5 }},
-		"activationGpuUtil 0":    {metaWith(baseGPU, KeyActivationGPUUtil, "0"), gpu, func(v *triggerView) {}},
-		"activationGpuUtil 10":   {metaWith(baseGPU, KeyActivationGPUUtil, "10"), gpu, func(v *triggerView) { v.ActivationGPUUtil = 10 }},
-		"activationGpuUtil 100":  {metaWith(baseGPU, KeyActivationGPUUtil, "100"), gpu, func(v *triggerView) { v.ActivationGPUUtil = 100 }},
+		"activationGpuUtil 0":    {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "0"), gpu, func(v *triggerView) { v.Queue = "jobs" }},
+		"activationGpuUtil 10":   {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "10"), gpu, func(v *triggerView) { v.Queue, v.ActivationGPUUtil = "jobs", 10 }},
+		"activationGpuUtil 100":  {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "100"), gpu, func(v *triggerView) { v.Queue, v.ActivationGPUUtil = "jobs", 100 }},
 		"gpuMemoryTarget 80":     {metaWith(baseGPU, KeyGPUMemoryTarget, "80"), gpu, func(v *triggerView) { v.GPUMemoryTarget = 80 }},
 		"gpuMemoryTarget 100":    {metaWith(baseGPU, KeyGPUMemoryTarget, "100"), gpu, func(v *triggerView) { v.GPUMemoryTarget = 100 }},
 		"gpuMemoryTarget alone": {metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"), nil, func(v *triggerView) {
@@ -521,6 +521,11 @@ func TestParseTriggerCombinations(t *testing.T) {
 			metadata: metaWith(baseQueue, KeyPodSelector, "app=llm"), key: KeyPodSelector, value: "app=llm",
 			want: "gpuUtilTarget or gpuMemoryTarget set too",
 		},
+		// A trigger with only podSelector is always active (Trigger.GPUOnly).
+		"activationGpuUtil with only podSelector": {
+			metadata: metaWith(baseGPU, KeyActivationGPUUtil, "5"), key: KeyActivationGPUUtil, value: "5", want: "a trigger with only podSelector is always active",
+		},
+		"activationGpuUtil with podSelector and stream": {metadata: metaWith(baseGPU, KeyStream, "WORK", KeyConsumer, "workers", KeyActivationGPUUtil, "5"), valid: true},
 		"pushInterval with only podSelector": {
 			metadata: metaWith(baseGPU, KeyPushInterval, "10s"), key: KeyPushInterval, value: "10s", want: "queue, or stream with consumer, set too",
 		},
@@ -815,11 +820,11 @@ func TestMetricSpecs(t *testing.T) {
 		},
 		"stream": {metaWith(baseStream, KeyQueueTarget, "2.5"), []MetricSpec{{MetricQueueBacklog, 2.5}}},
 		"gpu util": {
-			metaWith(baseGPU, KeyActivationGPUUtil, "10"),
+			baseGPU,
 			[]MetricSpec{{MetricGPUUtil, 70}},
 		},
 		"gpu memory": {
-			metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80", KeyActivationGPUUtil, "10"),
+			metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"),
 			[]MetricSpec{{MetricGPUMemory, 80}},
 		},
 		"gpu util and memory": {
