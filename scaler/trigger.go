@@ -55,6 +55,7 @@ const (
 	DefaultActivationQueueDepth = metadata.DefaultActivationQueueDepth
 	DefaultActivationGPUUtil    = metadata.DefaultActivationGPUUtil
 	DefaultStaleAfter           = metadata.DefaultStaleAfter
+	DefaultPushInterval         = metadata.DefaultPushInterval
 )
 
 // Metric names, as GetMetricSpec returns them.
