@@ -52,10 +52,12 @@ const (
 	DefaultActivationQueueDepth = 0.0
 	DefaultActivationGPUUtil    = 0.0
 	DefaultStaleAfter           = 30 * time.Second
-	// DefaultPushInterval is KEDA's default pollingInterval (pkg/scaling/executor,
-	// getPollingInterval): pushes then write a ScaledObject's status no more often than
-	// the polls of an active trigger do, and it is below KEDA's default cooldownPeriod
-	// (300 s), which a pushInterval must not exceed (see Trigger.PushInterval).
+	// DefaultPushInterval is KEDA's default pollingInterval (defaultPollingInterval in
+	// apis/keda/v1alpha1/withtriggers_types.go): pushes then write a ScaledObject's
+	// status no more often than the polls of an active trigger do, and it is below KEDA's
+	// default cooldownPeriod (defaultCooldownPeriod, 300 s, in
+	// pkg/scaling/executor/scale_executor.go), which a pushInterval must not exceed (see
+	// Trigger.PushInterval).
 	DefaultPushInterval = 30 * time.Second
 )
 
