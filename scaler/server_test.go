@@ -356,6 +356,8 @@ func TestStreamIsActiveSpacesPushes(t *testing.T) {
 		t.Fatalf("stream sent %v more, want only the 2 pushes", m)
 	default:
 	}
+	_, page := get(t, s, http.MethodGet, "/status")
+	wantContains(t, "the status page", page, "28 activations held within pushInterval")
 
 	// Quiet for longer than pushInterval since the last push (at 30 s): the next request
 	// may find the workload at zero, and is pushed at once, without the clock moving on.
