@@ -390,7 +390,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 	a := ex.Answer
 	switch {
 	case a.Active && t.GPUOnly():
-		add("Active, always: a trigger with only podSelector never answers inactive while its pods can be judged. At zero replicas there are no GPUs to read, so it could never wake the workload again; KEDA therefore never scales this workload to zero (as it refuses for cpu and memory triggers alone), and from zero brings it back to minReplicaCount or 1. Add a queue or a stream and consumer to let it scale to zero and wake on work.")
+		add("Active, always: a trigger with only podSelector never answers inactive while its pods can be judged. At zero replicas there are no GPUs to read, so it could never wake the workload again; KEDA therefore never scales this workload to zero, whatever the ScaledObject's other triggers say (as it refuses for cpu and memory triggers alone), and from zero brings it back to minReplicaCount or 1. To let it scale to zero and wake on work, add a queue, or a stream and consumer, to this trigger; a queue in a trigger of its own beside this one does not.")
 	case a.Active:
 		add("Active: KEDA scales the workload from zero to minReplicaCount (at least 1) and keeps it there while the trigger stays active.")
 	case a.Error != "":
