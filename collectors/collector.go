@@ -30,6 +30,10 @@ type Config struct {
 	// NodeLabels returns the node's Kubernetes labels for each report (nodeSelector of
 	// capacity triggers); nil reports none.
 	NodeLabels func() map[string]string
+	// NodeScheduling returns whether the scheduler places pods on the node (its cordon
+	// and NoSchedule/NoExecute taints) for each report, nil when unknown; nil reports
+	// none, which the scaler reads as unknown.
+	NodeScheduling func() *gpuscalerv1.NodeScheduling
 	// NATSProblem says why NATS cannot take a report now, nil when it can: where the
 	// connection tries to go, since when, and why it fails (natsconn.Conn.Problem). Nil
 	// asks the connection only whether it is connected.
@@ -159,6 +163,9 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 	}
 	if c.cfg.NodeLabels != nil {
 		r.NodeLabels = c.cfg.NodeLabels()
+	}
+	if c.cfg.NodeScheduling != nil {
+		r.Scheduling = c.cfg.NodeScheduling()
 	}
 	if err := c.attribute(ctx, r); err != nil {
 		return nil, err

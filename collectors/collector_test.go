@@ -81,6 +81,49 @@ func TestSimThroughScaler(t *testing.T) {
 	}
 }
 
+// TestDrainedNodeLeavesCapacity runs a simulated node's collector into a real scaler:
+// the node is drained (kubectl drain cordons it, k8s.io/kubectl pkg/drain/cordon.go,
+// then evicts its pods, freeing its GPUs), and its 8 free GPUs, which the scheduler will
+// place no Job on, leave the capacity a ScaledJob counts, rather than make 8 Jobs that
+// stay Pending. A Job that tolerates the cordon still counts them.
+func TestDrainedNodeLeavesCapacity(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	_, client := scalertest.Start(t, ns.ClientURL())
+	sim, err := NewSim("gpu-a", SimConfig{GPUs: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: sim.Scheduling},
+		sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	pubQueue(t, ns.ClientURL(), "ml", "train", 50)
+	backlog := func(md map[string]string) float64 {
+		md["queue"], md["capacityAware"], md["gpusPerReplica"], md["scalerAddress"] = "train", "true", "1", "gpuscaler:9090"
+		resp, err := client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+			ScaledObjectRef: &pb.ScaledObjectRef{Name: "train", Namespace: "ml", ScalerMetadata: md}, MetricName: "queue-backlog"})
+		if err != nil {
+			return -1
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat()
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(map[string]string{}) == 8 })
+
+	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Unschedulable: true}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(map[string]string{}) == 0 })
+	if got := backlog(map[string]string{"tolerations": "node.kubernetes.io/unschedulable:NoSchedule"}); got != 8 {
+		t.Fatalf("a Job tolerating the cordon: backlog capped at %v, want 8", got)
+	}
+
+	// Uncordoned, but the cluster autoscaler is removing it.
+	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Taints: []SimTaint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return backlog(map[string]string{}) == 0 && backlog(map[string]string{"tolerations": "node.kubernetes.io/unschedulable:NoSchedule"}) == 0
+	})
+}
+
 func pubQueue(t *testing.T, url, ns, q string, waiting uint64) {
 	t.Helper()
 	nc := natstest.Connect(t, url)

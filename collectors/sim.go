@@ -51,9 +51,22 @@ type SimConfig struct {
 	Seed      uint64           `json:"seed,omitempty"`
 	// NodeLabels are the simulated node's Kubernetes labels, for capacity nodeSelectors.
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// Unschedulable cordons the simulated node, and Taints taint it (NoSchedule and
+	// NoExecute only: the effects that keep a pod off), as its Node would say: capacity
+	// leaves out a node the scheduler would place no Job on. On a node whose pods come
+	// from the cluster (--sim-from-cluster), the Node object says this instead.
+	Unschedulable bool       `json:"unschedulable,omitempty"`
+	Taints        []SimTaint `json:"taints,omitempty"`
 	// Replicas shares each whole GPU among up to this many pods (time-slicing); 0 or 1
 	// does not share.
 	Replicas int `json:"replicas,omitempty"`
+}
+
+// SimTaint is a taint of the simulated node, as a Node's spec.taints holds it.
+type SimTaint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
 }
 
 // SimPod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
@@ -164,6 +177,9 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 	if cfg.GPUs > gpuscalerv1.MaxGPUs {
 		return fmt.Errorf("simulation: %d GPUs, at most %d", cfg.GPUs, gpuscalerv1.MaxGPUs)
 	}
+	if err := (&gpuscalerv1.NodeReport{Node: s.node, Scheduling: cfg.scheduling()}).Validate(); err != nil {
+		return fmt.Errorf("simulation: unschedulable and taints: %w", err)
+	}
 	devices := make([]simDevice, 0, cfg.GPUs)
 	byName := map[string]int{}
 	for i := range cfg.GPUs {
@@ -231,6 +247,22 @@ func (s *Sim) Labels() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.NodeLabels
+}
+
+// Scheduling returns whether the scheduler places pods on the simulated node, as the
+// Collector's NodeScheduling wants it: a simulated node always knows.
+func (s *Sim) Scheduling() *gpuscalerv1.NodeScheduling {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.scheduling()
+}
+
+func (cfg SimConfig) scheduling() *gpuscalerv1.NodeScheduling {
+	sch := &gpuscalerv1.NodeScheduling{Unschedulable: cfg.Unschedulable}
+	for _, t := range cfg.Taints {
+		sch.Taints = append(sch.Taints, &gpuscalerv1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	return sch
 }
 
 // Config returns the current configuration.

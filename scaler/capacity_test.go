@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +197,78 @@ func TestCapBacklogMatchesKEDA(t *testing.T) {
 				t.Fatalf("queueTarget %v, %d Jobs: cap %v makes KEDA create %d", target, n, v, got)
 			}
 		}
+	}
+}
+
+// scheduled sets what ev's collector read of its Node: cordoned, and its taints as
+// "key=value:Effect" or "key:Effect".
+func scheduled(ev gpuscalerv1.Event, cordoned bool, taints ...string) gpuscalerv1.Event {
+	s := &gpuscalerv1.NodeScheduling{Unschedulable: cordoned}
+	for _, t := range taints {
+		kv, effect, _ := strings.Cut(t, ":")
+		k, v, _ := strings.Cut(kv, "=")
+		s.Taints = append(s.Taints, &gpuscalerv1.Taint{Key: k, Value: v, Effect: effect})
+	}
+	ev.Node.Scheduling = s
+	return ev
+}
+
+// TestCapacitySchedulable: free GPUs on a node the scheduler will not place a Job on are
+// not capacity. Free is allocatable less allocated whatever the node's state, so before,
+// draining an 8-GPU node made 8 Jobs that stayed Pending. The scheduler's filters:
+//   - NodeUnschedulable (kubernetes v1.36.4 pkg/scheduler/framework/plugins/
+//     nodeunschedulable/node_unschedulable.go): a cordoned node (spec.unschedulable) takes
+//     no pod unless it tolerates the taint node.kubernetes.io/unschedulable:NoSchedule;
+//   - TaintToleration (plugins/tainttoleration/taint_toleration.go, Filter): a pod must
+//     tolerate every NoSchedule and NoExecute taint (helper.DoNotScheduleTaintsFilterFunc).
+//     The cluster autoscaler taints a node it is removing ToBeDeletedByClusterAutoscaler,
+//     NoSchedule (cluster-autoscaler utils/taints; named in kubernetes
+//     pkg/proxy/healthcheck/proxy_health.go, ToBeDeletedTaint).
+//
+// A pod asking for an extended resource is given a toleration of the taint of that
+// resource's name, NoSchedule, by the ExtendedResourceToleration admission plugin
+// (plugin/pkg/admission/extendedresourcetoleration/admission.go: Operator Exists,
+// Effect NoSchedule), which GKE enables, and which GPU Jobs carry by hand elsewhere, since
+// no pod runs on a pool tainted so without it: such a taint is tolerated for the
+// resource the trigger's Jobs ask for, and only for it.
+func TestCapacitySchedulable(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	s.Apply(capacityNode("a-free", nil, 4, 1, nil, false), t0)                                                                                 // 3 free, untainted
+	s.Apply(scheduled(capacityNode("b-drained", nil, 8, 0, nil, false), true), t0)                                                             // cordoned: 8 free, none placed
+	s.Apply(scheduled(capacityNode("c-autoscaled", nil, 8, 0, nil, false), false, "ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule"), t0) // being removed
+	s.Apply(scheduled(capacityNode("d-unreachable", nil, 2, 0, nil, false), false, "node.kubernetes.io/unreachable:NoExecute"), t0)
+	s.Apply(scheduled(capacityNode("e-gpu-pool", nil, 5, 0, nil, false), false, "nvidia.com/gpu=present:NoSchedule"), t0) // GKE's GPU taint
+	s.Apply(scheduled(capacityNode("f-dedicated", nil, 6, 0, nil, false), false, "dedicated=ml:NoSchedule"), t0)
+	s.Apply(scheduled(capacityNode("g-gpu-noexecute", nil, 7, 0, nil, false), false, "nvidia.com/gpu:NoExecute"), t0) // not what the plugin adds
+	s.Apply(capacityNode("h-old-collector", nil, 1, 0, nil, false), t0)                                               // no scheduling reported: counted, as before
+	s.Apply(scheduled(capacityNode("i-mig-mixed", nil, 0, 0, map[string][2]int{"1g.10gb": {7, 0}}, true), false, "nvidia.com/mig-1g.10gb:NoSchedule"), t0)
+	s.Apply(scheduled(capacityNode("j-mig-gpu-taint", nil, 0, 0, map[string][2]int{"1g.10gb": {2, 0}}, true), false, "nvidia.com/gpu=present:NoSchedule"), t0)
+	s.Apply(scheduled(capacityNode("k-prefer", nil, 1, 0, nil, false), false), t0) // PreferNoSchedule is never reported: placeable
+	s.Apply(queueEvent("ml", "train", 100, 0), t0)
+
+	tests := map[string]struct {
+		md   map[string]string
+		want float64
+	}{
+		// a-free 3, e-gpu-pool 5, h-old-collector 1, k-prefer 1.
+		"untolerated nodes left out": {nil, 3 + 5 + 1 + 1},
+		"a dedicated pool tolerated": {map[string]string{"tolerations": "dedicated=ml:NoSchedule"}, 3 + 5 + 1 + 1 + 6},
+		"another dedicated value":    {map[string]string{"tolerations": "dedicated=web:NoSchedule"}, 3 + 5 + 1 + 1},
+		"dedicated, any value":       {map[string]string{"tolerations": "dedicated"}, 3 + 5 + 1 + 1 + 6},
+		"cordoned nodes tolerated":   {map[string]string{"tolerations": "node.kubernetes.io/unschedulable:NoSchedule"}, 3 + 5 + 1 + 1 + 8},
+		"every taint tolerated":      {map[string]string{"tolerations": "*"}, 3 + 8 + 8 + 2 + 5 + 6 + 7 + 1 + 1},
+		"NoSchedule only":            {map[string]string{"tolerations": "*:NoSchedule"}, 3 + 8 + 8 + 5 + 6 + 1 + 1},
+		// The mixed strategy's slices are nvidia.com/mig-1g.10gb: a Job asking for one
+		// tolerates that taint, not nvidia.com/gpu's.
+		"MIG slices": {map[string]string{"gpusPerReplica": "1g.10gb"}, 7},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"}
+			for k, v := range tc.md {
+				md[k] = v
+			}
+			wantMetric(t, readyServer(s).read(mustTrigger(t, "ml", md)), MetricQueueBacklog, tc.want)
+		})
 	}
 }

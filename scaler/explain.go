@@ -20,6 +20,7 @@ import (
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler/demand"
+	"github.com/gpuscaler/gpuscaler/scaler/metadata"
 )
 
 // explainer serves the Explainer service beside the ExternalScaler one, on the same
@@ -185,6 +186,9 @@ func effective(t *Trigger) map[string]string {
 		if t.NodeSelector != nil {
 			m[KeyNodeSelector] = t.NodeSelector.String()
 		}
+		if t.Tolerations != nil {
+			m[KeyTolerations] = metadata.FormatTolerations(t.Tolerations)
+		}
 	}
 	return m
 }
@@ -267,6 +271,8 @@ func (e *nodeEntry) status(now time.Time, keep func(*gpuView) bool) *gpuscalerv1
 		GpuCount: int32(len(e.gpus)),
 		Free:     make(map[string]int32, len(e.free)),
 		Labels:   e.report.GetNodeLabels(),
+		// Shared, not copied: the entry's report never changes once applied.
+		Scheduling: e.report.GetScheduling(),
 	}
 	for profile, free := range e.free {
 		n.Free[profile] = int32(free)
@@ -364,13 +370,15 @@ func (s *State) explainCapacity(t *Trigger, now time.Time) *gpuscalerv1.Capacity
 		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
 			continue
 		}
-		free, slots, stale := slotsOn(t, e, now)
+		free, slots, stale, blocked := slotsOn(t, e, now)
 		nc := &gpuscalerv1.NodeCapacity{
-			Node:  e.report.GetNode(),
-			Free:  int32(free),
-			Slots: int32(slots),
-			Age:   durationpb.New(now.Sub(e.stored)),
-			Stale: stale,
+			Node:              e.report.GetNode(),
+			Free:              int32(free),
+			Slots:             int32(slots),
+			Age:               durationpb.New(now.Sub(e.stored)),
+			Stale:             stale,
+			Unplaceable:       blocked.String(),
+			SchedulingUnknown: e.report.GetScheduling() == nil,
 		}
 		c.Slots += nc.Slots
 		c.Nodes = append(c.Nodes, nc)
@@ -458,11 +466,51 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 	} else if failed > 0 && failed < len(a.Metrics) {
 		add("%d of %d metrics fail: the HPA may still scale up on the others (to %d here), but does not scale down while any fails (computeReplicasForMetrics in kube-controller-manager).", failed, len(a.Metrics), most)
 	}
+	if c := ex.Capacity; c != nil {
+		unplaceableReasons(c, add)
+	}
 	if c := ex.Capacity; c != nil && c.Backlog > c.Capped {
 		add("capacityAware capped the backlog from %s to %s items: free devices take %d more replicas on the nodes nodeSelector matches, plus capacityHeadroom %d, so no Job is created that would wait Pending for a GPU.",
 			num(c.Backlog), num(c.Capped), c.Slots, c.Headroom)
 	}
 	return out
+}
+
+// unplaceableReasons says which nodes' free devices capacity left out because the
+// scheduler would place none of the trigger's Jobs there, and which it counted without
+// knowing (see placeable).
+func unplaceableReasons(c *gpuscalerv1.Capacity, add func(string, ...any)) {
+	unit := "GPUs"
+	if c.GetProfile() != "" {
+		unit = c.GetProfile() + " slices"
+	}
+	var out, unknown []string
+	for _, n := range c.GetNodes() {
+		switch {
+		case n.GetStale() || n.GetFree() == 0:
+		case n.GetUnplaceable() != "":
+			out = append(out, fmt.Sprintf("%s: %s, %d free %s not counted", n.GetNode(), n.GetUnplaceable(), n.GetFree(), unit))
+		case n.GetSchedulingUnknown():
+			unknown = append(unknown, fmt.Sprintf("%s: %d free %s counted", n.GetNode(), n.GetFree(), unit))
+		}
+	}
+	if len(out) > 0 {
+		add("Left out of capacity, as the scheduler would place none of this trigger's Jobs there: %s. A Job tolerating a taint counts its node through the tolerations key; node.kubernetes.io/unschedulable:NoSchedule tolerates a cordon.",
+			firstNodes(out))
+	}
+	if len(unknown) > 0 {
+		add("Counted without knowing whether the scheduler would place the Jobs there, as the collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): %s.",
+			firstNodes(unknown))
+	}
+}
+
+// firstNodes joins what is said of the first 10 nodes, and counts the rest.
+func firstNodes(items []string) string {
+	const most = 10
+	if len(items) <= most {
+		return strings.Join(items, "; ")
+	}
+	return fmt.Sprintf("%s; and %d nodes more", strings.Join(items[:most], "; "), len(items)-most)
 }
 
 // mostReplicas returns the most replicas the metrics that answer ask for, and how many

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -211,6 +212,47 @@ func TestExplainCapacity(t *testing.T) {
 	}
 }
 
+// TestExplainUnplaceable: explain names the nodes whose free GPUs capacity left out, and
+// why (see TestCapacitySchedulable), and those whose collector did not say.
+func TestExplainUnplaceable(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	s.Apply(scheduled(capacityNode("gpu-a", nil, 4, 1, nil, false), false), t0)
+	s.Apply(scheduled(capacityNode("gpu-b", nil, 8, 0, nil, false), true), t0)
+	s.Apply(scheduled(capacityNode("gpu-c", nil, 8, 2, nil, false), false, "ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule"), t0)
+	s.Apply(scheduled(capacityNode("gpu-d", nil, 8, 8, nil, false), true), t0) // cordoned, but nothing free to leave out
+	s.Apply(capacityNode("gpu-e", nil, 2, 0, nil, false), t0)                  // a collector that did not say
+	s.Apply(queueEvent("ml", "train", 50, 0), t0)
+	md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "tolerations": "dedicated=ml:NoSchedule"}
+	ex, err := readyServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range ex.GetCapacity().GetNodes() {
+		nodes = append(nodes, fmt.Sprintf("%s:%d/%d %q unknown=%v", n.GetNode(), n.GetFree(), n.GetSlots(), n.GetUnplaceable(), n.GetSchedulingUnknown()))
+	}
+	want := []string{
+		`gpu-a:3/3 "" unknown=false`,
+		`gpu-b:8/0 "cordoned" unknown=false`,
+		`gpu-c:6/0 "tainted ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule" unknown=false`,
+		`gpu-d:0/0 "cordoned" unknown=false`,
+		`gpu-e:2/2 "" unknown=true`,
+	}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("capacity nodes:\ngot  %q\nwant %q", nodes, want)
+	}
+	if got := ex.GetEffective()[KeyTolerations]; got != "dedicated=ml:NoSchedule" {
+		t.Errorf("metadata tolerations = %q, want the trigger's", got)
+	}
+	wantReason(t, ex,
+		"gpu-b: cordoned, 8 free GPUs not counted; gpu-c: tainted ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule, 6 free GPUs not counted.",
+		"the collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): gpu-e: 2 free GPUs counted.",
+		"capacityAware capped the backlog from 50 to 5 items")
+	if all := strings.Join(ex.GetReasons(), "\n"); strings.Contains(all, "gpu-d") {
+		t.Errorf("reasons name gpu-d, which has no free GPU to leave out:\n%s", all)
+	}
+}
+
 // TestStateNodesAndQueues checks the whole picture the status page renders.
 func TestStateNodesAndQueues(t *testing.T) {
 	clock := newFakeClock(t0)
@@ -264,4 +306,19 @@ func TestExplainSeveralMetrics(t *testing.T) {
 	s.Apply(queueEvent("ml", "q", 3, 0), t0.Add(time.Minute))
 	ex, _ = srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
 	wantReason(t, ex, "1 of 2 metrics fail: the HPA may still scale up on the others (to 1 here), but does not scale down while any fails")
+}
+
+// TestFirstNodes: a reason names at most 10 nodes, and counts the rest, so a cluster
+// drained for an upgrade does not make a page of it.
+func TestFirstNodes(t *testing.T) {
+	var items []string
+	for i := range 12 {
+		items = append(items, fmt.Sprintf("gpu-%d: cordoned", i))
+	}
+	if got, want := firstNodes(items[:2]), "gpu-0: cordoned; gpu-1: cordoned"; got != want {
+		t.Errorf("two nodes: got %q, want %q", got, want)
+	}
+	if got := firstNodes(items); !strings.HasSuffix(got, "gpu-9: cordoned; and 2 nodes more") || strings.Contains(got, "gpu-10") {
+		t.Errorf("twelve nodes: got %q, want the first 10 and a count of the rest", got)
+	}
 }

@@ -31,6 +31,7 @@ func keepReport(r *gpuscalerv1.NodeReport, prev *nodeEntry) *gpuscalerv1.NodeRep
 		Node:       keep(r.GetNode(), was.GetNode()),
 		Source:     keep(r.GetSource(), was.GetSource()),
 		NodeLabels: keepLabels(r.GetNodeLabels(), was.GetNodeLabels()),
+		Scheduling: keepScheduling(r.GetScheduling(), was.GetScheduling()),
 	}
 	for _, u := range r.GetUnattributed() {
 		k.Unattributed = append(k.Unattributed, &gpuscalerv1.UnattributedDevice{
@@ -78,6 +79,32 @@ func copyPod(p *gpuscalerv1.PodRef) *gpuscalerv1.PodRef {
 		c.GpuUtil = &u
 	}
 	return c
+}
+
+// keepScheduling returns was when s says the same, else a copy of s; nil for nil. A
+// node's cordon and taints change far more seldom than it reports.
+func keepScheduling(s, was *gpuscalerv1.NodeScheduling) *gpuscalerv1.NodeScheduling {
+	if s == nil {
+		return nil
+	}
+	if was != nil && s.GetUnschedulable() == was.GetUnschedulable() && len(s.GetTaints()) == len(was.GetTaints()) {
+		same := true
+		for i, t := range s.GetTaints() {
+			w := was.GetTaints()[i]
+			if t.GetKey() != w.GetKey() || t.GetValue() != w.GetValue() || t.GetEffect() != w.GetEffect() {
+				same = false
+				break
+			}
+		}
+		if same {
+			return was
+		}
+	}
+	k := &gpuscalerv1.NodeScheduling{Unschedulable: s.GetUnschedulable()}
+	for _, t := range s.GetTaints() {
+		k.Taints = append(k.Taints, &gpuscalerv1.Taint{Key: strings.Clone(t.GetKey()), Value: strings.Clone(t.GetValue()), Effect: strings.Clone(t.GetEffect())})
+	}
+	return k
 }
 
 // keepProfile returns MIG profile p as free, the counts being built, or prev's hold it,

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler/demand"
+	"github.com/gpuscaler/gpuscaler/scaler/metadata"
 )
 
 // ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
@@ -232,10 +234,11 @@ func thousandths(v float64) float64 {
 }
 
 // capacity counts the replicas of t that free devices can take now: on each node that
-// reported within staleAfter and matches t's nodeSelector, its free devices of t's MIG
-// profile, or its free whole GPUs divided by gpusPerReplica (rounded down per node: a
-// replica cannot span nodes). Nodes silent longer are counted as full. It walks the
-// nodes of t's pool (see nodePool) without holding the state's lock.
+// reported within staleAfter, matches t's nodeSelector and would take t's Jobs (see
+// placeable), its free devices of t's MIG profile, or its free whole GPUs divided by
+// gpusPerReplica (rounded down per node: a replica cannot span nodes). Nodes silent
+// longer are counted as full, and so are nodes the scheduler would place no Job on. It
+// walks the nodes of t's pool (see nodePool) without holding the state's lock.
 func (s *State) capacity(t *Trigger) (int, error) {
 	now := s.now()
 	key := ""
@@ -255,7 +258,7 @@ func (s *State) capacity(t *Trigger) (int, error) {
 	pool.lastRead.Store(now.UnixNano())
 	slots := 0
 	for _, slot := range pool.nodes.load() {
-		_, n, _ := slotsOn(t, slot.v.Load(), now)
+		_, n, _, _ := slotsOn(t, slot.v.Load(), now)
 		slots += n
 	}
 	return slots, nil
@@ -264,17 +267,97 @@ func (s *State) capacity(t *Trigger) (int, error) {
 // slotsOn returns the free devices of t's kind on e (its MIG profile's, or whole GPUs),
 // and the replicas of t they can take: for whole GPUs, free divided by gpusPerReplica
 // rounded down, as a replica cannot span nodes. A node silent longer than t's staleAfter
-// is stale and takes none: it counts as full.
-func slotsOn(t *Trigger, e *nodeEntry, now time.Time) (free, slots int, stale bool) {
+// is stale and takes none: it counts as full. So does a node the scheduler would place
+// none of t's Jobs on; blocked then says why (see placeable).
+func slotsOn(t *Trigger, e *nodeEntry, now time.Time) (free, slots int, stale bool, blocked blocker) {
 	free = e.free[t.GPUProfile]
-	switch {
-	case now.Sub(e.stored) > t.StaleAfter:
-		return free, 0, true
-	case t.GPUProfile != "":
-		return free, free, false
-	default:
-		return free, free / max(t.GPUsPerReplica, 1), false
+	if now.Sub(e.stored) > t.StaleAfter {
+		return free, 0, true, blocker{}
 	}
+	if blocked = e.placeable(t); blocked.blocks() {
+		return free, 0, false, blocked
+	}
+	if t.GPUProfile != "" {
+		return free, free, false, blocker{}
+	}
+	return free, free / max(t.GPUsPerReplica, 1), false, blocker{}
+}
+
+// blocker is what keeps a trigger's Jobs off a node: its cordon, or a taint they do not
+// tolerate. The zero blocker blocks nothing.
+type blocker struct {
+	cordoned bool
+	taint    *gpuscalerv1.Taint
+}
+
+func (b blocker) blocks() bool { return b.cordoned || b.taint != nil }
+
+// String says why, for explain: "cordoned", "tainted key=value:Effect".
+func (b blocker) String() string {
+	switch {
+	case b.cordoned:
+		return "cordoned"
+	case b.taint != nil:
+		kv := b.taint.GetKey()
+		if v := b.taint.GetValue(); v != "" {
+			kv += "=" + v
+		}
+		return "tainted " + kv + ":" + b.taint.GetEffect()
+	}
+	return ""
+}
+
+// taintUnschedulable is the taint a pod must tolerate to be placed on a cordoned node
+// (k8s.io/api core/v1 well_known_taints.go, TaintNodeUnschedulable).
+var taintUnschedulable = metadata.Taint{Key: "node.kubernetes.io/unschedulable", Effect: gpuscalerv1.TaintNoSchedule}
+
+// placeable says what, if anything, keeps the scheduler from placing t's Jobs on e, as
+// its filters decide (kubernetes pkg/scheduler/framework/plugins):
+//   - NodeUnschedulable: a cordoned node (spec.unschedulable, as kubectl cordon and drain
+//     set it) takes a pod only if it tolerates node.kubernetes.io/unschedulable:NoSchedule;
+//   - TaintToleration: a pod must tolerate every NoSchedule and NoExecute taint, the
+//     cluster autoscaler's ToBeDeletedByClusterAutoscaler on a node it removes included.
+//
+// t's Jobs tolerate what t's tolerations key says, and the NoSchedule taint named after
+// the resource they ask for (nvidia.com/gpu, nvidia.com/mig-1g.10gb): the
+// ExtendedResourceToleration admission plugin gives every pod that asks for an extended
+// resource that toleration (plugin/pkg/admission/extendedresourcetoleration), GKE
+// enables it for its GPU pools' nvidia.com/gpu taint, and elsewhere a GPU Job on a pool
+// tainted so carries it by hand or runs nowhere. A node whose collector did not report
+// its scheduling state (no API access, or a collector older than the field) blocks
+// nothing: it counts as it did before.
+func (e *nodeEntry) placeable(t *Trigger) blocker {
+	s := e.report.GetScheduling()
+	if s == nil {
+		return blocker{}
+	}
+	if s.GetUnschedulable() && !e.tolerates(t, taintUnschedulable) {
+		return blocker{cordoned: true}
+	}
+	for _, taint := range s.GetTaints() {
+		if !e.tolerates(t, metadata.Taint{Key: taint.GetKey(), Value: taint.GetValue(), Effect: taint.GetEffect()}) {
+			return blocker{taint: taint}
+		}
+	}
+	return blocker{}
+}
+
+// tolerates reports whether t's Jobs tolerate taint on e.
+func (e *nodeEntry) tolerates(t *Trigger, taint metadata.Taint) bool {
+	for _, tol := range t.Tolerations {
+		if tol.Tolerates(taint) {
+			return true
+		}
+	}
+	if taint.Effect != gpuscalerv1.TaintNoSchedule {
+		return false
+	}
+	for _, pr := range e.resources {
+		if pr.profile == t.GPUProfile && pr.resource == taint.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // readGPUs reads the GPUs held by the pods sel selects, node by node in name order, so

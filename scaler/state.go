@@ -86,6 +86,10 @@ type nodeEntry struct {
 	nsGPUs     [][]gpuView
 	// free counts the allocatable devices not allocated, by MIG profile ("" for whole GPUs).
 	free map[string]int
+	// resources are the resource names the node offers its devices under, by MIG
+	// profile, renamed replicas left out: a Job asking for one tolerates its taint (see
+	// placeable). Usually one.
+	resources []profileResource
 	// selections are those the node's pods take part in. Written under State.mu.
 	selections []*selection
 }
@@ -419,6 +423,7 @@ func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
 		allocated[d.GetId()] = struct{}{}
 	}
 	e.free = make(map[string]int, 1)
+	e.keepResources(r, prev)
 	for _, d := range r.GetAllocatable() {
 		if _, taken := allocated[d.GetId()]; taken || d.GetUnhealthy() || d.RenamedReplica() {
 			continue
@@ -430,6 +435,33 @@ func (e *nodeEntry) countFree(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
 			p = keepProfile(p, e.free, prev)
 		}
 		e.free[p]++
+	}
+}
+
+// profileResource is a resource name a node offers devices of a MIG profile under.
+type profileResource struct{ profile, resource string }
+
+// keepResources sets e.resources from r's allocatable devices, prev's where they did not
+// change.
+func (e *nodeEntry) keepResources(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
+	var found [4]profileResource
+	got := found[:0]
+	for _, d := range r.GetAllocatable() {
+		if d.RenamedReplica() {
+			continue
+		}
+		pr := profileResource{d.Profile(), d.GetResource()}
+		if !slices.Contains(got, pr) {
+			got = append(got, pr)
+		}
+	}
+	if prev != nil && slices.Equal(got, prev.resources) {
+		e.resources = prev.resources
+		return
+	}
+	e.resources = make([]profileResource, len(got))
+	for i, pr := range got {
+		e.resources[i] = profileResource{strings.Clone(pr.profile), strings.Clone(pr.resource)}
 	}
 }
 

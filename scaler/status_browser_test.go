@@ -212,6 +212,8 @@ func statusFixture(t *testing.T) *testScaler {
 		Gpus:        []*gpuscalerv1.GPUSample{gpu("GPU-b1", "ml", "train-0", map[string]string{"app": "train"}, 95, 70, 80), unhealthy},
 		Allocatable: devices("GPU-b1", "GPU-b2"),
 		Allocated:   devices("GPU-b1"),
+		Scheduling: &gpuscalerv1.NodeScheduling{Unschedulable: true, Taints: []*gpuscalerv1.Taint{
+			{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"}, {Key: "node.kubernetes.io/unschedulable", Effect: "NoSchedule"}}},
 	})
 	testkit.Eventually(t, 5*time.Second, func() bool { n, _, q := s.State().Size(); return n == 2 && q == 3 })
 

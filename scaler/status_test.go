@@ -73,7 +73,9 @@ func TestStatusPageRequests(t *testing.T) {
 		want         []string
 		not          []string
 	}{
-		"root redirects":         {"GET", "/", http.StatusFound, nil, nil},
+		"root redirects": {"GET", "/", http.StatusFound, nil, nil},
+		"a cordoned, tainted node": {"GET", "/status", http.StatusOK, []string{`<span class="badge stale">cordoned</span>`,
+			"tainted <code>ToBeDeletedByClusterAutoscaler=1732700000:NoSchedule</code> <code>node.kubernetes.io/unschedulable:NoSchedule</code>"}, nil},
 		"refresh":                {"GET", "/status?refresh=5", http.StatusOK, []string{`<meta http-equiv="refresh" content="5">`, `href="/status/trigger?id=1&refresh=5"`}, nil},
 		"no refresh by default":  {"GET", "/status", http.StatusOK, nil, []string{`http-equiv="refresh"`}},
 		"refresh zero":           {"GET", "/status?refresh=0", http.StatusBadRequest, []string{`refresh "0": want whole seconds from 1 to 3600, or leave it out for no reload`}, nil},

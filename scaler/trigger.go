@@ -38,6 +38,7 @@ const (
 	KeyActivationGPUUtil    = metadata.KeyActivationGPUUtil
 	KeyGPUMemoryTarget      = metadata.KeyGPUMemoryTarget
 	KeyGPUsPerReplica       = metadata.KeyGPUsPerReplica
+	KeyTolerations          = metadata.KeyTolerations
 	KeyCapacityAware        = metadata.KeyCapacityAware
 	KeyCapacityHeadroom     = metadata.KeyCapacityHeadroom
 	KeyNodeSelector         = metadata.KeyNodeSelector

@@ -25,8 +25,9 @@ import (
 const collectorAbout = `
 Runs on every GPU node (a DaemonSet). Every --interval it reads the node's GPUs, works out
 which pod holds each device and how many are free (the kubelet's pod-resources API), adds
-the pods' labels and owners (the Kubernetes API: metadata only, of this node's pods only),
-and publishes a NodeReport on gpuscaler.v1.node.<node>.
+the pods' labels and owners (the Kubernetes API: metadata only, of this node's pods only)
+and whether the scheduler places pods on the node (a watch of its own Node: its labels,
+cordon and taints), and publishes a NodeReport on gpuscaler.v1.node.<node>.
 
 GPU sources (--source):
   auto      DCGM (embedded, or --dcgm-addr), else NVML; fails saying what it tried
@@ -131,7 +132,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		pods   gpucollectors.PodDirectory
 	)
 	if sim != nil && !simFromCluster {
-		attrib, pods, cfg.NodeLabels = sim, sim, sim.Labels
+		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling = sim, sim, sim.Labels, sim.Scheduling
 	} else {
 		if simFromCluster {
 			rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
@@ -157,13 +158,24 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		if kubeconfig != "none" {
 			client, err := gpucollectors.NewInClusterOrKubeconfig(kubeconfig)
 			if err != nil {
-				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, and no node labels; podSelector triggers over this node's pods answer Unavailable", "err", err)
+				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, and not whether the node is cordoned or tainted (capacity counts its GPUs as placeable); podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
 				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
-				labels := gpucollectors.NewNodeLabels(client, cfg.Node, 0, log.With("component", "node-labels"))
-				pods, cfg.NodeLabels = dir, labels.Labels
+				pods = dir
 				g.Go(func() error { return dir.Run(ctx) })
-				g.Go(func() error { return labels.Run(ctx) })
+				// The Node's spec (cordon, taints) is not in its metadata: the dynamic
+				// client reads it, which links no typed API.
+				rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+				if err != nil {
+					return err
+				}
+				dyn, err := dynamic.NewForConfig(rc)
+				if err != nil {
+					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+				}
+				node := gpucollectors.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
+				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
+				g.Go(func() error { return node.Run(ctx) })
 			}
 		}
 	}

@@ -45,6 +45,10 @@ or give the ScaledObject or ScaledJob it is in (several, in a multi-document fil
   gpuscaler explain --file scaledobject.yaml            (every external trigger in it)
   kubectl get scaledobject llm -n ml -o yaml | gpuscaler explain --file -
 
+With --file it also names the object's settings that change what KEDA and the HPA do
+with the answers, which the scaler never sees: metricType Value, scalingModifiers,
+fallback.
+
 It connects as KEDA does: to the trigger's scalerAddress (or --scaler-address, which wins),
 over TLS when the trigger sets enableTLS or a --tls-* flag is given. From outside the
 cluster, forward the port first and name the certificate's host:
@@ -289,6 +293,12 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 		}
 		fmt.Fprintf(w, "  as read, defaults included: %s\n", strings.Join(parts, " "))
 	}
+	if len(tg.Warnings) > 0 {
+		fmt.Fprintf(w, "\nSettings of this %s that change what KEDA does with these answers\n", tg.Kind)
+		for _, warn := range tg.Warnings {
+			fmt.Fprintf(w, "  ! %s\n", warn)
+		}
+	}
 
 	if q := ex.GetQueue(); q != nil {
 		fmt.Fprintf(w, "\nQueue %s/%s\n", q.GetNamespace(), q.GetQueue())
@@ -363,9 +373,16 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 			cmp.Or(c.GetNodeSelector(), "(every node)"), per, c.GetSlots(), c.GetHeadroom())
 		if len(c.GetNodes()) > 0 {
 			tw = newTable(w)
-			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS")
+			fmt.Fprintln(tw, "  NODE\tREPORTED\tFREE\tREPLICAS\tSCHEDULER")
 			for _, n := range c.GetNodes() {
-				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots())
+				sched := "places Jobs"
+				switch {
+				case n.GetUnplaceable() != "":
+					sched = n.GetUnplaceable() + " (counted as full)"
+				case n.GetSchedulingUnknown():
+					sched = "unknown (counted)"
+				}
+				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\t%s\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots(), sched)
 			}
 			tw.Flush()
 		}

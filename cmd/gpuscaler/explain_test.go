@@ -30,6 +30,7 @@ type explained struct {
 	Type          string            `json:"type"`
 	ScalerAddress string            `json:"scalerAddress"`
 	Metadata      map[string]string `json:"metadata"`
+	Warnings      []string          `json:"warnings"`
 	Explanation   json.RawMessage   `json:"explanation"`
 }
 
@@ -111,6 +112,9 @@ func TestExplainFile(t *testing.T) {
 			t.Errorf("trigger 0 answer: %v, want Unavailable saying %q", ex.GetAnswer(), says)
 		}
 	}
+	if len(g.Warnings) != 1 || !strings.HasPrefix(g.Warnings[0], "fallback: ") {
+		t.Errorf("trigger 0 warnings %q, want the example's fallback", g.Warnings)
+	}
 
 	// The table, from stdin, with a Deployment before the ScaledObject.
 	data, err := os.ReadFile(file)
@@ -135,6 +139,7 @@ func TestExplainFile(t *testing.T) {
 		"Unavailable: data unavailable: no report for queue inference/llm-requests",
 		`GPUs of the pods podSelector "app.kubernetes.io/name=llm-server" selects`,
 		"IsActive fails (Unavailable): KEDA neither scales to nor from zero",
+		"Settings of this ScaledObject that change what KEDA does with these answers\n  ! fallback: while the scaler answers Unavailable (missing data), after 3 failures KEDA counts the trigger active and sets 2 replicas",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("explain table does not say %q:\n%s", want, r.stdout)

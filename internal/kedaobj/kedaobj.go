@@ -1,9 +1,12 @@
 // Package kedaobj reads the triggers of KEDA ScaledObjects and ScaledJobs from YAML or
-// JSON, for commands that act on one as KEDA would: `gpuscaler explain --file`.
+// JSON, for commands that act on one as KEDA would: `gpuscaler explain --file`. It also
+// names the settings of the object that change what gpuscaler's answers make KEDA and
+// the HPA do (Warnings), since the scaler itself never sees them.
 //
 // It reads only what those commands need, under the field names KEDA's types give them
 // (github.com/kedacore/keda/v2/apis/keda/v1alpha1: ObjectMeta, spec.triggers of
-// ScaleTriggers). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
+// ScaleTriggers, spec.fallback, spec.advanced.scalingModifiers, spec.cooldownPeriod,
+// spec.pollingInterval). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
 // webhooks and an expression engine into the binary: 16 MB more, measured on a
 // client-go program, for four fields. test/manifests checks this reading against KEDA's
 // types on every example the project ships.
@@ -28,6 +31,9 @@ type Trigger struct {
 	Type      string            `json:"type"`
 	TrigName  string            `json:"triggerName,omitempty"`
 	Metadata  map[string]string `json:"metadata"`
+	// Warnings name the object's settings that change what the scaler's answers do (see
+	// warnings), one sentence each.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // object is what is read of one document.
@@ -40,10 +46,26 @@ type object struct {
 	} `json:"metadata"`
 	Spec struct {
 		Triggers []struct {
-			Type     string            `json:"type"`
-			Name     string            `json:"name"`
-			Metadata map[string]string `json:"metadata"`
+			Type       string            `json:"type"`
+			Name       string            `json:"name"`
+			MetricType string            `json:"metricType"`
+			Metadata   map[string]string `json:"metadata"`
 		} `json:"triggers"`
+		PollingInterval *int32 `json:"pollingInterval"`
+		CooldownPeriod  *int32 `json:"cooldownPeriod"`
+		Fallback        *struct {
+			FailureThreshold int32  `json:"failureThreshold"`
+			Replicas         int32  `json:"replicas"`
+			Behavior         string `json:"behavior"`
+		} `json:"fallback"`
+		Advanced *struct {
+			ScalingModifiers *struct {
+				Formula          string `json:"formula"`
+				Target           string `json:"target"`
+				ActivationTarget string `json:"activationTarget"`
+				MetricType       string `json:"metricType"`
+			} `json:"scalingModifiers"`
+		} `json:"advanced"`
 	} `json:"spec"`
 }
 
@@ -90,6 +112,7 @@ func External(data []byte, namespace string) ([]Trigger, error) {
 			found = true
 			out = append(out, Trigger{
 				Kind: o.Kind, Namespace: ns, Name: o.Metadata.Name, Index: i, Type: tr.Type, TrigName: tr.Name, Metadata: tr.Metadata,
+				Warnings: o.warnings(tr.MetricType),
 			})
 		}
 		if !found {
@@ -104,4 +127,77 @@ func External(data []byte, namespace string) ([]Trigger, error) {
 		return nil, fmt.Errorf("no keda.sh/v1alpha1 ScaledObject or ScaledJob in it (found %s)", found)
 	}
 	return out, nil
+}
+
+// KEDA's defaults (apis/keda/v1alpha1/scaledobject_types.go).
+const (
+	defaultPollingInterval = 30  // s
+	defaultCooldownPeriod  = 300 // s
+)
+
+// warnings names the settings of o that change what a trigger's answers do, as the KEDA
+// the project tests against (v2.21.0) applies them; metricType is the trigger's own.
+// gpuscaler's metrics are totals for the whole workload under an AverageValue target,
+// and its IsActive is the activation decision: each setting below breaks one of those.
+func (o *object) warnings(metricType string) []string {
+	var w []string
+	if metricType == "Value" {
+		if o.Kind == "ScaledJob" {
+			// pkg/scaling/scaledjob/metrics.go, getTargetAverageValue: a target without
+			// an AverageValue counts as 0, so no Job is ever asked for.
+			w = append(w, "metricType Value: KEDA reads a ScaledJob's target from AverageValue only, takes it as 0, and creates no Jobs; leave metricType out (AverageValue).")
+		} else {
+			// kube-controller-manager, pkg/controller/podautoscaler/replica_calculator.go,
+			// GetExternalMetricReplicas: value/target × ready pods.
+			w = append(w, "metricType Value: the HPA multiplies value/target by the ready pods, but gpuscaler's metrics are already totals for the whole workload, so replicas run away to maxReplicaCount; leave metricType out (AverageValue).")
+		}
+	}
+	if a := o.Spec.Advanced; a != nil && a.ScalingModifiers != nil && (a.ScalingModifiers.Formula != "" || a.ScalingModifiers.Target != "") {
+		// pkg/scaling/scale_handler.go, getScaledObjectState: with modifiers the
+		// ScaledObject is active when the formula's value exceeds activationTarget.
+		at := a.ScalingModifiers.ActivationTarget
+		if at == "" {
+			at = "0"
+		}
+		w = append(w, fmt.Sprintf("scalingModifiers: KEDA decides activation on the formula's value > activationTarget (%s), not on gpuscaler's IsActive, so activationQueueDepth and activationGpuUtil are not applied, and a formula that reads above %s while the workload idles keeps it from zero.", at, at))
+		if a.ScalingModifiers.MetricType == "Value" {
+			w = append(w, "scalingModifiers.metricType Value: the HPA multiplies the formula's value/target by the ready pods; gpuscaler's metrics are totals for the whole workload, so replicas run away; leave it out (AverageValue).")
+		}
+	}
+	if f := o.Spec.Fallback; f != nil && o.Kind == "ScaledObject" {
+		polling, cooldown := int32(defaultPollingInterval), int32(defaultCooldownPeriod)
+		if o.Spec.PollingInterval != nil {
+			polling = *o.Spec.PollingInterval
+		}
+		if o.Spec.CooldownPeriod != nil {
+			cooldown = *o.Spec.CooldownPeriod
+		}
+		// pkg/fallback/fallback.go GetMetricsWithFallback and scale_handler.go
+		// isActiveOrFallback (keda#7244): past failureThreshold failures a failing
+		// trigger reads fallback.replicas × target, with no error, and counts as active.
+		// doFallback: static (the default) sets fallback.replicas; the others start
+		// from the current replicas.
+		after := fmt.Sprintf("sets %d replicas", f.Replicas)
+		switch f.Behavior {
+		case "currentReplicas":
+			after = "keeps the current replicas"
+		case "currentReplicasIfHigher":
+			after = fmt.Sprintf("keeps the current replicas, or sets %d if fewer", f.Replicas)
+		case "currentReplicasIfLower":
+			after = fmt.Sprintf("keeps the current replicas, or sets %d if more", f.Replicas)
+		}
+		if f.Replicas == 0 && (f.Behavior == "" || f.Behavior == "static" || f.Behavior == "currentReplicasIfLower") {
+			after = "reads a metric of 0, so the HPA goes to its minimum, 1, whatever the load"
+		}
+		w = append(w, fmt.Sprintf("fallback: while the scaler answers Unavailable (missing data), after %d failures KEDA counts the trigger active and %s; a workload at zero is woken to 1 or more.", f.FailureThreshold, after))
+		// scale_scaledobjects.go RequestScale: an erroring, inactive trigger is held
+		// where it is, except with fallback.replicas 0, which is taken as idle.
+		if f.Replicas == 0 {
+			w = append(w, "fallback.replicas 0: until the failures pass failureThreshold, KEDA takes the failing trigger as idle, not held, and scales to zero once cooldownPeriod has passed; use 1 or more, or leave fallback out (then KEDA holds the replicas as they are).")
+			if int64(f.FailureThreshold+1)*int64(polling) >= int64(cooldown) {
+				w = append(w, fmt.Sprintf("fallback.replicas 0 with failureThreshold %d and pollingInterval %ds against cooldownPeriod %ds: missing data can scale the workload to zero before the fallback applies.", f.FailureThreshold, polling, cooldown))
+			}
+		}
+	}
+	return w
 }

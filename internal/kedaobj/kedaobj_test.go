@@ -1,6 +1,7 @@
 package kedaobj
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,6 +29,13 @@ func TestExamples(t *testing.T) {
 		got[0].Type != "external-push" || got[0].TrigName != "requests" || got[0].Metadata["queueTarget"] != "4" ||
 		got[0].Index != 0 || got[0].Metadata["podSelector"] != "app.kubernetes.io/name=llm-server" {
 		t.Errorf("scaledobject.yaml: got %+v", got)
+	}
+	// Its fallback (2 replicas) is what the docs advise, and still changes what an
+	// Unavailable answer does: the one warning.
+	for _, tr := range got {
+		if len(tr.Warnings) != 1 || !strings.Contains(tr.Warnings[0], "sets 2 replicas; a workload at zero is woken") {
+			t.Errorf("the example's trigger %d: warnings %q, want the fallback's alone", tr.Index, tr.Warnings)
+		}
 	}
 	got, err = External(read("training-queue/scaledjob.yaml"), "")
 	if err != nil {
@@ -121,4 +129,53 @@ func FuzzExternal(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWarnings: each KEDA setting that changes what the scaler's answers do is named,
+// with what KEDA v2.21.0 and the HPA then do (the code each follows is cited in
+// warnings); an object without them has none.
+func TestWarnings(t *testing.T) {
+	const head = "apiVersion: keda.sh/v1alpha1\nkind: %s\nmetadata: {name: llm, namespace: ml}\nspec:\n"
+	trigger := "  triggers:\n  - type: external-push\n    %s\n    metadata: {scalerAddress: s:9090, queue: q}\n"
+	for _, c := range []struct {
+		name, kind, spec, metricType string
+		want                         []string // a substring of each warning, in order
+	}{
+		{name: "plain", kind: "ScaledObject"},
+		{name: "metricType AverageValue", kind: "ScaledObject", metricType: "metricType: AverageValue"},
+		{name: "metricType Value", kind: "ScaledObject", metricType: "metricType: Value", want: []string{"multiplies value/target by the ready pods"}},
+		{name: "ScaledJob metricType Value", kind: "ScaledJob", metricType: "metricType: Value", want: []string{"creates no Jobs"}},
+		{name: "scalingModifiers", kind: "ScaledObject",
+			spec: "  advanced: {scalingModifiers: {formula: \"s0 + s1\", target: \"2\", activationTarget: \"1.5\"}}\n",
+			want: []string{"formula's value > activationTarget (1.5)"}},
+		{name: "scalingModifiers Value", kind: "ScaledObject",
+			spec: "  advanced: {scalingModifiers: {formula: \"s0\", target: \"2\", metricType: Value}}\n",
+			want: []string{"activationTarget (0)", "scalingModifiers.metricType Value"}},
+		{name: "fallback 3", kind: "ScaledObject", spec: "  fallback: {failureThreshold: 3, replicas: 3}\n",
+			want: []string{"after 3 failures KEDA counts the trigger active and sets 3 replicas"}},
+		{name: "fallback currentReplicas", kind: "ScaledObject", spec: "  fallback: {failureThreshold: 3, replicas: 2, behavior: currentReplicas}\n",
+			want: []string{"keeps the current replicas;"}},
+		{name: "fallback 0, long cooldown", kind: "ScaledObject", spec: "  fallback: {failureThreshold: 3, replicas: 0}\n",
+			want: []string{"the HPA goes to its minimum, 1", "takes the failing trigger as idle"}},
+		{name: "fallback 0, short cooldown", kind: "ScaledObject", spec: "  cooldownPeriod: 60\n  pollingInterval: 30\n  fallback: {failureThreshold: 3, replicas: 0}\n",
+			want: []string{"the HPA goes to its minimum, 1", "takes the failing trigger as idle", "can scale the workload to zero before the fallback applies"}},
+		{name: "ScaledJob fallback ignored", kind: "ScaledJob", spec: "  fallback: {failureThreshold: 3, replicas: 0}\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			doc := fmt.Sprintf(head, c.kind) + c.spec + fmt.Sprintf(trigger, c.metricType)
+			got, err := External([]byte(doc), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := got[0].Warnings
+			if len(w) != len(c.want) {
+				t.Fatalf("warnings %q, want %d", w, len(c.want))
+			}
+			for i, sub := range c.want {
+				if !strings.Contains(w[i], sub) {
+					t.Errorf("warning %d = %q, want it to say %q", i, w[i], sub)
+				}
+			}
+		})
+	}
 }

@@ -38,6 +38,7 @@ const (
 	KeyCapacityAware        = "capacityAware"
 	KeyCapacityHeadroom     = "capacityHeadroom"
 	KeyNodeSelector         = "nodeSelector"
+	KeyTolerations          = "tolerations"
 	KeyStaleAfter           = "staleAfter"
 	KeyStream               = "stream"
 	KeyConsumer             = "consumer"
@@ -95,7 +96,7 @@ var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tl
 var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
-	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter, KeyStream, KeyConsumer,
+	KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyTolerations, KeyStaleAfter, KeyStream, KeyConsumer,
 	KeyTargetWait, KeyConcurrency, KeyPushInterval,
 }
 
@@ -160,6 +161,11 @@ type Trigger struct {
 	CapacityAware    bool
 	CapacityHeadroom int
 	NodeSelector     labels.Selector // nil means every node
+	// Tolerations are the taints the Jobs tolerate: a node whose NoSchedule or NoExecute
+	// taints they do not all tolerate, or a cordoned one unless they tolerate
+	// node.kubernetes.io/unschedulable, is not counted. Nil tolerates none (but the
+	// taint of the GPU resource the Jobs ask for; see the scaler's capacity).
+	Tolerations []Toleration
 
 	StaleAfter time.Duration
 
@@ -238,6 +244,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.bool(KeyCapacityAware, &t.CapacityAware)
 	p.whole(KeyCapacityHeadroom, &t.CapacityHeadroom, 0, 1_000_000)
 	t.NodeSelector = p.selector(KeyNodeSelector)
+	t.Tolerations = p.tolerations(KeyTolerations)
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
@@ -324,7 +331,7 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	if t.CapacityAware && t.PodSelector != nil {
 		return fail(KeyCapacityAware, "no podSelector too: capacityAware is for ScaledJobs, and a ScaledJob trigger must give exactly one metric")
 	}
-	for _, k := range []string{KeyNodeSelector, KeyCapacityHeadroom} {
+	for _, k := range []string{KeyNodeSelector, KeyTolerations, KeyCapacityHeadroom} {
 		if _, ok := md[k]; ok && !t.CapacityAware {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}
@@ -555,6 +562,21 @@ func (p *parser) selector(key string) labels.Selector {
 		return nil
 	}
 	return sel
+}
+
+func (p *parser) tolerations(key string) []Toleration {
+	v, ok := p.get(key)
+	if !ok {
+		return nil
+	}
+	tols, err := ParseTolerations(v)
+	if err != nil {
+		var me *Error
+		_ = errors.As(err, &me)
+		p.fail(key, v, me.Want)
+		return nil
+	}
+	return tols
 }
 
 // migProfile matches MIG profile names: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb.

@@ -31,6 +31,7 @@ type triggerView struct {
 	CapacityAware        bool
 	CapacityHeadroom     int
 	NodeSelector         string
+	Tolerations          string
 	StaleAfter           time.Duration
 	Stream               string
 	Consumer             string
@@ -64,6 +65,7 @@ func viewOf(tr *Trigger) triggerView {
 		CapacityAware:        tr.CapacityAware,
 		CapacityHeadroom:     tr.CapacityHeadroom,
 		NodeSelector:         selectorString(tr.NodeSelector),
+		Tolerations:          FormatTolerations(tr.Tolerations),
 		StaleAfter:           tr.StaleAfter,
 		Stream:               tr.Stream,
 		Consumer:             tr.Consumer,
@@ -314,6 +316,10 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"nodeSelector set-based": {metaWith(baseCapacity, KeyNodeSelector, "gpu in (a100,h100)"), capacity, func(v *triggerView) {
 			v.NodeSelector = "gpu in (a100,h100)"
 		}},
+		"tolerations": {metaWith(baseCapacity, KeyTolerations, "dedicated=ml:NoSchedule, nvidia.com/gpu:NoSchedule"), capacity, func(v *triggerView) {
+			v.Tolerations = "dedicated=ml:NoSchedule,nvidia.com/gpu:NoSchedule"
+		}},
+		"tolerations of every taint": {metaWith(baseCapacity, KeyTolerations, "*"), capacity, func(v *triggerView) { v.Tolerations = "*" }},
 
 		"staleAfter 1s":          {metaWith(baseQueue, KeyStaleAfter, "1s"), queue, func(v *triggerView) { v.StaleAfter = time.Second }},
 		"staleAfter 2m":          {metaWith(baseQueue, KeyStaleAfter, "2m"), queue, func(v *triggerView) { v.StaleAfter = 2 * time.Minute }},
@@ -412,6 +418,8 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseCapacity, KeyNodeSelector, "a non-empty Kubernetes label selector", "", "  ")
 	add(baseCapacity, KeyNodeSelector, "a Kubernetes label selector", "gpu in (", "=a100", "gpu=a100,")
 
+	add(baseCapacity, KeyTolerations, "comma-separated tolerations", "", " ", "a,", "a:noschedule", "*=x", "a b", "a=b:c:NoSchedule", "-a")
+
 	add(baseGPU, KeyGPUsPerReplica, "a whole number of GPUs from 1 to 1024", "0", "-1", "1025", "99999999999999999999", "abc", "", "1.5", "2e0",
 		"1g", "10gb", "1G.10GB", "g.10gb", "1g.gb", "1g.10gb+", "1g.10gb+ME", "1g.10gb.", "mig-1g.10gb", "1c.1c.3g.40gb",
 		"0g.0gb", "00g.000gb+x", "1g.0gb", "0c.1g.5gb")
@@ -450,7 +458,7 @@ func caseName(s string) string {
 func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
-		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyStaleAfter,
+		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyNodeSelector, KeyTolerations, KeyStaleAfter,
 		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
@@ -545,6 +553,9 @@ func TestParseTriggerCombinations(t *testing.T) {
 			metadata: metaWith(baseQueue, KeyCapacityAware, "false", KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100",
 			want: `capacityAware "true" too`,
 		},
+		"tolerations without capacityAware": {
+			metadata: metaWith(baseQueue, KeyTolerations, "dedicated:NoSchedule"), key: KeyTolerations, value: "dedicated:NoSchedule", want: `capacityAware "true" too`,
+		},
 		"nodeSelector with pods only": {
 			metadata: metaWith(baseGPU, KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100", want: `capacityAware "true" too`,
 		},
@@ -624,7 +635,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
 			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
-			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu"),
+			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
 		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyPushInterval, "10s"),
 	}
@@ -904,6 +915,8 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyPodSelector, "app=llm", KeyQueueTarget, "4", false, 0},
 		{"ml", KeyPodSelector, "app=llm", "activationQueueDepthFromEnv", "1", false, 0},
 		{"ml", KeyNodeSelector, "gpu=a100", "", "", true, 0},
+		{"ml", KeyCapacityAware, "true", KeyTolerations, "dedicated=ml:NoSchedule,nvidia.com/gpu", true, 0},
+		{"ml", KeyCapacityAware, "true", KeyTolerations, "*=x", true, 0},
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},

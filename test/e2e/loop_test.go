@@ -218,7 +218,7 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	// Another workload holds 5 of each node's 8 GPUs: 3 free.
 	createGPUDeployment(t, ns, "filler-c", capped.name, 1, 5, 0)
 	createGPUDeployment(t, ns, "filler-p", plain.name, 1, 5, 0)
-	cappedTrigger := loopTrigger("external", "queue", "train", "capacityAware", "true", "gpusPerReplica", "1", "nodeSelector", poolLabel+"="+capped.name)
+	cappedTrigger := loopTrigger("external", "queue", "train", "capacityAware", "true", "gpusPerReplica", "1", "nodeSelector", poolLabel+"="+capped.name, "tolerations", kwokTolerated)
 	startWorkQueue(t, ns, "train", "capped", 10)
 	startWorkQueue(t, ns, "train-plain", "plain", 10)
 	eventually(t, 60*time.Second, "the scaler caps the backlog at the 3 free GPUs", backlogOn(ns, "capped", cappedTrigger.Metadata, 3))
@@ -302,7 +302,7 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	t.Log("four-GPU Jobs: two nodes with 3 free GPUs each")
 	big := newGPUPool(t, "b-"+ns, 8, 8)
 	createGPUDeployment(t, ns, "filler-b", big.name, 2, 5, 0)
-	bigTrigger := loopTrigger("external", "queue", "train-big", "capacityAware", "true", "gpusPerReplica", "4", "nodeSelector", poolLabel+"="+big.name)
+	bigTrigger := loopTrigger("external", "queue", "train-big", "capacityAware", "true", "gpusPerReplica", "4", "nodeSelector", poolLabel+"="+big.name, "tolerations", kwokTolerated)
 	startWorkQueue(t, ns, "train-big", "big", 10)
 	// 6 GPUs are free, but no node has 4 of them: no Job fits.
 	eventually(t, 60*time.Second, "the scaler caps four-GPU Jobs at 0", backlogOn(ns, "big", bigTrigger.Metadata, 0))

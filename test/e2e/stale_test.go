@@ -119,3 +119,45 @@ func metricIs(mc *cluster.MetricsClient, ns, so, metric string, want float64) fu
 		return v == want, fmt.Sprintf("%s = %g", metric, v)
 	}
 }
+
+// (c) fallback.replicas 0, as the KEDA we test against (v2.21.0) does it. Once
+// fallback.failureThreshold failures have passed, KEDA serves a failing trigger's metric
+// as fallback.replicas × target with no error, and counts the trigger as active
+// (isActiveOrFallback in getScaledObjectState, pkg/scaling/scale_handler.go; keda#7244;
+// GetMetricsWithFallback, pkg/fallback/fallback.go). So with replicas 0 the HPA reads 0
+// and goes to its minimum, 1: a producer outage neither keeps the replicas a workload had
+// nor scales it to zero. And a workload already at zero is woken to 1 by the outage
+// (scaleFromZeroOrIdle, pkg/scaling/executor/scale_scaledobjects.go). Before the
+// threshold passes KEDA takes the failing, inactive trigger as idle (fallback set with
+// replicas 0 is not held, as a fallback of 1 or more is), so a cooldownPeriod shorter
+// than failureThreshold polls could scale it to zero in between; here the cooldown is
+// longer. The docs (docs of the failure behaviour) say what this test shows.
+func TestFallbackReplicasZero(t *testing.T) {
+	const cooldown = 10 // s, ≫ failureThreshold 2 × pollingInterval 1 s
+	ns := newNamespace(t, "fallback-zero")
+	createDeployment(t, ns, "inference", 0)
+	so := fastScaleDown(scaledObject(ns, "inference", "inference", 0, 4, testPolling, cooldown,
+		pushTrigger("queue", "requests", "staleAfter", "3s")))
+	so.Spec.Fallback = &kedav1alpha1.Fallback{FailureThreshold: 2, Replicas: 0}
+	createScaledObject(t, so)
+	p := startProducer(t, ns, "requests", cluster.Report{Waiting: 3})
+	waitReplicas(t, ns, "inference", 3, 60*time.Second)
+
+	t.Log("the producer stops with 3 waiting")
+	p.Stop()
+	stopped := time.Now()
+	c := waitCondition(t, ns, "inference", kedav1alpha1.ConditionFallback, metav1.ConditionTrue, "", 60*time.Second)
+	t.Logf("%s after the producer stopped: Fallback=%s %s: %s", time.Since(stopped).Round(time.Millisecond), c.Status, c.Reason, c.Message)
+	waitReplicas(t, ns, "inference", 1, 60*time.Second)
+	consistently(t, (cooldown+5)*time.Second, "at the HPA's minimum, 1, not zero and not 3, while the trigger fails", replicasAre(ns, "inference", 1))
+
+	t.Log("the producer is back with an empty queue: KEDA scales to zero after the cooldown")
+	p = startProducer(t, ns, "requests", cluster.Report{})
+	waitCondition(t, ns, "inference", kedav1alpha1.ConditionFallback, metav1.ConditionFalse, "", 30*time.Second)
+	waitReplicas(t, ns, "inference", 0, (cooldown+30)*time.Second)
+
+	t.Log("the producer stops again, the workload at zero: the outage wakes it")
+	p.Stop()
+	waitCondition(t, ns, "inference", kedav1alpha1.ConditionFallback, metav1.ConditionTrue, "", 60*time.Second)
+	waitReplicas(t, ns, "inference", 1, 30*time.Second)
+}

@@ -95,6 +95,44 @@ func TestNodeReportValidate(t *testing.T) {
 		"unattributed without id": {mutate: func(r *NodeReport) {
 			r.Unattributed = []*UnattributedDevice{{Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "ml", Name: "x"}}}
 		}, wantErr: "unattributed[0]: device id and resource are required"},
+		"scheduling": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Unschedulable: true, Taints: []*Taint{
+				{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"},
+				{Key: "nvidia.com/gpu", Value: "present", Effect: "NoExecute"},
+				{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"},
+			}}
+		}},
+		"scheduling without taints": {mutate: func(r *NodeReport) { r.Scheduling = &NodeScheduling{} }},
+		// Kubernetes' own validation of a Node's taints (pkg/apis/core/validation,
+		// validateNodeTaints): a qualified-name key, a label-value value, a known effect,
+		// each key and effect once. The report carries only the effects that keep pods off.
+		"taint without key": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Effect: "NoSchedule"}}}
+		}, wantErr: `scheduling.taints[0]: key "" is not a Kubernetes taint key`},
+		"taint key too long": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: strings.Repeat("k", 318), Effect: "NoSchedule"}}}
+		}, wantErr: "scheduling.taints[0]: key"},
+		"taint key with space": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: "a b", Effect: "NoSchedule"}}}
+		}, wantErr: `key "a b" is not a Kubernetes taint key`},
+		"taint value too long": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: "k", Value: strings.Repeat("v", 64), Effect: "NoSchedule"}}}
+		}, wantErr: "scheduling.taints[0]: value"},
+		"taint effect PreferNoSchedule": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: "k", Effect: "PreferNoSchedule"}}}
+		}, wantErr: `scheduling.taints[0]: effect "PreferNoSchedule" of taint k: want NoSchedule or NoExecute`},
+		"taint effect empty": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: "k"}}}
+		}, wantErr: `effect "" of taint k: want NoSchedule or NoExecute`},
+		"taint twice": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{Taints: []*Taint{{Key: "k", Value: "a", Effect: "NoSchedule"}, {Key: "k", Value: "b", Effect: "NoSchedule"}}}
+		}, wantErr: "scheduling.taints[1]: taint k:NoSchedule appears twice"},
+		"too many taints": {mutate: func(r *NodeReport) {
+			r.Scheduling = &NodeScheduling{}
+			for i := range MaxTaints + 1 {
+				r.Scheduling.Taints = append(r.Scheduling.Taints, &Taint{Key: fmt.Sprintf("k%d", i), Effect: "NoSchedule"})
+			}
+		}, wantErr: "taints, more than"},
 		"unattributed pod invalid": {mutate: func(r *NodeReport) {
 			r.Unattributed = []*UnattributedDevice{{Id: "x", Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "Bad_NS", Name: "x"}}}
 		}, wantErr: "unattributed[0]: pod: invalid name"},

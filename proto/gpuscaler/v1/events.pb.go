@@ -58,7 +58,12 @@ type NodeReport struct {
 	// Allocated devices the collector could not match to a sample in gpus: an id in a form
 	// it does not know, or one naming a GPU the source did not measure. Their pods' GPU
 	// readings are unknown, which the scaler answers as Unavailable, never as idle.
-	Unattributed  []*UnattributedDevice `protobuf:"bytes,10,rep,name=unattributed,proto3" json:"unattributed,omitempty"`
+	Unattributed []*UnattributedDevice `protobuf:"bytes,10,rep,name=unattributed,proto3" json:"unattributed,omitempty"`
+	// Whether the scheduler may place new pods on the node, from its Node object. Absent
+	// when the collector could not read its Node (no API access, or a collector from
+	// before this field): the scaler then counts the node's free devices as placeable, as
+	// it did before, and says so in explain.
+	Scheduling    *NodeScheduling `protobuf:"bytes,11,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -163,6 +168,136 @@ func (x *NodeReport) GetUnattributed() []*UnattributedDevice {
 	return nil
 }
 
+func (x *NodeReport) GetScheduling() *NodeScheduling {
+	if x != nil {
+		return x.Scheduling
+	}
+	return nil
+}
+
+// NodeScheduling is what of a Node's spec decides whether the scheduler places a new pod
+// there: its NodeUnschedulable and TaintToleration filter plugins
+// (kubernetes pkg/scheduler/framework/plugins/nodeunschedulable, tainttoleration).
+type NodeScheduling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spec.unschedulable: the node is cordoned (kubectl cordon, or drain).
+	Unschedulable bool `protobuf:"varint,1,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
+	// The node's taints whose effect is NoSchedule or NoExecute, in the Node's order: a pod
+	// that does not tolerate one is not placed. PreferNoSchedule taints are left out: the
+	// scheduler still places pods there.
+	Taints        []*Taint `protobuf:"bytes,2,rep,name=taints,proto3" json:"taints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeScheduling) Reset() {
+	*x = NodeScheduling{}
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeScheduling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeScheduling) ProtoMessage() {}
+
+func (x *NodeScheduling) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeScheduling.ProtoReflect.Descriptor instead.
+func (*NodeScheduling) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeScheduling) GetUnschedulable() bool {
+	if x != nil {
+		return x.Unschedulable
+	}
+	return false
+}
+
+func (x *NodeScheduling) GetTaints() []*Taint {
+	if x != nil {
+		return x.Taints
+	}
+	return nil
+}
+
+// Taint is one taint of a Node, as spec.taints holds it.
+type Taint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A qualified name ("nvidia.com/gpu", "ToBeDeletedByClusterAutoscaler").
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// May be empty.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// "NoSchedule" or "NoExecute".
+	Effect        string `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Taint) Reset() {
+	*x = Taint{}
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Taint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Taint) ProtoMessage() {}
+
+func (x *Taint) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Taint.ProtoReflect.Descriptor instead.
+func (*Taint) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Taint) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Taint) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Taint) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
 // UnattributedDevice is an allocated device whose GPU the collector could not find.
 type UnattributedDevice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -179,7 +314,7 @@ type UnattributedDevice struct {
 
 func (x *UnattributedDevice) Reset() {
 	*x = UnattributedDevice{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +326,7 @@ func (x *UnattributedDevice) String() string {
 func (*UnattributedDevice) ProtoMessage() {}
 
 func (x *UnattributedDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +339,7 @@ func (x *UnattributedDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnattributedDevice.ProtoReflect.Descriptor instead.
 func (*UnattributedDevice) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UnattributedDevice) GetId() string {
@@ -255,7 +390,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +402,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +415,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Device) GetId() string {
@@ -367,7 +502,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +514,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +527,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GPUSample) GetUuid() string {
@@ -563,7 +698,7 @@ type PodRef struct {
 
 func (x *PodRef) Reset() {
 	*x = PodRef{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +710,7 @@ func (x *PodRef) String() string {
 func (*PodRef) ProtoMessage() {}
 
 func (x *PodRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +723,7 @@ func (x *PodRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodRef.ProtoReflect.Descriptor instead.
 func (*PodRef) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PodRef) GetNamespace() string {
@@ -692,7 +827,7 @@ type QueueReport struct {
 
 func (x *QueueReport) Reset() {
 	*x = QueueReport{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +839,7 @@ func (x *QueueReport) String() string {
 func (*QueueReport) ProtoMessage() {}
 
 func (x *QueueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +852,7 @@ func (x *QueueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReport.ProtoReflect.Descriptor instead.
 func (*QueueReport) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueReport) GetNamespace() string {
@@ -794,7 +929,7 @@ var File_gpuscaler_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x04\n" +
+	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x04\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12;\n" +
@@ -809,10 +944,20 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\tallocated\x18\b \x03(\v2\x14.gpuscaler.v1.DeviceR\tallocated\x12+\n" +
 	"\x04gpus\x18\t \x03(\v2\x17.gpuscaler.v1.GPUSampleR\x04gpus\x12D\n" +
 	"\funattributed\x18\n" +
-	" \x03(\v2 .gpuscaler.v1.UnattributedDeviceR\funattributed\x1a=\n" +
+	" \x03(\v2 .gpuscaler.v1.UnattributedDeviceR\funattributed\x12<\n" +
+	"\n" +
+	"scheduling\x18\v \x01(\v2\x1c.gpuscaler.v1.NodeSchedulingR\n" +
+	"scheduling\x1a=\n" +
 	"\x0fNodeLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\x0eNodeScheduling\x12$\n" +
+	"\runschedulable\x18\x01 \x01(\bR\runschedulable\x12+\n" +
+	"\x06taints\x18\x02 \x03(\v2\x13.gpuscaler.v1.TaintR\x06taints\"G\n" +
+	"\x05Taint\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06effect\x18\x03 \x01(\tR\x06effect\"\x80\x01\n" +
 	"\x12UnattributedDevice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12&\n" +
@@ -903,35 +1048,39 @@ func file_gpuscaler_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_events_proto_rawDescData
 }
 
-var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_gpuscaler_v1_events_proto_goTypes = []any{
 	(*NodeReport)(nil),            // 0: gpuscaler.v1.NodeReport
-	(*UnattributedDevice)(nil),    // 1: gpuscaler.v1.UnattributedDevice
-	(*Device)(nil),                // 2: gpuscaler.v1.Device
-	(*GPUSample)(nil),             // 3: gpuscaler.v1.GPUSample
-	(*PodRef)(nil),                // 4: gpuscaler.v1.PodRef
-	(*QueueReport)(nil),           // 5: gpuscaler.v1.QueueReport
-	nil,                           // 6: gpuscaler.v1.NodeReport.NodeLabelsEntry
-	nil,                           // 7: gpuscaler.v1.PodRef.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*NodeScheduling)(nil),        // 1: gpuscaler.v1.NodeScheduling
+	(*Taint)(nil),                 // 2: gpuscaler.v1.Taint
+	(*UnattributedDevice)(nil),    // 3: gpuscaler.v1.UnattributedDevice
+	(*Device)(nil),                // 4: gpuscaler.v1.Device
+	(*GPUSample)(nil),             // 5: gpuscaler.v1.GPUSample
+	(*PodRef)(nil),                // 6: gpuscaler.v1.PodRef
+	(*QueueReport)(nil),           // 7: gpuscaler.v1.QueueReport
+	nil,                           // 8: gpuscaler.v1.NodeReport.NodeLabelsEntry
+	nil,                           // 9: gpuscaler.v1.PodRef.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_gpuscaler_v1_events_proto_depIdxs = []int32{
-	8,  // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
-	6,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
-	2,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
-	2,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
-	3,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
-	1,  // 5: gpuscaler.v1.NodeReport.unattributed:type_name -> gpuscaler.v1.UnattributedDevice
-	4,  // 6: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
-	4,  // 7: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
-	4,  // 8: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
-	7,  // 9: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
-	8,  // 10: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	10, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
+	8,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
+	4,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
+	4,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
+	5,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
+	3,  // 5: gpuscaler.v1.NodeReport.unattributed:type_name -> gpuscaler.v1.UnattributedDevice
+	1,  // 6: gpuscaler.v1.NodeReport.scheduling:type_name -> gpuscaler.v1.NodeScheduling
+	2,  // 7: gpuscaler.v1.NodeScheduling.taints:type_name -> gpuscaler.v1.Taint
+	6,  // 8: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
+	6,  // 9: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
+	6,  // 10: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
+	9,  // 11: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
+	10, // 12: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_events_proto_init() }
@@ -939,15 +1088,15 @@ func file_gpuscaler_v1_events_proto_init() {
 	if File_gpuscaler_v1_events_proto != nil {
 		return
 	}
-	file_gpuscaler_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
-	file_gpuscaler_v1_events_proto_msgTypes[4].OneofWrappers = []any{}
+	file_gpuscaler_v1_events_proto_msgTypes[5].OneofWrappers = []any{}
+	file_gpuscaler_v1_events_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_events_proto_rawDesc), len(file_gpuscaler_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -658,7 +658,10 @@ type NodeStatus struct {
 	GpuCount int32 `protobuf:"varint,9,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
 	// The node's Kubernetes labels, as its collector reported them: what a capacity
 	// trigger's nodeSelector matches.
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Whether the scheduler places pods on the node (its cordon, its NoSchedule and
+	// NoExecute taints), as its collector reported; absent when it did not say.
+	Scheduling    *NodeScheduling `protobuf:"bytes,11,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,6 +762,13 @@ func (x *NodeStatus) GetGpuCount() int32 {
 func (x *NodeStatus) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetScheduling() *NodeScheduling {
+	if x != nil {
+		return x.Scheduling
 	}
 	return nil
 }
@@ -1101,9 +1111,16 @@ type NodeCapacity struct {
 	Slots int32                `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
 	Age   *durationpb.Duration `protobuf:"bytes,4,opt,name=age,proto3" json:"age,omitempty"`
 	// Older than staleAfter: counted as full.
-	Stale         bool `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stale bool `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Why the scheduler would place none of the trigger's Jobs on the node ("cordoned",
+	// "tainted key=value:Effect"): it is counted as full. Empty when it may.
+	Unplaceable string `protobuf:"bytes,6,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
+	// The node's collector did not report whether the node is cordoned or tainted (no
+	// API access to its Node, or a collector from before that field): its free devices
+	// are counted.
+	SchedulingUnknown bool `protobuf:"varint,7,opt,name=scheduling_unknown,json=schedulingUnknown,proto3" json:"scheduling_unknown,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeCapacity) Reset() {
@@ -1171,11 +1188,25 @@ func (x *NodeCapacity) GetStale() bool {
 	return false
 }
 
+func (x *NodeCapacity) GetUnplaceable() string {
+	if x != nil {
+		return x.Unplaceable
+	}
+	return ""
+}
+
+func (x *NodeCapacity) GetSchedulingUnknown() bool {
+	if x != nil {
+		return x.SchedulingUnknown
+	}
+	return false
+}
+
 var File_gpuscaler_v1_explain_proto protoreflect.FileDescriptor
 
 const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
-	"\x1agpuscaler/v1/explain.proto\x12\fgpuscaler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
+	"\x1agpuscaler/v1/explain.proto\x12\fgpuscaler.v1\x1a\x19gpuscaler/v1/events.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
 	"\x0eExplainRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12F\n" +
@@ -1236,7 +1267,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x06stored\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06stored\x12+\n" +
 	"\x03age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x18\n" +
 	"\astopped\x18\x06 \x01(\bR\astopped\x12\x14\n" +
-	"\x05stale\x18\a \x01(\bR\x05stale\"\xa9\x04\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\"\xe7\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -1249,7 +1280,10 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x04free\x18\b \x03(\v2\".gpuscaler.v1.NodeStatus.FreeEntryR\x04free\x12\x1b\n" +
 	"\tgpu_count\x18\t \x01(\x05R\bgpuCount\x12<\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2$.gpuscaler.v1.NodeStatus.LabelsEntryR\x06labels\x1a7\n" +
+	" \x03(\v2$.gpuscaler.v1.NodeStatus.LabelsEntryR\x06labels\x12<\n" +
+	"\n" +
+	"scheduling\x18\v \x01(\v2\x1c.gpuscaler.v1.NodeSchedulingR\n" +
+	"scheduling\x1a7\n" +
 	"\tFreeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a9\n" +
@@ -1282,13 +1316,15 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\rnode_selector\x18\x05 \x01(\tR\fnodeSelector\x12\x18\n" +
 	"\abacklog\x18\x06 \x01(\x01R\abacklog\x12\x16\n" +
 	"\x06capped\x18\a \x01(\x01R\x06capped\x120\n" +
-	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\"\x8f\x01\n" +
+	"\x05nodes\x18\b \x03(\v2\x1a.gpuscaler.v1.NodeCapacityR\x05nodes\"\xe0\x01\n" +
 	"\fNodeCapacity\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04free\x18\x02 \x01(\x05R\x04free\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\x05R\x05slots\x12+\n" +
 	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x14\n" +
-	"\x05stale\x18\x05 \x01(\bR\x05stale2O\n" +
+	"\x05stale\x18\x05 \x01(\bR\x05stale\x12 \n" +
+	"\vunplaceable\x18\x06 \x01(\tR\vunplaceable\x12-\n" +
+	"\x12scheduling_unknown\x18\a \x01(\bR\x11schedulingUnknown2O\n" +
 	"\tExplainer\x12B\n" +
 	"\aExplain\x12\x1c.gpuscaler.v1.ExplainRequest\x1a\x19.gpuscaler.v1.ExplanationB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
@@ -1324,6 +1360,7 @@ var file_gpuscaler_v1_explain_proto_goTypes = []any{
 	nil,                           // 15: gpuscaler.v1.NodeStatus.LabelsEntry
 	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*NodeScheduling)(nil),        // 18: gpuscaler.v1.NodeScheduling
 }
 var file_gpuscaler_v1_explain_proto_depIdxs = []int32{
 	12, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
@@ -1345,16 +1382,17 @@ var file_gpuscaler_v1_explain_proto_depIdxs = []int32{
 	9,  // 16: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
 	14, // 17: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
 	15, // 18: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
-	8,  // 19: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
-	11, // 20: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
-	17, // 21: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
-	0,  // 22: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
-	1,  // 23: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
-	23, // [23:24] is the sub-list for method output_type
-	22, // [22:23] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 19: gpuscaler.v1.NodeStatus.scheduling:type_name -> gpuscaler.v1.NodeScheduling
+	8,  // 20: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
+	11, // 21: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
+	17, // 22: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
+	0,  // 23: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
+	1,  // 24: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
+	24, // [24:25] is the sub-list for method output_type
+	23, // [23:24] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_explain_proto_init() }
@@ -1362,6 +1400,7 @@ func file_gpuscaler_v1_explain_proto_init() {
 	if File_gpuscaler_v1_explain_proto != nil {
 		return
 	}
+	file_gpuscaler_v1_events_proto_init()
 	file_gpuscaler_v1_explain_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -40,6 +40,9 @@ type NodeDecoder struct {
 	nPods                  int
 	podPtrs                []*PodRef
 	others                 []int // scratch: the pod slots of one GPU's other_pods
+	// scheduling and taints hold the node's scheduling state, when the report has it.
+	scheduling NodeScheduling
+	taints     []*Taint
 }
 
 // gpuSlot is a reused GPUSample with room for what its optional fields point to.
@@ -81,6 +84,7 @@ const (
 	maxKeptGPUSlots = MaxGPUs
 	maxKeptDevSlots = MaxDevices
 	maxKeptPodSlots = 4 * MaxGPUs
+	maxKeptTaints   = MaxTaints
 )
 
 // decode reads data as a NodeReport into d's memory.
@@ -97,11 +101,14 @@ func (d *NodeDecoder) decode(data []byte) (*NodeReport, error) {
 	if len(d.pods) > maxKeptPodSlots {
 		d.pods, d.podPtrs = nil, nil
 	}
+	if len(d.taints) > maxKeptTaints {
+		d.taints = nil
+	}
 	d.nPods, d.podPtrs = 0, d.podPtrs[:0]
 	d.report.Reset()
 	d.labels = emptied(d.labels)
 	m := &d.report
-	var nGPUs, nAllocatable, nAllocated int
+	var nGPUs, nAllocatable, nAllocated, nTaints int
 	w := wire{b: data}
 	for w.more() {
 		field, typ, pre, err := w.tag("NodeReport")
@@ -163,12 +170,25 @@ func (d *NodeDecoder) decode(data []byte) (*NodeReport, error) {
 					m.Unattributed = append(m.Unattributed, u)
 				}
 			}
+		case 11:
+			var b []byte
+			if b, err = w.msg(typ, "Scheduling"); err == nil {
+				if m.Scheduling == nil {
+					d.scheduling.Reset()
+					nTaints = 0
+					m.Scheduling = &d.scheduling
+				}
+				nTaints, err = d.decodeScheduling(b, nTaints)
+			}
 		default:
 			err = w.skip(pre)
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if m.Scheduling != nil {
+		m.Scheduling.Taints = cut(d.taints, nTaints)
 	}
 	m.Gpus = cut(d.gpuPtrs, nGPUs)
 	m.Allocatable = cut(d.allocatable, nAllocatable)
@@ -210,6 +230,66 @@ func decodeDevice(m *Device, b []byte) error {
 			m.MigProfile, err = w.str(typ, "MigProfile")
 		case 4:
 			m.Unhealthy, err = w.bool(typ, "Unhealthy")
+		default:
+			err = w.skip(pre)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeScheduling decodes b into d.scheduling, merging with what an earlier occurrence
+// of the field gave, as protobuf does: its taints continue after the n decoded so far.
+// It returns the taints decoded in all.
+func (d *NodeDecoder) decodeScheduling(b []byte, n int) (int, error) {
+	m := &d.scheduling
+	w := wire{b: b}
+	for w.more() {
+		field, typ, pre, err := w.tag("NodeScheduling")
+		if err != nil {
+			return n, err
+		}
+		switch field {
+		case 1:
+			m.Unschedulable, err = w.bool(typ, "Unschedulable")
+		case 2:
+			var tb []byte
+			if tb, err = w.msg(typ, "Taints"); err == nil {
+				if n == len(d.taints) {
+					d.taints = append(d.taints, new(Taint))
+				}
+				t := d.taints[n]
+				t.Reset()
+				n++
+				err = decodeTaint(t, tb)
+			}
+		default:
+			err = w.skip(pre)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// decodeTaint decodes b into t.
+func decodeTaint(t *Taint, b []byte) error {
+	w := wire{b: b}
+	for w.more() {
+		field, typ, pre, err := w.tag("Taint")
+		if err != nil {
+			return err
+		}
+		switch field {
+		case 1:
+			t.Key, err = w.str(typ, "Key")
+		case 2:
+			t.Value, err = w.str(typ, "Value")
+		case 3:
+			t.Effect, err = w.str(typ, "Effect")
 		default:
 			err = w.skip(pre)
 		}

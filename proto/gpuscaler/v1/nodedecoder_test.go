@@ -27,6 +27,11 @@ func sharedNodeReport() *NodeReport {
 		&GPUSample{Uuid: "GPU-3", Index: 3},
 	)
 	r.Unattributed = []*UnattributedDevice{{Id: "GPU-9", Resource: "nvidia.com/gpu", Reason: "no such device", Pod: &PodRef{Namespace: "ml", Name: "d"}}}
+	r.Scheduling = &NodeScheduling{Unschedulable: true, Taints: []*Taint{
+		{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"},
+		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"},
+		{Key: "node.kubernetes.io/unreachable", Effect: "NoExecute"},
+	}}
 	return r
 }
 

@@ -21,8 +21,11 @@ const (
 	// MaxPodsPerGPU bounds the pods one shared device lists. NVIDIA's device plugin allows
 	// any replica count, but a GPU shared by more than a few dozen pods is not a layout
 	// anyone runs; 256 keeps a hostile report small.
-	MaxPodsPerGPU    = 256
-	MaxPodLabels     = 128
+	MaxPodsPerGPU = 256
+	MaxPodLabels  = 128
+	// MaxTaints bounds a node's reported taints. Kubernetes sets no number, but a node
+	// carries a handful; 128 keeps a hostile report small.
+	MaxTaints        = 128
 	maxLabelKeyLen   = 317 // a 253-byte prefix, '/', a 63-byte name
 	maxLabelValueLen = 63
 )
@@ -83,7 +86,49 @@ func (r *NodeReport) Validate() error {
 			seen[d.GetId()] = struct{}{}
 		}
 	}
+	if err := r.GetScheduling().validate(); err != nil {
+		return fmt.Errorf("%w: node %s: scheduling.%w", ErrInvalidEvent, r.GetNode(), err)
+	}
 	return nil
+}
+
+// Taint effects a NodeScheduling carries: those that keep a pod that does not tolerate
+// them off the node (k8s.io/api core/v1 types.go, TaintEffect).
+const (
+	TaintNoSchedule = "NoSchedule"
+	TaintNoExecute  = "NoExecute"
+)
+
+// validate checks the taints as Kubernetes validates a Node's (pkg/apis/core/validation,
+// validateNodeTaints: a qualified-name key, a label-value value, each key and effect
+// once), less the effects the report leaves out. A nil s (no scheduling known) is valid.
+func (s *NodeScheduling) validate() error {
+	if n := len(s.GetTaints()); n > MaxTaints {
+		return fmt.Errorf("taints: %d taints, more than %d", n, MaxTaints)
+	}
+	for i, t := range s.GetTaints() {
+		k := t.GetKey()
+		if k == "" || len(k) > maxLabelKeyLen || strings.ContainsFunc(k, notKeyRune) {
+			return fmt.Errorf("taints[%d]: key %.40q is not a Kubernetes taint key (1 to %d bytes of letters, digits, '-', '_', '.' and '/')", i, k, maxLabelKeyLen)
+		}
+		if v := t.GetValue(); len(v) > maxLabelValueLen || strings.ContainsFunc(v, notKeyRune) || strings.Contains(v, "/") {
+			return fmt.Errorf("taints[%d]: value %.40q of taint %s is not a Kubernetes label value (at most %d bytes of letters, digits, '-', '_' and '.')", i, v, k, maxLabelValueLen)
+		}
+		if e := t.GetEffect(); e != TaintNoSchedule && e != TaintNoExecute {
+			return fmt.Errorf("taints[%d]: effect %q of taint %s: want NoSchedule or NoExecute", i, e, k)
+		}
+		for _, o := range s.GetTaints()[:i] {
+			if o.GetKey() == k && o.GetEffect() == t.GetEffect() {
+				return fmt.Errorf("taints[%d]: taint %s:%s appears twice", i, k, t.GetEffect())
+			}
+		}
+	}
+	return nil
+}
+
+// notKeyRune reports a rune no label key or value holds.
+func notKeyRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '/')
 }
 
 // sharedSuffix ends the resource name NVIDIA's device plugin gives a shared device's
