@@ -293,7 +293,7 @@ func TestHardwareThroughScaler(t *testing.T) {
 		}, natstest.Connect(t, ns.ClientURL()).Conn)
 
 	ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: map[string]string{
-		"scalerAddress": "gpuscaler:9090", "podSelector": "app=llm", "gpuUtilTarget": "50", "activationGpuUtil": "10",
+		"scalerAddress": "gpuscaler:9090", "podSelector": "app=llm", "gpuUtilTarget": "50",
 	}}
 	var value float64
 	var lastErr error

@@ -78,6 +78,10 @@ type triggerCalls struct {
 	opened      time.Time
 	sent        call
 	ended       call
+	// held is when a stream last held an activation back (pushInterval), and how many
+	// it has held since this row was made.
+	held      time.Time
+	heldCount int
 }
 
 // row returns k's row, made and put first, or nil for the zero key. It sweeps idle rows
@@ -199,6 +203,20 @@ func (r *callRecorder) streamSent(k callKey) {
 	now := r.now()
 	r.mu.Lock()
 	r.row(k, now).sent = call{at: now, active: true}
+	r.mu.Unlock()
+}
+
+// streamHeld records an activation a stream did not push: it had pushed one less than
+// the trigger's pushInterval ago.
+func (r *callRecorder) streamHeld(k callKey) {
+	if r == nil || k.entry == nil {
+		return
+	}
+	now := r.now()
+	r.mu.Lock()
+	t := r.row(k, now)
+	t.held = now
+	t.heldCount++
 	r.mu.Unlock()
 }
 

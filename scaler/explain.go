@@ -160,6 +160,9 @@ func effective(t *Trigger) map[string]string {
 			m[KeyQueueTarget] = num(t.QueueTarget)
 		}
 		m[KeyActivationQueueDepth] = num(t.ActivationQueueDepth)
+		if !t.CapacityAware {
+			m[KeyPushInterval] = t.PushInterval.String()
+		}
 	}
 	if t.PodSelector != nil {
 		m[KeyPodSelector] = t.PodSelector.String()
@@ -399,6 +402,8 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 	}
 	a := ex.Answer
 	switch {
+	case a.Active && t.GPUOnly():
+		add("Active, always: a trigger with only podSelector never answers inactive while its pods can be judged. At zero replicas there are no GPUs to read, so it could never wake the workload again; KEDA therefore never scales this workload to zero, whatever the ScaledObject's other triggers say (as it refuses for cpu and memory triggers alone), and from zero brings it back to minReplicaCount or 1. To let it scale to zero and wake on work, add a queue, or a stream and consumer, to this trigger; a queue in a trigger of its own beside this one does not.")
 	case a.Active:
 		add("Active: KEDA scales the workload from zero to minReplicaCount (at least 1) and keeps it there while the trigger stays active.")
 	case a.Error != "":
@@ -439,8 +444,12 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 		switch {
 		case len(ex.Nodes) == 0 && ex.NamespaceGpuPods > 0:
 			add("podSelector %q selects none of the %d pods holding GPUs in namespace %s: check the selector against the workload's pod labels.", t.PodSelector.String(), ex.NamespaceGpuPods, t.Namespace)
+		case len(ex.Nodes) == 0 && t.GPUOnly():
+			add("No pod in namespace %s holds a GPU: a workload at zero replicas holds none. The trigger answers active all the same, so KEDA brings the workload back to one replica.", t.Namespace)
 		case len(ex.Nodes) == 0:
 			add("No pod in namespace %s holds a GPU: a workload at zero replicas holds none, so its GPU part is inactive and cannot wake it; the queue (or KEDA's minReplicaCount) must.", t.Namespace)
+		case t.GPUOnly():
+			add("The selected pods hold %s GPUs; gpu-util and gpu-memory move the workload between KEDA's floor of one replica and maxReplicaCount.", num(gpus))
 		case t.ActivateOnUtil && r.gpuActive:
 			add("The selected pods hold %s GPUs whose average utilisation is above activationGpuUtil %s.", num(gpus), num(t.ActivationGPUUtil))
 		case t.ActivateOnUtil:

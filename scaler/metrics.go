@@ -18,6 +18,7 @@ type metrics struct {
 	eventsDropped     *prometheus.CounterVec
 	streamsOpen       prometheus.Gauge
 	activationsPushed prometheus.Counter
+	activationsHeld   prometheus.Counter
 	rpcDuration       *prometheus.HistogramVec
 	replayDuration    prometheus.Gauge
 	replayMessages    prometheus.Gauge
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		activationsPushed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpuscaler_scaler_activations_pushed_total",
 			Help: "Activations (true) pushed to StreamIsActive streams after the first message.",
+		}),
+		activationsHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_activations_held_total",
+			Help: "Activations StreamIsActive did not push because it had sent true less than the trigger's pushInterval ago; KEDA's polls see them.",
 		}),
 		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuscaler_scaler_rpc_duration_seconds",
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
-	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed,
+	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed, m.activationsHeld,
 		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
 		m.producersLeft, m.consumerStalls,
 		stateCollector{state},

@@ -69,8 +69,14 @@ var ErrUnknownMetric = errors.New("unknown metric")
 
 // Active is the trigger's activation decision, which KEDA takes as it is: true when any
 // part is active on fresh data. When no part is active and some part cannot be judged,
-// it fails with that part's error rather than answering false.
+// it fails with that part's error rather than answering false. A trigger with only
+// podSelector (Trigger.GPUOnly) is active whenever its GPUs can be judged, idle or held
+// by no pod: KEDA scales to zero on inactive (scaleToZeroOrIdle), and from zero replicas,
+// holding no GPUs, it could never become active again.
 func (r Reading) Active() (bool, error) {
+	if r.hasGPU && !r.queue.defined {
+		return r.gpuActiveErr == nil, r.gpuActiveErr
+	}
 	if r.queue.defined && r.queue.err == nil && r.queue.active {
 		return true, nil
 	}

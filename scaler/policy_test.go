@@ -158,8 +158,8 @@ func TestNamespaceIsolation(t *testing.T) {
 	}
 	r = read(t, s, mustTrigger(t, "team-b", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "50"}))
 	wantMetric(t, r, MetricGPUUtil, 0)
-	if active, err := r.Active(); active || err != nil {
-		t.Fatalf("team-b saw team-a's GPUs: Active() = %v, %v; want false, nil", active, err)
+	if r.gpuActive || r.gpuActiveErr != nil {
+		t.Fatalf("team-b saw team-a's GPUs: GPU part active %v, %v; want false, nil", r.gpuActive, r.gpuActiveErr)
 	}
 }
 
@@ -199,17 +199,23 @@ func TestGPUMetrics(t *testing.T) {
 			md:       map[string]string{"podSelector": "tier in (gpu),app!=other", "gpuUtilTarget": "60", "gpuMemoryTarget": "80", "gpusPerReplica": "3"},
 			wantUtil: 70, wantMB: 50, wantActive: true,
 		},
+		// With a queue, idle here, the GPU part's own activity decides: above
+		// activationGpuUtil. A trigger with only podSelector is always active.
 		"activation above the average": {
-			md:       map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "60", "gpuMemoryTarget": "80", "activationGpuUtil": "69"},
+			md:       map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "60", "gpuMemoryTarget": "80", "activationGpuUtil": "69"},
 			wantUtil: 140, wantMB: 100, wantActive: true,
 		},
 		"activation at the average is inactive": {
-			md:       map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "60", "gpuMemoryTarget": "80", "activationGpuUtil": "70"},
+			md:       map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "60", "gpuMemoryTarget": "80", "activationGpuUtil": "70"},
 			wantUtil: 140, wantMB: 100, wantActive: false,
 		},
-		"selector matching nothing": {
-			md:       map[string]string{"podSelector": "app=absent", "gpuUtilTarget": "60", "gpuMemoryTarget": "80"},
+		"selector matching nothing, with a queue": {
+			md:       map[string]string{"queue": "idle", "podSelector": "app=absent", "gpuUtilTarget": "60", "gpuMemoryTarget": "80"},
 			wantUtil: 0, wantMB: 0, wantActive: false,
+		},
+		"selector matching nothing, only podSelector: active": {
+			md:       map[string]string{"podSelector": "app=absent", "gpuUtilTarget": "60", "gpuMemoryTarget": "80"},
+			wantUtil: 0, wantMB: 0, wantActive: true,
 		},
 	}
 	for name, tc := range tests {
@@ -218,6 +224,7 @@ func TestGPUMetrics(t *testing.T) {
 			for _, ev := range events {
 				s.Apply(ev, t0)
 			}
+			s.Apply(queueEvent("ml", "idle", 0, 0), t0)
 			r := read(t, s, mustTrigger(t, "ml", tc.md))
 			wantMetric(t, r, MetricGPUUtil, tc.wantUtil)
 			wantMetric(t, r, MetricGPUMemory, tc.wantMB)
@@ -308,8 +315,10 @@ func TestGPUUnavailable(t *testing.T) {
 		_, err := r.Metric(MetricGPUUtil)
 		wantUnavailable(t, err, "GPU GPU-1 on node n1 (pod ml/llm-0) reports no utilisation")
 		wantMetric(t, r, MetricGPUMemory, 50) // memory is still known
-		if _, err := r.Active(); !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Active() error %v, want ErrUnavailable", err)
+		// A trigger with only podSelector is active while its pods can be judged: it
+		// needs no utilisation figure for that.
+		if active, err := r.Active(); !active || err != nil {
+			t.Fatalf("Active() = %v, %v; want true, nil", active, err)
 		}
 	})
 	t.Run("a GPU without framebuffer figures", func(t *testing.T) {
@@ -539,11 +548,13 @@ func TestMemoryTriggerActivity(t *testing.T) {
 		t.Fatalf("Active() = %v, %v; want true, nil while the workload holds a GPU", active, err)
 	}
 	r = read(t, s, mustTrigger(t, "ml", map[string]string{"podSelector": "app=gone", "gpuMemoryTarget": "80"}))
-	if active, err := r.Active(); active || err != nil {
-		t.Fatalf("Active() = %v, %v; want false, nil for a workload holding no GPU", active, err)
+	if r.gpuActive || r.gpuActiveErr != nil {
+		t.Fatalf("GPU part active %v, %v; want false, nil for a workload holding no GPU", r.gpuActive, r.gpuActiveErr)
 	}
-	// Given a utilisation threshold, the trigger is judged on utilisation, which this GPU lacks.
-	r = read(t, s, mustTrigger(t, "ml", map[string]string{"podSelector": "app=llm", "gpuMemoryTarget": "80", "activationGpuUtil": "5"}))
+	// Given a utilisation threshold (with a queue: a trigger with only podSelector takes
+	// none), the GPU part is judged on utilisation, which this GPU lacks.
+	s.Apply(queueEvent("ml", "idle", 0, 0), t0)
+	r = read(t, s, mustTrigger(t, "ml", map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuMemoryTarget": "80", "activationGpuUtil": "5"}))
 	if _, err := r.Active(); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Active() error %v, want ErrUnavailable", err)
 	}

@@ -307,6 +307,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		log:      s.log.With("component", "grpc"),
 		triggers: newTriggerCache(defaultTriggerCacheSize),
 		calls:    s.calls,
+		now:      s.cfg.Now,
 	}
 	pb.RegisterExternalScalerServer(srv, keda)
 	gpuscalerv1.RegisterExplainerServer(srv, explainer{srv: keda})

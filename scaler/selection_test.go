@@ -134,7 +134,7 @@ func TestSelectionsAgreeWithFullScan(t *testing.T) {
 		var triggers []*Trigger
 		for _, ns := range []string{"a", "b"} {
 			for _, sel := range selectors {
-				triggers = append(triggers, mustTrigger(t, ns, map[string]string{"podSelector": sel, "gpuUtilTarget": "50", "gpuMemoryTarget": "60", "activationGpuUtil": "5"}))
+				triggers = append(triggers, mustTrigger(t, ns, map[string]string{"podSelector": sel, "gpuUtilTarget": "50", "gpuMemoryTarget": "60"}))
 			}
 		}
 		for step := range 60 {
@@ -174,6 +174,11 @@ func compareReadings(t *testing.T, what string, got, want Reading) {
 	wa, werr := want.Active()
 	if ga != wa || fmt.Sprint(gerr) != fmt.Sprint(werr) {
 		t.Fatalf("%s: Active() = %v, %v; the full scan gives %v, %v", what, ga, gerr, wa, werr)
+	}
+	// A trigger with only podSelector is always active when it can be judged: compare the
+	// GPU part's own activity too.
+	if got.gpuActive != want.gpuActive || fmt.Sprint(got.gpuActiveErr) != fmt.Sprint(want.gpuActiveErr) {
+		t.Fatalf("%s: GPU part active %v, %v; the full scan gives %v, %v", what, got.gpuActive, got.gpuActiveErr, want.gpuActive, want.gpuActiveErr)
 	}
 }
 

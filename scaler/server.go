@@ -39,6 +39,15 @@ type Server struct {
 	// calls records each trigger's last calls for the status page; nil records none, as
 	// does a server without a trigger cache, whose entries name the triggers.
 	calls *callRecorder
+	// now tells time for the spacing of pushes (pushInterval); nil means time.Now.
+	now func() time.Time
+}
+
+func (s *Server) clock() time.Time {
+	if s.now == nil {
+		return time.Now()
+	}
+	return s.now()
 }
 
 // NewLocalServer returns a Server over state, ready at once, for callers in this process:
@@ -79,9 +88,20 @@ func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 }
 
 // StreamIsActive sends the trigger's activation state when opened, then true each time the
-// trigger as a whole becomes active, as soon as the report that made it so is applied.
-// KEDA ignores a pushed false, so none is sent after the first message. It ends with a
-// nil error when the scaler stops, so KEDA reconnects in 2 s rather than backing off.
+// trigger as a whole becomes active, as soon as the report that made it so is applied,
+// unless the stream sent true less than the trigger's pushInterval ago. KEDA ignores a
+// pushed false, so none is sent after the first message. It ends with a nil error when
+// the scaler stops, so KEDA reconnects in 2 s rather than backing off.
+//
+// KEDA answers every true with RequestScale and a ScaledObject status write
+// (startPushScalers and handleResult in pkg/scaling/scale_handler.go: lastActiveTime
+// changes each time). While replicas are up a push buys nothing, and sparse traffic, a
+// request every 2 s, would write the status every 2 s. A push within pushInterval of the
+// last one is not needed to wake a workload: the last push set lastActiveTime, and KEDA
+// scales to zero only a cooldownPeriod after that (scaleToZeroOrIdle in
+// pkg/scaling/executor/scale_scaledobjects.go), which pushInterval must not exceed. So
+// the first activation after a quiet pushInterval, the one that can find the workload at
+// zero, is pushed at once; the ones held are left to KEDA's polls.
 func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) (err error) {
 	t, k, err := s.trigger(ref)
 	if err != nil {
@@ -115,6 +135,12 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	}
 	s.calls.streamOpened(k, active)
 	opened = true
+	// lastPush is when this stream last sent true: KEDA acts on the opening message as on
+	// a push. Zero while it has sent none, so the first activation is always pushed.
+	var lastPush time.Time
+	if active {
+		lastPush = s.clock()
+	}
 	for {
 		select {
 		case <-s.done:
@@ -137,12 +163,21 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 				active = false
 			}
 			if now && !active {
-				if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
-					return err
+				at := s.clock()
+				if !lastPush.IsZero() && at.Sub(lastPush) < t.PushInterval {
+					s.metrics.activationsHeld.Inc()
+					s.calls.streamHeld(k)
+					s.log.Debug("held activation: pushed one within pushInterval", "namespace", ref.GetNamespace(),
+						"scaledObject", ref.GetName(), "lastPush", lastPush, "pushInterval", t.PushInterval)
+				} else {
+					if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
+						return err
+					}
+					lastPush = at
+					s.metrics.activationsPushed.Inc()
+					s.calls.streamSent(k)
+					s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
 				}
-				s.metrics.activationsPushed.Inc()
-				s.calls.streamSent(k)
-				s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
 			}
 			active, gpuActive = now, gpuNow
 		}

@@ -170,7 +170,8 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	pub.queue("ml", "jobs", 0, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
 
-	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs"}))
+	// pushInterval 0s: every activation is pushed (TestStreamIsActiveSpacesPushes spaces them).
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "pushInterval": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +212,163 @@ func TestStreamIsActivePushesActivation(t *testing.T) {
 	}
 }
 
+// TestGPUOnlyTriggerNeverLetsKEDAScaleToZero: a trigger with only podSelector, whose pods
+// idle at 0 %, must not answer inactive. KEDA's executor (RequestScale in
+// pkg/scaling/executor/scale_scaledobjects.go, v2.21.0) scales a ScaledObject with
+// minReplicaCount 0 (KEDA's default) to zero once its triggers have been inactive for
+// cooldownPeriod (scaleToZeroOrIdle), and at zero replicas the pods hold no GPUs, so the
+// trigger could never be active again: a silent, permanent zero. Active at zero replicas,
+// KEDA scales from zero to minReplicaCount or 1 (scaleFromZeroOrIdle), and never to zero;
+// an error would keep it at zero, Ready=False, with no way back. So the trigger answers
+// active whenever its GPUs can be judged, as KEDA refuses scale to zero for cpu and
+// memory triggers alone (apis/keda/v1alpha1/scaledobject_webhook.go). Data that cannot be
+// judged is still Unavailable; a trigger with a queue wakes from zero on the queue and
+// keeps its GPU part's activity.
+func TestGPUOnlyTriggerNeverLetsKEDAScaleToZero(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	gpuOnly := ref("ml", "llm", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "60"})
+	isActive := func(r *pb.ScaledObjectRef) (bool, error) {
+		t.Helper()
+		resp, err := s.client.IsActive(t.Context(), r)
+		return resp.GetResult(), err
+	}
+
+	// No node has reported: unknown, never a silent inactive.
+	_, err := isActive(gpuOnly)
+	wantCode(t, err, codes.Unavailable, "no node report")
+
+	applied := func(r *gpuscalerv1.NodeReport) {
+		t.Helper()
+		before := s.State().Applied()
+		pub.node(r)
+		testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > before })
+	}
+	llm := map[string]string{"app": "llm"}
+	applied(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{
+		gpu("GPU-1", "ml", "llm-0", llm, 0, 60, 80), gpu("GPU-2", "ml", "llm-1", llm, 0, 60, 80)}})
+	if active, err := isActive(gpuOnly); !active || err != nil {
+		t.Fatalf("pods idle at 0%%: IsActive = %v, %v; want true: inactive lets KEDA scale to zero, and nothing wakes it", active, err)
+	}
+	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: gpuOnly, MetricName: MetricGPUUtil})
+	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 0 {
+		t.Fatalf("gpu-util = %v, %v; want 0: the HPA still scales the idle pods down to KEDA's floor", resp, err)
+	}
+	// gpuscaler explain and the status page say why.
+	explainer := gpuscalerv1.NewExplainerClient(s.conn)
+	explain := func() *gpuscalerv1.Explanation {
+		t.Helper()
+		ex, err := explainer.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: gpuOnly.ScalerMetadata})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex
+	}
+	wantReason(t, explain(), "Active, always: a trigger with only podSelector", "KEDA therefore never scales this workload to zero")
+	_, page := get(t, s, http.MethodGet, "/status/trigger?id=1")
+	wantContains(t, "the trigger's status page", page, "Active, always: a trigger with only podSelector")
+
+	// The workload at zero replicas: no pod holds a GPU.
+	applied(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "", "", nil, 0, 0, 80)}})
+	if active, err := isActive(gpuOnly); !active || err != nil {
+		t.Fatalf("no pod holds a GPU: IsActive = %v, %v; want true, so KEDA brings the workload back to one replica", active, err)
+	}
+	wantReason(t, explain(), "No pod in namespace ml holds a GPU", "The trigger answers active all the same")
+	stream, err := s.client.StreamIsActive(t.Context(), gpuOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, true)
+
+	// With a queue, idle, the trigger can wake from zero on the queue: it is inactive.
+	pub.queue("ml", "jobs", 0, 0)
+	combined := ref("ml", "llm", map[string]string{"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60"})
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		active, err := isActive(combined)
+		return err == nil && !active
+	})
+}
+
+// TestStreamIsActiveSpacesPushes: sparse traffic, a request every 2 s for a minute, each
+// served before the next, makes the queue go from empty to non-empty 30 times. KEDA
+// answers every push with RequestScale and a ScaledObject status write, as lastActiveTime
+// changes (startPushScalers and handleResult in KEDA's pkg/scaling/scale_handler.go), so
+// each activation pushed was a status write every 2 s. Once the first push has woken the
+// workload, KEDA does not scale it to zero before a cooldownPeriod has passed since
+// lastActiveTime (scaleToZeroOrIdle in pkg/scaling/executor/scale_scaledobjects.go), so
+// the stream pushes at most once per pushInterval (30 s by default, KEDA's default
+// pollingInterval): twice in the minute. A request after the trigger has been quiet for
+// longer than that, one that may find the workload at zero, is still pushed at once. The
+// scaler's clock is moved by hand; the stream's looks are waited for through its counters.
+func TestStreamIsActiveSpacesPushes(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ns := natstest.Start(t, "", "")
+	// The watchdog would measure the offset as clock skew and correct it away: keep it quiet.
+	s := startScaler(t, ns.ClientURL(), Config{Now: now, streamCheckEvery: time.Hour})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 0, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
+
+	// staleAfter 10m: the hand-moved clock must not make the queue's reports stale.
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "staleAfter": "10m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, false)
+
+	looked := func() float64 {
+		return testutil.ToFloat64(s.metrics.activationsPushed) + testutil.ToFloat64(s.metrics.activationsHeld)
+	}
+	// request is one request: waiting, then served, the queue empty again. It returns once
+	// the stream has judged the activation, pushed or held, at the clock's present reading.
+	request := func() {
+		t.Helper()
+		before := looked()
+		for _, waiting := range []uint64{1, 0} {
+			applied := s.State().Applied()
+			pub.queue("ml", "jobs", waiting, 0)
+			testkit.Eventually(t, 5*time.Second, func() bool { return s.State().Applied() > applied })
+			if waiting == 1 {
+				testkit.Eventually(t, 5*time.Second, func() bool { return looked() > before })
+			}
+		}
+	}
+
+	for i := range 30 { // at 0 s, 2 s, … 58 s
+		if i > 0 {
+			offset.Add(int64(2 * time.Second))
+		}
+		request()
+	}
+	// Pushed at 0 s (the wake) and at 30 s, a pushInterval after it; the other 28 held.
+	pushed, held := testutil.ToFloat64(s.metrics.activationsPushed), testutil.ToFloat64(s.metrics.activationsHeld)
+	if pushed != 2 || held != 28 {
+		t.Fatalf("a minute of requests 2 s apart: pushed %v, held %v; want 2 pushed (one per pushInterval 30s), 28 held", pushed, held)
+	}
+	expectMsg(t, msgs, true)
+	expectMsg(t, msgs, true)
+	select {
+	case m := <-msgs:
+		t.Fatalf("stream sent %v more, want only the 2 pushes", m)
+	default:
+	}
+	_, page := get(t, s, http.MethodGet, "/status")
+	wantContains(t, "the status page", page, "28 activations held within pushInterval")
+
+	// Quiet for longer than pushInterval since the last push (at 30 s): the next request
+	// may find the workload at zero, and is pushed at once, without the clock moving on.
+	offset.Add(int64(40 * time.Second))
+	request()
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 3 {
+		t.Fatalf("activations pushed = %v, want 3: the request after a quiet pushInterval is pushed", got)
+	}
+}
+
 // TestStreamIsActiveCombinedTriggerPushesOnce: a trigger with a queue and a podSelector
 // whose pods are busy stays active while its queue is empty, so the queue's heartbeats,
 // empty each time, push nothing: KEDA writes the ScaledObject's status for every push,
@@ -233,7 +391,7 @@ func TestStreamIsActiveCombinedTriggerPushesOnce(t *testing.T) {
 	applied(func() { pub.queue("ml", "jobs", 0, 0) })
 
 	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{
-		"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10"}))
+		"queue": "jobs", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10", "pushInterval": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}

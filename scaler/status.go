@@ -152,6 +152,10 @@ type streamView struct {
 	Opened string // how long ago the last stream opened; "" if none did
 	Sent   callView
 	Ended  callView
+	// Held counts the activations not pushed, within pushInterval of a push; HeldAgo is
+	// how long ago the last was.
+	Held    int
+	HeldAgo string
 }
 
 func (p *statusPage) header(r *http.Request, title string) (statusHeader, error) {
@@ -372,6 +376,9 @@ func viewTrigger(t *triggerCalls, now time.Time) triggerView {
 	v.Stream = streamView{Open: t.streamsOpen, Sent: viewCall(t.sent, now, activeWord(t.sent.active)), Ended: viewCall(t.ended, now, "")}
 	if !t.opened.IsZero() {
 		v.Stream.Opened = ago(t.opened, now)
+	}
+	if t.heldCount > 0 {
+		v.Stream.Held, v.Stream.HeldAgo = t.heldCount, ago(t.held, now)
 	}
 	if t.ended.err == nil {
 		v.Stream.Ended.Answer = "ended cleanly"

@@ -48,6 +48,7 @@ const (
 	KeyConsumer             = metadata.KeyConsumer
 	KeyTargetWait           = metadata.KeyTargetWait
 	KeyConcurrency          = metadata.KeyConcurrency
+	KeyPushInterval         = metadata.KeyPushInterval
 )
 
 // Defaults of the optional keys.
@@ -56,6 +57,7 @@ const (
 	DefaultActivationQueueDepth = metadata.DefaultActivationQueueDepth
 	DefaultActivationGPUUtil    = metadata.DefaultActivationGPUUtil
 	DefaultStaleAfter           = metadata.DefaultStaleAfter
+	DefaultPushInterval         = metadata.DefaultPushInterval
 )
 
 // Metric names, as GetMetricSpec returns them.

@@ -50,7 +50,7 @@ func TestSharedGPUMaths(t *testing.T) {
 		"one workload, four pods time-sliced on one GPU": {
 			gpus: []*gpuscalerv1.GPUSample{sharedGPU("GPU-1", 90,
 				podRef("ml", "llm-0", llm), podRef("ml", "llm-1", llm), podRef("ml", "llm-2", llm), podRef("ml", "llm-3", llm))},
-			md:       map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
+			md:       map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
 			wantUtil: 360, wantMem: 200, wantActive: true,
 		},
 		// The same GPU shared with another workload, without per-pod figures: each of the
@@ -58,7 +58,7 @@ func TestSharedGPUMaths(t *testing.T) {
 		// 90% on average, held by one pod with half a GPU.
 		"two workloads on one GPU, device figure split": {
 			gpus:     []*gpuscalerv1.GPUSample{sharedGPU("GPU-1", 90, podRef("ml", "llm-0", llm), podRef("ml", "other-0", other))},
-			md:       map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
+			md:       map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
 			wantUtil: 90, wantMem: 50, wantActive: true,
 		},
 		// With NVML's per-process figures this workload's pod used 20 of the GPU's 90%:
@@ -66,7 +66,7 @@ func TestSharedGPUMaths(t *testing.T) {
 		"two workloads on one GPU, measured per pod": {
 			gpus: []*gpuscalerv1.GPUSample{sharedGPU("GPU-1", 90,
 				withUtil(podRef("ml", "llm-0", llm), 20), withUtil(podRef("ml", "other-0", other), 70))},
-			md:       map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
+			md:       map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "80"},
 			wantUtil: 40, wantMem: 50, wantActive: false,
 		},
 		// A per-pod figure missing for one pod: the device figure is split instead.
@@ -86,7 +86,7 @@ func TestSharedGPUMaths(t *testing.T) {
 		// A whole GPU per pod reads as it always did.
 		"whole GPUs": {
 			gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 90, 40, 80), gpu("GPU-2", "ml", "llm-1", llm, 30, 20, 80)},
-			md:   map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "50"},
+			md:   map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "gpuMemoryTarget": "60", "activationGpuUtil": "50"},
 			// 120 over 2 GPUs, 1 per pod; memory 50% + 25%.
 			wantUtil: 120, wantMem: 75, wantActive: true,
 		},
@@ -95,6 +95,8 @@ func TestSharedGPUMaths(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := NewState(newFakeClock(t0).Now)
 			s.Apply(nodeEvent("n1", tc.gpus...), t0)
+			// Triggers with activationGpuUtil have a queue, idle: the GPU part decides.
+			s.Apply(queueEvent("ml", "idle", 0, 0), t0)
 			r := read(t, s, mustTrigger(t, "ml", tc.md))
 			wantMetric(t, r, MetricGPUUtil, tc.wantUtil)
 			wantMetric(t, r, MetricGPUMemory, tc.wantMem)
@@ -106,7 +108,9 @@ func TestSharedGPUMaths(t *testing.T) {
 }
 
 func TestUnknownIsNeverZero(t *testing.T) {
-	md := map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70"}
+	// With a queue, idle: Active is the GPU part's judgement, which needs utilisation (a
+	// trigger with only podSelector is always active, TestGPUOnlyTriggerNeverLetsKEDAScaleToZero).
+	md := map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70"}
 	tests := map[string]struct {
 		report func() *gpuscalerv1.NodeReport
 		want   []string // in the error; none: no error
@@ -165,6 +169,7 @@ func TestUnknownIsNeverZero(t *testing.T) {
 				t.Fatalf("test report invalid: %v", err)
 			}
 			s.Apply(gpuscalerv1.Event{Subject: gpuscalerv1.Subject{Kind: gpuscalerv1.KindNode, Node: r.GetNode()}, Node: r}, t0)
+			s.Apply(queueEvent("ml", "idle", 0, 0), t0)
 			reading := read(t, s, mustTrigger(t, "ml", md))
 			_, metricErr := reading.Metric(MetricGPUUtil)
 			_, activeErr := reading.Active()

@@ -228,7 +228,7 @@ func TestWorkQueueCombinedTriggerPushesOnce(t *testing.T) {
 	}
 
 	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "inference", map[string]string{
-		"stream": "WORK", "consumer": "workers", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10"}))
+		"stream": "WORK", "consumer": "workers", "podSelector": "app=llm", "gpuUtilTarget": "60", "activationGpuUtil": "10", "pushInterval": "0s"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,8 @@ func TestExplainReadmeQuickStart(t *testing.T) {
 
 // TestExplainFile explains the shipped example ScaledObject, read from a file and from
 // stdin beside a Deployment, against a scaler that has no reports yet: every trigger, in
-// order, with the Unavailable KEDA would get and why.
+// order, with the Unavailable KEDA would get and why: its one trigger, on a queue and the
+// pods' GPUs.
 func TestExplainFile(t *testing.T) {
 	url, _ := startScaler(t)
 	s, _ := scalertest.Start(t, url)
@@ -98,24 +99,21 @@ func TestExplainFile(t *testing.T) {
 	file := filepath.Join("..", "..", "examples", "inference-scale-to-zero", "scaledobject.yaml")
 	r := runCLI(t.Context(), nil, "explain", "--file", file, "--scaler-address", addr, "-o", "json")
 	got, exs := decodeExplained(t, r.stdout)
-	if r.code != 0 || len(got) != 2 {
-		t.Fatalf("got %v, want two triggers explained", r)
+	if r.code != 0 || len(got) != 1 {
+		t.Fatalf("got %v, want one trigger explained", r)
 	}
-	for i, want := range []struct{ typ, code, says string }{
-		{"external-push", "Unavailable", "no report for queue inference/llm-requests"},
-		{"external", "Unavailable", "no node report since this scaler started"},
-	} {
-		g, ex := got[i], exs[i]
-		if g.Kind != "ScaledObject" || g.Namespace != "inference" || g.Name != "llm-server" || g.Trigger != i || g.Type != want.typ ||
-			g.Metadata["scalerAddress"] != "gpuscaler.gpuscaler.svc.cluster.local:9090" {
-			t.Errorf("trigger %d: %+v", i, g)
+	g, ex := got[0], exs[0]
+	if g.Kind != "ScaledObject" || g.Namespace != "inference" || g.Name != "llm-server" || g.Trigger != 0 || g.Type != "external-push" ||
+		g.Metadata["scalerAddress"] != "gpuscaler.gpuscaler.svc.cluster.local:9090" {
+		t.Errorf("trigger 0: %+v", g)
+	}
+	for _, says := range []string{"no report for queue inference/llm-requests", "no node report since this scaler started"} {
+		if ex.GetAnswer().GetErrorCode() != "Unavailable" || !strings.Contains(ex.GetAnswer().GetError(), says) {
+			t.Errorf("trigger 0 answer: %v, want Unavailable saying %q", ex.GetAnswer(), says)
 		}
-		if ex.GetAnswer().GetErrorCode() != want.code || !strings.Contains(ex.GetAnswer().GetError(), want.says) {
-			t.Errorf("trigger %d answer: %v, want %s saying %q", i, ex.GetAnswer(), want.code, want.says)
-		}
-		if len(g.Warnings) != 1 || !strings.HasPrefix(g.Warnings[0], "fallback: ") {
-			t.Errorf("trigger %d warnings %q, want the example's fallback", i, g.Warnings)
-		}
+	}
+	if len(g.Warnings) != 1 || !strings.HasPrefix(g.Warnings[0], "fallback: ") {
+		t.Errorf("trigger 0 warnings %q, want the example's fallback", g.Warnings)
 	}
 
 	// The table, from stdin, with a Deployment before the ScaledObject.
@@ -138,7 +136,6 @@ func TestExplainFile(t *testing.T) {
 	os.Stdin = old
 	for _, want := range []string{
 		"ScaledObject inference/llm-server, trigger 0 (requests), answered by the scaler at " + addr,
-		"ScaledObject inference/llm-server, trigger 1 (gpu-util)",
 		"Unavailable: data unavailable: no report for queue inference/llm-requests",
 		`GPUs of the pods podSelector "app.kubernetes.io/name=llm-server" selects`,
 		"IsActive fails (Unavailable): KEDA neither scales to nor from zero",

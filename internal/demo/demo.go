@@ -410,7 +410,11 @@ func (w *world) ref(kind string) *pb.ScaledObjectRef {
 	if kind == "job" {
 		return &pb.ScaledObjectRef{Name: trainingName, Namespace: trainingNS, ScalerMetadata: trainingTrigger()}
 	}
-	return &pb.ScaledObjectRef{Name: inferenceName, Namespace: inferenceNS, ScalerMetadata: inferenceTrigger()}
+	md := inferenceTrigger()
+	// A push within pushInterval of the last is held, which is safe only while
+	// pushInterval is at most cooldownPeriod: the demo's is 15 s, below the 30 s default.
+	md[scaler.KeyPushInterval] = min(w.cfg.Timing.Cooldown, scaler.DefaultPushInterval).String()
+	return &pb.ScaledObjectRef{Name: inferenceName, Namespace: inferenceNS, ScalerMetadata: md}
 }
 
 // follow holds the StreamIsActive stream KEDA keeps open for an external-push trigger,

@@ -23,9 +23,11 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Kind != "ScaledObject" || got[0].Namespace != "inference" || got[0].Name != "llm-server" ||
+	// One trigger on the queue and the pods' GPUs (a trigger with only podSelector beside
+	// it would keep the service from reaching zero).
+	if len(got) != 1 || got[0].Kind != "ScaledObject" || got[0].Namespace != "inference" || got[0].Name != "llm-server" ||
 		got[0].Type != "external-push" || got[0].TrigName != "requests" || got[0].Metadata["queueTarget"] != "4" ||
-		got[1].Index != 1 || got[1].Metadata["podSelector"] != "app.kubernetes.io/name=llm-server" {
+		got[0].Index != 0 || got[0].Metadata["podSelector"] != "app.kubernetes.io/name=llm-server" {
 		t.Errorf("scaledobject.yaml: got %+v", got)
 	}
 	// Its fallback (2 replicas) is what the docs advise, and still changes what an

@@ -45,6 +45,7 @@ const (
 	KeyConsumer             = "consumer"
 	KeyTargetWait           = "targetWait"
 	KeyConcurrency          = "concurrency"
+	KeyPushInterval         = "pushInterval"
 )
 
 // Defaults of the optional keys.
@@ -53,6 +54,13 @@ const (
 	DefaultActivationQueueDepth = 0.0
 	DefaultActivationGPUUtil    = 0.0
 	DefaultStaleAfter           = 30 * time.Second
+	// DefaultPushInterval is KEDA's default pollingInterval (defaultPollingInterval in
+	// apis/keda/v1alpha1/withtriggers_types.go): pushes then write a ScaledObject's
+	// status no more often than the polls of an active trigger do, and it is below KEDA's
+	// default cooldownPeriod (defaultCooldownPeriod, 300 s, in
+	// pkg/scaling/executor/scale_executor.go), which a pushInterval must not exceed (see
+	// Trigger.PushInterval).
+	DefaultPushInterval = 30 * time.Second
 )
 
 // Metric names, as GetMetricSpec returns them. KEDA prefixes each with "s<trigger index>-"
@@ -90,7 +98,7 @@ var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
 	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter, KeyStream, KeyConsumer,
-	KeyTargetWait, KeyConcurrency,
+	KeyTargetWait, KeyConcurrency, KeyPushInterval,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -139,9 +147,10 @@ type Trigger struct {
 	ActivationGPUUtil float64
 	GPUMemoryTarget   float64 // 0 when not given
 	// ActivateOnUtil says the GPU part is active when the average utilisation is above
-	// ActivationGPUUtil: true when gpuUtilTarget or activationGpuUtil is given. Otherwise
-	// (a gpuMemoryTarget trigger) the GPU part is active while the workload holds GPUs,
-	// which needs no utilisation figure a source may not have.
+	// ActivationGPUUtil: true when gpuUtilTarget or activationGpuUtil is given to a
+	// trigger with a queue or stream. Otherwise (a gpuMemoryTarget trigger) the GPU part
+	// is active while the workload holds GPUs, which needs no utilisation figure a source
+	// may not have. A trigger with only podSelector is always active (see GPUOnly).
 	ActivateOnUtil bool
 
 	// GPUsPerReplica is the number of GPUs one replica holds; 0 means use the observed
@@ -170,6 +179,16 @@ type Trigger struct {
 	// Stream and Consumer name a JetStream work queue followed directly.
 	Stream   string
 	Consumer string
+
+	// PushInterval is the least time between two activations StreamIsActive pushes; an
+	// activation within it of the last push is left to KEDA's polls. KEDA answers every
+	// push with a status write, and a push buys nothing while replicas are up. It is
+	// sound while it is at most the ScaledObject's cooldownPeriod: a push sets
+	// lastActiveTime, and KEDA scales to zero only a cooldownPeriod after that
+	// (scaleToZeroOrIdle in pkg/scaling/executor/scale_scaledobjects.go), so within
+	// PushInterval of a push the workload has not been scaled to zero. 0 pushes every
+	// activation.
+	PushInterval time.Duration
 }
 
 // MetricSpec is one metric a trigger gives and its per-replica target.
@@ -218,6 +237,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		StaleAfter:           defaultStaleAfter,
 		Concurrency:          1,
+		PushInterval:         DefaultPushInterval,
 	}
 	p := parser{md: md, written: written}
 	t.Queue = p.name(KeyQueue, gpuscalerv1.ValidateQueueName, "a queue name: no '.', '*', '>' or white space")
@@ -238,6 +258,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
 	p.durationIn(KeyTargetWait, &t.TargetWait, 10*time.Millisecond, MaxStaleAfter, `a duration from 10ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
+	p.durationIn(KeyPushInterval, &t.PushInterval, 0, MaxStaleAfter, `a duration from 0s to 24h, such as "30s"; at most the ScaledObject's cooldownPeriod`)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -245,8 +266,18 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		return nil, err
 	}
 	_, activationGiven := md[KeyActivationGPUUtil]
-	t.ActivateOnUtil = t.GPUUtilTarget > 0 || activationGiven
+	t.ActivateOnUtil = (t.GPUUtilTarget > 0 || activationGiven) && !t.GPUOnly()
 	return t, nil
+}
+
+// GPUOnly reports a trigger with podSelector and neither queue nor stream. Such a trigger
+// is always active when its data can be judged: at zero replicas there are no GPUs to
+// read, so an inactive one could never wake its workload again, and KEDA, which scales to
+// zero on an inactive trigger once cooldownPeriod has passed, would leave it at zero for
+// good. Always active, KEDA keeps the workload at one replica at least, as it refuses
+// scale to zero for cpu and memory triggers alone.
+func (t *Trigger) GPUOnly() bool {
+	return t.PodSelector != nil && t.Queue == "" && t.Stream == ""
 }
 
 // checkCombination checks the keys make sense together. written maps each key to the
@@ -296,11 +327,22 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	}
 	// A key that shapes nothing the trigger gives would be accepted and ignored, and the
 	// workload would scale in a way its author did not write.
+	if _, ok := md[KeyActivationGPUUtil]; ok && t.GPUOnly() {
+		return fail(KeyActivationGPUUtil, "queue, or stream with consumer, set too: a trigger with only podSelector is always active, since at zero replicas it has no GPUs to read and could never wake the workload again; activationGpuUtil would change nothing")
+	}
 	if t.Queue == "" && t.Stream == "" {
 		for _, k := range []string{KeyQueueTarget, KeyActivationQueueDepth} {
 			if _, ok := md[k]; ok {
 				return fail(k, "queue, or stream with consumer, set too: "+k+" applies to a backlog, and a trigger with only podSelector measures none")
 			}
+		}
+	}
+	if _, ok := md[KeyPushInterval]; ok {
+		switch {
+		case t.Queue == "" && t.Stream == "":
+			return fail(KeyPushInterval, "queue, or stream with consumer, set too: it spaces the pushes of a backlog's activations, and a trigger with only podSelector pushes none")
+		case t.CapacityAware:
+			return fail(KeyPushInterval, `no capacityAware "true" too: capacityAware is for ScaledJobs, and KEDA pushes nothing for a ScaledJob`)
 		}
 	}
 	for _, k := range []string{KeyNodeSelector, KeyTolerations, KeyCapacityHeadroom, KeyMinReplicaCount} {

@@ -38,6 +38,7 @@ type triggerView struct {
 	Consumer             string
 	TargetWait           time.Duration
 	Concurrency          int
+	PushInterval         time.Duration
 }
 
 // noSelector is how triggerView writes a nil selector.
@@ -72,6 +73,7 @@ func viewOf(tr *Trigger) triggerView {
 		Consumer:             tr.Consumer,
 		TargetWait:           tr.TargetWait,
 		Concurrency:          tr.Concurrency,
+		PushInterval:         tr.PushInterval,
 	}
 }
 
@@ -86,6 +88,7 @@ func defaultView() triggerView {
 		NodeSelector:         noSelector,
 		StaleAfter:           DefaultStaleAfter,
 		Concurrency:          1,
+		PushInterval:         DefaultPushInterval,
 	}
 }
 
@@ -266,9 +269,9 @@ func TestParseTriggerValidValues(t *testing.T) {
 
 		"gpuUtilTarget 100":      {metaWith(baseGPU, KeyGPUUtilTarget, "100"), gpu, func(v *triggerView) { v.GPUUtilTarget = 100 }},
 		"gpuUtilTarget fraction": {metaWith(baseGPU, KeyGPUUtilTarget, "0.5"), gpu, func(v *triggerView) { v.GPUUtilTarget = 0.5 }},
-		"activationGpuUtil 0":    {metaWith(baseGPU, KeyActivationGPUUtil, "0"), gpu, func(v *triggerView) {}},
-		"activationGpuUtil 10":   {metaWith(baseGPU, KeyActivationGPUUtil, "10"), gpu, func(v *triggerView) { v.ActivationGPUUtil = 10 }},
-		"activationGpuUtil 100":  {metaWith(baseGPU, KeyActivationGPUUtil, "100"), gpu, func(v *triggerView) { v.ActivationGPUUtil = 100 }},
+		"activationGpuUtil 0":    {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "0"), gpu, func(v *triggerView) { v.Queue = "jobs" }},
+		"activationGpuUtil 10":   {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "10"), gpu, func(v *triggerView) { v.Queue, v.ActivationGPUUtil = "jobs", 10 }},
+		"activationGpuUtil 100":  {metaWith(baseGPU, KeyQueue, "jobs", KeyActivationGPUUtil, "100"), gpu, func(v *triggerView) { v.Queue, v.ActivationGPUUtil = "jobs", 100 }},
 		"gpuMemoryTarget 80":     {metaWith(baseGPU, KeyGPUMemoryTarget, "80"), gpu, func(v *triggerView) { v.GPUMemoryTarget = 80 }},
 		"gpuMemoryTarget 100":    {metaWith(baseGPU, KeyGPUMemoryTarget, "100"), gpu, func(v *triggerView) { v.GPUMemoryTarget = 100 }},
 		"gpuMemoryTarget alone": {metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"), nil, func(v *triggerView) {
@@ -333,6 +336,14 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"staleAfter 1500ms":      {metaWith(baseQueue, KeyStaleAfter, "1500ms"), queue, func(v *triggerView) { v.StaleAfter = 1500 * time.Millisecond }},
 		"staleAfter white space": {metaWith(baseQueue, KeyStaleAfter, " 10s "), queue, func(v *triggerView) { v.StaleAfter = 10 * time.Second }},
 
+		"pushInterval 0s":  {metaWith(baseQueue, KeyPushInterval, "0s"), queue, func(v *triggerView) { v.PushInterval = 0 }},
+		"pushInterval 0":   {metaWith(baseQueue, KeyPushInterval, "0"), queue, func(v *triggerView) { v.PushInterval = 0 }},
+		"pushInterval 2m":  {metaWith(baseQueue, KeyPushInterval, "2m"), queue, func(v *triggerView) { v.PushInterval = 2 * time.Minute }},
+		"pushInterval 24h": {metaWith(baseQueue, KeyPushInterval, "24h"), queue, func(v *triggerView) { v.PushInterval = 24 * time.Hour }},
+		"pushInterval with stream": {metaWith(baseStream, KeyPushInterval, "5s"), nil, func(v *triggerView) {
+			v.Stream, v.Consumer, v.PushInterval = "WORK", "workers", 5*time.Second
+		}},
+
 		"stream and consumer": {metaOf(KeyStream, "ORDERS", KeyConsumer, "worker-1"), nil, func(v *triggerView) {
 			v.Stream, v.Consumer = "ORDERS", "worker-1"
 		}},
@@ -355,7 +366,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, ActivationQueueDepth: 2,
 					PodSelector: "app=llm", GPUUtilTarget: 75, ActivationGPUUtil: 5, GPUMemoryTarget: 90,
-					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1,
+					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -366,7 +377,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 			func(v *triggerView) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, PodSelector: noSelector, GPUsPerReplica: 2,
-					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1,
+					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -428,6 +439,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
+	add(baseQueue, KeyPushInterval, "a duration from 0s to 24h", "-1s", "30", "abc", "", "1d", "24h1s", "9999999999h")
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
 
 	jsNames := []string{"", "a.b", "a/b", `a\b`, "a b", " a", "a\t", "a\n", "a*", "a>", "a\x00", "a\x7f", strings.Repeat("n", 256)}
@@ -457,7 +469,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter,
-		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -537,6 +549,17 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"podSelector with queue but no GPU target": {
 			metadata: metaWith(baseQueue, KeyPodSelector, "app=llm"), key: KeyPodSelector, value: "app=llm",
 			want: "gpuUtilTarget or gpuMemoryTarget set too",
+		},
+		// A trigger with only podSelector is always active (Trigger.GPUOnly).
+		"activationGpuUtil with only podSelector": {
+			metadata: metaWith(baseGPU, KeyActivationGPUUtil, "5"), key: KeyActivationGPUUtil, value: "5", want: "a trigger with only podSelector is always active",
+		},
+		"activationGpuUtil with podSelector and stream": {metadata: metaWith(baseGPU, KeyStream, "WORK", KeyConsumer, "workers", KeyActivationGPUUtil, "5"), valid: true},
+		"pushInterval with only podSelector": {
+			metadata: metaWith(baseGPU, KeyPushInterval, "10s"), key: KeyPushInterval, value: "10s", want: "queue, or stream with consumer, set too",
+		},
+		"pushInterval on a capacityAware trigger": {
+			metadata: metaWith(baseCapacity, KeyPushInterval, "10s"), key: KeyPushInterval, value: "10s", want: "KEDA pushes nothing for a ScaledJob",
 		},
 		"capacityAware without queue or stream": {
 			metadata: metaWith(baseGPU, KeyCapacityAware, "true"), key: KeyCapacityAware, value: "true", want: "a queue or stream",
@@ -639,7 +662,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule", KeyMinReplicaCount, "2"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
-		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8"),
+		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyPushInterval, "10s"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
@@ -833,11 +856,11 @@ func TestMetricSpecs(t *testing.T) {
 		},
 		"stream": {metaWith(baseStream, KeyQueueTarget, "2.5"), []MetricSpec{{MetricQueueBacklog, 2.5}}},
 		"gpu util": {
-			metaWith(baseGPU, KeyActivationGPUUtil, "10"),
+			baseGPU,
 			[]MetricSpec{{MetricGPUUtil, 70}},
 		},
 		"gpu memory": {
-			metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80", KeyActivationGPUUtil, "10"),
+			metaOf(KeyPodSelector, "app=llm", KeyGPUMemoryTarget, "80"),
 			[]MetricSpec{{MetricGPUMemory, 80}},
 		},
 		"gpu util and memory": {
@@ -922,6 +945,9 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},
+		{"ml", KeyPushInterval, "0s", "", "", true, 0},
+		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
+		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", true, 0},
 		{"ml", KeyStream, "a.b", KeyConsumer, "c", false, 0},
 		{"ml", KeyStream, "WORK", "", "", false, 0},
@@ -1014,6 +1040,14 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	} {
 		if !(p >= 0 && p <= 100) {
 			t.Errorf("%s: got %v, want 0 to 100 (%+v)", name, p, v)
+		}
+	}
+	if tr.PushInterval < 0 || tr.PushInterval > MaxStaleAfter {
+		t.Errorf("PushInterval: got %v, want 0 to 24h (%+v)", tr.PushInterval, v)
+	}
+	if _, given := metadata[KeyPushInterval]; !given && tr.PushInterval != DefaultPushInterval {
+		if _, ok := metadata[KeyPushInterval+fromEnvSuffix]; !ok {
+			t.Errorf("PushInterval with no pushInterval key: got %v, want %v", tr.PushInterval, DefaultPushInterval)
 		}
 	}
 	if tr.StaleAfter < time.Second {

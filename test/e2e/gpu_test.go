@@ -14,9 +14,10 @@ import (
 // (d) A podSelector GPU-utilisation trigger: sim collectors on two nodes report the GPUs
 // the workload's pods hold, and KEDA's metrics path (the operator's metrics service, which
 // KEDA's metrics API server forwards every HPA query to) serves the sum of their
-// utilisation per gpusPerReplica; KEDA's HPA carries the trigger's target; KEDA activates
-// the workload from zero on utilisation above activationGpuUtil and scales it back to zero
-// once its GPUs idle.
+// utilisation per gpusPerReplica; KEDA's HPA carries the trigger's target. A trigger with
+// only podSelector is always active, so KEDA brings the workload from zero to one replica
+// and, once its GPUs idle, the HPA takes it down to one and KEDA never to zero: at zero
+// it would hold no GPUs, and nothing could wake it.
 func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	ns := newNamespace(t, "gpu")
 	busy := func(u1, u2 float64) (cluster.SimNode, cluster.SimNode) {
@@ -36,8 +37,8 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 
 	createDeployment(t, ns, "llm", 0)
 	dw := watchDeployments(t, ns, "llm")
-	so := createScaledObject(t, scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
-		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "50", "activationGpuUtil", "20", "gpusPerReplica", "1")))
+	so := createScaledObject(t, fastScaleDown(scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
+		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "50", "gpusPerReplica", "1"))))
 	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -47,9 +48,8 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 		t.Errorf("KEDA's HPA metrics %+v, want one external s0-gpu-util with averageValue 50", m)
 	}
 
-	// Average utilisation (80+80+70)/3 ≈ 77 % is above activationGpuUtil 20: KEDA
-	// activates the workload from zero on the polled IsActive, and then the HPA, reading
-	// 230 through KEDA's metrics adapter, asks for ⌈230/50⌉ = 5.
+	// The trigger is active: KEDA activates the workload from zero on IsActive, and then
+	// the HPA, reading 230 through KEDA's metrics adapter, asks for ⌈230/50⌉ = 5.
 	dw.waitFor(t, "llm", 1, 30*time.Second)
 	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionTrue, "", 10*time.Second)
 	dw.waitFor(t, "llm", 5, 30*time.Second)
@@ -80,7 +80,10 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	if err := colB.SetSim(t.Context(), simB); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicas(t, ns, "llm", 0, time.Duration(testCooldown+testPolling)*time.Second+20*time.Second)
-	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionFalse, "", 10*time.Second)
 	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 5", metricIs(mc, ns, "llm", "s0-gpu-util", 5))
+	// The HPA's ⌈5/50⌉ = 1; KEDA, with minReplicaCount 0, would scale an inactive trigger
+	// to zero after cooldownPeriod (scaleToZeroOrIdle). This one stays active.
+	waitReplicas(t, ns, "llm", 1, 30*time.Second)
+	consistently(t, time.Duration(2*testCooldown+testPolling)*time.Second, "at 1 replica, never 0, with the GPUs idle", replicasAre(ns, "llm", 1))
+	waitCondition(t, ns, "llm", kedav1alpha1.ConditionActive, metav1.ConditionTrue, "", 10*time.Second)
 }

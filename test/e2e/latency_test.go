@@ -46,9 +46,10 @@ func TestWakeLatency(t *testing.T) {
 	for _, d := range []string{"push-queue", "push-stream", "keda-jetstream"} {
 		createDeployment(t, ns, d, 0)
 	}
-	// pollingInterval left at KEDA's default, 30 s, for all three.
-	createScaledObject(t, scaledObject(ns, "push-queue", "push-queue", 0, 4, 0, 1, pushTrigger("queue", "bench")))
-	createScaledObject(t, scaledObject(ns, "push-stream", "push-stream", 0, 4, 0, 1, pushTrigger("stream", stream, "consumer", cons)))
+	// pollingInterval left at KEDA's default, 30 s, for all three. pushInterval 0s: each
+	// run starts from a scale to zero by hand, outside KEDA, seconds after the last push.
+	createScaledObject(t, scaledObject(ns, "push-queue", "push-queue", 0, 4, 0, 1, pushTrigger("queue", "bench", "pushInterval", "0s")))
+	createScaledObject(t, scaledObject(ns, "push-stream", "push-stream", 0, 4, 0, 1, pushTrigger("stream", stream, "consumer", cons, "pushInterval", "0s")))
 	createScaledObject(t, scaledObject(ns, "keda-jetstream", "keda-jetstream", 0, 4, 0, 1, kedav1alpha1.ScaleTriggers{
 		Type: "nats-jetstream",
 		Metadata: map[string]string{
@@ -61,8 +62,8 @@ func TestWakeLatency(t *testing.T) {
 		},
 	}))
 
-	queueMeta := scalerMetadata("queue", "bench")
-	streamMeta := scalerMetadata("stream", stream, "consumer", cons)
+	queueMeta := scalerMetadata("queue", "bench", "pushInterval", "0s")
+	streamMeta := scalerMetadata("stream", stream, "consumer", cons, "pushInterval", "0s")
 	waitInactive(t, ns, "push-queue", queueMeta)
 	waitInactive(t, ns, "push-stream", streamMeta)
 

@@ -43,7 +43,9 @@ func TestWakeAfterProducerOutage(t *testing.T) {
 				startProducer(t, ns, "other", cluster.Report{})
 				createScaledObject(t, scaledObject(ns, "other", "other", 0, 4, polling, 1, other))
 			}
-			trigger := pushTrigger("queue", "requests", "staleAfter", "2s")
+			// pushInterval 0s: each wake here follows a scale to zero by hand, outside KEDA,
+			// so no lastActiveTime and cooldownPeriod stand between the pushes.
+			trigger := pushTrigger("queue", "requests", "staleAfter", "2s", "pushInterval", "0s")
 			trigger.Metadata["scalerAddress"] = addr
 			createDeployment(t, ns, "inference", 0)
 			// The producer first: a trigger with no data at KEDA's first poll starts with

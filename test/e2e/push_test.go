@@ -27,7 +27,8 @@ func TestPushAtScaler(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ns := newNamespace(t, "push")
 			p := startProducerOn(t, b.g, ns, "q", cluster.Report{})
-			meta := map[string]string{"scalerAddress": b.s.GRPCAddr, "queue": "q"}
+			// pushInterval 0s: each run times a push, seconds after the last.
+			meta := map[string]string{"scalerAddress": b.s.GRPCAddr, "queue": "q", "pushInterval": "0s"}
 			conn, err := grpc.NewClient(b.s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

@@ -115,7 +115,9 @@ var gpuNodes = map[string]simNode{
 
 // TestGPUMetrics checks what KEDA reads for podSelector triggers, from two simulated GPU
 // nodes running the real collector: gpu-util is the sum of the utilisation of the
-// workload's GPUs over gpusPerReplica (observed GPUs per pod when not given), and the
+// workload's GPUs over gpusPerReplica (observed GPUs per pod when not given); a trigger
+// with only podSelector is always active (at zero replicas it has no GPUs to wake on, so
+// inactive would let KEDA scale it to zero for good), and with a queue the GPU part's
 // activity is their average utilisation above activationGpuUtil.
 func TestGPUMetrics(t *testing.T) {
 	s := startScaler(t)
@@ -149,12 +151,12 @@ func TestGPUMetrics(t *testing.T) {
 			wantMilli: 280000, wantActive: true,
 		},
 		"average at or below activationGpuUtil is inactive": {
-			metadata:  map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "activationGpuUtil": "70"},
+			metadata:  map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "activationGpuUtil": "70"},
 			metric:    "s0-gpu-util",
 			wantMilli: 140000, wantActive: false,
 		},
 		"average above activationGpuUtil is active": {
-			metadata:  map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "70", "activationGpuUtil": "69.5"},
+			metadata:  map[string]string{"queue": "idle", "podSelector": "app=llm", "gpuUtilTarget": "70", "activationGpuUtil": "69.5"},
 			metric:    "s0-gpu-util",
 			wantMilli: 140000, wantActive: true,
 		},
@@ -163,10 +165,10 @@ func TestGPUMetrics(t *testing.T) {
 			metric:    "s0-gpu-util",
 			wantMilli: 222000, wantActive: true,
 		},
-		"selector matching no pod: zero, inactive": {
+		"selector matching no pod: zero, and still active (only podSelector)": {
 			metadata:  map[string]string{"podSelector": "app=absent", "gpuUtilTarget": "70"},
 			metric:    "s0-gpu-util",
-			wantMilli: 0, wantActive: false,
+			wantMilli: 0, wantActive: true,
 		},
 		// Framebuffer use of a held sim GPU is 30 % + 0.6 × its utilisation, ± 2 % noise:
 		// (78 + 78 + 66 + 66) / 2 = 144 ± 4.

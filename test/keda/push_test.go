@@ -36,7 +36,9 @@ func receive(t *testing.T, active <-chan bool) bool {
 func TestPushActivation(t *testing.T) {
 	s := startScaler(t)
 	st := s.stream(t)
-	tr := trigger{namespace: "web", name: "inference", metadata: map[string]string{"queue": "requests", "queueTarget": "4"}}
+	// pushInterval 0s: every activation is pushed, however soon after the last (the
+	// default spaces them by 30 s; see the scaler's TestStreamIsActiveSpacesPushes).
+	tr := trigger{namespace: "web", name: "inference", metadata: map[string]string{"queue": "requests", "queueTarget": "4", "pushInterval": "0s"}}
 	active := s.push(t, tr)
 	// Opened before the queue ever reported: the current state, which is not active.
 	if got := receive(t, active); got {

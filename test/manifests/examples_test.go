@@ -253,8 +253,7 @@ func chartCTA(t *testing.T) string {
 // be accepted, and give the metrics the READMEs describe.
 func TestExampleTriggersAgainstScaler(t *testing.T) {
 	want := map[string][]string{ // trigger name (or object name) -> metric names
-		"requests": {"queue-backlog"},
-		"gpu-util": {"gpu-util"},
+		"requests": {"queue-backlog", "gpu-util"},
 		"trainer":  {"queue-backlog"},
 	}
 	client := startScaler(t)

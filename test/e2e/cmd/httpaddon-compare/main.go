@@ -503,7 +503,10 @@ func startGpuscaler(ctx context.Context, procs *cluster.Procs, cp *cluster.Contr
 		name:     "gpuscaler gateway",
 		proxyURL: "http://" + gw.Addr,
 		scaler:   scaler.GRPCAddr,
-		ref:      &externalscaler.ScaledObjectRef{Name: service, Namespace: ns, ScalerMetadata: map[string]string{"queue": "llm-requests"}},
+		// pushInterval 0s: the trials wake the Service seconds apart, with no KEDA to
+		// scale it to zero between them; in a cluster each wake from zero comes at least
+		// a cooldownPeriod after the last push, which the default pushInterval never holds.
+		ref: &externalscaler.ScaledObjectRef{Name: service, Namespace: ns, ScalerMetadata: map[string]string{"queue": "llm-requests", "pushInterval": "0s"}},
 	}
 	// Ready when the gateway's first (empty) report has reached the scaler.
 	if err := cluster.Eventually(ctx, time.Minute, 100*time.Millisecond, "gpuscaler's IsActive", gw.Process, func(ctx context.Context) (bool, error) {
