@@ -134,6 +134,11 @@ func External(data []byte, namespace string) ([]Trigger, error) {
 	return out, nil
 }
 
+// given reports whether a trigger sets key, directly or as keyFromEnv.
+func given(md map[string]string, key string) bool {
+	return md[key] != "" || md[key+"FromEnv"] != ""
+}
+
 // KEDA's defaults (apis/keda/v1alpha1/scaledobject_types.go).
 const (
 	defaultPollingInterval = 30  // s
@@ -149,6 +154,16 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 	var w []string
 	if capacityAware, _ := strconv.ParseBool(md["capacityAware"]); capacityAware && o.Kind == "ScaledJob" {
 		w = append(w, o.capacityWarnings(md)...)
+	}
+	if o.Kind == "ScaledObject" && given(md, "podSelector") && !given(md, "queue") && !given(md, "stream") {
+		// The scaler answers such a trigger active while it can judge its GPUs (at zero
+		// pods it has none to wake on), and KEDA counts a ScaledObject active when any
+		// trigger is (pkg/scaling/scale_handler.go, getScaledObjectState).
+		if len(o.Spec.Triggers) > 1 {
+			w = append(w, "only podSelector in this trigger: gpuscaler answers it active always (at zero pods it would have no GPUs to wake on), and KEDA counts the ScaledObject active when any trigger is, so it never scales to zero whatever its other triggers say; to scale to zero, give the queue and the podSelector in one trigger.")
+		} else {
+			w = append(w, "only podSelector: gpuscaler answers it active always (at zero pods it would have no GPUs to wake on), so KEDA keeps at least 1 replica; to scale to zero, give a queue or stream in the same trigger.")
+		}
 	}
 	if metricType == "Value" {
 		if o.Kind == "ScaledJob" {

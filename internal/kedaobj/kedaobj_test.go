@@ -190,3 +190,34 @@ func TestWarnings(t *testing.T) {
 		})
 	}
 }
+
+// TestWarningsPodSelectorOnly: a trigger with only podSelector is always active (the
+// scaler's answer, so that it never reaches a zero it could not wake from), which keeps
+// the ScaledObject at 1 or more, beside other triggers too.
+func TestWarningsPodSelectorOnly(t *testing.T) {
+	const head = "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: llm, namespace: ml}\nspec:\n  triggers:\n"
+	gpu := "  - type: external-push\n    metadata: {scalerAddress: s:9090, podSelectorFromEnv: SEL, gpuUtilTarget: \"60\"}\n"
+	queue := "  - type: external-push\n    metadata: {scalerAddress: s:9090, queue: q}\n"
+	both := "  - type: external-push\n    metadata: {scalerAddress: s:9090, queue: q, podSelector: app=llm, gpuUtilTarget: \"60\"}\n"
+	for _, c := range []struct {
+		name, triggers string
+		want           []string // per trigger: a substring of its one warning, or "" for none
+	}{
+		{"alone", gpu, []string{"KEDA keeps at least 1 replica"}},
+		{"beside a queue trigger", queue + gpu, []string{"", "never scales to zero whatever its other triggers say"}},
+		{"one trigger with both", both, []string{""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := External([]byte(head+c.triggers), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range c.want {
+				w := got[i].Warnings
+				if want == "" && len(w) != 0 || want != "" && (len(w) != 1 || !strings.Contains(w[0], want)) {
+					t.Errorf("trigger %d: warnings %q, want %q", i, w, want)
+				}
+			}
+		})
+	}
+}
