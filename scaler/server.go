@@ -101,7 +101,8 @@ func (s *Server) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 // scales to zero only a cooldownPeriod after that (scaleToZeroOrIdle in
 // pkg/scaling/executor/scale_scaledobjects.go), which pushInterval must not exceed. So
 // the first activation after a quiet pushInterval, the one that can find the workload at
-// zero, is pushed at once; the ones held are left to KEDA's polls.
+// zero, is pushed at once; one held is pushed when the interval has passed if the trigger
+// is still active then, and otherwise left to KEDA's polls.
 func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) (err error) {
 	t, k, err := s.trigger(ref)
 	if err != nil {
@@ -141,12 +142,48 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	if active {
 		lastPush = s.clock()
 	}
+	// A held activation is pushed when pushInterval has passed since the last push, if
+	// the trigger is active still: KEDA may not have acted on that push (a ScaledObject
+	// paused, its metric names not set yet, a failed scale: startPushScalers and
+	// RequestScale skip those without writing lastActiveTime), or the ScaledObject's
+	// cooldownPeriod may be shorter than pushInterval. A workload at zero with work
+	// waiting then wakes a pushInterval after the push at the latest, not a poll later.
+	var deferred *time.Timer
+	var deferredC <-chan time.Time
+	defer func() {
+		if deferred != nil {
+			deferred.Stop()
+		}
+	}()
+	push := func(what string) error {
+		if deferred != nil {
+			deferred.Stop()
+			deferred, deferredC = nil, nil
+		}
+		if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
+			return err
+		}
+		lastPush = s.clock()
+		s.metrics.activationsPushed.Inc()
+		s.calls.streamSent(k)
+		s.log.Debug(what, "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
+		return nil
+	}
 	for {
 		select {
 		case <-s.done:
 			return nil
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-deferredC:
+			deferred, deferredC = nil, nil
+			now, gpuNow := s.look(t)
+			if now {
+				if err := push("pushed a held activation: still active a pushInterval after the last push"); err != nil {
+					return err
+				}
+			}
+			active, gpuActive = now, gpuNow
 		case <-w.C:
 			// Taken before the look, so a dip applied during it wakes the next one.
 			dipped := w.SawInactive()
@@ -169,14 +206,12 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 					s.calls.streamHeld(k)
 					s.log.Debug("held activation: pushed one within pushInterval", "namespace", ref.GetNamespace(),
 						"scaledObject", ref.GetName(), "lastPush", lastPush, "pushInterval", t.PushInterval)
-				} else {
-					if err := stream.Send(&pb.IsActiveResponse{Result: true}); err != nil {
-						return err
+					if deferred == nil {
+						deferred = time.NewTimer(t.PushInterval - at.Sub(lastPush))
+						deferredC = deferred.C
 					}
-					lastPush = at
-					s.metrics.activationsPushed.Inc()
-					s.calls.streamSent(k)
-					s.log.Debug("pushed activation", "namespace", ref.GetNamespace(), "scaledObject", ref.GetName())
+				} else if err := push("pushed activation"); err != nil {
+					return err
 				}
 			}
 			active, gpuActive = now, gpuNow

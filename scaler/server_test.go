@@ -302,6 +302,38 @@ func TestGPUOnlyTriggerNeverLetsKEDAScaleToZero(t *testing.T) {
 // pollingInterval): twice in the minute. A request after the trigger has been quiet for
 // longer than that, one that may find the workload at zero, is still pushed at once. The
 // scaler's clock is moved by hand; the stream's looks are waited for through its counters.
+// TestStreamIsActivePushesHeldActivationStillActive: an activation held within
+// pushInterval is pushed when the interval has passed, if the trigger is still active.
+// KEDA may not have acted on the push before it (a paused ScaledObject, metric names not
+// set yet, a failed scale: startPushScalers in pkg/scaling/scale_handler.go and
+// RequestScale skip those without writing lastActiveTime), so a workload at zero with
+// work waiting must not wait for KEDA's next poll.
+func TestStreamIsActivePushesHeldActivationStillActive(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	s := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	pub.queue("ml", "jobs", 0, 0)
+	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 1 })
+	stream, err := s.client.StreamIsActive(t.Context(), ref("ml", "llm", map[string]string{"queue": "jobs", "pushInterval": "1s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := recvAll(stream)
+	expectMsg(t, msgs, false)
+	pub.queue("ml", "jobs", 1, 0) // pushed: the wake
+	expectMsg(t, msgs, true)
+	pub.queue("ml", "jobs", 0, 0) // served
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.activationsPushed) == 1 })
+	held := testutil.ToFloat64(s.metrics.activationsHeld)
+	pub.queue("ml", "jobs", 1, 0) // within the second: held, and nobody serves it
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.activationsHeld) > held })
+	// Still active when the second has passed: pushed then.
+	expectMsg(t, msgs, true)
+	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 2 {
+		t.Errorf("activations pushed %v, want 2: the wake and the held one", got)
+	}
+}
+
 func TestStreamIsActiveSpacesPushes(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
