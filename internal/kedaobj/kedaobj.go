@@ -19,6 +19,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -134,6 +135,33 @@ func External(data []byte, namespace string) ([]Trigger, error) {
 	return out, nil
 }
 
+// pushWarning names a pushInterval longer than the ScaledObject's cooldownPeriod. The
+// scaler holds an activation within pushInterval of its last push, counting on KEDA not
+// to scale to zero until cooldownPeriod after that push; with a shorter cooldown, a
+// workload can reach zero in between and its next activation is pushed only when the
+// interval has passed. 30s is the scaler's default.
+func (o *object) pushWarning(md map[string]string) string {
+	if o.Kind != "ScaledObject" || (!given(md, "queue") && !given(md, "stream")) || md["pushIntervalFromEnv"] != "" {
+		return ""
+	}
+	push := 30 * time.Second
+	if v := strings.TrimSpace(md["pushInterval"]); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return "" // the scaler refuses it, naming the key
+		}
+		push = d
+	}
+	cooldown := time.Duration(defaultCooldownPeriod) * time.Second
+	if o.Spec.CooldownPeriod != nil {
+		cooldown = time.Duration(*o.Spec.CooldownPeriod) * time.Second
+	}
+	if push <= cooldown {
+		return ""
+	}
+	return fmt.Sprintf("pushInterval %s is longer than cooldownPeriod %s: KEDA can scale the workload to zero within pushInterval of a push, and a request then waits up to pushInterval for its wake; set the trigger's pushInterval to %s or less.", push, cooldown, cooldown)
+}
+
 // given reports whether a trigger sets key, directly or as keyFromEnv.
 func given(md map[string]string, key string) bool {
 	return md[key] != "" || md[key+"FromEnv"] != ""
@@ -154,6 +182,9 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 	var w []string
 	if capacityAware, _ := strconv.ParseBool(md["capacityAware"]); capacityAware && o.Kind == "ScaledJob" {
 		w = append(w, o.capacityWarnings(md)...)
+	}
+	if w1 := o.pushWarning(md); w1 != "" {
+		w = append(w, w1)
 	}
 	if o.Kind == "ScaledObject" && given(md, "podSelector") && !given(md, "queue") && !given(md, "stream") {
 		// The scaler answers such a trigger active while it can judge its GPUs (at zero

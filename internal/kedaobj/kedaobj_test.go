@@ -221,3 +221,27 @@ func TestWarningsPodSelectorOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestWarningsPushInterval: a pushInterval (30s by default) longer than the
+// ScaledObject's cooldownPeriod is named; one within it, or a ScaledJob's, is not.
+func TestWarningsPushInterval(t *testing.T) {
+	for _, c := range []struct {
+		name, doc, want string
+	}{
+		{"default against a 10s cooldown", "kind: ScaledObject\nmetadata: {name: a}\nspec:\n  cooldownPeriod: 10\n  triggers:\n  - type: external-push\n    metadata: {queue: q}\n", "pushInterval 30s is longer than cooldownPeriod 10s"},
+		{"given, within the cooldown", "kind: ScaledObject\nmetadata: {name: a}\nspec:\n  cooldownPeriod: 10\n  triggers:\n  - type: external-push\n    metadata: {queue: q, pushInterval: 5s}\n", ""},
+		{"default against KEDA's default cooldown", "kind: ScaledObject\nmetadata: {name: a}\nspec:\n  triggers:\n  - type: external-push\n    metadata: {queue: q}\n", ""},
+		{"a ScaledJob", "kind: ScaledJob\nmetadata: {name: a}\nspec:\n  triggers:\n  - type: external\n    metadata: {queue: q}\n", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := External([]byte("apiVersion: keda.sh/v1alpha1\n"+c.doc), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := got[0].Warnings
+			if c.want == "" && len(w) != 0 || c.want != "" && (len(w) != 1 || !strings.Contains(w[0], c.want)) {
+				t.Errorf("warnings %q, want %q", w, c.want)
+			}
+		})
+	}
+}
