@@ -199,9 +199,11 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if !m.defined || m.err != nil {
 		return
 	}
-	// The Jobs' pods are read before the free devices: a node report applied between
-	// the two reads then shows a new Job's GPUs neither held nor free (a Job too few, for
-	// one poll), never both (a Job too many, Pending).
+	// The Jobs' pods are read before the free devices and again after, and the fewer
+	// running Jobs taken: a node report applied between the reads can show a new Job's
+	// GPUs neither held nor free (the first read: a Job too few, for one poll), or a
+	// finished Job's GPUs both held and free (the second read leaves it out), never a Job
+	// counted twice (a Job too many, Pending).
 	running, err := s.runningJobsOf(t, m)
 	if err != nil {
 		m.value, m.err = 0, err
@@ -211,6 +213,9 @@ func (s *State) capQueue(t *Trigger, m *metricReading) {
 	if err != nil {
 		m.value, m.err = 0, err
 		return
+	}
+	if again, err := s.runningJobsOf(t, m); err == nil {
+		running = min(running, again)
 	}
 	jobs := running + slots + t.CapacityHeadroom
 	m.value = max(0, min(standby(t, m.value), capBacklog(t.QueueTarget, jobs-t.MinReplicaCount)))

@@ -162,6 +162,19 @@ func (o *object) pushWarning(md map[string]string) string {
 	return fmt.Sprintf("pushInterval %s is longer than cooldownPeriod %s: KEDA can scale the workload to zero within pushInterval of a push, and a request then waits up to pushInterval for its wake; set the trigger's pushInterval to %s or less.", push, cooldown, cooldown)
 }
 
+// modifiers reports whether the object sets scalingModifiers (KEDA's IsUsingModifiers).
+func (o *object) modifiers() bool {
+	a := o.Spec.Advanced
+	return a != nil && a.ScalingModifiers != nil && (a.ScalingModifiers.Formula != "" || a.ScalingModifiers.Target != "")
+}
+
+// positiveInt reports whether v is a whole number above 0, as HasValidFallback parses a
+// scalingModifiers target.
+func positiveInt(v string) bool {
+	n, err := strconv.ParseInt(v, 10, 64)
+	return err == nil && n > 0
+}
+
 // given reports whether a trigger sets key, directly or as keyFromEnv.
 func given(md map[string]string, key string) bool {
 	return md[key] != "" || md[key+"FromEnv"] != ""
@@ -186,7 +199,7 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 	if w1 := o.pushWarning(md); w1 != "" {
 		w = append(w, w1)
 	}
-	if o.Kind == "ScaledObject" && given(md, "podSelector") && !given(md, "queue") && !given(md, "stream") {
+	if o.Kind == "ScaledObject" && given(md, "podSelector") && !given(md, "queue") && !given(md, "stream") && !o.modifiers() {
 		// The scaler answers such a trigger active while it can judge its GPUs (at zero
 		// pods it has none to wake on), and KEDA counts a ScaledObject active when any
 		// trigger is (pkg/scaling/scale_handler.go, getScaledObjectState).
@@ -207,7 +220,8 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 			w = append(w, "metricType Value: the HPA multiplies value/target by the ready pods, but gpuscaler's metrics are already totals for the whole workload, so replicas run away to maxReplicaCount; leave metricType out (AverageValue).")
 		}
 	}
-	if a := o.Spec.Advanced; a != nil && a.ScalingModifiers != nil && (a.ScalingModifiers.Formula != "" || a.ScalingModifiers.Target != "") {
+	if o.modifiers() {
+		a := o.Spec.Advanced
 		// pkg/scaling/scale_handler.go, getScaledObjectState: with modifiers the
 		// ScaledObject is active when the formula's value exceeds activationTarget.
 		at := a.ScalingModifiers.ActivationTarget
@@ -244,7 +258,17 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 		if f.Replicas == 0 && (f.Behavior == "" || f.Behavior == "static" || f.Behavior == "currentReplicasIfLower") {
 			after = "reads a metric of 0, so the HPA goes to its minimum, 1, whatever the load"
 		}
-		w = append(w, fmt.Sprintf("fallback: while the scaler answers Unavailable (missing data), after %d failures KEDA counts the trigger active and %s; a workload at zero is woken to 1 or more.", f.FailureThreshold, after))
+		// HasValidFallback refuses a fallback beside scalingModifiers whose target is not
+		// a whole number above 0; behavior scalingModifiers hands the formula a
+		// placeholder of -1 (for its ?? operator) and does not count as active.
+		switch {
+		case o.modifiers() && !positiveInt(o.Spec.Advanced.ScalingModifiers.Target):
+			w = append(w, "fallback: KEDA never applies it here, since scalingModifiers.target is not a whole number above 0 (HasValidFallback); a failing trigger is treated as with no fallback.")
+		case f.Behavior == "scalingModifiers":
+			w = append(w, fmt.Sprintf("fallback behavior scalingModifiers: after %d failures KEDA hands the formula the failing metric as missing (-1, for its ?? operator); the trigger does not count as active, and the formula decides.", f.FailureThreshold))
+		default:
+			w = append(w, fmt.Sprintf("fallback: while the scaler answers Unavailable (missing data), after %d failures KEDA counts the trigger active and %s; a workload at zero is woken to 1 or more.", f.FailureThreshold, after))
+		}
 		// scale_scaledobjects.go RequestScale: an erroring, inactive trigger is held
 		// where it is, except with fallback.replicas 0, which is taken as idle.
 		if f.Replicas == 0 {
@@ -271,8 +295,14 @@ func (o *object) capacityWarnings(md map[string]string) []string {
 	if given == "" {
 		given = "0"
 	}
-	if given != strconv.Itoa(int(spec)) {
-		w = append(w, fmt.Sprintf("minReplicaCount: the ScaledJob's is %d and the capacityAware trigger's %s; KEDA never subtracts the standby Jobs, so the cap must leave out the same number: give the trigger minReplicaCount: %q (the scaler cannot see the ScaledJob). Fewer there creates a Job beyond what fits for each busy standby Job.", spec, given, strconv.Itoa(int(spec))))
+	// Compared as numbers ("02" is 2); a value from the environment is not known here,
+	// and one that is not a number the scaler refuses, naming the key.
+	if n, err := strconv.Atoi(given); err == nil && md["minReplicaCountFromEnv"] == "" && n != int(spec) {
+		effect := "Fewer there creates a Job beyond what fits for each busy standby Job."
+		if n > int(spec) {
+			effect = "More there leaves out Jobs that would fit."
+		}
+		w = append(w, fmt.Sprintf("minReplicaCount: the ScaledJob's is %d and the capacityAware trigger's %s; KEDA never subtracts the standby Jobs, so the cap must leave out the same number: give the trigger minReplicaCount: %q (the scaler cannot see the ScaledJob). %s", spec, given, strconv.Itoa(int(spec)), effect))
 	}
 	if s := o.Spec.ScalingStrategy.Strategy; s != "" && s != "default" {
 		w = append(w, fmt.Sprintf("scalingStrategy %s: capacityAware's cap is made for the default strategy, which subtracts the running Jobs; %s does not as default does, and creates Jobs beyond what fits (a Job too many for each running beyond minReplicaCount under accurate and eager). Use default.", s, s))

@@ -161,6 +161,12 @@ func TestWarnings(t *testing.T) {
 		{name: "fallback 0, short cooldown", kind: "ScaledObject", spec: "  cooldownPeriod: 60\n  pollingInterval: 30\n  fallback: {failureThreshold: 3, replicas: 0}\n",
 			want: []string{"the HPA goes to its minimum, 1", "takes the failing trigger as idle", "can scale the workload to zero before the fallback applies"}},
 		{name: "ScaledJob fallback ignored", kind: "ScaledJob", spec: "  fallback: {failureThreshold: 3, replicas: 0}\n"},
+		{name: "fallback beside modifiers with a fractional target", kind: "ScaledObject",
+			spec: "  advanced: {scalingModifiers: {formula: \"s0\", target: \"1.5\"}}\n  fallback: {failureThreshold: 3, replicas: 2}\n",
+			want: []string{"activationTarget (0)", "KEDA never applies it here"}},
+		{name: "fallback behavior scalingModifiers", kind: "ScaledObject",
+			spec: "  advanced: {scalingModifiers: {formula: \"s0 ?? 1\", target: \"2\"}}\n  fallback: {failureThreshold: 3, replicas: 2, behavior: scalingModifiers}\n",
+			want: []string{"activationTarget (0)", "hands the formula the failing metric as missing"}},
 		// A capacityAware ScaledJob: its minReplicaCount repeated in the trigger, and the
 		// default strategy (pkg/scaling/executor/scale_jobs.go, getScalingDecision).
 		{name: "capacityAware, no standby", kind: "ScaledJob", metadata: capacity},
