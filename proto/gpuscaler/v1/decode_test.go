@@ -133,6 +133,26 @@ func TestNodeReportValidate(t *testing.T) {
 				r.Scheduling.Taints = append(r.Scheduling.Taints, &Taint{Key: fmt.Sprintf("k%d", i), Effect: "NoSchedule"})
 			}
 		}, wantErr: "taints, more than"},
+		"resources": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuAllocatableMillis: 15_890, MemoryAllocatableBytes: 60 << 30}
+		}},
+		"resources requested over allocatable": {mutate: func(r *NodeReport) {
+			// Pods bound before the kubelet's reservations grew, or static pods.
+			r.Resources = &NodeResources{CpuAllocatableMillis: 1000, MemoryAllocatableBytes: 1 << 30, CpuRequestedMillis: 1500, MemoryRequestedBytes: 2 << 30}
+		}},
+		"resources all zero": {mutate: func(r *NodeReport) { r.Resources = &NodeResources{} }},
+		"cpu allocatable too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuAllocatableMillis: MaxNodeCPUMillis + 1}
+		}, wantErr: "resources.cpu_allocatable_millis: 1048576001, more than 1048576000"},
+		"memory allocatable too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{MemoryAllocatableBytes: MaxNodeMemoryBytes + 1}
+		}, wantErr: "resources.memory_allocatable_bytes: "},
+		"cpu requested too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuRequestedMillis: math.MaxUint64}
+		}, wantErr: "resources.cpu_requested_millis: "},
+		"memory requested too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{MemoryRequestedBytes: 1 << 63}
+		}, wantErr: "resources.memory_requested_bytes: "},
 		"unattributed pod invalid": {mutate: func(r *NodeReport) {
 			r.Unattributed = []*UnattributedDevice{{Id: "x", Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "Bad_NS", Name: "x"}}}
 		}, wantErr: "unattributed[0]: pod: invalid name"},
