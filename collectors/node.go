@@ -40,8 +40,8 @@ type NodeWatch struct {
 	// allocatable is the Node's status.allocatable cpu (millicores) and memory (bytes);
 	// nil when unknown.
 	allocatable *[2]int64
-	warned     bool                        // the missing access was logged
-	specWarned bool                        // a spec that could not be read was logged
+	warned      bool // the missing access was logged
+	specWarned  bool // a spec that could not be read was logged
 }
 
 // NewNodeWatch makes a NodeWatch of node, read through client. It does nothing until Run.

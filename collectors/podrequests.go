@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // PodRequests follows the CPU and memory requests of the pods bound to this node that
@@ -117,6 +119,34 @@ func (w *PodRequests) Requested() (cpuMillis, memoryBytes int64, ok bool) {
 		cpuMillis, memoryBytes = cpuMillis+c, memoryBytes+m
 	}
 	return cpuMillis, memoryBytes, true
+}
+
+// NodeResourcesOf combines a Node's allocatable CPU and memory (NodeWatch.Allocatable)
+// and its pods' requests (PodRequests.Requested) into what a NodeReport carries, for
+// Config.NodeResources: nil, unknown, unless both are known and within a report's bounds.
+func NodeResourcesOf(allocatable, requested func() (cpuMillis, memoryBytes int64, ok bool)) func() *gpuscalerv1.NodeResources {
+	return func() *gpuscalerv1.NodeResources {
+		ac, am, ok := allocatable()
+		if !ok {
+			return nil
+		}
+		rc, rm, ok := requested()
+		if !ok {
+			return nil
+		}
+		for _, v := range [...]struct{ v, most int64 }{
+			{ac, gpuscalerv1.MaxNodeCPUMillis}, {am, gpuscalerv1.MaxNodeMemoryBytes},
+			{rc, gpuscalerv1.MaxNodeCPUMillis}, {rm, gpuscalerv1.MaxNodeMemoryBytes},
+		} {
+			if v.v < 0 || v.v > v.most {
+				return nil
+			}
+		}
+		return &gpuscalerv1.NodeResources{
+			CpuAllocatableMillis: uint64(ac), MemoryAllocatableBytes: uint64(am),
+			CpuRequestedMillis: uint64(rc), MemoryRequestedBytes: uint64(rm),
+		}
+	}
 }
 
 // slimPodRequests reduces a pod to its name, namespace, node, phase and requests

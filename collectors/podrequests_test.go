@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // reqContainer is a container of a test pod requesting cpu and memory (either may be
@@ -204,5 +205,26 @@ func TestPodRequestsForbidden(t *testing.T) {
 	<-done
 	if _, _, ok := w.Requested(); ok {
 		t.Fatal("without access: requests known, want unknown")
+	}
+}
+
+// TestNodeResourcesOf: a report carries the node's CPU and memory only when both the
+// Node's allocatable and its pods' requests are known, and within a report's bounds;
+// otherwise none, which the scaler reads as unknown, never as 0.
+func TestNodeResourcesOf(t *testing.T) {
+	known := func(c, m int64) func() (int64, int64, bool) { return func() (int64, int64, bool) { return c, m, true } }
+	unknown := func() (int64, int64, bool) { return 0, 0, false }
+	if got := NodeResourcesOf(known(8000, 1<<30), known(500, 1<<20))(); got.GetCpuAllocatableMillis() != 8000 || got.GetCpuRequestedMillis() != 500 ||
+		got.GetMemoryAllocatableBytes() != 1<<30 || got.GetMemoryRequestedBytes() != 1<<20 {
+		t.Fatalf("both known: %v", got)
+	}
+	for name, f := range map[string]func() *gpuscalerv1.NodeResources{
+		"allocatable unknown": NodeResourcesOf(unknown, known(0, 0)),
+		"requests unknown":    NodeResourcesOf(known(8000, 1<<30), unknown),
+		"requests too large":  NodeResourcesOf(known(8000, 1<<30), known(gpuscalerv1.MaxNodeCPUMillis+1, 0)),
+	} {
+		if got := f(); got != nil {
+			t.Errorf("%s: %v, want nil (unknown)", name, got)
+		}
 	}
 }
