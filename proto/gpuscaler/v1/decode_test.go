@@ -239,6 +239,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", nodeData)
 	f.Add("gpuscaler.v1.node.gpu-node-1", []byte{0x0a, 0x80})
+	withResources := validNodeReport()
+	withResources.Resources = &NodeResources{CpuAllocatableMillis: MaxNodeCPUMillis, MemoryAllocatableBytes: 1 << 40, CpuRequestedMillis: 500, MemoryRequestedBytes: MaxNodeMemoryBytes}
+	resourcesData, _ := proto.Marshal(withResources)
+	f.Add("gpuscaler.v1.node.gpu-node-1", resourcesData)
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
 		ev, err := Decode(subject, data)
 		if err != nil {
