@@ -69,8 +69,8 @@ type SimConfig struct {
 }
 
 // SimResources is a simulated node's CPU and memory, as Kubernetes quantities ("192",
-// "191500m", "2Ti"): allocatable, and requested by the pods bound to it (none when
-// empty).
+// "191500m", "2Ti"): allocatable, and requested by the pods bound to it besides the
+// configured pods, whose own cpu and memory add to it (none when empty).
 type SimResources struct {
 	CPU             string `json:"cpu"`
 	Memory          string `json:"memory"`
@@ -79,30 +79,38 @@ type SimResources struct {
 }
 
 // report returns r as a NodeReport carries it, or why it cannot.
-func (r *SimResources) report() (*gpuscalerv1.NodeResources, error) {
+func (r *SimResources) report(pods []SimPod) (*gpuscalerv1.NodeResources, error) {
 	if r == nil {
 		return nil, nil
 	}
-	var v [4]int64
-	for i, f := range []struct {
+	type field struct {
 		name, q  string
 		milli    bool
 		optional bool
-	}{
-		{"cpu", r.CPU, true, false}, {"memory", r.Memory, false, false},
-		{"cpuRequested", r.CPURequested, true, true}, {"memoryRequested", r.MemoryRequested, false, true},
-	} {
+		sum      int // the index in v it adds to
+	}
+	fields := []field{
+		{"resources.cpu", r.CPU, true, false, 0}, {"resources.memory", r.Memory, false, false, 1},
+		{"resources.cpuRequested", r.CPURequested, true, true, 2}, {"resources.memoryRequested", r.MemoryRequested, false, true, 3},
+	}
+	for i, p := range pods {
+		fields = append(fields, field{fmt.Sprintf("pods[%d].cpu", i), p.CPU, true, true, 2}, field{fmt.Sprintf("pods[%d].memory", i), p.Memory, false, true, 3})
+	}
+	var v [4]int64
+	for _, f := range fields {
 		if f.q == "" && f.optional {
 			continue
 		}
 		q, err := resource.ParseQuantity(f.q)
-		if err != nil || q.Sign() < 0 {
-			return nil, fmt.Errorf("simulation: resources.%s %q: want a Kubernetes quantity, 0 or more", f.name, f.q)
+		// Bounded here so that the sums cannot overflow; Validate bounds them again.
+		if err != nil || q.Sign() < 0 || q.Cmp(*resource.NewQuantity(gpuscalerv1.MaxNodeMemoryBytes, resource.BinarySI)) > 0 {
+			return nil, fmt.Errorf("simulation: %s %q: want a Kubernetes quantity, 0 to 1Pi", f.name, f.q)
 		}
-		v[i] = q.Value()
+		n := q.Value()
 		if f.milli {
-			v[i] = q.MilliValue()
+			n = q.MilliValue()
 		}
+		v[f.sum] += n
 	}
 	res := &gpuscalerv1.NodeResources{CpuAllocatableMillis: uint64(v[0]), MemoryAllocatableBytes: uint64(v[1]), CpuRequestedMillis: uint64(v[2]), MemoryRequestedBytes: uint64(v[3])}
 	if err := (&gpuscalerv1.NodeReport{Node: "node", Resources: res}).Validate(); err != nil {
@@ -130,6 +138,10 @@ type SimPod struct {
 	GPUs      []string          `json:"gpus"`
 	// Util is this pod's utilisation in percent; nil uses the node's.
 	Util *float64 `json:"util,omitempty"`
+	// CPU and Memory are the pod's requests, Kubernetes quantities ("8", "64Gi"): they add
+	// to the node's cpuRequested and memoryRequested (see SimResources). Empty: none.
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
 
 	// uid is the pod's real UID, for a pod that comes from the cluster (SimCluster);
 	// configured pods get a made-up one.
@@ -232,7 +244,7 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 	if err := (&gpuscalerv1.NodeReport{Node: s.node, Scheduling: cfg.scheduling()}).Validate(); err != nil {
 		return fmt.Errorf("simulation: unschedulable and taints: %w", err)
 	}
-	resources, err := cfg.Resources.report()
+	resources, err := cfg.Resources.report(cfg.Pods)
 	if err != nil {
 		return err
 	}

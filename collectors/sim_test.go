@@ -257,11 +257,19 @@ func TestSimResources(t *testing.T) {
 	if err := sim.SetConfig(SimConfig{GPUs: 1}); err != nil || sim.Resources() != nil {
 		t.Fatalf("no resources configured: Resources() = %v, %v; want nil (unknown)", sim.Resources(), err)
 	}
+	pods := []SimPod{{Namespace: "ml", Name: "a", GPUs: []string{"0"}, CPU: "500m", Memory: "1Gi"}, {Namespace: "ml", Name: "b", Memory: "1Gi"}}
+	if err := sim.SetConfig(SimConfig{GPUs: 1, Pods: pods, Resources: &SimResources{CPU: "4", Memory: "8Gi", CPURequested: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.Resources(); got.GetCpuRequestedMillis() != 1500 || got.GetMemoryRequestedBytes() != 2<<30 {
+		t.Fatalf("Resources() = %v, want the pods' requests added to the node's", got)
+	}
 	for _, bad := range []*SimResources{
 		{CPU: "lots", Memory: "1Gi"},
 		{CPU: "4"},
 		{CPU: "4", Memory: "1Gi", CPURequested: "-1"},
 		{CPU: "4", Memory: "2Pi"},
+		{CPU: "4", Memory: "1Gi", CPURequested: "9Ei"},
 	} {
 		if err := sim.SetConfig(SimConfig{GPUs: 1, Resources: bad}); err == nil {
 			t.Errorf("SetConfig with resources %+v: nil error, want one", *bad)
