@@ -34,6 +34,10 @@ type Config struct {
 	// and NoSchedule/NoExecute taints) for each report, nil when unknown; nil reports
 	// none, which the scaler reads as unknown.
 	NodeScheduling func() *gpuscalerv1.NodeScheduling
+	// NodeResources returns the node's allocatable CPU and memory and its pods' requests
+	// (see NodeResourcesOf) for each report, nil when unknown; nil reports none, which
+	// the scaler reads as unknown.
+	NodeResources func() *gpuscalerv1.NodeResources
 	// NATSProblem says why NATS cannot take a report now, nil when it can: where the
 	// connection tries to go, since when, and why it fails (natsconn.Conn.Problem). Nil
 	// asks the connection only whether it is connected.
@@ -166,6 +170,9 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 	}
 	if c.cfg.NodeScheduling != nil {
 		r.Scheduling = c.cfg.NodeScheduling()
+	}
+	if c.cfg.NodeResources != nil {
+		r.Resources = c.cfg.NodeResources()
 	}
 	if err := c.attribute(ctx, r); err != nil {
 		return nil, err

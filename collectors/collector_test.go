@@ -124,6 +124,54 @@ func TestDrainedNodeLeavesCapacity(t *testing.T) {
 	})
 }
 
+// TestCPUAndMemoryLimitCapacity runs a simulated node's collector into a real scaler:
+// the node has 8 free GPUs, but its pods leave CPU for 2 Jobs of 16 CPUs and memory for 3
+// of 200Gi, so a ScaledJob whose Jobs ask that counts 2 (then 3 once the CPU frees), where
+// counting GPUs alone would make 8 Jobs, 6 of them Pending (Insufficient cpu). A trigger
+// without the keys counts the GPUs, as before; so does every trigger while the node does
+// not report its CPU and memory.
+func TestCPUAndMemoryLimitCapacity(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	_, client := scalertest.Start(t, ns.ClientURL())
+	res := &SimResources{CPU: "96", Memory: "1Ti", CPURequested: "60", MemoryRequested: "400Gi"}
+	sim, err := NewSim("gpu-a", SimConfig{GPUs: 8, Seed: 1, Resources: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: sim.Scheduling, NodeResources: sim.Resources},
+		sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	pubQueue(t, ns.ClientURL(), "ml", "train", 50)
+	backlog := func(md map[string]string) float64 {
+		md["queue"], md["capacityAware"], md["gpusPerReplica"], md["scalerAddress"] = "train", "true", "1", "gpuscaler:9090"
+		resp, err := client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
+			ScaledObjectRef: &pb.ScaledObjectRef{Name: "train", Namespace: "ml", ScalerMetadata: md}, MetricName: "queue-backlog"})
+		if err != nil {
+			return -1
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat()
+	}
+	job := func() map[string]string { return map[string]string{"cpuPerReplica": "16", "memoryPerReplica": "200Gi"} }
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(job()) == 2 })
+	if got := backlog(map[string]string{}); got != 8 {
+		t.Fatalf("without cpuPerReplica and memoryPerReplica: backlog capped at %v, want 8 (GPUs alone)", got)
+	}
+	if got := backlog(map[string]string{"memoryPerReplica": "200Gi"}); got != 3 {
+		t.Fatalf("memoryPerReplica alone: backlog capped at %v, want 3", got)
+	}
+
+	res = &SimResources{CPU: "96", Memory: "1Ti", CPURequested: "10", MemoryRequested: "400Gi"}
+	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Resources: res}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(job()) == 3 })
+
+	// A node that does not report its CPU and memory counts on its GPUs alone.
+	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(job()) == 8 })
+}
+
 func pubQueue(t *testing.T, url, ns, q string, waiting uint64) {
 	t.Helper()
 	nc := natstest.Connect(t, url)

@@ -37,8 +37,11 @@ type NodeWatch struct {
 	mu         sync.Mutex // guards the fields below
 	labels     map[string]string
 	scheduling *gpuscalerv1.NodeScheduling // nil: unknown
-	warned     bool                        // the missing access was logged
-	specWarned bool                        // a spec that could not be read was logged
+	// allocatable is the Node's status.allocatable cpu (millicores) and memory (bytes);
+	// nil when unknown.
+	allocatable *[2]int64
+	warned      bool // the missing access was logged
+	specWarned  bool // a spec that could not be read was logged
 }
 
 // NewNodeWatch makes a NodeWatch of node, read through client. It does nothing until Run.
@@ -93,6 +96,7 @@ func (n *NodeWatch) Run(ctx context.Context) error {
 			n.log.Warn("this node's spec does not say plainly whether the scheduler places pods on it; capacity counts its GPUs as it did without it", "err", err)
 		}
 		n.scheduling = s
+		n.allocatable = parseNodeAllocatable(u)
 	}
 	if _, err := n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    seen,
@@ -100,7 +104,7 @@ func (n *NodeWatch) Run(ctx context.Context) error {
 		DeleteFunc: func(any) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			n.labels, n.scheduling = nil, nil
+			n.labels, n.scheduling, n.allocatable = nil, nil, nil
 		},
 	}); err != nil {
 		return fmt.Errorf("node watch: %w", err)
@@ -125,9 +129,21 @@ func (n *NodeWatch) Scheduling() *gpuscalerv1.NodeScheduling {
 	return n.scheduling
 }
 
-// slimNode keeps of a Node its name, labels, spec.unschedulable and spec.taints: a
-// Node's status (images, conditions, addresses) is most of its size, and the informer
-// would hold it all.
+// Allocatable returns the Node's status.allocatable cpu (millicores) and memory (bytes),
+// what the scheduler weighs pods' requests against; ok is false when unknown (not yet
+// read, unreadable, or not given).
+func (n *NodeWatch) Allocatable() (cpuMillis, memoryBytes int64, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.allocatable == nil {
+		return 0, 0, false
+	}
+	return n.allocatable[0], n.allocatable[1], true
+}
+
+// slimNode keeps of a Node its name, labels, spec.unschedulable and spec.taints, and
+// status.allocatable's cpu and memory: the rest of a Node's status (images, conditions,
+// addresses) is most of its size, and the informer would hold it all.
 func slimNode(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -146,7 +162,28 @@ func slimNode(obj any) (any, error) {
 		}
 		slim.Object["spec"] = keep
 	}
+	if alloc, ok, _ := unstructured.NestedMap(u.Object, "status", "allocatable"); ok {
+		keep := map[string]any{}
+		for _, k := range []string{"cpu", "memory"} {
+			if v, ok := alloc[k]; ok {
+				keep[k] = v
+			}
+		}
+		slim.Object["status"] = map[string]any{"allocatable": keep}
+	}
 	return slim, nil
+}
+
+// parseNodeAllocatable reads a Node's status.allocatable cpu (millicores, rounded up)
+// and memory (bytes): nil unless it gives both as quantities within a NodeReport's
+// bounds, so that what it returns never makes a report invalid.
+func parseNodeAllocatable(u *unstructured.Unstructured) *[2]int64 {
+	l, err := requestsIn(u.Object, "status", "allocatable")
+	if err != nil || l.cpu == nil || l.memory == nil ||
+		*l.cpu > gpuscalerv1.MaxNodeCPUMillis || *l.memory > gpuscalerv1.MaxNodeMemoryBytes {
+		return nil
+	}
+	return &[2]int64{*l.cpu, *l.memory}
 }
 
 // errNodeSpec reports a Node whose spec is not what Kubernetes serves.

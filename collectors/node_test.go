@@ -190,3 +190,50 @@ func FuzzParseNodeScheduling(f *testing.F) {
 		}
 	})
 }
+
+// TestNodeWatchAllocatable: the Node's status.allocatable cpu and memory (what the
+// kubelet offers pods: capacity less its reservations and eviction threshold) are what
+// the scheduler's NodeResourcesFit filter weighs requests against. A Node that gives
+// neither, or one that does not parse, leaves them unknown.
+func TestNodeWatchAllocatable(t *testing.T) {
+	node := testNodeObject("gpu-1", nil, false)
+	node.Object["status"].(map[string]any)["allocatable"] = map[string]any{"cpu": "191500m", "memory": "2113455012Ki", "nvidia.com/gpu": "8", "pods": "110"}
+	client := newFakeNodeClient(node)
+	n := NewNodeWatch(client, "gpu-1", testkit.Logger(t))
+	if _, _, ok := n.Allocatable(); ok {
+		t.Fatal("before Run: allocatable known, want unknown")
+	}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { done <- n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		cpu, mem, ok := n.Allocatable()
+		return ok && cpu == 191_500 && mem == 2113455012*1024
+	})
+
+	for name, alloc := range map[string]map[string]any{
+		"no memory":      {"cpu": "8"},
+		"not parsed":     {"cpu": "8", "memory": "lots"},
+		"too large":      {"cpu": "2000000", "memory": "1Gi"},
+		"no allocatable": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := testNodeObject("gpu-1", nil, false)
+			if alloc != nil {
+				node.Object["status"].(map[string]any)["allocatable"] = alloc
+			}
+			if _, err := client.Resource(nodesResource).Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 5*time.Second, func() bool { _, _, ok := n.Allocatable(); return !ok })
+			// Back to known, so the next case starts from it.
+			good := testNodeObject("gpu-1", nil, false)
+			good.Object["status"].(map[string]any)["allocatable"] = map[string]any{"cpu": "4", "memory": "1Gi"}
+			if _, err := client.Resource(nodesResource).Update(t.Context(), good, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 5*time.Second, func() bool { c, _, ok := n.Allocatable(); return ok && c == 4000 })
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -60,6 +61,62 @@ type SimConfig struct {
 	// Replicas shares each whole GPU among up to this many pods (time-slicing); 0 or 1
 	// does not share.
 	Replicas int `json:"replicas,omitempty"`
+	// Resources is the simulated node's CPU and memory, for capacity triggers with
+	// cpuPerReplica or memoryPerReplica; nil reports none (unknown). On a node whose pods
+	// come from the cluster (--sim-from-cluster), the Node's status.allocatable and its
+	// pods' requests say this instead.
+	Resources *SimResources `json:"resources,omitempty"`
+}
+
+// SimResources is a simulated node's CPU and memory, as Kubernetes quantities ("192",
+// "191500m", "2Ti"): allocatable, and requested by the pods bound to it besides the
+// configured pods, whose own cpu and memory add to it (none when empty).
+type SimResources struct {
+	CPU             string `json:"cpu"`
+	Memory          string `json:"memory"`
+	CPURequested    string `json:"cpuRequested,omitempty"`
+	MemoryRequested string `json:"memoryRequested,omitempty"`
+}
+
+// report returns r as a NodeReport carries it, or why it cannot.
+func (r *SimResources) report(pods []SimPod) (*gpuscalerv1.NodeResources, error) {
+	if r == nil {
+		return nil, nil
+	}
+	type field struct {
+		name, q  string
+		milli    bool
+		optional bool
+		sum      int // the index in v it adds to
+	}
+	fields := []field{
+		{"resources.cpu", r.CPU, true, false, 0}, {"resources.memory", r.Memory, false, false, 1},
+		{"resources.cpuRequested", r.CPURequested, true, true, 2}, {"resources.memoryRequested", r.MemoryRequested, false, true, 3},
+	}
+	for i, p := range pods {
+		fields = append(fields, field{fmt.Sprintf("pods[%d].cpu", i), p.CPU, true, true, 2}, field{fmt.Sprintf("pods[%d].memory", i), p.Memory, false, true, 3})
+	}
+	var v [4]int64
+	for _, f := range fields {
+		if f.q == "" && f.optional {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.q)
+		// Bounded here so that the sums cannot overflow; Validate bounds them again.
+		if err != nil || q.Sign() < 0 || q.Cmp(*resource.NewQuantity(gpuscalerv1.MaxNodeMemoryBytes, resource.BinarySI)) > 0 {
+			return nil, fmt.Errorf("simulation: %s %q: want a Kubernetes quantity, 0 to 1Pi", f.name, f.q)
+		}
+		n := q.Value()
+		if f.milli {
+			n = q.MilliValue()
+		}
+		v[f.sum] += n
+	}
+	res := &gpuscalerv1.NodeResources{CpuAllocatableMillis: uint64(v[0]), MemoryAllocatableBytes: uint64(v[1]), CpuRequestedMillis: uint64(v[2]), MemoryRequestedBytes: uint64(v[3])}
+	if err := (&gpuscalerv1.NodeReport{Node: "node", Resources: res}).Validate(); err != nil {
+		return nil, fmt.Errorf("simulation: %w", err)
+	}
+	return res, nil
 }
 
 // SimTaint is a taint of the simulated node, as a Node's spec.taints holds it.
@@ -81,6 +138,10 @@ type SimPod struct {
 	GPUs      []string          `json:"gpus"`
 	// Util is this pod's utilisation in percent; nil uses the node's.
 	Util *float64 `json:"util,omitempty"`
+	// CPU and Memory are the pod's requests, Kubernetes quantities ("8", "64Gi"): they add
+	// to the node's cpuRequested and memoryRequested (see SimResources). Empty: none.
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
 
 	// uid is the pod's real UID, for a pod that comes from the cluster (SimCluster);
 	// configured pods get a made-up one.
@@ -117,6 +178,9 @@ type Sim struct {
 	// fromCluster says the pods come from the cluster (SimCluster), not the
 	// configuration.
 	fromCluster bool
+	// resources is what cfg.Resources gives, as reports carry it; nil when unknown.
+	// Replaced whole, never changed.
+	resources *gpuscalerv1.NodeResources
 }
 
 type simDevice struct {
@@ -180,6 +244,10 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 	if err := (&gpuscalerv1.NodeReport{Node: s.node, Scheduling: cfg.scheduling()}).Validate(); err != nil {
 		return fmt.Errorf("simulation: unschedulable and taints: %w", err)
 	}
+	resources, err := cfg.Resources.report(cfg.Pods)
+	if err != nil {
+		return err
+	}
 	devices := make([]simDevice, 0, cfg.GPUs)
 	byName := map[string]int{}
 	for i := range cfg.GPUs {
@@ -238,7 +306,7 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 	for i := range cfg.Pods {
 		uids[&cfg.Pods[i]] = cmp.Or(cfg.Pods[i].uid, simUUID("pod", s.node, i, -1))
 	}
-	s.cfg, s.devices, s.holders, s.uids = cfg, devices, holders, uids
+	s.cfg, s.devices, s.holders, s.uids, s.resources = cfg, devices, holders, uids, resources
 	return nil
 }
 
@@ -255,6 +323,15 @@ func (s *Sim) Scheduling() *gpuscalerv1.NodeScheduling {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.scheduling()
+}
+
+// Resources returns the simulated node's CPU and memory, as the Collector's
+// NodeResources wants them: nil when the configuration gives none. The result is not
+// changed afterwards: callers must not change it either.
+func (s *Sim) Resources() *gpuscalerv1.NodeResources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resources
 }
 
 func (cfg SimConfig) scheduling() *gpuscalerv1.NodeScheduling {

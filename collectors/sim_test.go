@@ -235,3 +235,44 @@ func TestSimTimeSlicing(t *testing.T) {
 		t.Fatalf("three pods on two replicas: %v", err)
 	}
 }
+
+// TestSimResources: a simulated node reports the CPU and memory its configuration gives,
+// as quantities, and none (unknown) when it gives none; a quantity that does not parse,
+// or a figure beyond a NodeReport's bounds, is refused.
+func TestSimResources(t *testing.T) {
+	sim, err := NewSim("n1", SimConfig{GPUs: 1, Resources: &SimResources{CPU: "191500m", Memory: "2Ti", CPURequested: "8", MemoryRequested: "64Gi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &gpuscalerv1.NodeResources{CpuAllocatableMillis: 191_500, MemoryAllocatableBytes: 2 << 40, CpuRequestedMillis: 8000, MemoryRequestedBytes: 64 << 30}
+	if got := sim.Resources(); !proto.Equal(got, want) {
+		t.Fatalf("Resources() = %v, want %v", got, want)
+	}
+	if err := sim.SetConfig(SimConfig{GPUs: 1, Resources: &SimResources{CPU: "4", Memory: "1Gi"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.Resources(); got.GetCpuRequestedMillis() != 0 || got.GetMemoryAllocatableBytes() != 1<<30 {
+		t.Fatalf("Resources() = %v, want nothing requested", got)
+	}
+	if err := sim.SetConfig(SimConfig{GPUs: 1}); err != nil || sim.Resources() != nil {
+		t.Fatalf("no resources configured: Resources() = %v, %v; want nil (unknown)", sim.Resources(), err)
+	}
+	pods := []SimPod{{Namespace: "ml", Name: "a", GPUs: []string{"0"}, CPU: "500m", Memory: "1Gi"}, {Namespace: "ml", Name: "b", Memory: "1Gi"}}
+	if err := sim.SetConfig(SimConfig{GPUs: 1, Pods: pods, Resources: &SimResources{CPU: "4", Memory: "8Gi", CPURequested: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.Resources(); got.GetCpuRequestedMillis() != 1500 || got.GetMemoryRequestedBytes() != 2<<30 {
+		t.Fatalf("Resources() = %v, want the pods' requests added to the node's", got)
+	}
+	for _, bad := range []*SimResources{
+		{CPU: "lots", Memory: "1Gi"},
+		{CPU: "4"},
+		{CPU: "4", Memory: "1Gi", CPURequested: "-1"},
+		{CPU: "4", Memory: "2Pi"},
+		{CPU: "4", Memory: "1Gi", CPURequested: "9Ei"},
+	} {
+		if err := sim.SetConfig(SimConfig{GPUs: 1, Resources: bad}); err == nil {
+			t.Errorf("SetConfig with resources %+v: nil error, want one", *bad)
+		}
+	}
+}

@@ -420,3 +420,59 @@ func TestCapacitySchedulable(t *testing.T) {
 		})
 	}
 }
+
+// withResources sets what ev's collector read of its node's CPU and memory: allocatable
+// and requested by its pods, as Kubernetes quantities.
+func withResources(ev gpuscalerv1.Event, cpu, memory, cpuRequested, memoryRequested string) gpuscalerv1.Event {
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	cpuQ, memQ, cpuReqQ, memReqQ := q(cpu), q(memory), q(cpuRequested), q(memoryRequested)
+	ev.Node.Resources = &gpuscalerv1.NodeResources{
+		CpuAllocatableMillis: uint64(cpuQ.MilliValue()), MemoryAllocatableBytes: uint64(memQ.Value()),
+		CpuRequestedMillis: uint64(cpuReqQ.MilliValue()), MemoryRequestedBytes: uint64(memReqQ.Value()),
+	}
+	return ev
+}
+
+// TestCapacityCPUAndMemory: free GPUs on a node out of CPU or memory for a Job's
+// requests are not capacity. The scheduler's NodeResourcesFit filter (kubernetes v1.36.4
+// pkg/scheduler/framework/plugins/noderesources/fit.go, fitsRequest) places a pod only
+// where allocatable less the requests of the pods bound there covers its own requests,
+// for CPU and memory as for nvidia.com/gpu. So a node takes
+// min(⌊free GPUs / gpusPerReplica⌋, ⌊free CPU / cpuPerReplica⌋, ⌊free memory /
+// memoryPerReplica⌋) Jobs, the last two where the trigger gives them and the node
+// reports its CPU and memory; a node that does not is counted on its GPUs, as before.
+func TestCapacityCPUAndMemory(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	// 8 free GPUs each.
+	s.Apply(withResources(capacityNode("a-roomy", nil, 8, 0, nil, false), "192", "2Ti", "10", "100Gi"), t0)          // room for 8 Jobs of 16 CPUs, 200Gi
+	s.Apply(withResources(capacityNode("b-cpu", nil, 8, 0, nil, false), "96", "2Ti", "40", "100Gi"), t0)             // 56 CPUs free: 3 Jobs of 16
+	s.Apply(withResources(capacityNode("c-memory", nil, 8, 0, nil, false), "192", "1Ti", "10", "500Gi"), t0)         // 524Gi free: 2 Jobs of 200Gi
+	s.Apply(withResources(capacityNode("d-both", nil, 8, 0, nil, false), "32", "256Gi", "31500m", "250Gi"), t0)      // 500m and 6Gi free: none
+	s.Apply(withResources(capacityNode("e-overcommitted", nil, 8, 0, nil, false), "64", "512Gi", "70", "100Gi"), t0) // requests beyond allocatable: none
+	s.Apply(capacityNode("f-unknown", nil, 8, 0, nil, false), t0)                                                    // no resources reported: GPUs alone
+	s.Apply(withResources(capacityNode("g-full-gpus", nil, 8, 8, nil, false), "192", "2Ti", "0", "0"), t0)           // CPU and memory, but no GPU
+	s.Apply(queueEvent("ml", "train", 100, 0), t0)
+
+	tests := map[string]struct {
+		md   map[string]string
+		want float64
+	}{
+		"GPUs alone, as before": {nil, 8 + 8 + 8 + 8 + 8 + 8},
+		// a 8, b 3, c 8, d 0 (500m), e 0, f 8.
+		"CPU": {map[string]string{"cpuPerReplica": "16"}, 8 + 3 + 8 + 0 + 0 + 8},
+		// a 8, b 8, c 2, d 0 (6Gi), e 2 (412Gi: its memory is not overcommitted), f 8.
+		"memory":         {map[string]string{"memoryPerReplica": "200Gi"}, 8 + 8 + 2 + 0 + 2 + 8},
+		"CPU and memory": {map[string]string{"cpuPerReplica": "16", "memoryPerReplica": "200Gi"}, 8 + 3 + 2 + 0 + 0 + 8},
+		// d-both's 500m take one Job of 500m, and its 6Gi three of 2Gi.
+		"small Jobs": {map[string]string{"cpuPerReplica": "500m", "memoryPerReplica": "2Gi"}, 8 + 8 + 8 + 1 + 0 + 8},
+		// Two GPUs a Job: 4 a node, b-cpu 3 by CPU.
+		"two GPUs a Job": {map[string]string{"gpusPerReplica": "2", "cpuPerReplica": "16"}, 4 + 3 + 4 + 0 + 0 + 4},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1"}
+			maps.Copy(md, tc.md)
+			wantMetric(t, readyServer(s).read(mustTrigger(t, "ml", md)), MetricQueueBacklog, tc.want)
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
@@ -191,6 +192,12 @@ func effective(t *Trigger) map[string]string {
 		}
 		if t.Tolerations != nil {
 			m[KeyTolerations] = metadata.FormatTolerations(t.Tolerations)
+		}
+		if t.CPUPerReplica > 0 {
+			m[KeyCPUPerReplica] = resource.NewMilliQuantity(t.CPUPerReplica, resource.DecimalSI).String()
+		}
+		if t.MemoryPerReplica > 0 {
+			m[KeyMemoryPerReplica] = resource.NewQuantity(t.MemoryPerReplica, resource.BinarySI).String()
 		}
 	}
 	return m
@@ -375,15 +382,18 @@ func (s *State) explainCapacity(t *Trigger, now time.Time) *gpuscalerv1.Capacity
 		if t.NodeSelector != nil && !t.NodeSelector.Matches(labels.Set(e.report.GetNodeLabels())) {
 			continue
 		}
-		free, slots, stale, blocked := slotsOn(t, e, now)
+		n := slotsOn(t, e, now)
 		nc := &gpuscalerv1.NodeCapacity{
 			Node:              e.report.GetNode(),
-			Free:              int32(free),
-			Slots:             int32(slots),
+			Free:              int32(n.free),
+			Slots:             int32(n.slots),
 			Age:               durationpb.New(now.Sub(e.stored)),
-			Stale:             stale,
-			Unplaceable:       blocked.String(),
+			Stale:             n.stale,
+			Unplaceable:       n.blocked.String(),
 			SchedulingUnknown: e.report.GetScheduling() == nil,
+			GpuSlots:          int32(n.gpuSlots),
+			LimitedBy:         n.limitedBy,
+			ResourcesUnknown:  n.resourcesUnknown,
 		}
 		c.Slots += nc.Slots
 		c.Nodes = append(c.Nodes, nc)
@@ -492,21 +502,31 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 }
 
 // unplaceableReasons says which nodes' free devices capacity left out because the
-// scheduler would place none of the trigger's Jobs there, and which it counted without
-// knowing (see placeable).
+// scheduler would place none of the trigger's Jobs there, which it counted without
+// knowing (see placeable), which take fewer Jobs for their free CPU or memory, and which
+// it counted on their devices alone as their CPU and memory are unknown (see slotsOn).
 func unplaceableReasons(c *gpuscalerv1.Capacity, add func(string, ...any)) {
 	unit := "GPUs"
 	if c.GetProfile() != "" {
 		unit = c.GetProfile() + " slices"
 	}
-	var out, unknown []string
+	var out, unknown, limited, resUnknown []string
 	for _, n := range c.GetNodes() {
-		switch {
-		case n.GetStale() || n.GetFree() == 0:
-		case n.GetUnplaceable() != "":
+		if n.GetStale() || n.GetFree() == 0 {
+			continue
+		}
+		if n.GetUnplaceable() != "" {
 			out = append(out, fmt.Sprintf("%s: %s, %d free %s not counted", n.GetNode(), n.GetUnplaceable(), n.GetFree(), unit))
-		case n.GetSchedulingUnknown():
+			continue
+		}
+		if n.GetSchedulingUnknown() {
 			unknown = append(unknown, fmt.Sprintf("%s: %d free %s counted", n.GetNode(), n.GetFree(), unit))
+		}
+		switch {
+		case n.GetLimitedBy() != "":
+			limited = append(limited, fmt.Sprintf("%s: %s for %d of %d Jobs its free %s take", n.GetNode(), n.GetLimitedBy(), n.GetSlots(), n.GetGpuSlots(), unit))
+		case n.GetResourcesUnknown():
+			resUnknown = append(resUnknown, fmt.Sprintf("%s: %d free %s counted", n.GetNode(), n.GetFree(), unit))
 		}
 	}
 	if len(out) > 0 {
@@ -516,6 +536,14 @@ func unplaceableReasons(c *gpuscalerv1.Capacity, add func(string, ...any)) {
 	if len(unknown) > 0 {
 		add("Counted without knowing whether the scheduler would place the Jobs there, as the collector did not report whether the node is cordoned or tainted (no API access to its Node, or a collector older than this scaler): %s.",
 			firstNodes(unknown))
+	}
+	if len(limited) > 0 {
+		add("Counted for fewer Jobs than their free %s take, as the scheduler places a Job only where the node's allocatable CPU and memory, less what its pods request, cover cpuPerReplica and memoryPerReplica: %s.",
+			unit, firstNodes(limited))
+	}
+	if len(resUnknown) > 0 {
+		add("Counted on their free %s alone, as the collector did not report the node's CPU and memory (no API access to its Node or pods, or a collector older than this scaler): %s.",
+			unit, firstNodes(resUnknown))
 	}
 }
 

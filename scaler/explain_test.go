@@ -357,3 +357,45 @@ func TestFirstNodes(t *testing.T) {
 		t.Errorf("twelve nodes: got %q, want the first 10 and a count of the rest", got)
 	}
 }
+
+// TestExplainCPUAndMemory: explain names the nodes whose free CPU or memory takes fewer
+// Jobs than their free GPUs (see TestCapacityCPUAndMemory), and those counted on their
+// GPUs alone because their collector did not report CPU and memory.
+func TestExplainCPUAndMemory(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	s.Apply(withResources(capacityNode("gpu-a", nil, 2, 0, nil, false), "64", "512Gi", "0", "0"), t0)
+	s.Apply(withResources(capacityNode("gpu-b", nil, 4, 1, nil, false), "24", "512Gi", "8", "0"), t0)    // CPU for 1 of 3
+	s.Apply(withResources(capacityNode("gpu-c", nil, 4, 0, nil, false), "24", "100Gi", "0", "50Gi"), t0) // CPU for 1, memory for 1, of 4
+	s.Apply(withResources(capacityNode("gpu-d", nil, 4, 4, nil, false), "1", "1Gi", "1", "1Gi"), t0)     // no free GPU: nothing to say
+	s.Apply(capacityNode("gpu-e", nil, 2, 0, nil, false), t0)                                            // a collector that did not say
+	s.Apply(queueEvent("ml", "train", 50, 0), t0)
+	md := map[string]string{"queue": "train", "capacityAware": "true", "gpusPerReplica": "1", "cpuPerReplica": "16", "memoryPerReplica": "40Gi"}
+	ex, err := readyServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range ex.GetCapacity().GetNodes() {
+		nodes = append(nodes, fmt.Sprintf("%s:%d/%d/%d %q unknown=%v", n.GetNode(), n.GetFree(), n.GetGpuSlots(), n.GetSlots(), n.GetLimitedBy(), n.GetResourcesUnknown()))
+	}
+	want := []string{
+		`gpu-a:2/2/2 "" unknown=false`,
+		`gpu-b:3/3/1 "CPU" unknown=false`,
+		`gpu-c:4/4/1 "CPU and memory" unknown=false`,
+		`gpu-d:0/0/0 "" unknown=false`,
+		`gpu-e:2/2/2 "" unknown=true`,
+	}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("capacity nodes:\ngot  %q\nwant %q", nodes, want)
+	}
+	if got := ex.GetEffective()[KeyCPUPerReplica]; got != "16" {
+		t.Errorf("metadata cpuPerReplica = %q, want the trigger's", got)
+	}
+	wantReason(t, ex,
+		"gpu-b: CPU for 1 of 3 Jobs its free GPUs take; gpu-c: CPU and memory for 1 of 4 Jobs its free GPUs take.",
+		"gpu-e: 2 free GPUs counted.",
+		"capacityAware capped the backlog from 50 to 6 items")
+	if all := strings.Join(ex.GetReasons(), "\n"); strings.Contains(all, "gpu-d") {
+		t.Errorf("reasons name gpu-d, which has no free GPU to leave out:\n%s", all)
+	}
+}

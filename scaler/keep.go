@@ -21,7 +21,7 @@ func keep(s, was string) string {
 }
 
 // keepReport returns what a node's entry keeps of its report r: its name, source,
-// labels and unattributed devices, taken from prev's where they did not change.
+// labels, scheduling state, CPU and memory, and unattributed devices, taken from prev's where they did not change.
 func keepReport(r *gpuscalerv1.NodeReport, prev *nodeEntry) *gpuscalerv1.NodeReport {
 	var was *gpuscalerv1.NodeReport
 	if prev != nil {
@@ -32,6 +32,7 @@ func keepReport(r *gpuscalerv1.NodeReport, prev *nodeEntry) *gpuscalerv1.NodeRep
 		Source:     keep(r.GetSource(), was.GetSource()),
 		NodeLabels: keepLabels(r.GetNodeLabels(), was.GetNodeLabels()),
 		Scheduling: keepScheduling(r.GetScheduling(), was.GetScheduling()),
+		Resources:  keepResources(r.GetResources(), was.GetResources()),
 	}
 	for _, u := range r.GetUnattributed() {
 		k.Unattributed = append(k.Unattributed, &gpuscalerv1.UnattributedDevice{
@@ -105,6 +106,24 @@ func keepScheduling(s, was *gpuscalerv1.NodeScheduling) *gpuscalerv1.NodeSchedul
 		k.Taints = append(k.Taints, &gpuscalerv1.Taint{Key: strings.Clone(t.GetKey()), Value: strings.Clone(t.GetValue()), Effect: strings.Clone(t.GetEffect())})
 	}
 	return k
+}
+
+// keepResources returns was when res says the same, else a copy of res; nil for nil.
+// The decoder reuses res for the next report.
+func keepResources(res, was *gpuscalerv1.NodeResources) *gpuscalerv1.NodeResources {
+	switch {
+	case res == nil:
+		return nil
+	case was != nil && res.GetCpuAllocatableMillis() == was.GetCpuAllocatableMillis() &&
+		res.GetMemoryAllocatableBytes() == was.GetMemoryAllocatableBytes() &&
+		res.GetCpuRequestedMillis() == was.GetCpuRequestedMillis() &&
+		res.GetMemoryRequestedBytes() == was.GetMemoryRequestedBytes():
+		return was
+	}
+	return &gpuscalerv1.NodeResources{
+		CpuAllocatableMillis: res.GetCpuAllocatableMillis(), MemoryAllocatableBytes: res.GetMemoryAllocatableBytes(),
+		CpuRequestedMillis: res.GetCpuRequestedMillis(), MemoryRequestedBytes: res.GetMemoryRequestedBytes(),
+	}
 }
 
 // keepProfile returns MIG profile p as free, the counts being built, or prev's hold it,

@@ -45,6 +45,7 @@ func keepTestReports() []*gpuscalerv1.NodeReport {
 				{Uuid: "GPU-2", DeviceId: "MIG-2", MigProfile: "1g.10gb", MigInstanceId: proto.Uint32(7)},
 			},
 			Unattributed: []*gpuscalerv1.UnattributedDevice{{Id: "GPU-9", Resource: "nvidia.com/gpu", Reason: "gone", Pod: pod("ml", "lost", map[string]string{"app": app})}},
+			Resources:    &gpuscalerv1.NodeResources{CpuAllocatableMillis: 64_000, MemoryAllocatableBytes: 512 << 30, CpuRequestedMillis: uint64(util) * 100, MemoryRequestedBytes: uint64(util) << 30},
 		}
 	}
 	return []*gpuscalerv1.NodeReport{
@@ -89,7 +90,7 @@ func TestStateKeepsNothingOfTheReport(t *testing.T) {
 		}
 	}
 	// A last report decoded over the decoder's memory, not applied.
-	if _, err := dec.Decode("gpuscaler.v1.node.node-c", mustMarshal(t, &gpuscalerv1.NodeReport{Node: "node-c", Gpus: []*gpuscalerv1.GPUSample{{Uuid: "GPU-Z"}}})); err != nil {
+	if _, err := dec.Decode("gpuscaler.v1.node.node-c", mustMarshal(t, &gpuscalerv1.NodeReport{Node: "node-c", Gpus: []*gpuscalerv1.GPUSample{{Uuid: "GPU-Z"}}, Resources: &gpuscalerv1.NodeResources{CpuAllocatableMillis: 1}})); err != nil {
 		t.Fatal(err)
 	}
 	for _, node := range []string{"node-a", "node-b"} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -342,29 +343,89 @@ func (s *State) capacity(t *Trigger) (int, error) {
 	pool.lastRead.Store(now.UnixNano())
 	slots := 0
 	for _, slot := range pool.nodes.load() {
-		_, n, _, _ := slotsOn(t, slot.v.Load(), now)
-		slots += n
+		slots += slotsOn(t, slot.v.Load(), now).slots
 	}
 	return slots, nil
 }
 
-// slotsOn returns the free devices of t's kind on e (its MIG profile's, or whole GPUs),
-// and the replicas of t they can take: for whole GPUs, free divided by gpusPerReplica
-// rounded down, as a replica cannot span nodes. A node silent longer than t's staleAfter
-// is stale and takes none: it counts as full. So does a node the scheduler would place
-// none of t's Jobs on; blocked then says why (see placeable).
-func slotsOn(t *Trigger, e *nodeEntry, now time.Time) (free, slots int, stale bool, blocked blocker) {
-	free = e.free[t.GPUProfile]
+// nodeSlots is what capacity finds on one node for a trigger (see slotsOn).
+type nodeSlots struct {
+	// free counts the free devices of the trigger's kind (its MIG profile's, or whole
+	// GPUs); gpuSlots the replicas they take; slots the replicas the node takes, its
+	// CPU and memory counted.
+	free, gpuSlots, slots int
+	// stale: the node has been silent longer than staleAfter.
+	stale bool
+	// blocked says why the scheduler would place none of the Jobs there.
+	blocked blocker
+	// limitedBy names what of the node's free CPU and memory takes fewer replicas than
+	// its devices: "CPU", "memory" or "CPU and memory"; empty when nothing does.
+	limitedBy string
+	// resourcesUnknown: the trigger gives cpuPerReplica or memoryPerReplica and the
+	// node did not report its CPU and memory, so it is counted on its devices alone.
+	resourcesUnknown bool
+}
+
+// slotsOn returns what e gives t: its free devices of t's kind and the replicas of t
+// they can take (for whole GPUs, free divided by gpusPerReplica rounded down, as a
+// replica cannot span nodes), no more than its free CPU and memory take (see fits). A
+// node silent longer than t's staleAfter is stale and takes none: it counts as full.
+// So does a node the scheduler would place none of t's Jobs on; blocked then says why
+// (see placeable).
+func slotsOn(t *Trigger, e *nodeEntry, now time.Time) nodeSlots {
+	n := nodeSlots{free: e.free[t.GPUProfile]}
 	if now.Sub(e.stored) > t.StaleAfter {
-		return free, 0, true, blocker{}
+		n.stale = true
+		return n
 	}
-	if blocked = e.placeable(t); blocked.blocks() {
-		return free, 0, false, blocked
+	if n.blocked = e.placeable(t); n.blocked.blocks() {
+		return n
 	}
-	if t.GPUProfile != "" {
-		return free, free, false, blocker{}
+	n.gpuSlots = n.free
+	if t.GPUProfile == "" {
+		n.gpuSlots = n.free / max(t.GPUsPerReplica, 1)
 	}
-	return free, free / max(t.GPUsPerReplica, 1), false, blocker{}
+	n.slots = n.gpuSlots
+	if t.CPUPerReplica == 0 && t.MemoryPerReplica == 0 {
+		return n
+	}
+	res := e.report.GetResources()
+	if res == nil {
+		n.resourcesUnknown = true
+		return n
+	}
+	var by []string
+	for _, r := range []struct {
+		name       string
+		alloc, req uint64
+		perReplica int64
+	}{
+		{"CPU", res.GetCpuAllocatableMillis(), res.GetCpuRequestedMillis(), t.CPUPerReplica},
+		{"memory", res.GetMemoryAllocatableBytes(), res.GetMemoryRequestedBytes(), t.MemoryPerReplica},
+	} {
+		if r.perReplica == 0 {
+			continue
+		}
+		if f := fits(r.alloc, r.req, r.perReplica); f < n.gpuSlots {
+			by = append(by, r.name)
+			n.slots = min(n.slots, f)
+		}
+	}
+	n.limitedBy = strings.Join(by, " and ")
+	return n
+}
+
+// fits returns how many replicas requesting perReplica each fit in allocatable less
+// requested, as the scheduler's NodeResourcesFit filter admits a pod only where its
+// request is within what the node's bound pods leave (kubernetes
+// pkg/scheduler/framework/plugins/noderesources/fit.go, fitsRequest). Requests beyond
+// allocatable leave none. Both are bounded by the report's validation (under 2^50), so
+// the quotient fits an int.
+func fits(allocatable, requested uint64, perReplica int64) int {
+	if requested >= allocatable || perReplica <= 0 {
+		return 0
+	}
+	return int((allocatable - requested) / uint64(perReplica))
 }
 
 // blocker is what keeps a trigger's Jobs off a node: its cordon, or a taint they do not

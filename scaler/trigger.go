@@ -49,6 +49,8 @@ const (
 	KeyTargetWait           = metadata.KeyTargetWait
 	KeyConcurrency          = metadata.KeyConcurrency
 	KeyPushInterval         = metadata.KeyPushInterval
+	KeyCPUPerReplica        = metadata.KeyCPUPerReplica
+	KeyMemoryPerReplica     = metadata.KeyMemoryPerReplica
 )
 
 // Defaults of the optional keys.

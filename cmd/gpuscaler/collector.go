@@ -132,7 +132,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		pods   gpucollectors.PodDirectory
 	)
 	if sim != nil && !simFromCluster {
-		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling = sim, sim, sim.Labels, sim.Scheduling
+		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = sim, sim, sim.Labels, sim.Scheduling, sim.Resources
 	} else {
 		if simFromCluster {
 			rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
@@ -158,13 +158,14 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		if kubeconfig != "none" {
 			client, err := gpucollectors.NewInClusterOrKubeconfig(kubeconfig)
 			if err != nil {
-				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, and not whether the node is cordoned or tainted (capacity counts its GPUs as placeable); podSelector triggers over this node's pods answer Unavailable", "err", err)
+				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
 				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
 				pods = dir
 				g.Go(func() error { return dir.Run(ctx) })
-				// The Node's spec (cordon, taints) is not in its metadata: the dynamic
-				// client reads it, which links no typed API.
+				// The Node's spec (cordon, taints) and status (allocatable), and the
+				// pods' requests, are not in their metadata: the dynamic client reads
+				// them, which links no typed API.
 				rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
 				if err != nil {
 					return err
@@ -174,8 +175,11 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 				}
 				node := gpucollectors.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
+				requests := gpucollectors.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
 				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
+				cfg.NodeResources = gpucollectors.NodeResourcesOf(node.Allocatable, requests.Requested)
 				g.Go(func() error { return node.Run(ctx) })
+				g.Go(func() error { return requests.Run(ctx) })
 			}
 		}
 	}

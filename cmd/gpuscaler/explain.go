@@ -390,7 +390,14 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				case n.GetSchedulingUnknown():
 					sched = "unknown (counted)"
 				}
-				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%d\t%s\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), n.GetSlots(), sched)
+				replicas := strconv.Itoa(int(n.GetSlots()))
+				switch {
+				case n.GetLimitedBy() != "":
+					replicas += fmt.Sprintf(" (%s; free devices take %d)", n.GetLimitedBy(), n.GetGpuSlots())
+				case n.GetResourcesUnknown():
+					replicas += " (CPU and memory unknown)"
+				}
+				fmt.Fprintf(tw, "  %s\t%s ago%s\t%d\t%s\t%s\n", n.GetNode(), age(n.GetAge()), flagIf(n.GetStale(), " STALE (counted as full)"), n.GetFree(), replicas, sched)
 			}
 			tw.Flush()
 		}

@@ -239,3 +239,24 @@ func TestExplainUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPrintExplanationCPUAndMemory: the capacity table says of each node how many Jobs
+// its CPU or memory lets through of those its free devices take, and which nodes are
+// counted on their devices alone.
+func TestPrintExplanationCPUAndMemory(t *testing.T) {
+	ex := &gpuscalerv1.Explanation{Capacity: &gpuscalerv1.Capacity{GpusPerReplica: 1, Slots: 4, Nodes: []*gpuscalerv1.NodeCapacity{
+		{Node: "gpu-a", Free: 2, GpuSlots: 2, Slots: 2},
+		{Node: "gpu-b", Free: 3, GpuSlots: 3, Slots: 1, LimitedBy: "CPU"},
+		{Node: "gpu-e", Free: 1, GpuSlots: 1, Slots: 1, ResourcesUnknown: true},
+	}}}
+	var out strings.Builder
+	printExplanation(&out, explainTarget{}, "scaler:9090", ex)
+	for _, want := range []string{
+		`gpu-b\s+\S+ ago\s+3\s+1 \(CPU; free devices take 3\)`,
+		`gpu-e\s+\S+ ago\s+1\s+1 \(CPU and memory unknown\)`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("explain output does not match %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -46,6 +47,8 @@ const (
 	KeyTargetWait           = "targetWait"
 	KeyConcurrency          = "concurrency"
 	KeyPushInterval         = "pushInterval"
+	KeyCPUPerReplica        = "cpuPerReplica"
+	KeyMemoryPerReplica     = "memoryPerReplica"
 )
 
 // Defaults of the optional keys.
@@ -97,8 +100,8 @@ var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tl
 var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
-	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter, KeyStream, KeyConsumer,
-	KeyTargetWait, KeyConcurrency, KeyPushInterval,
+	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyCPUPerReplica, KeyMemoryPerReplica,
+	KeyStaleAfter, KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -173,6 +176,12 @@ type Trigger struct {
 	// node.kubernetes.io/unschedulable, is not counted. Nil tolerates none (but the
 	// taint of the GPU resource the Jobs ask for; see the scaler's capacity).
 	Tolerations []Toleration
+	// CPUPerReplica (millicores) and MemoryPerReplica (bytes) are what one Job requests of
+	// a node's CPU and memory, which the scaler cannot see: a node counts no more Jobs
+	// than its free CPU and memory take, where it reports them. 0: not given, the node
+	// counts on its devices alone.
+	CPUPerReplica    int64
+	MemoryPerReplica int64
 
 	StaleAfter time.Duration
 
@@ -253,6 +262,10 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.whole(KeyMinReplicaCount, &t.MinReplicaCount, 0, 1_000_000)
 	t.NodeSelector = p.selector(KeyNodeSelector)
 	t.Tolerations = p.tolerations(KeyTolerations)
+	t.CPUPerReplica = p.quantity(KeyCPUPerReplica, resource.NewQuantity(maxCPUCores, resource.DecimalSI), true,
+		"a Kubernetes quantity of CPU from 1m to 1048576, such as \"8\" or \"500m\"")
+	t.MemoryPerReplica = p.quantity(KeyMemoryPerReplica, resource.NewQuantity(gpuscalerv1.MaxNodeMemoryBytes, resource.BinarySI), false,
+		"a Kubernetes quantity of memory from 1 byte to 1Pi, such as \"64Gi\" or \"500M\"")
 	p.duration(KeyStaleAfter, &t.StaleAfter)
 	t.Stream = p.name(KeyStream, validateJetStreamName, "a JetStream stream name: no '.', '*', '>', '/', '\\' or white space")
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
@@ -345,7 +358,7 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 			return fail(KeyPushInterval, `no capacityAware "true" too: capacityAware is for ScaledJobs, and KEDA pushes nothing for a ScaledJob`)
 		}
 	}
-	for _, k := range []string{KeyNodeSelector, KeyTolerations, KeyCapacityHeadroom, KeyMinReplicaCount} {
+	for _, k := range []string{KeyNodeSelector, KeyTolerations, KeyCapacityHeadroom, KeyMinReplicaCount, KeyCPUPerReplica, KeyMemoryPerReplica} {
 		if _, ok := md[k]; ok && !t.CapacityAware {
 			return fail(k, "capacityAware \"true\" too: "+k+" shapes the capacity cap")
 		}
@@ -522,6 +535,30 @@ func (p *parser) whole(key string, dst *int, lo, hi int) {
 		return
 	}
 	*dst = n
+}
+
+// maxCPUCores bounds cpuPerReplica: a node's largest CPU (gpuscalerv1.MaxNodeCPUMillis).
+const maxCPUCores = gpuscalerv1.MaxNodeCPUMillis / 1000
+
+// quantity parses a Kubernetes quantity ("8", "500m", "64Gi"), as a pod's requests are
+// written (k8s.io/apimachinery resource.ParseQuantity), above 0 and at most most: in
+// millicores when milli, rounded up as the scheduler rounds a request
+// (Quantity.MilliValue), else in whole units, rounded up (Quantity.Value). 0 when the key
+// is not given.
+func (p *parser) quantity(key string, most *resource.Quantity, milli bool, want string) int64 {
+	v, ok := p.get(key)
+	if !ok {
+		return 0
+	}
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil || q.Sign() <= 0 || q.Cmp(*most) > 0 {
+		p.fail(key, v, want)
+		return 0
+	}
+	if milli {
+		return q.MilliValue()
+	}
+	return q.Value()
 }
 
 func (p *parser) bool(key string, dst *bool) {

@@ -33,6 +33,8 @@ type triggerView struct {
 	MinReplicaCount      int
 	NodeSelector         string
 	Tolerations          string
+	CPUPerReplica        int64
+	MemoryPerReplica     int64
 	StaleAfter           time.Duration
 	Stream               string
 	Consumer             string
@@ -68,6 +70,8 @@ func viewOf(tr *Trigger) triggerView {
 		MinReplicaCount:      tr.MinReplicaCount,
 		NodeSelector:         selectorString(tr.NodeSelector),
 		Tolerations:          FormatTolerations(tr.Tolerations),
+		CPUPerReplica:        tr.CPUPerReplica,
+		MemoryPerReplica:     tr.MemoryPerReplica,
 		StaleAfter:           tr.StaleAfter,
 		Stream:               tr.Stream,
 		Consumer:             tr.Consumer,
@@ -329,6 +333,17 @@ func TestParseTriggerValidValues(t *testing.T) {
 			v.Tolerations = "dedicated=ml:NoSchedule,nvidia.com/gpu:NoSchedule"
 		}},
 		"tolerations of every taint": {metaWith(baseCapacity, KeyTolerations, "*"), capacity, func(v *triggerView) { v.Tolerations = "*" }},
+		"cpuPerReplica cores":        {metaWith(baseCapacity, KeyCPUPerReplica, "8"), capacity, func(v *triggerView) { v.CPUPerReplica = 8000 }},
+		"cpuPerReplica millicores":   {metaWith(baseCapacity, KeyCPUPerReplica, " 500m "), capacity, func(v *triggerView) { v.CPUPerReplica = 500 }},
+		"cpuPerReplica fraction":     {metaWith(baseCapacity, KeyCPUPerReplica, "1.5"), capacity, func(v *triggerView) { v.CPUPerReplica = 1500 }},
+		// The scheduler rounds a request up to whole millicores (Quantity.MilliValue).
+		"cpuPerReplica below a millicore": {metaWith(baseCapacity, KeyCPUPerReplica, "100u"), capacity, func(v *triggerView) { v.CPUPerReplica = 1 }},
+		"memoryPerReplica Gi":             {metaWith(baseCapacity, KeyMemoryPerReplica, "64Gi"), capacity, func(v *triggerView) { v.MemoryPerReplica = 64 << 30 }},
+		"memoryPerReplica G":              {metaWith(baseCapacity, KeyMemoryPerReplica, "500M"), capacity, func(v *triggerView) { v.MemoryPerReplica = 500_000_000 }},
+		"memoryPerReplica bytes":          {metaWith(baseCapacity, KeyMemoryPerReplica, "1e9"), capacity, func(v *triggerView) { v.MemoryPerReplica = 1_000_000_000 }},
+		"cpu and memory per replica": {metaWith(baseCapacity, KeyCPUPerReplica, "16", KeyMemoryPerReplica, "1Ti"), capacity, func(v *triggerView) {
+			v.CPUPerReplica, v.MemoryPerReplica = 16_000, 1<<40
+		}},
 
 		"staleAfter 1s":          {metaWith(baseQueue, KeyStaleAfter, "1s"), queue, func(v *triggerView) { v.StaleAfter = time.Second }},
 		"staleAfter 2m":          {metaWith(baseQueue, KeyStaleAfter, "2m"), queue, func(v *triggerView) { v.StaleAfter = 2 * time.Minute }},
@@ -436,6 +451,8 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseQueue, KeyCapacityAware, `"true" or "false"`, "yes", "no", "on", "maybe", "", "2")
 	add(baseCapacity, KeyCapacityHeadroom, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
 	add(baseCapacity, KeyMinReplicaCount, "a whole number from 0 to 1000000", "-1", "1.5", "abc", "", "1000001", "0x2", "1e3")
+	add(baseCapacity, KeyCPUPerReplica, "a Kubernetes quantity of CPU from 1m to 1048576", "", " ", "0", "0m", "-1", "-500m", "abc", "8 cores", "1Ki2", "1048577", "2Mi", "1e7", "NaN", "Inf")
+	add(baseCapacity, KeyMemoryPerReplica, "a Kubernetes quantity of memory from 1 byte to 1Pi", "", " ", "0", "-1Gi", "64GB", "64 Gi", "abc", "1025Ti", "2Pi", "1e16", "NaN")
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 
@@ -469,7 +486,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter,
-		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval, KeyCPUPerReplica, KeyMemoryPerReplica,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -581,6 +598,12 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"tolerations without capacityAware": {
 			metadata: metaWith(baseQueue, KeyTolerations, "dedicated:NoSchedule"), key: KeyTolerations, value: "dedicated:NoSchedule", want: `capacityAware "true" too`,
 		},
+		"cpuPerReplica without capacityAware": {
+			metadata: metaWith(baseQueue, KeyCPUPerReplica, "8"), key: KeyCPUPerReplica, value: "8", want: `capacityAware "true" too`,
+		},
+		"memoryPerReplica with capacityAware false": {
+			metadata: metaWith(baseQueue, KeyCapacityAware, "false", KeyMemoryPerReplica, "64Gi"), key: KeyMemoryPerReplica, value: "64Gi", want: `capacityAware "true" too`,
+		},
 		"nodeSelector with pods only": {
 			metadata: metaWith(baseGPU, KeyNodeSelector, "gpu=a100"), key: KeyNodeSelector, value: "gpu=a100", want: `capacityAware "true" too`,
 		},
@@ -660,7 +683,8 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyPodSelector, "app=llm", KeyGPUUtilTarget, "75", KeyActivationGPUUtil, "5", KeyGPUMemoryTarget, "90",
 			KeyGPUsPerReplica, "2", KeyStaleAfter, "1m"),
 		"capacity": metaOf(KeyQueue, "jobs", KeyQueueTarget, "4", KeyGPUsPerReplica, "2",
-			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule", KeyMinReplicaCount, "2"),
+			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule", KeyMinReplicaCount, "2",
+			KeyCPUPerReplica, "7500m", KeyMemoryPerReplica, "60Gi"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
 		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyPushInterval, "10s"),
 	}
@@ -942,6 +966,13 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyNodeSelector, "gpu=a100", "", "", true, 0},
 		{"ml", KeyCapacityAware, "true", KeyTolerations, "dedicated=ml:NoSchedule,nvidia.com/gpu", true, 0},
 		{"ml", KeyCapacityAware, "true", KeyTolerations, "*=x", true, 0},
+		{"ml", KeyCPUPerReplica, "500m", KeyCapacityAware, "true", true, 0},
+		{"ml", KeyCPUPerReplica, "1.5e3", "", "", true, 0},
+		{"ml", KeyCPUPerReplica, "-0.0001m", KeyCapacityAware, "true", true, 0},
+		{"ml", KeyMemoryPerReplica, "64Gi", KeyCapacityAware, "true", true, 0},
+		{"ml", KeyMemoryPerReplica, "0.5", KeyCapacityAware, "true", true, 0},
+		{"ml", KeyMemoryPerReplica, "9Ei", KeyCapacityAware, "true", true, 0},
+		{"ml", "cpuPerReplicaFromEnv", "8", "memoryPerReplicaFromEnv", "1Gi", true, 0},
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},
@@ -1063,6 +1094,12 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 				t.Errorf("StaleAfter with no staleAfter key: got %v, want %v", tr.StaleAfter, want)
 			}
 		}
+	}
+	if tr.CPUPerReplica < 0 || tr.CPUPerReplica > gpuscalerv1.MaxNodeCPUMillis || tr.MemoryPerReplica < 0 || tr.MemoryPerReplica > gpuscalerv1.MaxNodeMemoryBytes {
+		t.Errorf("CPUPerReplica %d, MemoryPerReplica %d: want 0 (not given) or within a node's bounds (%+v)", tr.CPUPerReplica, tr.MemoryPerReplica, v)
+	}
+	if (tr.CPUPerReplica != 0 || tr.MemoryPerReplica != 0) && !tr.CapacityAware {
+		t.Errorf("CPUPerReplica or MemoryPerReplica without CapacityAware (%+v)", v)
 	}
 	if tr.Queue == "" && tr.Stream == "" && tr.PodSelector == nil {
 		t.Errorf("got none of Queue, Stream and PodSelector, want at least one (%+v)", v)

@@ -133,6 +133,26 @@ func TestNodeReportValidate(t *testing.T) {
 				r.Scheduling.Taints = append(r.Scheduling.Taints, &Taint{Key: fmt.Sprintf("k%d", i), Effect: "NoSchedule"})
 			}
 		}, wantErr: "taints, more than"},
+		"resources": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuAllocatableMillis: 15_890, MemoryAllocatableBytes: 60 << 30}
+		}},
+		"resources requested over allocatable": {mutate: func(r *NodeReport) {
+			// Pods bound before the kubelet's reservations grew, or static pods.
+			r.Resources = &NodeResources{CpuAllocatableMillis: 1000, MemoryAllocatableBytes: 1 << 30, CpuRequestedMillis: 1500, MemoryRequestedBytes: 2 << 30}
+		}},
+		"resources all zero": {mutate: func(r *NodeReport) { r.Resources = &NodeResources{} }},
+		"cpu allocatable too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuAllocatableMillis: MaxNodeCPUMillis + 1}
+		}, wantErr: "resources.cpu_allocatable_millis: 1048576001, more than 1048576000"},
+		"memory allocatable too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{MemoryAllocatableBytes: MaxNodeMemoryBytes + 1}
+		}, wantErr: "resources.memory_allocatable_bytes: "},
+		"cpu requested too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{CpuRequestedMillis: math.MaxUint64}
+		}, wantErr: "resources.cpu_requested_millis: "},
+		"memory requested too large": {mutate: func(r *NodeReport) {
+			r.Resources = &NodeResources{MemoryRequestedBytes: 1 << 63}
+		}, wantErr: "resources.memory_requested_bytes: "},
 		"unattributed pod invalid": {mutate: func(r *NodeReport) {
 			r.Unattributed = []*UnattributedDevice{{Id: "x", Resource: "nvidia.com/gpu", Pod: &PodRef{Namespace: "Bad_NS", Name: "x"}}}
 		}, wantErr: "unattributed[0]: pod: invalid name"},
@@ -219,6 +239,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", nodeData)
 	f.Add("gpuscaler.v1.node.gpu-node-1", []byte{0x0a, 0x80})
+	withResources := validNodeReport()
+	withResources.Resources = &NodeResources{CpuAllocatableMillis: MaxNodeCPUMillis, MemoryAllocatableBytes: 1 << 40, CpuRequestedMillis: 500, MemoryRequestedBytes: MaxNodeMemoryBytes}
+	resourcesData, _ := proto.Marshal(withResources)
+	f.Add("gpuscaler.v1.node.gpu-node-1", resourcesData)
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
 		ev, err := Decode(subject, data)
 		if err != nil {

@@ -63,7 +63,14 @@ type NodeReport struct {
 	// when the collector could not read its Node (no API access, or a collector from
 	// before this field): the scaler then counts the node's free devices as placeable, as
 	// it did before, and says so in explain.
-	Scheduling    *NodeScheduling `protobuf:"bytes,11,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
+	Scheduling *NodeScheduling `protobuf:"bytes,11,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
+	// The node's CPU and memory and what its pods request of them, for capacity triggers
+	// with cpuPerReplica or memoryPerReplica. Absent when the collector does not know them
+	// all (no API access to its Node or its pods, a Node without allocatable cpu or
+	// memory, or a collector from before this field): the scaler then counts the node on
+	// its free devices alone, as it did before, and says so in explain. Never zeros in
+	// place of unknown.
+	Resources     *NodeResources `protobuf:"bytes,12,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,6 +182,90 @@ func (x *NodeReport) GetScheduling() *NodeScheduling {
 	return nil
 }
 
+func (x *NodeReport) GetResources() *NodeResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+// NodeResources is what the scheduler's NodeResourcesFit filter weighs a new pod's CPU
+// and memory requests against (kubernetes pkg/scheduler/framework/plugins/noderesources,
+// fit.go): the Node's status.allocatable, less the requests of the pods bound to it.
+type NodeResources struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status.allocatable: cpu in millicores, memory in bytes.
+	CpuAllocatableMillis   uint64 `protobuf:"varint,1,opt,name=cpu_allocatable_millis,json=cpuAllocatableMillis,proto3" json:"cpu_allocatable_millis,omitempty"`
+	MemoryAllocatableBytes uint64 `protobuf:"varint,2,opt,name=memory_allocatable_bytes,json=memoryAllocatableBytes,proto3" json:"memory_allocatable_bytes,omitempty"`
+	// The sum of the requests of the pods bound to the node that have not finished (phase
+	// neither Succeeded nor Failed), each pod's as the scheduler computes it
+	// (k8s.io/component-helpers resource.PodRequests: the larger of its app containers'
+	// and restartable init containers' sum and each init container's peak, plus
+	// spec.overhead). May exceed allocatable.
+	CpuRequestedMillis   uint64 `protobuf:"varint,3,opt,name=cpu_requested_millis,json=cpuRequestedMillis,proto3" json:"cpu_requested_millis,omitempty"`
+	MemoryRequestedBytes uint64 `protobuf:"varint,4,opt,name=memory_requested_bytes,json=memoryRequestedBytes,proto3" json:"memory_requested_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *NodeResources) Reset() {
+	*x = NodeResources{}
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeResources) ProtoMessage() {}
+
+func (x *NodeResources) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
+func (*NodeResources) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeResources) GetCpuAllocatableMillis() uint64 {
+	if x != nil {
+		return x.CpuAllocatableMillis
+	}
+	return 0
+}
+
+func (x *NodeResources) GetMemoryAllocatableBytes() uint64 {
+	if x != nil {
+		return x.MemoryAllocatableBytes
+	}
+	return 0
+}
+
+func (x *NodeResources) GetCpuRequestedMillis() uint64 {
+	if x != nil {
+		return x.CpuRequestedMillis
+	}
+	return 0
+}
+
+func (x *NodeResources) GetMemoryRequestedBytes() uint64 {
+	if x != nil {
+		return x.MemoryRequestedBytes
+	}
+	return 0
+}
+
 // NodeScheduling is what of a Node's spec decides whether the scheduler places a new pod
 // there: its NodeUnschedulable and TaintToleration filter plugins
 // (kubernetes pkg/scheduler/framework/plugins/nodeunschedulable, tainttoleration).
@@ -192,7 +283,7 @@ type NodeScheduling struct {
 
 func (x *NodeScheduling) Reset() {
 	*x = NodeScheduling{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +295,7 @@ func (x *NodeScheduling) String() string {
 func (*NodeScheduling) ProtoMessage() {}
 
 func (x *NodeScheduling) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[1]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +308,7 @@ func (x *NodeScheduling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScheduling.ProtoReflect.Descriptor instead.
 func (*NodeScheduling) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *NodeScheduling) GetUnschedulable() bool {
@@ -249,7 +340,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +352,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[2]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +365,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Taint) GetKey() string {
@@ -314,7 +405,7 @@ type UnattributedDevice struct {
 
 func (x *UnattributedDevice) Reset() {
 	*x = UnattributedDevice{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +417,7 @@ func (x *UnattributedDevice) String() string {
 func (*UnattributedDevice) ProtoMessage() {}
 
 func (x *UnattributedDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[3]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +430,7 @@ func (x *UnattributedDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnattributedDevice.ProtoReflect.Descriptor instead.
 func (*UnattributedDevice) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UnattributedDevice) GetId() string {
@@ -390,7 +481,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +493,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[4]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +506,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Device) GetId() string {
@@ -502,7 +593,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +605,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +618,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GPUSample) GetUuid() string {
@@ -698,7 +789,7 @@ type PodRef struct {
 
 func (x *PodRef) Reset() {
 	*x = PodRef{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +801,7 @@ func (x *PodRef) String() string {
 func (*PodRef) ProtoMessage() {}
 
 func (x *PodRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +814,7 @@ func (x *PodRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodRef.ProtoReflect.Descriptor instead.
 func (*PodRef) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PodRef) GetNamespace() string {
@@ -827,7 +918,7 @@ type QueueReport struct {
 
 func (x *QueueReport) Reset() {
 	*x = QueueReport{}
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +930,7 @@ func (x *QueueReport) String() string {
 func (*QueueReport) ProtoMessage() {}
 
 func (x *QueueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_events_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +943,7 @@ func (x *QueueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReport.ProtoReflect.Descriptor instead.
 func (*QueueReport) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueueReport) GetNamespace() string {
@@ -929,7 +1020,7 @@ var File_gpuscaler_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x04\n" +
+	"\x19gpuscaler/v1/events.proto\x12\fgpuscaler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x05\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12;\n" +
@@ -947,10 +1038,16 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	" \x03(\v2 .gpuscaler.v1.UnattributedDeviceR\funattributed\x12<\n" +
 	"\n" +
 	"scheduling\x18\v \x01(\v2\x1c.gpuscaler.v1.NodeSchedulingR\n" +
-	"scheduling\x1a=\n" +
+	"scheduling\x129\n" +
+	"\tresources\x18\f \x01(\v2\x1b.gpuscaler.v1.NodeResourcesR\tresources\x1a=\n" +
 	"\x0fNodeLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x01\n" +
+	"\rNodeResources\x124\n" +
+	"\x16cpu_allocatable_millis\x18\x01 \x01(\x04R\x14cpuAllocatableMillis\x128\n" +
+	"\x18memory_allocatable_bytes\x18\x02 \x01(\x04R\x16memoryAllocatableBytes\x120\n" +
+	"\x14cpu_requested_millis\x18\x03 \x01(\x04R\x12cpuRequestedMillis\x124\n" +
+	"\x16memory_requested_bytes\x18\x04 \x01(\x04R\x14memoryRequestedBytes\"c\n" +
 	"\x0eNodeScheduling\x12$\n" +
 	"\runschedulable\x18\x01 \x01(\bR\runschedulable\x12+\n" +
 	"\x06taints\x18\x02 \x03(\v2\x13.gpuscaler.v1.TaintR\x06taints\"G\n" +
@@ -1048,39 +1145,41 @@ func file_gpuscaler_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_events_proto_rawDescData
 }
 
-var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_gpuscaler_v1_events_proto_goTypes = []any{
 	(*NodeReport)(nil),            // 0: gpuscaler.v1.NodeReport
-	(*NodeScheduling)(nil),        // 1: gpuscaler.v1.NodeScheduling
-	(*Taint)(nil),                 // 2: gpuscaler.v1.Taint
-	(*UnattributedDevice)(nil),    // 3: gpuscaler.v1.UnattributedDevice
-	(*Device)(nil),                // 4: gpuscaler.v1.Device
-	(*GPUSample)(nil),             // 5: gpuscaler.v1.GPUSample
-	(*PodRef)(nil),                // 6: gpuscaler.v1.PodRef
-	(*QueueReport)(nil),           // 7: gpuscaler.v1.QueueReport
-	nil,                           // 8: gpuscaler.v1.NodeReport.NodeLabelsEntry
-	nil,                           // 9: gpuscaler.v1.PodRef.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*NodeResources)(nil),         // 1: gpuscaler.v1.NodeResources
+	(*NodeScheduling)(nil),        // 2: gpuscaler.v1.NodeScheduling
+	(*Taint)(nil),                 // 3: gpuscaler.v1.Taint
+	(*UnattributedDevice)(nil),    // 4: gpuscaler.v1.UnattributedDevice
+	(*Device)(nil),                // 5: gpuscaler.v1.Device
+	(*GPUSample)(nil),             // 6: gpuscaler.v1.GPUSample
+	(*PodRef)(nil),                // 7: gpuscaler.v1.PodRef
+	(*QueueReport)(nil),           // 8: gpuscaler.v1.QueueReport
+	nil,                           // 9: gpuscaler.v1.NodeReport.NodeLabelsEntry
+	nil,                           // 10: gpuscaler.v1.PodRef.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_gpuscaler_v1_events_proto_depIdxs = []int32{
-	10, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
-	8,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
-	4,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
-	4,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
-	5,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
-	3,  // 5: gpuscaler.v1.NodeReport.unattributed:type_name -> gpuscaler.v1.UnattributedDevice
-	1,  // 6: gpuscaler.v1.NodeReport.scheduling:type_name -> gpuscaler.v1.NodeScheduling
-	2,  // 7: gpuscaler.v1.NodeScheduling.taints:type_name -> gpuscaler.v1.Taint
-	6,  // 8: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
-	6,  // 9: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
-	6,  // 10: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
-	9,  // 11: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
-	10, // 12: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
+	5,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
+	5,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
+	6,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
+	4,  // 5: gpuscaler.v1.NodeReport.unattributed:type_name -> gpuscaler.v1.UnattributedDevice
+	2,  // 6: gpuscaler.v1.NodeReport.scheduling:type_name -> gpuscaler.v1.NodeScheduling
+	1,  // 7: gpuscaler.v1.NodeReport.resources:type_name -> gpuscaler.v1.NodeResources
+	3,  // 8: gpuscaler.v1.NodeScheduling.taints:type_name -> gpuscaler.v1.Taint
+	7,  // 9: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
+	7,  // 10: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
+	7,  // 11: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
+	10, // 12: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
+	11, // 13: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_events_proto_init() }
@@ -1088,15 +1187,15 @@ func file_gpuscaler_v1_events_proto_init() {
 	if File_gpuscaler_v1_events_proto != nil {
 		return
 	}
-	file_gpuscaler_v1_events_proto_msgTypes[5].OneofWrappers = []any{}
 	file_gpuscaler_v1_events_proto_msgTypes[6].OneofWrappers = []any{}
+	file_gpuscaler_v1_events_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_events_proto_rawDesc), len(file_gpuscaler_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1147,8 +1147,17 @@ type NodeCapacity struct {
 	// API access to its Node, or a collector from before that field): its free devices
 	// are counted.
 	SchedulingUnknown bool `protobuf:"varint,7,opt,name=scheduling_unknown,json=schedulingUnknown,proto3" json:"scheduling_unknown,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The replicas the node's free devices take, before its CPU and memory: more than
+	// slots when those limit it.
+	GpuSlots int32 `protobuf:"varint,8,opt,name=gpu_slots,json=gpuSlots,proto3" json:"gpu_slots,omitempty"`
+	// What of the node's free CPU and memory limits slots below gpu_slots: "CPU",
+	// "memory" or "CPU and memory". Empty when nothing does.
+	LimitedBy string `protobuf:"bytes,9,opt,name=limited_by,json=limitedBy,proto3" json:"limited_by,omitempty"`
+	// The trigger gives cpuPerReplica or memoryPerReplica, but the node's collector did not
+	// report its CPU and memory: it is counted on its free devices alone.
+	ResourcesUnknown bool `protobuf:"varint,10,opt,name=resources_unknown,json=resourcesUnknown,proto3" json:"resources_unknown,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeCapacity) Reset() {
@@ -1226,6 +1235,27 @@ func (x *NodeCapacity) GetUnplaceable() string {
 func (x *NodeCapacity) GetSchedulingUnknown() bool {
 	if x != nil {
 		return x.SchedulingUnknown
+	}
+	return false
+}
+
+func (x *NodeCapacity) GetGpuSlots() int32 {
+	if x != nil {
+		return x.GpuSlots
+	}
+	return 0
+}
+
+func (x *NodeCapacity) GetLimitedBy() string {
+	if x != nil {
+		return x.LimitedBy
+	}
+	return ""
+}
+
+func (x *NodeCapacity) GetResourcesUnknown() bool {
+	if x != nil {
+		return x.ResourcesUnknown
 	}
 	return false
 }
@@ -1348,7 +1378,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\frunning_jobs\x18\t \x01(\x05R\vrunningJobs\x12$\n" +
 	"\x0ejobs_from_pods\x18\n" +
 	" \x01(\bR\fjobsFromPods\x12*\n" +
-	"\x11min_replica_count\x18\v \x01(\x05R\x0fminReplicaCount\"\xe0\x01\n" +
+	"\x11min_replica_count\x18\v \x01(\x05R\x0fminReplicaCount\"\xc9\x02\n" +
 	"\fNodeCapacity\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04free\x18\x02 \x01(\x05R\x04free\x12\x14\n" +
@@ -1356,7 +1386,12 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x03age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x14\n" +
 	"\x05stale\x18\x05 \x01(\bR\x05stale\x12 \n" +
 	"\vunplaceable\x18\x06 \x01(\tR\vunplaceable\x12-\n" +
-	"\x12scheduling_unknown\x18\a \x01(\bR\x11schedulingUnknown2O\n" +
+	"\x12scheduling_unknown\x18\a \x01(\bR\x11schedulingUnknown\x12\x1b\n" +
+	"\tgpu_slots\x18\b \x01(\x05R\bgpuSlots\x12\x1d\n" +
+	"\n" +
+	"limited_by\x18\t \x01(\tR\tlimitedBy\x12+\n" +
+	"\x11resources_unknown\x18\n" +
+	" \x01(\bR\x10resourcesUnknown2O\n" +
 	"\tExplainer\x12B\n" +
 	"\aExplain\x12\x1c.gpuscaler.v1.ExplainRequest\x1a\x19.gpuscaler.v1.ExplanationB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 

@@ -43,6 +43,8 @@ type NodeDecoder struct {
 	// scheduling and taints hold the node's scheduling state, when the report has it.
 	scheduling NodeScheduling
 	taints     []*Taint
+	// resources holds the node's CPU and memory, when the report has them.
+	resources NodeResources
 }
 
 // gpuSlot is a reused GPUSample with room for what its optional fields point to.
@@ -179,6 +181,17 @@ func (d *NodeDecoder) decode(data []byte) (*NodeReport, error) {
 					m.Scheduling = &d.scheduling
 				}
 				nTaints, err = d.decodeScheduling(b, nTaints)
+			}
+		case 12:
+			var b []byte
+			if b, err = w.msg(typ, "Resources"); err == nil {
+				if m.Resources == nil {
+					d.resources.Reset()
+					m.Resources = &d.resources
+				}
+				// Scalars only: UnmarshalVT merges into what an earlier occurrence
+				// read, as protobuf does, and allocates nothing but unknown fields.
+				err = m.Resources.UnmarshalVT(b)
 			}
 		default:
 			err = w.skip(pre)

@@ -32,6 +32,7 @@ func sharedNodeReport() *NodeReport {
 		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"},
 		{Key: "node.kubernetes.io/unreachable", Effect: "NoExecute"},
 	}}
+	r.Resources = &NodeResources{CpuAllocatableMillis: 191_500, MemoryAllocatableBytes: 2_000 << 30, CpuRequestedMillis: 96_250, MemoryRequestedBytes: 1_500 << 30}
 	return r
 }
 
@@ -92,6 +93,13 @@ func TestNodeDecoderAgrees(t *testing.T) {
 	odd = protowire.AppendBytes(odd, gpu)
 	odd = protowire.AppendTag(odd, 1, protowire.BytesType)
 	odd = protowire.AppendString(odd, "gpu-node-2")
+	// Resources given twice: protobuf merges the two.
+	res1, _ := proto.Marshal(&NodeResources{CpuAllocatableMillis: 8000, MemoryRequestedBytes: 1 << 30})
+	res2, _ := proto.Marshal(&NodeResources{CpuRequestedMillis: 500})
+	odd = protowire.AppendTag(odd, 12, protowire.BytesType)
+	odd = protowire.AppendBytes(odd, res1)
+	odd = protowire.AppendTag(odd, 12, protowire.BytesType)
+	odd = protowire.AppendBytes(odd, res2)
 
 	inputs := map[string][]byte{"odd": odd}
 	for name, r := range map[string]*NodeReport{
@@ -116,6 +124,9 @@ func TestNodeDecoderAgrees(t *testing.T) {
 	r, err := d.decode(odd)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res := r.GetResources(); res.GetCpuAllocatableMillis() != 8000 || res.GetCpuRequestedMillis() != 500 || res.GetMemoryRequestedBytes() != 1<<30 {
+		t.Fatalf("resources given twice read as %v", res)
 	}
 	if p := r.GetGpus()[0].GetPod(); p.GetNamespace() != "ml" || p.GetName() != "merged" || len(p.GetLabels()) != 2 || r.GetNode() != "gpu-node-2" {
 		t.Fatalf("fields given twice read as %v", r)
@@ -212,6 +223,7 @@ func FuzzNodeDecoderAgrees(f *testing.F) {
 	f.Add(valid)
 	f.Add([]byte{0x0a, 0x80})
 	f.Add([]byte{0x32, 0x04, 0x0a, 0x05, 0x61, 0x62})
+	f.Add([]byte{0x62, 0x04, 0x08, 0xe8, 0x07, 0x18}) // resources, its last varint cut short
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var d NodeDecoder
 		if _, err := d.decode(big); err != nil {

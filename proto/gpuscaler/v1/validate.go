@@ -25,9 +25,15 @@ const (
 	MaxPodLabels  = 128
 	// MaxTaints bounds a node's reported taints. Kubernetes sets no number, but a node
 	// carries a handful; 128 keeps a hostile report small.
-	MaxTaints        = 128
-	maxLabelKeyLen   = 317 // a 253-byte prefix, '/', a 63-byte name
-	maxLabelValueLen = 63
+	MaxTaints = 128
+	// MaxNodeCPUMillis and MaxNodeMemoryBytes bound a node's reported CPU (a million
+	// cores, in millicores) and memory (1 PiB), allocatable and requested alike: the
+	// largest machines have a few thousand cores and tens of TiB, so more is a broken
+	// or hostile collector, not a node.
+	MaxNodeCPUMillis   = 1 << 20 * 1000
+	MaxNodeMemoryBytes = 1 << 50
+	maxLabelKeyLen     = 317 // a 253-byte prefix, '/', a 63-byte name
+	maxLabelValueLen   = 63
 )
 
 // Validate reports whether r is a well-formed NodeReport: a valid node name, and per
@@ -88,6 +94,29 @@ func (r *NodeReport) Validate() error {
 	}
 	if err := r.GetScheduling().validate(); err != nil {
 		return fmt.Errorf("%w: node %s: scheduling.%w", ErrInvalidEvent, r.GetNode(), err)
+	}
+	if err := r.GetResources().validate(); err != nil {
+		return fmt.Errorf("%w: node %s: resources.%w", ErrInvalidEvent, r.GetNode(), err)
+	}
+	return nil
+}
+
+// validate checks res against MaxNodeCPUMillis and MaxNodeMemoryBytes. Requested may
+// exceed allocatable: pods bound before the kubelet reserved more, or static pods the
+// scheduler never placed. A nil res (resources unknown) is valid.
+func (res *NodeResources) validate() error {
+	for _, f := range []struct {
+		name    string
+		v, most uint64
+	}{
+		{"cpu_allocatable_millis", res.GetCpuAllocatableMillis(), MaxNodeCPUMillis},
+		{"memory_allocatable_bytes", res.GetMemoryAllocatableBytes(), MaxNodeMemoryBytes},
+		{"cpu_requested_millis", res.GetCpuRequestedMillis(), MaxNodeCPUMillis},
+		{"memory_requested_bytes", res.GetMemoryRequestedBytes(), MaxNodeMemoryBytes},
+	} {
+		if f.v > f.most {
+			return fmt.Errorf("%s: %d, more than %d", f.name, f.v, f.most)
+		}
 	}
 	return nil
 }
