@@ -101,10 +101,13 @@ func (n *NodeWatch) Run(ctx context.Context) error {
 	if _, err := n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    seen,
 		UpdateFunc: func(_, obj any) { seen(obj) },
+		// A deleted Node takes no pod (the scheduler places only on Nodes it lists):
+		// reported as cordoned, not as unknown, which capacity counts as placeable.
 		DeleteFunc: func(any) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			n.labels, n.scheduling, n.allocatable = nil, nil, nil
+			n.labels, n.allocatable = nil, nil
+			n.scheduling = &gpuscalerv1.NodeScheduling{Unschedulable: true}
 		},
 	}); err != nil {
 		return fmt.Errorf("node watch: %w", err)

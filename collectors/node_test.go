@@ -92,6 +92,14 @@ func TestNodeWatch(t *testing.T) {
 		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"},
 	}}
 	testkit.Eventually(t, 5*time.Second, func() bool { return proto.Equal(n.Scheduling(), want) })
+
+	// Deleted (the autoscaler removes it while its collector still runs): it takes no
+	// Job, so it is reported cordoned, never unknown (which capacity would count).
+	if err := client.Resource(nodesResource).Delete(t.Context(), "gpu-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = &gpuscalerv1.NodeScheduling{Unschedulable: true}
+	testkit.Eventually(t, 5*time.Second, func() bool { return proto.Equal(n.Scheduling(), want) })
 }
 
 func TestNodeWatchForbidden(t *testing.T) {
