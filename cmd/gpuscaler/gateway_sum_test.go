@@ -188,7 +188,10 @@ func BenchmarkGatewayWake(b *testing.B) {
 	}()
 	b.Cleanup(func() { cancel(); <-exited })
 
-	ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: map[string]string{"queue": "llm-requests"}}
+	// pushInterval 0s: the wakes follow each other by milliseconds, with no KEDA to scale
+	// to zero between them; in a cluster a wake from zero comes a cooldownPeriod after
+	// the last push at least, which the default pushInterval never holds back.
+	ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: map[string]string{"queue": "llm-requests", "pushInterval": "0s"}}
 	inactive := func() bool {
 		resp, err := keda.IsActive(context.Background(), ref)
 		return err == nil && !resp.GetResult()
