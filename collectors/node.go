@@ -40,7 +40,6 @@ type NodeWatch struct {
 	// allocatable is the Node's status.allocatable cpu (millicores) and memory (bytes);
 	// nil when unknown.
 	allocatable *[2]int64
-	warned      bool // the missing access was logged
 	specWarned  bool // a spec that could not be read was logged
 }
 
@@ -50,33 +49,9 @@ func NewNodeWatch(client dynamic.Interface, node string, log *slog.Logger) *Node
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := &NodeWatch{node: node, log: log.With("node", node)}
-	nodes := client.Resource(nodesResource)
 	selector := fields.OneTermEqualSelector("metadata.name", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return nodes.Watch(ctx, o)
-		},
-	}
-	// As client-go's own informers do: the reflector streams its initial list
-	// (WatchListClient) only from a client that can.
-	n.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&unstructured.Unstructured{}, 0, cache.Indexers{})
-	// Both must be set before the informer starts; they fail only after.
-	_ = n.informer.SetTransform(slimNode)
-	_ = n.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if !n.warned {
-			n.warned = true
-			n.log.Warn("cannot read this node from the Kubernetes API; capacity triggers with a nodeSelector will not count its GPUs, and count them whether or not it is cordoned or tainted",
-				"err", err)
-		}
-	})
+	n.informer = fieldInformer(client.Resource(nodesResource), client, selector, slimNode, n.log,
+		"cannot read this node from the Kubernetes API; capacity triggers with a nodeSelector will not count its GPUs, and count them whether or not it is cordoned or tainted")
 	return n
 }
 
@@ -231,4 +206,32 @@ func parseNodeScheduling(u *unstructured.Unstructured) (*gpuscalerv1.NodeSchedul
 		return nil, fmt.Errorf("%w: %w", errNodeSpec, err)
 	}
 	return s, nil
+}
+
+// fieldInformer is an informer of the objects of resource r that selector (a field
+// selector) picks, through the dynamic client, each object passed through transform as
+// it arrives. The first error of its list or watch (no access, mostly) is logged once,
+// with warning; the informer keeps trying.
+func fieldInformer(r dynamic.ResourceInterface, client dynamic.Interface, selector string, transform cache.TransformFunc, log *slog.Logger, warning string) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return r.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return r.Watch(ctx, o)
+		},
+	}
+	// As client-go's own informers do: the reflector streams its initial list
+	// (WatchListClient) only from a client that can.
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&unstructured.Unstructured{}, 0, cache.Indexers{})
+	// Both must be set before the informer starts; they fail only after.
+	_ = inf.SetTransform(transform)
+	var once sync.Once
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		once.Do(func() { log.Warn(warning, "err", err) })
+	})
+	return inf
 }

@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -35,7 +33,6 @@ type PodRequests struct {
 	informer cache.SharedIndexInformer
 
 	mu     sync.Mutex // guards the fields below
-	warned bool       // the missing access was logged
 	badPod bool       // a pod whose requests could not be read was logged
 }
 
@@ -52,29 +49,8 @@ func NewPodRequests(client dynamic.Interface, node string, log *slog.Logger) *Po
 		fields.OneTermNotEqualSelector("status.phase", "Succeeded"),
 		fields.OneTermNotEqualSelector("status.phase", "Failed"),
 	).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
-	w.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&unstructured.Unstructured{}, 0, cache.Indexers{})
-	// Both must be set before the informer starts; they fail only after.
-	_ = w.informer.SetTransform(slimPodRequests)
-	_ = w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.warned {
-			w.warned = true
-			w.log.Warn("cannot read this node's pods' requests from the Kubernetes API; capacity triggers with cpuPerReplica or memoryPerReplica count this node on its GPUs alone",
-				"err", err)
-		}
-	})
+	w.informer = fieldInformer(pods, client, selector, slimPodRequests, w.log,
+		"cannot read this node's pods' requests from the Kubernetes API; capacity triggers with cpuPerReplica or memoryPerReplica count this node on its GPUs alone")
 	return w
 }
 
