@@ -104,13 +104,7 @@ func TestNodeWatch(t *testing.T) {
 
 func TestNodeWatchForbidden(t *testing.T) {
 	client := newFakeNodeClient()
-	forbid := func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "gpu-1", nil)
-	}
-	client.PrependReactor("list", "nodes", forbid)
-	client.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "gpu-1", nil)
-	})
+	forbid(client, "nodes")
 	log, out := testkit.BufferLogger()
 	n := NewNodeWatch(client, "gpu-1", log)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -244,4 +238,16 @@ func TestNodeWatchAllocatable(t *testing.T) {
 			testkit.Eventually(t, 5*time.Second, func() bool { c, _, ok := n.Allocatable(); return ok && c == 4000 })
 		})
 	}
+}
+
+// forbid makes client refuse every list and watch of resource, as an API server refuses
+// a ServiceAccount without the RBAC to read it.
+func forbid(client *dynamicfake.FakeDynamicClient, resource string) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "", nil)
+	client.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, forbidden
+	})
+	client.PrependWatchReactor(resource, func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, forbidden
+	})
 }
