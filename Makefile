@@ -68,14 +68,14 @@ scaler: build ## run the scaler alone, with an embedded NATS server
 .PHONY: test
 test: lint ## lint, then the main module's tests with the race detector (not fuzz, test-manifests, test-keda or e2e)
 	$(GO) test -race -count=1 ./...
-	CGO_ENABLED=0 $(GO) test -count=1 -run NoCgo ./collectors/
+	CGO_ENABLED=0 $(GO) test -count=1 -run NoCgo ./collector/
 
 .PHONY: lint
 lint: ## gofmt and go vet, with cgo and without (every package must build with CGO_ENABLED=0)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
-	$(GO) vet -tags hardware ./collectors/
+	$(GO) vet -tags hardware ./collector/
 
 # Fuzz budgets count executions, not seconds: a duration-based -fuzztime can fail with a
 # bare "context deadline exceeded" and no crasher (a race in Go's fuzz coordinator,
@@ -92,14 +92,14 @@ FUZZMINIMIZE ?= 2000x
 
 .PHONY: test-hardware
 test-hardware: ## on a machine with an NVIDIA GPU: the NVML source against nvidia-smi, the DCGM fallback, MIG profile names (hack/hardware-check.sh adds a CUDA load and the CLI)
-	$(GO) test -tags hardware -count=1 -v -run Hardware ./collectors/
+	$(GO) test -tags hardware -count=1 -v -run Hardware ./collector/
 
 .PHONY: hardware-binaries
-hardware-binaries: ## build .hw/collectors.test.gz and .hw/gpuscaler.gz, to run hack/hardware-check.sh on a GPU machine without Go
+hardware-binaries: ## build .hw/collector.test.gz and .hw/gpuscaler.gz, to run hack/hardware-check.sh on a GPU machine without Go
 	mkdir -p .hw
-	$(GO) test -c -tags hardware -ldflags '-s -w' -o .hw/collectors.test ./collectors/
+	$(GO) test -c -tags hardware -ldflags '-s -w' -o .hw/collector.test ./collector/
 	$(GO) build $(BUILDFLAGS) -o .hw/gpuscaler ./cmd/gpuscaler
-	gzip -9f .hw/collectors.test .hw/gpuscaler
+	gzip -9f .hw/collector.test .hw/gpuscaler
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME each (default 50000x: executions), minimising new inputs for FUZZMINIMIZE (2000x)

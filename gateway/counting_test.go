@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/collectors/queue"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/queue"
 )
 
 // TestCountsReachNATS counts through the real Reporter on an embedded NATS and reads

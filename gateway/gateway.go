@@ -2,7 +2,7 @@
 // TGI, any OpenAI-compatible API): a reverse proxy a namespace runs in front of its
 // Services. Each route of a routes file sends the requests it matches (host, path
 // prefix, header) to a Service of the gateway's namespace, or to a URL, and counts them
-// in a queue through gpuscaler's producer API (collectors/queue): a request is waiting
+// in a queue through gpuscaler's producer API (queue): a request is waiting
 // from its arrival until it is forwarded, and in flight until its response's last byte
 // or until its client goes away.
 //
@@ -39,7 +39,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/gateway/routes"
 )
 
-// Counter is what the gateway needs of a queue producer (collectors/queue.Reporter
+// Counter is what the gateway needs of a queue producer (queue.Reporter
 // satisfies it). Its methods must be safe for concurrent use and must not block.
 type Counter interface {
 	Enqueued(n int) // n more waiting (arrivals)

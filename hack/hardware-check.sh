@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The collector's checks on a real NVIDIA GPU: what the machine has (driver, NVML, DCGM,
-# MIG), collectors' hardware tests (collectors/hardware_test.go) under a CUDA load, and
+# MIG), collectors' hardware tests (collector/hardware_test.go) under a CUDA load, and
 # `gpuscaler collector --source auto` against `gpuscaler scaler` for a few seconds.
 #
-#   make hardware-binaries            # here: builds .hw/collectors.test.gz and .hw/gpuscaler.gz
+#   make hardware-binaries            # here: builds .hw/collector.test.gz and .hw/gpuscaler.gz
 #   hack/hardware-check.sh [.hw]      # there: on the GPU machine (needs python3 with torch)
 #
 # Everything it sees goes to $OUT (else ./hardware-out): check.log and the tools' output.
@@ -13,7 +13,7 @@ out=${OUT:-hardware-out}
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
 here=$(cd "$(dirname "$0")" && pwd)
-for f in collectors.test gpuscaler; do
+for f in collector.test gpuscaler; do
   if [[ -f $dir/$f.gz ]]; then gunzip -c "$dir/$f.gz" >"/tmp/$f"; else cp "$dir/$f" "/tmp/$f"; fi
   chmod +x "/tmp/$f"
 done
@@ -39,7 +39,7 @@ for _ in $(seq 60); do grep -q loaded "$out/load.log" && break; kill -0 $load 2>
 cat "$out/load.log"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
 tests() { # the test binary, in its package's directory, as go test runs it
-  (cd "$here/../collectors" && timeout 150 /tmp/collectors.test -test.v -test.count=1 "$@") >>"$out/hardware-tests.log" 2>&1
+  (cd "$here/../collectors" && timeout 150 /tmp/collector.test -test.v -test.count=1 "$@") >>"$out/hardware-tests.log" 2>&1
   echo "tests exit: $?"
 }
 
@@ -49,7 +49,7 @@ kill $load 2>/dev/null; wait $load 2>/dev/null
 
 step "two pods time-slicing the GPU: a busy one and one busy ${HW_POD_B_DUTY:-0.1} of the time (HW_POD_B_DUTY), each in a kubelet-shaped cgroup"
 # The shapes the kubelet gives a container's cgroup (v2): the systemd driver's slices
-# for pod A, the cgroupfs driver's directories for pod B (collectors/cgroup's tests).
+# for pod A, the cgroupfs driver's directories for pod B (collector/cgroup's tests).
 uid_a=4f2a9c1e-0b7d-4c55-9e21-6d3f8a7b2c10
 uid_b=8d1e5f3a-7c2b-4a96-b0e4-1f9c3d6a5e27
 cg_a=/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${uid_a//-/_}.slice/cri-containerd-$(printf 'a%.0s' {1..64}).scope

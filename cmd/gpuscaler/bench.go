@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuscaler/gpuscaler/internal/bench"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/bench"
 )
 
 const benchAbout = `

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 
-	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
+	"github.com/gpuscaler/gpuscaler/collector"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -45,8 +45,8 @@ Without Kubernetes API access it still publishes, with namespace/pod/container o
 func runCollector(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
 	var (
-		cfg            gpucollectors.Config
-		srcCfg         = gpucollectors.SourceConfig{Kind: "auto"}
+		cfg            collector.Config
+		srcCfg         = collector.SourceConfig{Kind: "auto"}
 		httpAddr       string
 		simGPUs        int
 		simConfigFile  string
@@ -60,7 +60,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&cfg.Node, "node", "", "this node's Kubernetes name; empty reads $NODE_NAME (the downward API), then the host name")
 	fs.DurationVar(&cfg.Interval, "interval", time.Second, "time between reports")
 	fs.StringVar(&cfg.CollectorID, "collector-id", "", "names this collector in its reports; empty reads $POD_NAME, then the host name")
-	fs.StringVar(&srcCfg.Kind, "source", "auto", "GPU source: "+strings.Join(gpucollectors.SourceKinds, ", "))
+	fs.StringVar(&srcCfg.Kind, "source", "auto", "GPU source: "+strings.Join(collector.SourceKinds, ", "))
 	fs.StringVar(&srcCfg.DCGMAddr, "dcgm-addr", "", "a standalone nv-hostengine (host:port, or a unix socket path); empty runs DCGM's embedded host engine")
 	fs.StringVar(&srcCfg.NVML.ProcRoot, "proc-root", "/proc", "the host's /proc, where NVML's per-process GPU use finds each process's pod (NVML reports host PIDs): "+
 		"/proc when the collector runs with hostPID: true, else a hostPath mount of the host's /proc")
@@ -72,7 +72,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		"and served on --pod-resources-socket as the kubelet's pod-resources API, which the collector then reads as on a real node; "+
 		"for fake nodes (kwok) that no kubelet runs. Needs the Kubernetes API (--kubeconfig), and --sim-config without pods")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
-	fs.StringVar(&resources, "resources", strings.Join(gpucollectors.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
+	fs.StringVar(&resources, "resources", strings.Join(collector.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
 	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
@@ -100,18 +100,18 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	cfg.CollectorID = firstOf(cfg.CollectorID, envOr(env, "POD_NAME"), hostname())
 	srcCfg.Every = cfg.Interval
 
-	var sim *gpucollectors.Sim
+	var sim *collector.Sim
 	if srcCfg.Kind == "sim" {
-		simCfg := gpucollectors.SimConfig{GPUs: simGPUs, Util: 50, Jitter: 5}
+		simCfg := collector.SimConfig{GPUs: simGPUs, Util: 50, Jitter: 5}
 		if simConfigFile != "" {
-			if simCfg, err = gpucollectors.LoadSimConfig(simConfigFile); err != nil {
+			if simCfg, err = collector.LoadSimConfig(simConfigFile); err != nil {
 				return err
 			}
 		}
 		if simCfg.Seed == 0 {
 			simCfg.Seed = simSeed
 		}
-		if sim, err = gpucollectors.NewSim(cfg.Node, simCfg); err != nil {
+		if sim, err = collector.NewSim(cfg.Node, simCfg); err != nil {
 			return err
 		}
 		srcCfg.Sim = sim
@@ -119,7 +119,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srcCfg.Log, srcCfg.Registerer = log.With("component", "source"), reg
-	src, err := gpucollectors.OpenSource(srcCfg)
+	src, err := collector.OpenSource(srcCfg)
 	if err != nil {
 		return err
 	}
@@ -128,14 +128,14 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 
 	g, ctx := errgroup.WithContext(ctx)
 	var (
-		attrib gpucollectors.Attributor
-		pods   gpucollectors.PodDirectory
+		attrib collector.Attributor
+		pods   collector.PodDirectory
 	)
 	if sim != nil && !simFromCluster {
 		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = sim, sim, sim.Labels, sim.Scheduling, sim.Resources
 	} else {
 		if simFromCluster {
-			rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+			rc, err := collector.KubeRESTConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -143,30 +143,30 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 			if err != nil {
 				return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 			}
-			kubelet, err := gpucollectors.NewSimCluster(sim, gpucollectors.SimClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
+			kubelet, err := collector.NewSimCluster(sim, collector.SimClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
 			if err != nil {
 				return err
 			}
 			g.Go(func() error { return kubelet.Run(ctx) })
 		}
-		pr, err := gpucollectors.NewPodResources(gpucollectors.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
+		pr, err := collector.NewPodResources(collector.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
 		if err != nil {
 			return err
 		}
 		defer pr.Close()
 		attrib = pr
 		if kubeconfig != "none" {
-			client, err := gpucollectors.NewInClusterOrKubeconfig(kubeconfig)
+			client, err := collector.NewInClusterOrKubeconfig(kubeconfig)
 			if err != nil {
 				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
-				dir := gpucollectors.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
+				dir := collector.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
 				pods = dir
 				g.Go(func() error { return dir.Run(ctx) })
 				// The Node's spec (cordon, taints) and status (allocatable), and the
 				// pods' requests, are not in their metadata: the dynamic client reads
 				// them, which links no typed API.
-				rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+				rc, err := collector.KubeRESTConfig(kubeconfig)
 				if err != nil {
 					return err
 				}
@@ -174,10 +174,10 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 				if err != nil {
 					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 				}
-				node := gpucollectors.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
-				requests := gpucollectors.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
+				node := collector.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
+				requests := collector.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
 				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
-				cfg.NodeResources = gpucollectors.NodeResourcesOf(node.Allocatable, requests.Requested)
+				cfg.NodeResources = collector.NodeResourcesOf(node.Allocatable, requests.Requested)
 				g.Go(func() error { return node.Run(ctx) })
 				g.Go(func() error { return requests.Run(ctx) })
 			}
@@ -194,7 +194,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	defer nc.Close()
 
 	cfg.NATSProblem = nc.Problem
-	c, err := gpucollectors.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
+	c, err := collector.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/demo"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/demo"
 )
 
 const demoAbout = `

@@ -125,7 +125,7 @@ func shellWords(t *testing.T, line string) []string {
 	return words
 }
 
-// TestReadmeGoTestCommandsRun: the README gave `go test -bench ./collectors/queue`, where
+// TestReadmeGoTestCommandsRun: the README gave `go test -bench ./queue`, where
 // -bench takes the path as its pattern and no package is left to test. Every `go test`
 // command that names a package must be one go test accepts, run from the repository
 // root; -n makes go print what it would do, without building or running.

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/gpuscaler/gpuscaler/internal/kedaobj"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedaobj"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 

@@ -16,11 +16,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 
-	gpucollectors "github.com/gpuscaler/gpuscaler/collectors"
-	"github.com/gpuscaler/gpuscaler/collectors/queue"
+	"github.com/gpuscaler/gpuscaler/collector"
 	"github.com/gpuscaler/gpuscaler/gateway"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/queue"
 )
 
 const gatewayAbout = `
@@ -130,7 +130,7 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	log = log.With("namespace", cfg.Namespace)
 
 	if kubeconfig != "none" {
-		rc, err := gpucollectors.KubeRESTConfig(kubeconfig)
+		rc, err := collector.KubeRESTConfig(kubeconfig)
 		if err != nil {
 			return err
 		}

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/replay"
-	"github.com/gpuscaler/gpuscaler/internal/traces"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 )
 
 const replayAbout = `

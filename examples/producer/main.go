@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpuscaler/gpuscaler/collectors/queue"
+	"github.com/gpuscaler/gpuscaler/queue"
 )
 
 func main() {

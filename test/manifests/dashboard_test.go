@@ -14,7 +14,7 @@ import (
 
 // metricSources are the main module's files that name every gpuscaler_ metric. The test
 // reads them as text, so a metric renamed there without the dashboard following fails.
-var metricSources = []string{"scaler/metrics.go", "collectors/collector.go", "authcallout/metrics.go"}
+var metricSources = []string{"scaler/metrics.go", "collector/collector.go", "authcallout/metrics.go"}
 
 var (
 	quotedMetric = regexp.MustCompile(`"(gpuscaler_[a-z0-9_]+)"`)

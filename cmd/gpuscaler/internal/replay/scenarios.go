@@ -1,0 +1,218 @@
+package replay
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
+	"github.com/gpuscaler/gpuscaler/scaler"
+)
+
+// The policy names, as the output spells them.
+const (
+	PolicyAlwaysOn   = "always-on"
+	PolicySeeds      = "seeds-hpa-gpu-util"
+	PolicyKEDAPoll   = "keda-poll-backlog"
+	PolicyBacklog    = "gpuscaler-backlog"
+	PolicyRecommends = "gpuscaler"
+)
+
+// The configurations the README recommends, which replay measures as the policy
+// "gpuscaler", with pushed activation (external-push) and KEDA's default cooldownPeriod,
+// 300s, the baselines' own:
+//   - a service that stays up and scales out (Azure LLM): queue-demand, targetWait
+//     RecommendedTargetWait, the p99 wait its users accept once warm;
+//   - a service that scales to zero on sparse traffic (GenTD26): queue-backlog with
+//     queueTarget the replica's concurrency. There the model load sets the p99 whatever
+//     the metric, and queue-demand, which provisions for the rate a burst shows, holds
+//     more replicas than the burst's items (replay shows it in the frontier
+//     "gpuscaler-demand").
+const (
+	RecommendedTargetWait = 10 * time.Second
+	RecommendedCooldown   = 300 * time.Second
+)
+
+// PolicyDemandSweep names the frontier of queue-demand's targetWait in a scenario where
+// the recommended configuration is another.
+const PolicyDemandSweep = "gpuscaler-demand"
+
+// Scenario is a replay's services, cluster and policies.
+type Scenario struct {
+	Trace string
+	// Recommends says what the policy "gpuscaler" is in this scenario.
+	Recommends string
+	Services   []Service
+	Config     Inference
+	Policies   []Policy
+	Sweeps     []Policy
+	// Tail is how long the replay goes on after the last request, for every policy to
+	// scale down.
+	Tail time.Duration
+}
+
+// kedaDefaults is a ScaledObject left at KEDA's defaults, with the HPA
+// kube-controller-manager runs by default.
+func kedaDefaults(load *traces.Durations, seed uint64) Inference {
+	return Inference{
+		MinReplicas:     0,
+		PollingInterval: 30 * time.Second,
+		Cooldown:        300 * time.Second,
+		HPASync:         15 * time.Second,
+		ScaleDownWindow: 300 * time.Second,
+		ReportInterval:  time.Second,
+		Load:            func(r *rand.Rand) time.Duration { return load.Sample(r) },
+		Seed:            seed,
+	}
+}
+
+// backlogPolicy is queue-backlog at queueTarget q; push says whether activation is
+// pushed (gpuscaler) or polled (KEDA's own queue scalers).
+func backlogPolicy(name string, q int, push bool) Policy {
+	return Policy{Name: name, Setting: "queueTarget=" + strconv.Itoa(q), Kind: KindScaler, Push: push,
+		Metadata: map[string]string{scaler.KeyQueueTarget: strconv.Itoa(q)}}
+}
+
+// demandPolicy is queue-demand at targetWait w, pushed.
+func demandPolicy(w time.Duration, concurrency int, cooldown time.Duration, setting string) Policy {
+	md := map[string]string{scaler.KeyTargetWait: w.String()}
+	if concurrency > 1 {
+		md[scaler.KeyConcurrency] = strconv.Itoa(concurrency)
+	}
+	return Policy{Name: PolicyRecommends, Setting: setting, Kind: KindScaler, Push: true, Cooldown: cooldown, Metadata: md}
+}
+
+// GenTD26 is the scale-to-zero scenario: one Deployment per model checkpoint, each at
+// KEDA's defaults (minReplicaCount 0, maxReplicaCount 8, pollingInterval 30s,
+// cooldownPeriod 300s), the HPA's 15s sync and default behaviour, one request at a time
+// per replica, the requests' real execution times, and model loads drawn from the
+// system's real load latencies. The recommended policy's cooldown is swept from 60s to
+// 1h.
+func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("GenTD26: no requests")
+	}
+	start := reqs[0].At
+	byCkpt := map[string][]Request{}
+	for _, r := range reqs {
+		byCkpt[r.Checkpoint] = append(byCkpt[r.Checkpoint], Request{At: r.At.Sub(start), Service: r.Exec})
+	}
+	var services []Service
+	for _, name := range slices.Sorted(maps.Keys(byCkpt)) {
+		services = append(services, Service{Name: name, Requests: byCkpt[name]})
+	}
+	cfg := kedaDefaults(load, seed)
+	cfg.Concurrency, cfg.MaxReplicas = 1, 8
+	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour,
+		Recommends: "queue-backlog, queueTarget 1 (the replica's concurrency), pushed activation"}
+	rec := backlogPolicy(PolicyRecommends, 1, true)
+	rec.Setting = "cooldownPeriod=" + RecommendedCooldown.String()
+	sc.Policies = []Policy{
+		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
+		{Name: PolicySeeds, Kind: KindGPUUtil},
+		backlogPolicy(PolicyKEDAPoll, 1, false),
+		backlogPolicy(PolicyBacklog, 1, true),
+		rec,
+	}
+	for _, c := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour} {
+		p := backlogPolicy(PolicyRecommends, 1, true)
+		p.Setting, p.Cooldown = "cooldownPeriod="+c.String(), c
+		sc.Sweeps = append(sc.Sweeps, p)
+	}
+	// queue-demand over its knob, at the default cooldown, so its frontier compares.
+	for _, w := range []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour} {
+		p := demandPolicy(w, 1, 0, "targetWait="+w.String())
+		p.Name = PolicyDemandSweep
+		sc.Sweeps = append(sc.Sweeps, p)
+	}
+	return sc, nil
+}
+
+// LLMServiceModel turns an LLM request's tokens into seconds of service on one replica.
+// The default (DefaultLLMServiceModel) stands for Llama 3.1 8B served by vLLM on one
+// A100-80GB at up to 8 requests at once.
+type LLMServiceModel struct {
+	Concurrency    int
+	Overhead       time.Duration // per request: scheduling, tokenisation
+	PerPromptToken time.Duration // prefill
+	PerOutputToken time.Duration // decode, at the model's concurrency
+}
+
+// DefaultLLMServiceModel: Llama 3.1 8B, vLLM, one A100-80GB SXM, 8 requests at once.
+// Prefill about 4,000 prompt tokens/s per request and 30 ms per output token at that
+// batch are in the range public vLLM benchmarks on that GPU report (Lambda's
+// vllm-benchmark, A100-80GB; Ori's Llama 3.1 8B vLLM benchmark); it is a model, not a
+// measurement, which is why replay runs it at ×0.5 and ×2 speed too.
+var DefaultLLMServiceModel = LLMServiceModel{Concurrency: 8, Overhead: 25 * time.Millisecond,
+	PerPromptToken: 250 * time.Microsecond, PerOutputToken: 30 * time.Millisecond}
+
+// Service returns how long a request of ctx prompt and gen output tokens takes, at speed
+// times the model's speed.
+func (m LLMServiceModel) Service(ctx, gen int, speed float64) time.Duration {
+	d := m.Overhead + time.Duration(ctx)*m.PerPromptToken + time.Duration(gen)*m.PerOutputToken
+	return time.Duration(float64(d) / speed)
+}
+
+// AzureLLM is the scale-out scenario: one LLM service taking the trace's requests, its
+// service times from model at speed, KEDA's defaults with maxReplicaCount 32. The
+// backlog metric is swept over queueTarget 4 to 64 and queue-demand over targetWait.
+func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float64, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("Azure LLM: no requests")
+	}
+	if speed <= 0 {
+		return nil, fmt.Errorf("--service-speed %g: want above 0", speed)
+	}
+	start := reqs[0].At
+	svc := Service{Name: "llm"}
+	for _, r := range reqs {
+		svc.Requests = append(svc.Requests, Request{At: r.At.Sub(start), Service: model.Service(r.ContextTokens, r.GeneratedTokens, speed)})
+	}
+	cfg := kedaDefaults(load, seed)
+	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
+	// The hour is cut from a service that ran before it and after it: the wake from zero
+	// replicas at its start is the cut's, so its first five minutes are run but not
+	// measured, and so is the scale-down from the stop at its end, which the service
+	// never saw: GPU-hours run to the last request's arrival.
+	cfg.WarmUp, cfg.CutEnd = 5*time.Minute, true
+	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute,
+		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", RecommendedTargetWait, model.Concurrency)}
+	c := model.Concurrency
+	sc.Policies = []Policy{
+		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
+		{Name: PolicySeeds, Kind: KindGPUUtil},
+		backlogPolicy(PolicyKEDAPoll, c, false),
+		backlogPolicy(PolicyBacklog, c, true),
+		demandPolicy(RecommendedTargetWait, c, 0, "targetWait="+RecommendedTargetWait.String()),
+	}
+	for _, q := range []int{4, 8, 16, 32, 64} {
+		sc.Sweeps = append(sc.Sweeps, backlogPolicy(PolicyBacklog, q, true))
+	}
+	for _, w := range TargetWaitSweep() {
+		sc.Sweeps = append(sc.Sweeps, demandPolicy(w, c, 0, "targetWait="+w.String()))
+	}
+	return sc, nil
+}
+
+// TargetWaitSweep is the settings of targetWait that the Azure LLM scenario sweeps: 10 ms,
+// then twelve a decade, the E12 series of preferred numbers (1, 1.2, 1.5, … 8.2), from
+// 100 ms to 10 min. A frontier is only as fine as its settings: the realised p99 wait
+// moves in steps as the HPA's tolerance holds or lets go of a replica, so a coarse sweep
+// (1-2-5 a decade, as before) could step over the setting that matches a backlog point.
+// Evenly spaced on a log scale, every decade is measured alike, so no region is
+// sampled more finely than another to find a lucky point.
+func TargetWaitSweep() []time.Duration {
+	e12 := []time.Duration{10, 12, 15, 18, 22, 27, 33, 39, 47, 56, 68, 82}
+	ws := []time.Duration{10 * time.Millisecond}
+	for decade := 100 * time.Millisecond; decade < 10*time.Minute; decade *= 10 {
+		for _, x := range e12 {
+			if w := x * decade / 10; w < 10*time.Minute {
+				ws = append(ws, w)
+			}
+		}
+	}
+	return append(ws, 10*time.Minute)
+}

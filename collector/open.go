@@ -1,0 +1,106 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SourceConfig says which GPU source to open and how.
+type SourceConfig struct {
+	// Kind is "auto" (DCGM, else NVML), "dcgm", "nvml", "exporter" or "sim". Empty means auto.
+	Kind string
+	// Every is the report interval: DCGM samples its fields at it.
+	Every time.Duration
+	// DCGMAddr is a standalone nv-hostengine; empty uses DCGM's embedded host engine.
+	DCGMAddr string
+	// ExporterURL is the dcgm-exporter /metrics URL the exporter source scrapes.
+	ExporterURL string
+	// Sim is the simulated node the sim source reads.
+	Sim *Sim
+	// Log receives a source's notices (DCGM's lost connection, refused profiling
+	// fields, …); nil discards them.
+	Log *slog.Logger
+	// Registerer takes a source's own metrics (DCGM's unsupported fields); nil registers
+	// none.
+	Registerer prometheus.Registerer
+	// NVML configures the NVML source (auto falling back to it, or nvml).
+	NVML NVMLConfig
+}
+
+// dcgmConfig is the DCGMConfig cfg gives.
+func (cfg SourceConfig) dcgmConfig() DCGMConfig {
+	return DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every, Log: cfg.Log, Registerer: cfg.Registerer}
+}
+
+// nvmlConfig is the NVMLConfig cfg gives: cfg.NVML, with Log and Registerer from cfg
+// where it sets none.
+func (cfg SourceConfig) nvmlConfig() NVMLConfig {
+	n := cfg.NVML
+	if n.Log == nil {
+		n.Log = cfg.Log
+	}
+	if n.Registerer == nil {
+		n.Registerer = cfg.Registerer
+	}
+	return n
+}
+
+// ErrNoCgo reports that a source needs cgo and this binary was built without it: the
+// DCGM and NVML sources call the NVIDIA libraries through C.
+var ErrNoCgo = errors.New("this binary was built without cgo (CGO_ENABLED=0)")
+
+// noGPULibraryHint names the sources that read GPUs without an NVIDIA library in this
+// process, for errors that say what to use instead.
+const noGPULibraryHint = "--source exporter to read an existing dcgm-exporter, or --source sim for simulated GPUs"
+
+// SourceKinds lists the values of SourceConfig.Kind.
+var SourceKinds = []string{"auto", "dcgm", "nvml", "exporter", "sim"}
+
+// OpenSource opens the source cfg names. With auto it tries DCGM, then NVML, and fails
+// with an error wrapping ErrNoGPUSource that says what each attempt found and what to do.
+func OpenSource(cfg SourceConfig) (Source, error) {
+	switch cfg.Kind {
+	case "", "auto":
+		d, dcgmErr := NewDCGM(cfg.dcgmConfig())
+		if dcgmErr == nil {
+			return d, nil
+		}
+		n, nvmlErr := NewNVML(cfg.nvmlConfig())
+		if nvmlErr == nil {
+			return n, nil
+		}
+		if errors.Is(dcgmErr, ErrNoCgo) && errors.Is(nvmlErr, ErrNoCgo) {
+			// One reason for both: saying it twice would hide the way out.
+			return nil, fmt.Errorf("%w: %w: it has neither the DCGM nor the NVML source (go-dcgm and go-nvml call the "+
+				"NVIDIA libraries through C); build gpuscaler with a C compiler and CGO_ENABLED=1 (README, Two commands), "+
+				"or use %s", ErrNoGPUSource, ErrNoCgo, noGPULibraryHint)
+		}
+		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use %s",
+			ErrNoGPUSource, unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr), noGPULibraryHint)
+	case "dcgm":
+		return NewDCGM(cfg.dcgmConfig())
+	case "nvml":
+		return NewNVML(cfg.nvmlConfig())
+	case "exporter":
+		return NewExporter(cfg.ExporterURL, nil, max(cfg.Every, time.Second))
+	case "sim":
+		if cfg.Sim == nil {
+			return nil, errors.New("the sim source needs a simulated node")
+		}
+		return cfg.Sim, nil
+	default:
+		return nil, fmt.Errorf("unknown GPU source %q: want one of %v", cfg.Kind, SourceKinds)
+	}
+}
+
+// unwrapNoSource drops the "no GPU source available: " prefix from a source's error, so
+// a message naming several does not repeat it.
+func unwrapNoSource(err error) string {
+	msg, _ := strings.CutPrefix(err.Error(), ErrNoGPUSource.Error()+": ")
+	return msg
+}
