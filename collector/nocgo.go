@@ -2,7 +2,7 @@
 
 package collector
 
-import "fmt"
+import "github.com/gpuscaler/gpuscaler/collector/sourceerr"
 
 // A binary built without cgo (CGO_ENABLED=0, a static scaler image or a machine with no
 // C compiler) has no DCGM or NVML source: go-dcgm and go-nvml call libdcgm and
@@ -12,15 +12,10 @@ import "fmt"
 
 // NewDCGM fails with an error wrapping ErrNoCgo: the DCGM source needs cgo.
 func NewDCGM(DCGMConfig) (Source, error) {
-	return nil, noCgoError("dcgm", "go-dcgm calls libdcgm through C")
+	return nil, sourceerr.NoCgo("dcgm", "go-dcgm calls libdcgm through C")
 }
 
 // NewNVML fails with an error wrapping ErrNoCgo: the NVML source needs cgo.
 func NewNVML(NVMLConfig) (Source, error) {
-	return nil, noCgoError("nvml", "go-nvml calls libnvidia-ml through C")
-}
-
-func noCgoError(source, why string) error {
-	return fmt.Errorf("%w: the %s source needs cgo (%s); build gpuscaler with a C compiler and CGO_ENABLED=1 "+
-		"(README, Two commands), or use %s", ErrNoCgo, source, why, noGPULibraryHint)
+	return nil, sourceerr.NoCgo("nvml", "go-nvml calls libnvidia-ml through C")
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/collector/exporter"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 )
 
 // SourceConfig says which GPU source to open and how.
@@ -52,11 +55,7 @@ func (cfg SourceConfig) nvmlConfig() NVMLConfig {
 
 // ErrNoCgo reports that a source needs cgo and this binary was built without it: the
 // DCGM and NVML sources call the NVIDIA libraries through C.
-var ErrNoCgo = errors.New("this binary was built without cgo (CGO_ENABLED=0)")
-
-// noGPULibraryHint names the sources that read GPUs without an NVIDIA library in this
-// process, for errors that say what to use instead.
-const noGPULibraryHint = "--source exporter to read an existing dcgm-exporter, or --source sim for simulated GPUs"
+var ErrNoCgo = sourceerr.ErrNoCgo
 
 // SourceKinds lists the values of SourceConfig.Kind.
 var SourceKinds = []string{"auto", "dcgm", "nvml", "exporter", "sim"}
@@ -78,16 +77,16 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 			// One reason for both: saying it twice would hide the way out.
 			return nil, fmt.Errorf("%w: %w: it has neither the DCGM nor the NVML source (go-dcgm and go-nvml call the "+
 				"NVIDIA libraries through C); build gpuscaler with a C compiler and CGO_ENABLED=1 (README, Two commands), "+
-				"or use %s", ErrNoGPUSource, ErrNoCgo, noGPULibraryHint)
+				"or use %s", ErrNoGPUSource, ErrNoCgo, sourceerr.NoGPULibraryHint)
 		}
 		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use %s",
-			ErrNoGPUSource, unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr), noGPULibraryHint)
+			ErrNoGPUSource, unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr), sourceerr.NoGPULibraryHint)
 	case "dcgm":
 		return NewDCGM(cfg.dcgmConfig())
 	case "nvml":
 		return NewNVML(cfg.nvmlConfig())
 	case "exporter":
-		return NewExporter(cfg.ExporterURL, nil, max(cfg.Every, time.Second))
+		return opened(exporter.New(cfg.ExporterURL, nil, max(cfg.Every, time.Second)))
 	case "sim":
 		if cfg.Sim == nil {
 			return nil, errors.New("the sim source needs a simulated node")
@@ -103,4 +102,13 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 func unwrapNoSource(err error) string {
 	msg, _ := strings.CutPrefix(err.Error(), ErrNoGPUSource.Error()+": ")
 	return msg
+}
+
+// opened returns what a source's constructor gave as a Source: nil, not a nil pointer
+// in a non-nil interface, when it failed.
+func opened[S Source](src S, err error) (Source, error) {
+	if err != nil {
+		return nil, err
+	}
+	return src, nil
 }

@@ -12,9 +12,9 @@ package collector
 
 import (
 	"context"
-	"errors"
 
 	"github.com/gpuscaler/gpuscaler/collector/attribution"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -88,5 +88,5 @@ type PodDirectory interface {
 	Pod(namespace, name string) (PodInfo, bool)
 }
 
-// ErrNoGPUSource reports that --source auto found no way to read the GPUs.
-var ErrNoGPUSource = errors.New("no GPU source available")
+// ErrNoGPUSource reports that a source, or --source auto, found no way to read the GPUs.
+var ErrNoGPUSource = sourceerr.ErrNoGPUSource

@@ -1,9 +1,9 @@
-package collector
-
-// The "exporter" GPU source: it scrapes a dcgm-exporter that already runs on the node
-// (the GPU Operator deploys one on most GPU clusters) instead of talking to DCGM itself.
-// Collect does the HTTP GET; exporterpage.Parse, a pure function, turns the exposition
-// text into samples.
+// Package exporter is the collector's "exporter" GPU source: it scrapes a dcgm-exporter
+// that already runs on the node (the GPU Operator deploys one on most GPU clusters)
+// instead of talking to DCGM itself. Source.Collect does the HTTP GET; Parse, a pure
+// function (parser.go), turns the exposition text into samples. The package imports
+// nothing of the collector's, so its fuzz tests run in a test binary that links little.
+package exporter
 
 import (
 	"bytes"
@@ -16,22 +16,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/collector/exporterpage"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 const (
-	// exporterMaxBody bounds one scrape. dcgm-exporter's page for eight GPUs with the
+	// maxBody bounds one scrape. dcgm-exporter's page for eight GPUs with the
 	// profiling fields is about 100 KiB, and a few MiB even with one series per pod on
 	// shared GPUs; a body past 16 MiB is not a dcgm-exporter and is refused whole.
-	exporterMaxBody = 16 << 20
-	// exporterDefaultTimeout bounds a scrape when the caller gives no timeout.
-	exporterDefaultTimeout = 5 * time.Second
+	maxBody = 16 << 20
+	// defaultTimeout bounds a scrape when the caller gives no timeout.
+	defaultTimeout = 5 * time.Second
 )
 
-// exporterSource scrapes a dcgm-exporter. Collect is safe for concurrent use: the source
+// Source scrapes a dcgm-exporter. Collect is safe for concurrent use: the source
 // holds no state between scrapes but the closed flag.
-type exporterSource struct {
+type Source struct {
 	url     string // the URL as given, for requests
 	shown   string // the URL with any password redacted, for errors
 	client  *http.Client
@@ -39,7 +39,7 @@ type exporterSource struct {
 	closed  atomic.Bool
 }
 
-// NewExporter returns a Source that reads the GPUs from a dcgm-exporter's /metrics page at
+// New returns a Source that reads the GPUs from a dcgm-exporter's /metrics page at
 // rawURL (http or https), such as http://localhost:9400/metrics on a node where the
 // exporter runs with hostNetwork, or the node-local address of its pod. Point it at this
 // node's exporter: the samples are reported as this node's GPUs.
@@ -49,8 +49,8 @@ type exporterSource struct {
 // less means 5 s.
 //
 // dcgm-exporter gives no MIG device UUID, so a MIG instance's DeviceId is not the device
-// plugin's id: see exporterpage.Parse.
-func NewExporter(rawURL string, client *http.Client, timeout time.Duration) (Source, error) {
+// plugin's id: see Parse.
+func New(rawURL string, client *http.Client, timeout time.Duration) (*Source, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("dcgm-exporter URL: %w", err)
@@ -62,7 +62,7 @@ func NewExporter(rawURL string, client *http.Client, timeout time.Duration) (Sou
 		return nil, fmt.Errorf("dcgm-exporter URL %q: no host", u.Redacted())
 	}
 	if timeout <= 0 {
-		timeout = exporterDefaultTimeout
+		timeout = defaultTimeout
 	}
 	if client == nil {
 		// A transport of its own, so Close drops only this source's idle connections.
@@ -72,18 +72,18 @@ func NewExporter(rawURL string, client *http.Client, timeout time.Duration) (Sou
 		}
 		client = &http.Client{Transport: rt, Timeout: timeout}
 	}
-	return &exporterSource{url: u.String(), shown: u.Redacted(), client: client, timeout: timeout}, nil
+	return &Source{url: u.String(), shown: u.Redacted(), client: client, timeout: timeout}, nil
 }
 
-func (s *exporterSource) Name() string { return "exporter" }
+func (s *Source) Name() string { return "exporter" }
 
 // Collect scrapes the exporter once. A line the parser rejects costs that line only; the
 // error is for a scrape that yields nothing: an unreachable exporter, a status other than
 // 200, a body that is not text exposition or exceeds 16 MiB, or a page with no GPU in it
-// (wrapping ErrNoGPUSource). The problems of a scrape that yields devices are not returned:
+// (wrapping sourceerr.ErrNoGPUSource). The problems of a scrape that yields devices are not returned:
 // the samples are what the caller needs, and one malformed exporter line must not cost
 // the node's report.
-func (s *exporterSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+func (s *Source) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("dcgm-exporter %s: source is closed", s.shown)
 	}
@@ -91,19 +91,19 @@ func (s *exporterSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample,
 	if err != nil {
 		return nil, err
 	}
-	samples, problems := exporterpage.Parse(bytes.NewReader(body))
+	samples, problems := Parse(bytes.NewReader(body))
 	if len(samples) == 0 {
 		if len(problems) > 0 {
 			return nil, fmt.Errorf("%w: dcgm-exporter %s: no GPU in a %d-byte page; %d problems, the first: %w",
-				ErrNoGPUSource, s.shown, len(body), len(problems), problems[0])
+				sourceerr.ErrNoGPUSource, s.shown, len(body), len(problems), problems[0])
 		}
-		return nil, fmt.Errorf("%w: dcgm-exporter %s: no GPU in a %d-byte page", ErrNoGPUSource, s.shown, len(body))
+		return nil, fmt.Errorf("%w: dcgm-exporter %s: no GPU in a %d-byte page", sourceerr.ErrNoGPUSource, s.shown, len(body))
 	}
 	return samples, nil
 }
 
-// fetch GETs the page and returns its body, at most exporterMaxBody bytes.
-func (s *exporterSource) fetch(ctx context.Context) ([]byte, error) {
+// fetch GETs the page and returns its body, at most maxBody bytes.
+func (s *Source) fetch(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
@@ -130,21 +130,21 @@ func (s *exporterSource) fetch(ctx context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("dcgm-exporter %s: content type %q, want text/plain (is it the exporter's /metrics page?)", s.shown, ct)
 		}
 	}
-	if resp.ContentLength > exporterMaxBody {
-		return nil, fmt.Errorf("dcgm-exporter %s: page of %d bytes, more than the %d allowed", s.shown, resp.ContentLength, exporterMaxBody)
+	if resp.ContentLength > maxBody {
+		return nil, fmt.Errorf("dcgm-exporter %s: page of %d bytes, more than the %d allowed", s.shown, resp.ContentLength, maxBody)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, exporterMaxBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("dcgm-exporter %s: read page: %w", s.shown, err)
 	}
-	if len(body) > exporterMaxBody {
-		return nil, fmt.Errorf("dcgm-exporter %s: page longer than the %d bytes allowed", s.shown, exporterMaxBody)
+	if len(body) > maxBody {
+		return nil, fmt.Errorf("dcgm-exporter %s: page longer than the %d bytes allowed", s.shown, maxBody)
 	}
 	return body, nil
 }
 
 // Close drops the client's idle connections. Collect fails after it.
-func (s *exporterSource) Close() error {
+func (s *Source) Close() error {
 	s.closed.Store(true)
 	s.client.CloseIdleConnections()
 	return nil

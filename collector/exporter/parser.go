@@ -1,9 +1,7 @@
-// Package exporterpage reads the /metrics page of NVIDIA's dcgm-exporter (Prometheus
-// text exposition) into GPU samples: Parse. It is a pure parser: no I/O, no state. The
-// collector's "exporter" source (collector/exporter.go) scrapes the page and hands it
-// here; it is a package of its own so that its fuzz tests run in a test binary that
-// links little.
-package exporterpage
+package exporter
+
+// The parser reads the /metrics page of NVIDIA's dcgm-exporter (Prometheus text
+// exposition) into GPU samples: Parse. It is a pure function: no I/O, no state.
 
 import (
 	"bytes"
@@ -27,124 +25,124 @@ import (
 )
 
 const (
-	// exporterMaxProblems bounds the problems one parse lists; the rest are counted.
-	exporterMaxProblems = 100
-	// exporterMaxLineShown is how much of a rejected line a problem quotes.
-	exporterMaxLineShown = 120
+	// maxProblems bounds the problems one parse lists; the rest are counted.
+	maxProblems = 100
+	// maxLineShown is how much of a rejected line a problem quotes.
+	maxLineShown = 120
 )
 
-// exporterField is a reading the parser takes from dcgm-exporter.
-type exporterField uint8
+// field is a reading the parser takes from dcgm-exporter.
+type field uint8
 
 const (
-	exporterGPUUtil        exporterField = iota // DCGM_FI_DEV_GPU_UTIL
-	exporterSMActive                            // DCGM_FI_PROF_SM_ACTIVE
-	exporterTensorActive                        // DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
-	exporterGREngineActive                      // DCGM_FI_PROF_GR_ENGINE_ACTIVE
-	exporterFBUsed                              // DCGM_FI_DEV_FB_USED
-	exporterFBFree                              // DCGM_FI_DEV_FB_FREE
-	exporterFBReserved                          // DCGM_FI_DEV_FB_RESERVED
-	exporterFBTotal                             // DCGM_FI_DEV_FB_TOTAL
-	exporterPower                               // DCGM_FI_DEV_POWER_USAGE
-	exporterTemp                                // DCGM_FI_DEV_GPU_TEMP
-	exporterXID                                 // DCGM_FI_DEV_XID_ERRORS
-	exporterMinor                               // DCGM_FI_DEV_GPU_MINOR_NUMBER, not a reading: see Parse
-	exporterFieldCount
+	fieldGPUUtil        field = iota // DCGM_FI_DEV_GPU_UTIL
+	fieldSMActive                    // DCGM_FI_PROF_SM_ACTIVE
+	fieldTensorActive                // DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+	fieldGREngineActive              // DCGM_FI_PROF_GR_ENGINE_ACTIVE
+	fieldFBUsed                      // DCGM_FI_DEV_FB_USED
+	fieldFBFree                      // DCGM_FI_DEV_FB_FREE
+	fieldFBReserved                  // DCGM_FI_DEV_FB_RESERVED
+	fieldFBTotal                     // DCGM_FI_DEV_FB_TOTAL
+	fieldPower                       // DCGM_FI_DEV_POWER_USAGE
+	fieldTemp                        // DCGM_FI_DEV_GPU_TEMP
+	fieldXID                         // DCGM_FI_DEV_XID_ERRORS
+	fieldMinor                       // DCGM_FI_DEV_GPU_MINOR_NUMBER, not a reading: see Parse
+	fieldCount
 )
 
-// exporterUnit is how dcgm-exporter prints a field, and so how the parser checks it.
-type exporterUnit uint8
+// unit is how dcgm-exporter prints a field, and so how the parser checks it.
+type unit uint8
 
 const (
-	exporterPercent exporterUnit = iota // 0–100
-	exporterRatio                       // 0–1, reported ×100
-	exporterMiB                         // mebibytes, reported in bytes
-	exporterWatts
-	exporterCelsius
-	exporterXIDNumber // the last XID's number
-	exporterMinorNumber
+	unitPercent unit = iota // 0–100
+	unitRatio               // 0–1, reported ×100
+	unitMiB                 // mebibytes, reported in bytes
+	unitWatts
+	unitCelsius
+	unitXIDNumber // the last XID's number
+	unitMinorNumber
 )
 
-// exporterFields maps the metric names the parser reads to what they hold. The lines of
+// fieldsByName maps the metric names the parser reads to what they hold. The lines of
 // every other family are skipped unparsed.
-var exporterFields = map[string]struct {
-	field exporterField
-	unit  exporterUnit
+var fieldsByName = map[string]struct {
+	field field
+	unit  unit
 }{
-	"DCGM_FI_DEV_GPU_UTIL":            {exporterGPUUtil, exporterPercent},
-	"DCGM_FI_PROF_SM_ACTIVE":          {exporterSMActive, exporterRatio},
-	"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": {exporterTensorActive, exporterRatio},
-	"DCGM_FI_PROF_GR_ENGINE_ACTIVE":   {exporterGREngineActive, exporterRatio},
-	"DCGM_FI_DEV_FB_USED":             {exporterFBUsed, exporterMiB},
-	"DCGM_FI_DEV_FB_FREE":             {exporterFBFree, exporterMiB},
-	"DCGM_FI_DEV_FB_RESERVED":         {exporterFBReserved, exporterMiB},
-	"DCGM_FI_DEV_FB_TOTAL":            {exporterFBTotal, exporterMiB},
-	"DCGM_FI_DEV_POWER_USAGE":         {exporterPower, exporterWatts},
-	"DCGM_FI_DEV_GPU_TEMP":            {exporterTemp, exporterCelsius},
-	"DCGM_FI_DEV_XID_ERRORS":          {exporterXID, exporterXIDNumber},
+	"DCGM_FI_DEV_GPU_UTIL":            {fieldGPUUtil, unitPercent},
+	"DCGM_FI_PROF_SM_ACTIVE":          {fieldSMActive, unitRatio},
+	"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": {fieldTensorActive, unitRatio},
+	"DCGM_FI_PROF_GR_ENGINE_ACTIVE":   {fieldGREngineActive, unitRatio},
+	"DCGM_FI_DEV_FB_USED":             {fieldFBUsed, unitMiB},
+	"DCGM_FI_DEV_FB_FREE":             {fieldFBFree, unitMiB},
+	"DCGM_FI_DEV_FB_RESERVED":         {fieldFBReserved, unitMiB},
+	"DCGM_FI_DEV_FB_TOTAL":            {fieldFBTotal, unitMiB},
+	"DCGM_FI_DEV_POWER_USAGE":         {fieldPower, unitWatts},
+	"DCGM_FI_DEV_GPU_TEMP":            {fieldTemp, unitCelsius},
+	"DCGM_FI_DEV_XID_ERRORS":          {fieldXID, unitXIDNumber},
 	// Printed only when the exporter's counters CSV lists it as a gauge; DCGM's field is
 	// DCGM_FI_DEV_GPU_MINOR_NUMBER, and DCGM_FI_DEV_MINOR_NUMBER its older name, which
 	// dcgm-exporter still accepts (go-dcgm GetFieldID reads both tables).
-	"DCGM_FI_DEV_GPU_MINOR_NUMBER": {exporterMinor, exporterMinorNumber},
-	"DCGM_FI_DEV_MINOR_NUMBER":     {exporterMinor, exporterMinorNumber},
+	"DCGM_FI_DEV_GPU_MINOR_NUMBER": {fieldMinor, unitMinorNumber},
+	"DCGM_FI_DEV_MINOR_NUMBER":     {fieldMinor, unitMinorNumber},
 }
 
-// exporterMinorLabels are the labels that carry a GPU's minor number when the exporter's
+// minorLabels are the labels that carry a GPU's minor number when the exporter's
 // counters CSV lists the field as a label ("label" type, as DCGM_FI_DRIVER_VERSION in the
 // default CSV): dcgm-exporter names the label after the field as the CSV spells it.
-var exporterMinorLabels = [...]string{"DCGM_FI_DEV_GPU_MINOR_NUMBER", "DCGM_FI_DEV_MINOR_NUMBER"}
+var minorLabels = [...]string{"DCGM_FI_DEV_GPU_MINOR_NUMBER", "DCGM_FI_DEV_MINOR_NUMBER"}
 
 // Bounds past which a reading is not a measurement. DCGM marks "no value" with blank
 // sentinels (2147483632 for 32-bit integers, 2^47 for doubles) that an exporter may print
 // as numbers: check names them, and every bound below would reject them anyway.
 const (
-	// exporterRatioSlack lets a ratio exceed 1 by float error (1.0000001), clamped to 1.
-	exporterRatioSlack = 1e-3
-	exporterMaxMiB     = 1 << 32 // 4 PiB of framebuffer
-	exporterMaxWatts   = 100_000
-	exporterMaxCelsius = 1_000
-	exporterMaxXID     = 2147483632 // DCGM's 32-bit blank
+	// ratioSlack lets a ratio exceed 1 by float error (1.0000001), clamped to 1.
+	ratioSlack = 1e-3
+	maxMiB     = 1 << 32 // 4 PiB of framebuffer
+	maxWatts   = 100_000
+	maxCelsius = 1_000
+	maxXID     = 2147483632 // DCGM's 32-bit blank
 )
 
 // check returns v in the unit GPUSample wants, or why it is no reading.
-func (u exporterUnit) check(v float64) (float64, string) {
+func (u unit) check(v float64) (float64, string) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, "not a finite number"
 	}
 	if v < 0 {
 		return 0, "negative"
 	}
-	if exporterDCGMBlank(v) {
+	if dcgmBlank(v) {
 		return 0, "DCGM's blank (no value)"
 	}
 	switch u {
-	case exporterPercent:
-		if v > 100*(1+exporterRatioSlack) {
+	case unitPercent:
+		if v > 100*(1+ratioSlack) {
 			return 0, "above 100%"
 		}
 		return min(v, 100), ""
-	case exporterRatio:
-		if v > 1+exporterRatioSlack {
+	case unitRatio:
+		if v > 1+ratioSlack {
 			return 0, "above a ratio of 1"
 		}
 		return min(v*100, 100), ""
-	case exporterMiB:
-		if v > exporterMaxMiB {
+	case unitMiB:
+		if v > maxMiB {
 			return 0, "beyond any framebuffer"
 		}
-	case exporterWatts:
-		if v > exporterMaxWatts {
+	case unitWatts:
+		if v > maxWatts {
 			return 0, "beyond any GPU's power"
 		}
-	case exporterCelsius:
-		if v > exporterMaxCelsius {
+	case unitCelsius:
+		if v > maxCelsius {
 			return 0, "beyond any GPU's temperature"
 		}
-	case exporterXIDNumber:
-		if v >= exporterMaxXID || v != math.Trunc(v) {
+	case unitXIDNumber:
+		if v >= maxXID || v != math.Trunc(v) {
 			return 0, "not an XID number"
 		}
-	case exporterMinorNumber:
+	case unitMinorNumber:
 		if v > math.MaxUint32 || v != math.Trunc(v) {
 			return 0, "not a minor number"
 		}
@@ -152,9 +150,9 @@ func (u exporterUnit) check(v float64) (float64, string) {
 	return v, ""
 }
 
-// exporterDCGMBlank reports whether v is one of DCGM's blank values (32-bit, 64-bit or
+// dcgmBlank reports whether v is one of DCGM's blank values (32-bit, 64-bit or
 // double): blank, not found, not supported, not permissioned.
-func exporterDCGMBlank(v float64) bool {
+func dcgmBlank(v float64) bool {
 	for _, blank := range [...]float64{0x7ffffff0, 0x7ffffffffffffff0, 0x800000000000} {
 		if v >= blank && v <= blank+3 {
 			return true
@@ -166,7 +164,7 @@ func exporterDCGMBlank(v float64) bool {
 // LineError is a line of the page the text parser rejected.
 type LineError struct {
 	Line int    // 1-based line number in the page
-	Text string // the line, cut to exporterMaxLineShown bytes
+	Text string // the line, cut to maxLineShown bytes
 	Msg  string // the text parser's reason
 }
 
@@ -174,41 +172,41 @@ func (e *LineError) Error() string {
 	return fmt.Sprintf("line %d %q: %s", e.Line, e.Text, e.Msg)
 }
 
-// exporterDeviceKey identifies a device in a page: a GPU by its UUID, a MIG instance by
+// deviceKey identifies a device in a page: a GPU by its UUID, a MIG instance by
 // its GPU's UUID and its GPU instance id.
-type exporterDeviceKey struct {
+type deviceKey struct {
 	uuid string
 	gi   uint32
 	mig  bool
 }
 
-// exporterPodLabels are a series' pod labels.
-type exporterPodLabels struct{ namespace, name, container string }
+// podLabels are a series' pod labels.
+type podLabels struct{ namespace, name, container string }
 
 // held reports whether the labels name a pod; labels printed empty, or half empty, do
 // not. A series that names no pod is the device's own.
-func (l exporterPodLabels) held() bool { return l.namespace != "" && l.name != "" }
+func (l podLabels) held() bool { return l.namespace != "" && l.name != "" }
 
-// exporterPodKey names a pod: a device lists a pod once, whatever its containers.
-type exporterPodKey struct{ namespace, name string }
+// podKey names a pod: a device lists a pod once, whatever its containers.
+type podKey struct{ namespace, name string }
 
-// exporterSeries tells apart the series a device has of one field: dcgm-exporter prints
+// seriesReading tells apart the series a device has of one field: dcgm-exporter prints
 // a field once per pod holding the device, and once per replica (vgpu) each holds.
-type exporterSeries struct {
-	pod  exporterPodLabels
+type seriesReading struct {
+	pod  podLabels
 	vgpu string
 }
 
-// exporterSeriesID is a series of the page, for finding it again.
-type exporterSeriesID struct {
-	key    exporterDeviceKey
-	field  exporterField
-	series exporterSeries
+// seriesID is a series of the page, for finding it again.
+type seriesID struct {
+	key    deviceKey
+	field  field
+	series seriesReading
 }
 
-// exporterDevice gathers one device's series.
-type exporterDevice struct {
-	key      exporterDeviceKey
+// device gathers one device's series.
+type device struct {
+	key      deviceKey
 	profile  string
 	model    string
 	index    uint32
@@ -220,42 +218,42 @@ type exporterDevice struct {
 	// pods holds the pods the series name, each with one of its containers; badPods the
 	// ones with an invalid namespace, reported once. lastPod skips both maps while the
 	// series name the pod the last one did.
-	pods     map[exporterPodKey]string
-	badPods  map[exporterPodKey]bool
-	lastPod  exporterPodLabels
+	pods     map[podKey]string
+	badPods  map[podKey]bool
+	lastPod  podLabels
 	replicas bool // a series names the replica (vgpu) of the device its pod holds
 	// Per field: the reading, and the raw value it was read from, to compare copies with.
-	value [exporterFieldCount]float64
-	raw   [exporterFieldCount]float64
-	has   [exporterFieldCount]bool
+	value [fieldCount]float64
+	raw   [fieldCount]float64
+	has   [fieldCount]bool
 	// own: the reading is from a series without pod labels, the device's own, which per-pod
 	// series never replace.
-	own [exporterFieldCount]bool
+	own [fieldCount]bool
 	// The first series of each field and how many series there were, to find repeats.
-	first  [exporterFieldCount]exporterSeries
-	series [exporterFieldCount]int
+	first  [fieldCount]seriesReading
+	series [fieldCount]int
 	// The first disagreement between per-pod copies of a field, reported unless the
 	// device's own series of the field shows they were per-pod figures.
-	disagree [exporterFieldCount]error
+	disagree [fieldCount]error
 }
 
-func (d *exporterDevice) String() string {
+func (d *device) String() string {
 	if d.key.mig {
 		return fmt.Sprintf("%s GPU instance %d", d.key.uuid, d.key.gi)
 	}
 	return d.key.uuid
 }
 
-// exporterParser holds one parse.
-type exporterParser struct {
+// parser holds one parse.
+type parser struct {
 	text     expfmt.TextParser
 	kept     []byte                   // the lines the text parser reads, each ending with a newline
-	lines    []exporterLine           // where each kept line is in the page
+	lines    []keptLine               // where each kept line is in the page
 	series   map[string][]*dto.Metric // the samples parsed, by family in page order
-	devices  map[exporterDeviceKey]*exporterDevice
-	seen     map[exporterSeriesID]bool // the series of fields with several, see repeat
+	devices  map[deviceKey]*device
+	seen     map[seriesID]bool // the series of fields with several, see repeat
 	problems []error
-	unlisted int // problems past exporterMaxProblems
+	unlisted int // problems past maxProblems
 }
 
 // Parse reads a dcgm-exporter /metrics page (Prometheus text format, with or
@@ -364,10 +362,10 @@ func Parse(r io.Reader) ([]*gpuscalerv1.GPUSample, []error) {
 		return nil, []error{fmt.Errorf("read the page: %w", err)}
 	}
 	page := buf.Bytes()
-	p := &exporterParser{
+	p := &parser{
 		text:    expfmt.NewTextParser(model.UTF8Validation),
-		devices: make(map[exporterDeviceKey]*exporterDevice, 16),
-		series:  make(map[string][]*dto.Metric, len(exporterFields)),
+		devices: make(map[deviceKey]*device, 16),
+		series:  make(map[string][]*dto.Metric, len(fieldsByName)),
 		kept:    make([]byte, 0, len(page)/4+64), // a full page: a quarter of its lines, half of their labels
 	}
 	p.keep(page)
@@ -380,16 +378,16 @@ func Parse(r io.Reader) ([]*gpuscalerv1.GPUSample, []error) {
 	return samples, p.problems
 }
 
-func (p *exporterParser) problem(err error) {
-	if len(p.problems) >= exporterMaxProblems {
+func (p *parser) problem(err error) {
+	if len(p.problems) >= maxProblems {
 		p.unlisted++
 		return
 	}
 	p.problems = append(p.problems, err)
 }
 
-// exporterLine is a line of the page kept for the text parser.
-type exporterLine struct {
+// keptLine is a line of the page kept for the text parser.
+type keptLine struct {
 	number int // 1-based, in the page
 	start  int // offset in the page
 }
@@ -402,27 +400,27 @@ type exporterLine struct {
 // …): expfmt's parser allocates for every label and checks each against the ones before
 // it, so it costs several times more per line than the rest of the parse, and a full
 // page holds four times the lines and twice the labels the parser reads.
-func (p *exporterParser) keep(page []byte) {
+func (p *parser) keep(page []byte) {
 	for number, start := 1, 0; start < len(page); number++ {
 		end := len(page)
 		if i := bytes.IndexByte(page[start:], '\n'); i >= 0 {
 			end = start + i
 		}
 		line := bytes.TrimSuffix(page[start:end], []byte{'\r'}) // a CRLF line end
-		if _, ok := exporterFields[string(exporterMetricName(line))]; ok {
-			p.kept = exporterAppendLine(p.kept, line)
+		if _, ok := fieldsByName[string(metricName(line))]; ok {
+			p.kept = appendLine(p.kept, line)
 			p.kept = append(p.kept, '\n')
-			p.lines = append(p.lines, exporterLine{number: number, start: start})
+			p.lines = append(p.lines, keptLine{number: number, start: start})
 		}
 		start = end + 1
 	}
 }
 
-// exporterMetricName returns the metric name a sample line starts with, as the text
+// metricName returns the metric name a sample line starts with, as the text
 // format writes it: a name, or a quoted name first inside the braces or before them. It
 // returns nil for a comment, a blank line, and a name with escapes (no name it reads
 // has any).
-func exporterMetricName(line []byte) []byte {
+func metricName(line []byte) []byte {
 	line = bytes.TrimLeft(line, " \t")
 	if len(line) > 0 && line[0] == '{' {
 		line = bytes.TrimLeft(line[1:], " \t")
@@ -447,20 +445,20 @@ func exporterMetricName(line []byte) []byte {
 	return line[:end]
 }
 
-// exporterLabelsRead are the labels the parser reads (family's switch; keep the two in
+// labelsRead are the labels the parser reads (family's switch; keep the two in
 // step); see Parse.
-var exporterLabelsRead = map[string]bool{
+var labelsRead = map[string]bool{
 	"gpu": true, "UUID": true, "modelName": true, "GPU_I_PROFILE": true, "GPU_I_ID": true,
 	"namespace": true, "pod": true, "container": true, "vgpu": true,
 	"pod_namespace": true, "pod_name": true, "container_name": true,
-	exporterMinorLabels[0]: true, exporterMinorLabels[1]: true,
+	minorLabels[0]: true, minorLabels[1]: true,
 }
 
-// exporterAppendLine appends a sample line to dst without the labels the parser does not
+// appendLine appends a sample line to dst without the labels the parser does not
 // read. The label pairs it keeps are copied as they are, for the text parser to read and
 // judge; a line it cannot follow (a quoted name, a label set it does not understand) is
 // appended whole. A fault in a label that is dropped costs nothing.
-func exporterAppendLine(dst, line []byte) []byte {
+func appendLine(dst, line []byte) []byte {
 	open := bytes.IndexByte(line, '{')
 	if open <= 0 || line[0] == ' ' || line[0] == '\t' || line[0] == '"' || bytes.IndexByte(line[:open], '"') >= 0 {
 		return append(dst, line...)
@@ -480,7 +478,7 @@ func exporterAppendLine(dst, line []byte) []byte {
 			return append(dst, line[i:]...)
 		}
 		start := i
-		for i < len(line) && exporterLabelByte(line[i], i > start) {
+		for i < len(line) && labelByte(line[i], i > start) {
 			i++
 		}
 		name := line[start:i]
@@ -502,7 +500,7 @@ func exporterAppendLine(dst, line []byte) []byte {
 			return append(dst[:mark], line...)
 		}
 		i++ // past the closing quote
-		if exporterLabelsRead[string(name)] {
+		if labelsRead[string(name)] {
 			if kept > 0 {
 				dst = append(dst, ',')
 			}
@@ -520,14 +518,14 @@ func exporterAppendLine(dst, line []byte) []byte {
 	}
 }
 
-// exporterLabelByte reports whether b may be in a label name, after its first byte when
+// labelByte reports whether b may be in a label name, after its first byte when
 // later is true.
-func exporterLabelByte(b byte, later bool) bool {
+func labelByte(b byte, later bool) bool {
 	return b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (later && b >= '0' && b <= '9')
 }
 
 // parse feeds the kept lines to the text parser in runs that parse; see Parse.
-func (p *exporterParser) parse(page []byte) {
+func (p *parser) parse(page []byte) {
 	pos, first := 0, 0 // p.kept[pos:] starts with kept line first
 	for pos < len(p.kept) {
 		fams, err := p.text.TextToMetricFamilies(bytes.NewReader(p.kept[pos:]))
@@ -538,7 +536,7 @@ func (p *exporterParser) parse(page []byte) {
 		var pe expfmt.ParseError
 		start := -1
 		if errors.As(err, &pe) && pe.Line >= 1 && first+pe.Line <= len(p.lines) {
-			start = exporterLineStart(p.kept, pos, pe.Line)
+			start = lineStart(p.kept, pos, pe.Line)
 		}
 		if start < 0 {
 			p.problem(fmt.Errorf("line %d and after: %w", p.lines[first].number, err))
@@ -549,12 +547,12 @@ func (p *exporterParser) parse(page []byte) {
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
 			text = text[:i]
 		}
-		if len(text) > exporterMaxLineShown {
-			text = text[:exporterMaxLineShown]
+		if len(text) > maxLineShown {
+			text = text[:maxLineShown]
 		}
 		p.problem(&LineError{Line: bad.number, Text: string(text), Msg: pe.Msg})
 		end := start + bytes.IndexByte(p.kept[start:], '\n') + 1
-		if exporterDropBroken(fams, pe.Line, exporterMetricName(p.kept[start:end-1])) {
+		if dropBroken(fams, pe.Line, metricName(p.kept[start:end-1])) {
 			p.families(fams)
 		} else if start > pos {
 			// The same parser state over the same lines: they parse again.
@@ -569,12 +567,12 @@ func (p *exporterParser) parse(page []byte) {
 	}
 }
 
-// exporterDropBroken makes what the text parser returned with an error at line n the
+// dropBroken makes what the text parser returned with an error at line n the
 // samples of lines 1 to n-1, and reports whether it could; if not, those lines must be
 // parsed again. Every kept line is one sample of an untyped family, so those lines made
 // n-1 samples; the parser may also have added the sample of line n, before finding its
 // fault in the value or timestamp, as the last of family name.
-func exporterDropBroken(fams map[string]*dto.MetricFamily, n int, name []byte) bool {
+func dropBroken(fams map[string]*dto.MetricFamily, n int, name []byte) bool {
 	total := 0
 	for _, mf := range fams {
 		total += len(mf.GetMetric())
@@ -593,8 +591,8 @@ func exporterDropBroken(fams map[string]*dto.MetricFamily, n int, name []byte) b
 	return false
 }
 
-// exporterLineStart returns the offset of the n-th line (1-based) of page[pos:], or -1.
-func exporterLineStart(page []byte, pos, n int) int {
+// lineStart returns the offset of the n-th line (1-based) of page[pos:], or -1.
+func lineStart(page []byte, pos, n int) int {
 	for ; n > 1; n-- {
 		i := bytes.IndexByte(page[pos:], '\n')
 		if i < 0 {
@@ -609,7 +607,7 @@ func exporterLineStart(page []byte, pos, n int) int {
 }
 
 // families gathers the samples of one run, by family in page order.
-func (p *exporterParser) families(fams map[string]*dto.MetricFamily) {
+func (p *parser) families(fams map[string]*dto.MetricFamily) {
 	for name, mf := range fams {
 		p.series[name] = append(p.series[name], mf.GetMetric()...)
 	}
@@ -617,24 +615,24 @@ func (p *exporterParser) families(fams map[string]*dto.MetricFamily) {
 
 // read takes the gathered samples, family by family in name order, so that which series
 // sets a device's labels depends neither on map order nor on where bad lines cut runs.
-func (p *exporterParser) read() {
+func (p *parser) read() {
 	for _, name := range slices.Sorted(maps.Keys(p.series)) {
-		if spec, ok := exporterFields[name]; ok { // always: only their lines are kept
+		if spec, ok := fieldsByName[name]; ok { // always: only their lines are kept
 			p.family(name, spec.field, spec.unit, p.series[name])
 		}
 	}
 }
 
-// exporterLabels are the labels of one series that the parser reads.
-type exporterLabels struct {
+// deviceLabels are the labels of one series that the parser reads.
+type deviceLabels struct {
 	gpu, uuid, model, profile, gi, vgpu string
 	minor, minorName                    string // a minor number label and its name
-	pod, oldPod                         exporterPodLabels
+	pod, oldPod                         podLabels
 }
 
-func (p *exporterParser) family(name string, field exporterField, unit exporterUnit, series []*dto.Metric) {
+func (p *parser) family(name string, field field, unit unit, series []*dto.Metric) {
 	for _, m := range series {
-		var l exporterLabels
+		var l deviceLabels
 		for _, lp := range m.GetLabel() {
 			switch v := lp.GetValue(); lp.GetName() {
 			case "gpu":
@@ -661,20 +659,20 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 				l.oldPod.name = v
 			case "container_name":
 				l.oldPod.container = v
-			case exporterMinorLabels[0], exporterMinorLabels[1]:
+			case minorLabels[0], minorLabels[1]:
 				if l.minor == "" {
 					l.minor, l.minorName = v, lp.GetName()
 				}
 			}
 		}
-		if l.pod == (exporterPodLabels{}) {
+		if l.pod == (podLabels{}) {
 			l.pod = l.oldPod
 		}
 		if l.uuid == "" {
 			p.problem(fmt.Errorf("%s series without a UUID label skipped", name))
 			continue
 		}
-		key := exporterDeviceKey{uuid: l.uuid}
+		key := deviceKey{uuid: l.uuid}
 		if l.gi != "" {
 			gi, err := strconv.ParseUint(l.gi, 10, 32)
 			if err != nil {
@@ -685,21 +683,21 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 		}
 		d := p.devices[key]
 		if d == nil {
-			d = &exporterDevice{key: key}
+			d = &device{key: key}
 			p.devices[key] = d
 		}
 		p.label(d, &l)
-		v, ok := exporterValue(m)
+		v, ok := valueOf(m)
 		if !ok {
 			p.problem(fmt.Errorf("%s of %s: no sample value; skipped", name, d))
 			continue
 		}
-		if field == exporterMinor {
+		if field == fieldMinor {
 			p.minorSeries(d, name, v, unit)
 			continue
 		}
 		own := !l.pod.held()
-		repeated := p.repeat(d, field, exporterSeries{pod: l.pod, vgpu: l.vgpu})
+		repeated := p.repeat(d, field, seriesReading{pod: l.pod, vgpu: l.vgpu})
 		switch {
 		case d.has[field] && repeated:
 			p.problem(fmt.Errorf("%s of %s: series repeated; the first value kept", name, d))
@@ -726,7 +724,7 @@ func (p *exporterParser) family(name string, field exporterField, unit exporterU
 
 // repeat notes series s of d's field f and reports whether the page had it before. Most
 // fields of most devices have one series; the set is kept only for those with several.
-func (p *exporterParser) repeat(d *exporterDevice, f exporterField, s exporterSeries) bool {
+func (p *parser) repeat(d *device, f field, s seriesReading) bool {
 	switch d.series[f] {
 	case 0:
 		d.first[f], d.series[f] = s, 1
@@ -736,11 +734,11 @@ func (p *exporterParser) repeat(d *exporterDevice, f exporterField, s exporterSe
 			return true
 		}
 		if p.seen == nil {
-			p.seen = make(map[exporterSeriesID]bool)
+			p.seen = make(map[seriesID]bool)
 		}
-		p.seen[exporterSeriesID{d.key, f, d.first[f]}] = true
+		p.seen[seriesID{d.key, f, d.first[f]}] = true
 	}
-	id := exporterSeriesID{d.key, f, s}
+	id := seriesID{d.key, f, s}
 	if p.seen[id] {
 		return true
 	}
@@ -751,7 +749,7 @@ func (p *exporterParser) repeat(d *exporterDevice, f exporterField, s exporterSe
 
 // minorSeries takes a minor number printed as a series, as a label: the first series
 // that has one sets it.
-func (p *exporterParser) minorSeries(d *exporterDevice, name string, v float64, unit exporterUnit) {
+func (p *parser) minorSeries(d *device, name string, v float64, unit unit) {
 	if d.hasMinor || d.badMinor {
 		return
 	}
@@ -764,7 +762,7 @@ func (p *exporterParser) minorSeries(d *exporterDevice, name string, v float64, 
 }
 
 // label fills what the device still lacks from one series' labels, and adds its pod.
-func (p *exporterParser) label(d *exporterDevice, l *exporterLabels) {
+func (p *parser) label(d *device, l *deviceLabels) {
 	if !d.hasIndex && !d.badIndex && l.gpu != "" {
 		if i, err := strconv.ParseUint(l.gpu, 10, 32); err == nil {
 			d.index, d.hasIndex = uint32(i), true
@@ -798,8 +796,8 @@ func (p *exporterParser) label(d *exporterDevice, l *exporterLabels) {
 
 // pod adds a pod holding the device. Of a pod's containers, the first by name is kept
 // (an empty one last), so the result does not depend on the page's order.
-func (p *exporterParser) pod(d *exporterDevice, l exporterPodLabels) {
-	k := exporterPodKey{l.namespace, l.name}
+func (p *parser) pod(d *device, l podLabels) {
+	k := podKey{l.namespace, l.name}
 	if c, ok := d.pods[k]; ok {
 		if c == "" || (l.container != "" && l.container < c) {
 			d.pods[k] = l.container
@@ -811,21 +809,21 @@ func (p *exporterParser) pod(d *exporterDevice, l exporterPodLabels) {
 	}
 	if err := gpuscalerv1.ValidateNamespace(l.namespace); err != nil {
 		if d.badPods == nil {
-			d.badPods = make(map[exporterPodKey]bool)
+			d.badPods = make(map[podKey]bool)
 		}
 		d.badPods[k] = true
 		p.problem(fmt.Errorf("%s: pod %s/%s: %w; not reported", d, l.namespace, l.name, err))
 		return
 	}
 	if d.pods == nil {
-		d.pods = make(map[exporterPodKey]string, 1)
+		d.pods = make(map[podKey]string, 1)
 	}
 	d.pods[k] = l.container
 }
 
-// exporterValue returns a series' sample value: dcgm-exporter types its families gauge or
+// valueOf returns a series' sample value: dcgm-exporter types its families gauge or
 // counter, and a family without a TYPE line is untyped.
-func exporterValue(m *dto.Metric) (float64, bool) {
+func valueOf(m *dto.Metric) (float64, bool) {
 	switch {
 	case m.GetGauge() != nil:
 		return m.GetGauge().GetValue(), true
@@ -838,8 +836,8 @@ func exporterValue(m *dto.Metric) (float64, bool) {
 }
 
 // samples turns the devices into GPUSamples; see Parse.
-func (p *exporterParser) samples() []*gpuscalerv1.GPUSample {
-	devs := make([]*exporterDevice, 0, len(p.devices))
+func (p *parser) samples() []*gpuscalerv1.GPUSample {
+	devs := make([]*device, 0, len(p.devices))
 	anyMIG := false
 	for _, d := range p.devices {
 		devs = append(devs, d)
@@ -853,7 +851,7 @@ func (p *exporterParser) samples() []*gpuscalerv1.GPUSample {
 				continue
 			}
 			inMIG[d.key.uuid] = true
-			if gpu := p.devices[exporterDeviceKey{uuid: d.key.uuid}]; gpu != nil {
+			if gpu := p.devices[deviceKey{uuid: d.key.uuid}]; gpu != nil {
 				if !d.hasIndex && gpu.hasIndex {
 					d.index, d.hasIndex = gpu.index, true
 				}
@@ -866,8 +864,8 @@ func (p *exporterParser) samples() []*gpuscalerv1.GPUSample {
 			}
 		}
 	}
-	devs = slices.DeleteFunc(devs, func(d *exporterDevice) bool { return !d.key.mig && inMIG[d.key.uuid] })
-	slices.SortFunc(devs, func(a, b *exporterDevice) int {
+	devs = slices.DeleteFunc(devs, func(d *device) bool { return !d.key.mig && inMIG[d.key.uuid] })
+	slices.SortFunc(devs, func(a, b *device) int {
 		switch {
 		case a.index != b.index:
 			return cmpOrder(a.index < b.index)
@@ -921,33 +919,33 @@ func cmpOrder(aFirst bool) int {
 	return 1
 }
 
-func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
-	get := func(f exporterField) (float64, bool) { return d.value[f], d.has[f] }
+func (p *parser) sample(d *device) *gpuscalerv1.GPUSample {
+	get := func(f field) (float64, bool) { return d.value[f], d.has[f] }
 	g := &gpuscalerv1.GPUSample{Uuid: d.key.uuid, Index: d.index, Model: d.model}
 	if d.hasMinor {
 		g.Minor = proto.Uint32(d.minor)
 	}
 	p.pods(d, g)
-	util := exporterGPUUtil
+	util := fieldGPUUtil
 	if d.key.mig {
 		g.MigProfile = d.profile
 		g.MigInstanceId = proto.Uint32(d.key.gi)
 		g.DeviceId = d.key.uuid + "/gi" + strconv.FormatUint(uint64(d.key.gi), 10)
-		util = exporterGREngineActive
+		util = fieldGREngineActive
 	}
 	if v, ok := get(util); ok {
 		g.GpuUtil = proto.Float64(v)
 	}
-	if v, ok := get(exporterSMActive); ok {
+	if v, ok := get(fieldSMActive); ok {
 		g.SmActive = proto.Float64(v)
 	}
-	if v, ok := get(exporterTensorActive); ok {
+	if v, ok := get(fieldTensorActive); ok {
 		g.TensorActive = proto.Float64(v)
 	}
-	used, hasUsed := get(exporterFBUsed)
-	free, hasFree := get(exporterFBFree)
-	reserved, _ := get(exporterFBReserved) // 0 when not printed
-	total, hasTotal := get(exporterFBTotal)
+	used, hasUsed := get(fieldFBUsed)
+	free, hasFree := get(fieldFBFree)
+	reserved, _ := get(fieldFBReserved) // 0 when not printed
+	total, hasTotal := get(fieldFBTotal)
 	switch {
 	case hasTotal && total > 0:
 		if hasUsed {
@@ -959,23 +957,23 @@ func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
 		hasTotal = false
 	}
 	if hasUsed {
-		g.FbUsedBytes = proto.Uint64(exporterBytes(used))
+		g.FbUsedBytes = proto.Uint64(bytesOfMiB(used))
 	}
 	if hasTotal {
-		g.FbTotalBytes = proto.Uint64(exporterBytes(total))
+		g.FbTotalBytes = proto.Uint64(bytesOfMiB(total))
 	}
-	if v, ok := get(exporterPower); ok {
+	if v, ok := get(fieldPower); ok {
 		g.PowerWatts = proto.Float64(v)
 	}
-	if v, ok := get(exporterTemp); ok {
+	if v, ok := get(fieldTemp); ok {
 		g.TemperatureCelsius = proto.Float64(v)
 	}
 	var own, whole uint32 // the device's last XID, and its GPU's for a MIG instance
-	if v, ok := get(exporterXID); ok {
+	if v, ok := get(fieldXID); ok {
 		own = uint32(v)
 	}
-	if gpu := p.devices[exporterDeviceKey{uuid: d.key.uuid}]; d.key.mig && gpu != nil && gpu.has[exporterXID] {
-		whole = uint32(gpu.value[exporterXID])
+	if gpu := p.devices[deviceKey{uuid: d.key.uuid}]; d.key.mig && gpu != nil && gpu.has[fieldXID] {
+		whole = uint32(gpu.value[fieldXID])
 	}
 	switch {
 	case xid.Critical(uint64(own)):
@@ -994,12 +992,12 @@ func (p *exporterParser) sample(d *exporterDevice) *gpuscalerv1.GPUSample {
 }
 
 // pods sets the sample's pods, sorted by namespace and name, and Shared.
-func (p *exporterParser) pods(d *exporterDevice, g *gpuscalerv1.GPUSample) {
+func (p *parser) pods(d *device, g *gpuscalerv1.GPUSample) {
 	g.Shared = len(d.pods) > 1 || d.replicas
 	if len(d.pods) == 0 {
 		return
 	}
-	keys := slices.SortedFunc(maps.Keys(d.pods), func(a, b exporterPodKey) int {
+	keys := slices.SortedFunc(maps.Keys(d.pods), func(a, b podKey) int {
 		return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.name, b.name))
 	})
 	if len(keys) > gpuscalerv1.MaxPodsPerGPU {
@@ -1017,7 +1015,7 @@ func (p *exporterParser) pods(d *exporterDevice, g *gpuscalerv1.GPUSample) {
 	}
 }
 
-// exporterBytes converts MiB, at most 3 × exporterMaxMiB, to bytes.
-func exporterBytes(mib float64) uint64 {
+// bytesOfMiB converts MiB, at most 3 × maxMiB, to bytes.
+func bytesOfMiB(mib float64) uint64 {
 	return uint64(mib * (1 << 20))
 }

@@ -1,4 +1,4 @@
-package collector
+package exporter
 
 import (
 	"bytes"
@@ -8,29 +8,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// exporterTestdata holds the dcgm-exporter pages the parser's tests read.
-const exporterTestdata = "exporterpage/testdata/dcgm-exporter"
-
-func exporterFixture(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(exporterTestdata, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func TestNewExporter(t *testing.T) {
+func TestNew(t *testing.T) {
 	for name, tc := range map[string]struct {
 		url     string
 		wantErr string
@@ -46,7 +33,7 @@ func TestNewExporter(t *testing.T) {
 		"unix socket scheme": {url: "unix:///run/dcgm.sock", wantErr: `scheme "unix"`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, err := NewExporter(tc.url, nil, 0)
+			s, err := New(tc.url, nil, 0)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("got error %v, want none", err)
@@ -68,43 +55,42 @@ func TestNewExporter(t *testing.T) {
 		})
 	}
 	t.Run("default client and timeout", func(t *testing.T) {
-		for _, tc := range []struct{ in, want time.Duration }{{0, exporterDefaultTimeout}, {-time.Second, exporterDefaultTimeout}, {3 * time.Second, 3 * time.Second}} {
-			s, err := NewExporter("http://localhost:9400/metrics", nil, tc.in)
+		for _, tc := range []struct{ in, want time.Duration }{{0, defaultTimeout}, {-time.Second, defaultTimeout}, {3 * time.Second, 3 * time.Second}} {
+			s, err := New("http://localhost:9400/metrics", nil, tc.in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			es := s.(*exporterSource)
-			if es.timeout != tc.want || es.client.Timeout != tc.want {
-				t.Errorf("timeout %v: got %v and client %v, want %v", tc.in, es.timeout, es.client.Timeout, tc.want)
+			if s.timeout != tc.want || s.client.Timeout != tc.want {
+				t.Errorf("timeout %v: got %v and client %v, want %v", tc.in, s.timeout, s.client.Timeout, tc.want)
 			}
-			if es.client.Transport == http.DefaultTransport {
+			if s.client.Transport == http.DefaultTransport {
 				t.Error("got the shared default transport, want one of its own")
 			}
 		}
 	})
 	t.Run("given client", func(t *testing.T) {
 		c := &http.Client{}
-		s, err := NewExporter("http://localhost:9400/metrics", c, time.Second)
+		s, err := New("http://localhost:9400/metrics", c, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := s.(*exporterSource).client; got != c {
+		if got := s.client; got != c {
 			t.Errorf("got client %p, want the given %p", got, c)
 		}
 	})
 }
 
-// exporterServer serves handler and returns its /metrics URL.
-func exporterServer(t *testing.T, handler http.HandlerFunc) string {
+// testServer serves handler and returns its /metrics URL.
+func testServer(t *testing.T, handler http.HandlerFunc) string {
 	t.Helper()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/metrics"
 }
 
-func TestExporterCollect(t *testing.T) {
-	h100 := exporterFixture(t, "aicr-h100-8gpu-k8s-pod-sampled.prom")
-	garbage := exporterFixture(t, "garbage.prom")
+func TestCollect(t *testing.T) {
+	h100 := fixture(t, "aicr-h100-8gpu-k8s-pod-sampled.prom")
+	garbage := fixture(t, "garbage.prom")
 	serve := func(contentType string, body []byte) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if contentType == "" {
@@ -115,7 +101,7 @@ func TestExporterCollect(t *testing.T) {
 			_, _ = w.Write(body)
 		}
 	}
-	huge := bytes.Repeat([]byte("# padding to make the page longer than a dcgm-exporter's\n"), exporterMaxBody/56+1)
+	huge := bytes.Repeat([]byte("# padding to make the page longer than a dcgm-exporter's\n"), maxBody/56+1)
 	for name, tc := range map[string]struct {
 		handler  http.HandlerFunc
 		wantGPUs int
@@ -150,14 +136,14 @@ func TestExporterCollect(t *testing.T) {
 		"an HTML page":     {handler: serve("text/html; charset=utf-8", []byte("<html><body>login</body></html>")), wantErr: `content type "text/html; charset=utf-8", want text/plain`},
 		"JSON":             {handler: serve("application/json", []byte(`{"gpus":[]}`)), wantErr: `content type "application/json"`},
 		"bad content type": {handler: serve("text/plain; ===", h100), wantErr: `content type "text/plain; ==="`},
-		"empty page":       {handler: serve("text/plain", nil), wantIs: ErrNoGPUSource, wantErr: "no GPU in a 0-byte page"},
+		"empty page":       {handler: serve("text/plain", nil), wantIs: sourceerr.ErrNoGPUSource, wantErr: "no GPU in a 0-byte page"},
 		"another exporter's page": {
 			handler: serve("text/plain", []byte("# TYPE node_load1 gauge\nnode_load1 0.42\nDCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT{nvswitch=\"0\"} 40\n")),
-			wantIs:  ErrNoGPUSource, wantErr: "no GPU in a",
+			wantIs:  sourceerr.ErrNoGPUSource, wantErr: "no GPU in a",
 		},
 		"nothing but bad lines": {
 			handler: serve("text/plain", []byte("DCGM_FI_DEV_GPU_TEMP{UUID=\"GPU-1\"} ERROR - FAILED TO CONVERT TO STRING\n")),
-			wantIs:  ErrNoGPUSource, wantErr: `1 problems, the first: line 1`,
+			wantIs:  sourceerr.ErrNoGPUSource, wantErr: `1 problems, the first: line 1`,
 		},
 		"page larger than allowed, length announced": {
 			handler: func(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +151,7 @@ func TestExporterCollect(t *testing.T) {
 				w.Header().Set("Content-Length", strconv.Itoa(len(huge)))
 				_, _ = w.Write(huge)
 			},
-			wantErr: fmt.Sprintf("page of %d bytes, more than the %d allowed", len(huge), exporterMaxBody),
+			wantErr: fmt.Sprintf("page of %d bytes, more than the %d allowed", len(huge), maxBody),
 		},
 		"page larger than allowed, streamed": {
 			handler: func(w http.ResponseWriter, r *http.Request) {
@@ -173,12 +159,12 @@ func TestExporterCollect(t *testing.T) {
 				w.(http.Flusher).Flush() // no Content-Length: chunked
 				_, _ = w.Write(huge)
 			},
-			wantErr: fmt.Sprintf("page longer than the %d bytes allowed", exporterMaxBody),
+			wantErr: fmt.Sprintf("page longer than the %d bytes allowed", maxBody),
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			url := exporterServer(t, tc.handler)
-			s, err := NewExporter(url, nil, 10*time.Second)
+			url := testServer(t, tc.handler)
+			s, err := New(url, nil, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,9 +198,9 @@ func TestExporterCollect(t *testing.T) {
 	}
 }
 
-func TestExporterCollectTimeouts(t *testing.T) {
+func TestCollectTimeouts(t *testing.T) {
 	release := make(chan struct{})
-	url := exporterServer(t, func(w http.ResponseWriter, r *http.Request) {
+	url := testServer(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-release:
@@ -223,7 +209,7 @@ func TestExporterCollectTimeouts(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // runs before the server closes
 
 	t.Run("the caller's deadline", func(t *testing.T) {
-		s, err := NewExporter(url, nil, time.Minute)
+		s, err := New(url, nil, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +221,7 @@ func TestExporterCollectTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("the source's timeout, with a client of the caller's", func(t *testing.T) {
-		s, err := NewExporter(url, &http.Client{}, 50*time.Millisecond)
+		s, err := New(url, &http.Client{}, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +231,7 @@ func TestExporterCollectTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("the source's timeout, with its own client", func(t *testing.T) {
-		s, err := NewExporter(url, nil, 50*time.Millisecond)
+		s, err := New(url, nil, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +241,7 @@ func TestExporterCollectTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("a cancelled context", func(t *testing.T) {
-		s, err := NewExporter(url, nil, time.Minute)
+		s, err := New(url, nil, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,10 +254,10 @@ func TestExporterCollectTimeouts(t *testing.T) {
 	})
 }
 
-func TestExporterCollectAfterClose(t *testing.T) {
-	page := exporterFixture(t, "linode-rtx4000ada-k8s-pod.prom")
-	url := exporterServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(page) })
-	s, err := NewExporter(url, nil, time.Second)
+func TestCollectAfterClose(t *testing.T) {
+	page := fixture(t, "linode-rtx4000ada-k8s-pod.prom")
+	url := testServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(page) })
+	s, err := New(url, nil, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,8 +274,8 @@ func TestExporterCollectAfterClose(t *testing.T) {
 	}
 }
 
-func TestExporterCollectRedactsPassword(t *testing.T) {
-	forbidden := exporterServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) })
+func TestCollectRedactsPassword(t *testing.T) {
+	forbidden := testServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) })
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
 	for name, tc := range map[string]struct{ url, wantErr string }{
@@ -297,7 +283,7 @@ func TestExporterCollectRedactsPassword(t *testing.T) {
 		"no server to talk": {url: gone.URL + "/metrics", wantErr: "connect"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, err := NewExporter(strings.Replace(tc.url, "http://", "http://scraper:s3cret@", 1), nil, time.Second)
+			s, err := New(strings.Replace(tc.url, "http://", "http://scraper:s3cret@", 1), nil, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package exporterpage
+package exporter
 
 import (
 	"bytes"
@@ -22,39 +22,39 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-const exporterTestdata = "testdata/dcgm-exporter"
+const testdataDir = "testdata/dcgm-exporter"
 
-func exporterFixture(t testing.TB, name string) []byte {
+func fixture(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(exporterTestdata, name))
+	b, err := os.ReadFile(filepath.Join(testdataDir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// exporterParseValid parses page, checks that the samples make a valid NodeReport and
+// parseValid parses page, checks that the samples make a valid NodeReport and
 // that a second parse gives the same result, and returns what the first gave.
-func exporterParseValid(t testing.TB, page []byte) ([]*gpuscalerv1.GPUSample, []error) {
+func parseValid(t testing.TB, page []byte) ([]*gpuscalerv1.GPUSample, []error) {
 	t.Helper()
 	got, problems := Parse(bytes.NewReader(page))
 	if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: got}).Validate(); err != nil {
 		t.Fatalf("samples do not validate: %v", err)
 	}
 	again, problems2 := Parse(bytes.NewReader(page))
-	if !exporterSamplesEqual(got, again) || len(problems) != len(problems2) {
+	if !samplesEqual(got, again) || len(problems) != len(problems2) {
 		t.Fatalf("a second parse differs: got %d samples and %d problems, then %d and %d",
 			len(got), len(problems), len(again), len(problems2))
 	}
-	exporterCheckLinesCostNothingElse(t, page, got, problems)
+	checkLinesCostNothingElse(t, page, got, problems)
 	return got, problems
 }
 
-// exporterCheckLinesCostNothingElse checks that the lines the parser rejected cost nothing
+// checkLinesCostNothingElse checks that the lines the parser rejected cost nothing
 // but themselves: the page without them parses to the same samples, rejecting nothing.
-func exporterCheckLinesCostNothingElse(t testing.TB, page []byte, samples []*gpuscalerv1.GPUSample, problems []error) {
+func checkLinesCostNothingElse(t testing.TB, page []byte, samples []*gpuscalerv1.GPUSample, problems []error) {
 	t.Helper()
-	if len(problems) > exporterMaxProblems {
+	if len(problems) > maxProblems {
 		return // not every rejected line is listed
 	}
 	rejected := map[int]bool{}
@@ -80,16 +80,16 @@ func exporterCheckLinesCostNothingElse(t testing.TB, page []byte, samples []*gpu
 			t.Fatalf("without the rejected lines %v, line %d is rejected: %v", slices.Sorted(maps.Keys(rejected)), le.Line, p)
 		}
 	}
-	if !exporterSamplesEqual(got, samples) {
+	if !samplesEqual(got, samples) {
 		t.Fatalf("without the rejected lines %v the samples differ", slices.Sorted(maps.Keys(rejected)))
 	}
 }
 
-func exporterSamplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
+func samplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
 	return slices.EqualFunc(a, b, func(x, y *gpuscalerv1.GPUSample) bool { return proto.Equal(x, y) })
 }
 
-func exporterDiffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
+func diffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("got %d samples, want %d", len(got), len(want))
@@ -104,9 +104,9 @@ func exporterDiffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
 	}
 }
 
-// exporterProblems splits problems into the line numbers the text parser rejected and the
+// problemsOf splits problems into the line numbers the text parser rejected and the
 // messages of the others.
-func exporterProblems(t *testing.T, problems []error) (lines []int, others []string) {
+func problemsOf(t *testing.T, problems []error) (lines []int, others []string) {
 	t.Helper()
 	for _, p := range problems {
 		if p == nil {
@@ -122,8 +122,8 @@ func exporterProblems(t *testing.T, problems []error) (lines []int, others []str
 	return lines, others
 }
 
-// exporterMarkedLines returns the numbers of the lines that follow a "# rejected:" comment.
-func exporterMarkedLines(page []byte) []int {
+// markedLines returns the numbers of the lines that follow a "# rejected:" comment.
+func markedLines(page []byte) []int {
 	var out []int
 	for i, l := range strings.Split(string(page), "\n") {
 		if strings.HasPrefix(l, "# rejected:") {
@@ -133,9 +133,9 @@ func exporterMarkedLines(page []byte) []int {
 	return out
 }
 
-// exporterCheckOthers checks that each want is in exactly one problem and every problem
+// checkOthers checks that each want is in exactly one problem and every problem
 // is wanted.
-func exporterCheckOthers(t *testing.T, others, want []string) {
+func checkOthers(t *testing.T, others, want []string) {
 	t.Helper()
 	used := make([]bool, len(others))
 	for _, w := range want {
@@ -165,7 +165,7 @@ func podOf(ns, name, container string) *gpuscalerv1.PodRef {
 	return &gpuscalerv1.PodRef{Namespace: ns, Name: name, Container: container}
 }
 
-func TestParseExporterCaptures(t *testing.T) {
+func TestParseCaptures(t *testing.T) {
 	h100 := []struct {
 		uuid  string
 		temp  float64
@@ -228,16 +228,16 @@ func TestParseExporterCaptures(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, problems := exporterParseValid(t, exporterFixture(t, tc.file))
+			got, problems := parseValid(t, fixture(t, tc.file))
 			if len(problems) > 0 {
 				t.Errorf("got problems %v, want none", problems)
 			}
-			exporterDiffSamples(t, got, tc.want)
+			diffSamples(t, got, tc.want)
 		})
 	}
 }
 
-func TestParseExporterFixtures(t *testing.T) {
+func TestParseFixtures(t *testing.T) {
 	a100 := "NVIDIA A100-SXM4-80GB"
 	h100 := "NVIDIA H100 80GB HBM3"
 	l4 := "NVIDIA L4"
@@ -373,19 +373,19 @@ func TestParseExporterFixtures(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			page := exporterFixture(t, tc.file)
-			got, problems := exporterParseValid(t, page)
-			exporterDiffSamples(t, got, tc.want)
-			lines, others := exporterProblems(t, problems)
-			if want := exporterMarkedLines(page); !slices.Equal(lines, want) {
+			page := fixture(t, tc.file)
+			got, problems := parseValid(t, page)
+			diffSamples(t, got, tc.want)
+			lines, others := problemsOf(t, problems)
+			if want := markedLines(page); !slices.Equal(lines, want) {
 				t.Errorf("got rejected lines %v, want %v; problems: %v", lines, want, problems)
 			}
-			exporterCheckOthers(t, others, tc.wantOthers)
+			checkOthers(t, others, tc.wantOthers)
 		})
 	}
 }
 
-func TestParseExporterRules(t *testing.T) {
+func TestParseRules(t *testing.T) {
 	const u = `UUID="GPU-1"`
 	for name, tc := range map[string]struct {
 		page       string
@@ -502,7 +502,7 @@ func TestParseExporterRules(t *testing.T) {
 			},
 			wantLines: []int{3, 5},
 		},
-		// Found by FuzzParseExporter: series are read family by family in name order
+		// Found by FuzzParse: series are read family by family in name order
 		// over the whole page, not run by run.
 		"labels do not depend on where a bad line cuts the page": {
 			page: `DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",modelName="A"} 0` + "\nDCGM_FI_DEV_FB_USED\n" +
@@ -520,24 +520,24 @@ func TestParseExporterRules(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, problems := exporterParseValid(t, []byte(tc.page))
-			exporterDiffSamples(t, got, tc.want)
-			lines, others := exporterProblems(t, problems)
+			got, problems := parseValid(t, []byte(tc.page))
+			diffSamples(t, got, tc.want)
+			lines, others := problemsOf(t, problems)
 			if !slices.Equal(lines, tc.wantLines) {
 				t.Errorf("got rejected lines %v, want %v; problems: %v", lines, tc.wantLines, problems)
 			}
-			exporterCheckOthers(t, others, tc.wantOthers)
+			checkOthers(t, others, tc.wantOthers)
 		})
 	}
 }
 
-func TestParseExporterBounds(t *testing.T) {
+func TestParseBounds(t *testing.T) {
 	t.Run("more devices than a report holds", func(t *testing.T) {
 		var page strings.Builder
 		for i := range gpuscalerv1.MaxGPUs + 10 {
 			fmt.Fprintf(&page, "DCGM_FI_DEV_GPU_TEMP{gpu=\"%d\",UUID=\"GPU-%04d\"} 40\n", i, i)
 		}
-		got, problems := exporterParseValid(t, []byte(page.String()))
+		got, problems := parseValid(t, []byte(page.String()))
 		if len(got) != gpuscalerv1.MaxGPUs {
 			t.Errorf("got %d samples, want %d", len(got), gpuscalerv1.MaxGPUs)
 		}
@@ -555,7 +555,7 @@ func TestParseExporterBounds(t *testing.T) {
 			fmt.Fprintf(&page, "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-1\",container=\"c\",namespace=\"ns\",pod=\"p-%04d\",vgpu=\"%d\"} 40\n",
 				gpuscalerv1.MaxPodsPerGPU+4-i, i)
 		}
-		got, problems := exporterParseValid(t, []byte(page.String()))
+		got, problems := parseValid(t, []byte(page.String()))
 		if len(got) != 1 {
 			t.Fatalf("got %d samples, want 1", len(got))
 		}
@@ -570,16 +570,16 @@ func TestParseExporterBounds(t *testing.T) {
 	})
 	t.Run("problems past the limit are counted", func(t *testing.T) {
 		var page strings.Builder
-		for range exporterMaxProblems + 50 {
+		for range maxProblems + 50 {
 			page.WriteString("DCGM_FI_DEV_GPU_TEMP{UUID=\"GPU-1\"} ERROR - FAILED TO CONVERT TO STRING\n")
 		}
 		page.WriteString("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-2\"} 40\n")
-		got, problems := exporterParseValid(t, []byte(page.String()))
+		got, problems := parseValid(t, []byte(page.String()))
 		if len(got) != 1 || got[0].GetUuid() != "GPU-2" {
 			t.Errorf("got %d samples, want GPU-2 alone", len(got))
 		}
-		if len(problems) != exporterMaxProblems+1 {
-			t.Fatalf("got %d problems, want %d", len(problems), exporterMaxProblems+1)
+		if len(problems) != maxProblems+1 {
+			t.Fatalf("got %d problems, want %d", len(problems), maxProblems+1)
 		}
 		if got, want := problems[len(problems)-1].Error(), "50 more problems not listed"; got != want {
 			t.Errorf("got last problem %q, want %q", got, want)
@@ -587,31 +587,31 @@ func TestParseExporterBounds(t *testing.T) {
 	})
 	t.Run("a long rejected line is quoted cut short", func(t *testing.T) {
 		line := "DCGM_FI_DEV_GPU_TEMP{UUID=\"" + strings.Repeat("x", 500) + "\"} ERROR\n"
-		_, problems := exporterParseValid(t, []byte(line))
+		_, problems := parseValid(t, []byte(line))
 		var le *LineError
 		if len(problems) != 1 || !errors.As(problems[0], &le) {
 			t.Fatalf("got problems %v, want one rejected line", problems)
 		}
-		if len(le.Text) != exporterMaxLineShown || le.Line != 1 {
-			t.Errorf("got line %d quoted in %d bytes, want line 1 in %d", le.Line, len(le.Text), exporterMaxLineShown)
+		if len(le.Text) != maxLineShown || le.Line != 1 {
+			t.Errorf("got line %d quoted in %d bytes, want line 1 in %d", le.Line, len(le.Text), maxLineShown)
 		}
 	})
 }
 
-func FuzzParseExporter(f *testing.F) {
-	entries, err := os.ReadDir(exporterTestdata)
+func FuzzParse(f *testing.F) {
+	entries, err := os.ReadDir(testdataDir)
 	if err != nil {
 		f.Fatal(err)
 	}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".prom") {
-			f.Add(exporterFixture(f, e.Name()))
+			f.Add(fixture(f, e.Name()))
 		}
 	}
 	f.Add([]byte(`DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="1g.5gb",GPU_I_ID="3",namespace="a",pod="p"} 0.5`))
 	f.Add([]byte("DCGM_FI_DEV_FB_USED{UUID=\"GPU-1\"} 1e9\nDCGM_FI_DEV_FB_FREE{UUID=\"GPU-1\"} 4294967296\nDCGM_FI_DEV_FB_RESERVED{UUID=\"GPU-1\"} 4294967296\n"))
 	// A GPU shared by two pods under --kubernetes-virtual-gpus, with process metrics
-	// (see TestParseExporterSharedGPU), one pod holding two replicas, copies that
+	// (see TestParseSharedGPU), one pod holding two replicas, copies that
 	// disagree, and a minor number label.
 	const g = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31"
 	f.Add([]byte(dcgmLine("DCGM_FI_DEV_GPU_UTIL", 0, g, "", `DCGM_FI_DEV_MINOR_NUMBER="1"`, "87") +
@@ -630,8 +630,8 @@ func FuzzParseExporter(f *testing.F) {
 		if err := (&gpuscalerv1.NodeReport{Node: "n", Gpus: samples}).Validate(); err != nil {
 			t.Fatalf("samples do not validate: %v", err)
 		}
-		if len(problems) > exporterMaxProblems+1 {
-			t.Fatalf("got %d problems, want at most %d", len(problems), exporterMaxProblems+1)
+		if len(problems) > maxProblems+1 {
+			t.Fatalf("got %d problems, want at most %d", len(problems), maxProblems+1)
 		}
 		for _, p := range problems {
 			if p == nil {
@@ -639,14 +639,14 @@ func FuzzParseExporter(f *testing.F) {
 			}
 		}
 		again, _ := Parse(bytes.NewReader(page))
-		if !exporterSamplesEqual(samples, again) {
+		if !samplesEqual(samples, again) {
 			t.Fatal("a second parse of the same page differs")
 		}
-		exporterCheckLinesCostNothingElse(t, page, samples, problems)
+		checkLinesCostNothingElse(t, page, samples, problems)
 	})
 }
 
-func TestExporterAppendLine(t *testing.T) {
+func TestAppendLine(t *testing.T) {
 	for name, tc := range map[string]struct{ line, want string }{
 		"dcgm-exporter's labels": {
 			line: `DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",pci_bus_id="00000000:53:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n",DCGM_FI_DRIVER_VERSION="580.105.08",container="main",namespace="ns",pod="p",pod_uid=""} 30`,
@@ -673,24 +673,24 @@ func TestExporterAppendLine(t *testing.T) {
 		"no closing brace": {line: `DCGM_FI_DEV_FB_USED{UUID="GPU-1" Hostname="n"} 1`, want: `DCGM_FI_DEV_FB_USED{UUID="GPU-1" Hostname="n"} 1`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := string(exporterAppendLine([]byte("prefix\n"), []byte(tc.line))); got != "prefix\n"+tc.want {
+			if got := string(appendLine([]byte("prefix\n"), []byte(tc.line))); got != "prefix\n"+tc.want {
 				t.Errorf("got  %s\nwant prefix\n%s", got, tc.want)
 			}
 		})
 	}
 }
 
-// FuzzExporterAppendLine checks that dropping the labels the parser does not read changes
+// FuzzAppendLine checks that dropping the labels the parser does not read changes
 // nothing else: a line expfmt accepts still parses, to the same family, value and
 // timestamp, with the labels read.
-func FuzzExporterAppendLine(f *testing.F) {
-	entries, err := os.ReadDir(exporterTestdata)
+func FuzzAppendLine(f *testing.F) {
+	entries, err := os.ReadDir(testdataDir)
 	if err != nil {
 		f.Fatal(err)
 	}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".prom") {
-			for _, line := range bytes.Split(exporterFixture(f, e.Name()), []byte("\n")) {
+			for _, line := range bytes.Split(fixture(f, e.Name()), []byte("\n")) {
 				f.Add(line)
 			}
 		}
@@ -710,7 +710,7 @@ func FuzzExporterAppendLine(f *testing.F) {
 		if i := bytes.IndexByte(line, '\n'); i >= 0 {
 			line = line[:i]
 		}
-		kept := exporterAppendLine(nil, line)
+		kept := appendLine(nil, line)
 		if bytes.IndexByte(kept, '\n') >= 0 {
 			t.Fatalf("%q became %q, with a newline", line, kept)
 		}
@@ -726,13 +726,13 @@ func FuzzExporterAppendLine(f *testing.F) {
 		for _, lp := range orig.GetMetric()[0].GetLabel() {
 			// A line it cannot follow (here the metric name inside the braces, as the
 			// UTF-8 exposition allows: {a="",name}) is kept whole, every label with it.
-			if exporterLabelsRead[lp.GetName()] || bytes.Equal(kept, line) {
+			if labelsRead[lp.GetName()] || bytes.Equal(kept, line) {
 				want = append(want, lp)
 			}
 		}
 		om, gm := orig.GetMetric()[0], got.GetMetric()[0]
-		ov, _ := exporterValue(om)
-		gv, _ := exporterValue(gm)
+		ov, _ := valueOf(om)
+		gv, _ := valueOf(gm)
 		switch {
 		case got.GetName() != orig.GetName():
 			t.Fatalf("%q: got family %q, want %q", kept, got.GetName(), orig.GetName())
@@ -746,9 +746,9 @@ func FuzzExporterAppendLine(f *testing.F) {
 	})
 }
 
-// exporterMoreFields are profiling and health fields a fuller dcgm-exporter
+// moreFields are profiling and health fields a fuller dcgm-exporter
 // configuration adds to the linode capture's 24, for 40 in all; one of them is read.
-var exporterMoreFields = []string{
+var moreFields = []string{
 	"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
 	"DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_PROF_NVLINK_TX_BYTES",
 	"DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
@@ -757,19 +757,19 @@ var exporterMoreFields = []string{
 	"DCGM_FI_DEV_PCIE_LINK_WIDTH",
 }
 
-// exporterFullPage makes a page of n GPUs with 40 fields: the linode capture's 24 and
-// exporterMoreFields, with HELP and TYPE lines, families contiguous as dcgm-exporter
+// fullPage makes a page of n GPUs with 40 fields: the linode capture's 24 and
+// moreFields, with HELP and TYPE lines, families contiguous as dcgm-exporter
 // prints them.
-func exporterFullPage(tb testing.TB, n int) []byte {
+func fullPage(tb testing.TB, n int) []byte {
 	tb.Helper()
-	capture := string(exporterFixture(tb, "linode-rtx4000ada-k8s-pod.prom"))
+	capture := string(fixture(tb, "linode-rtx4000ada-k8s-pod.prom"))
 	var template string // the SM clock line, for the fields the capture lacks
 	for line := range strings.Lines(capture) {
 		if strings.HasPrefix(line, "DCGM_FI_DEV_SM_CLOCK{") {
 			template = line
 		}
 	}
-	for _, name := range exporterMoreFields {
+	for _, name := range moreFields {
 		capture += "# HELP " + name + " A field.\n# TYPE " + name + " gauge\n" +
 			strings.Replace(strings.Replace(template, "DCGM_FI_DEV_SM_CLOCK", name, 1), "} 2310", "} 0.5", 1)
 	}
@@ -791,8 +791,8 @@ func exporterFullPage(tb testing.TB, n int) []byte {
 	return out.Bytes()
 }
 
-func TestExporterFullPage(t *testing.T) {
-	got, problems := exporterParseValid(t, exporterFullPage(t, 8))
+func TestFullPage(t *testing.T) {
+	got, problems := parseValid(t, fullPage(t, 8))
 	if len(got) != 8 || len(problems) != 0 {
 		t.Fatalf("got %d samples and problems %v, want 8 and none", len(got), problems)
 	}
@@ -804,8 +804,8 @@ func TestExporterFullPage(t *testing.T) {
 	}
 }
 
-func BenchmarkParseExporter(b *testing.B) {
-	full := exporterFullPage(b, 8)
+func BenchmarkParse(b *testing.B) {
+	full := fullPage(b, 8)
 	// The same page with every 25th sample's value printed as dcgm-exporter prints a
 	// field it cannot format.
 	var broken bytes.Buffer
@@ -822,7 +822,7 @@ func BenchmarkParseExporter(b *testing.B) {
 		name string
 		page []byte
 	}{
-		{"h100-capture", exporterFixture(b, "aicr-h100-8gpu-k8s-pod-sampled.prom")},
+		{"h100-capture", fixture(b, "aicr-h100-8gpu-k8s-pod-sampled.prom")},
 		{"8gpu-40fields", full},
 		{"8gpu-40fields-bad-lines", broken.Bytes()},
 	} {
@@ -871,17 +871,17 @@ func podAttrs(ns, pod, container, uid, vgpu string) string {
 	return a
 }
 
-// exporterCheckCase parses page and checks the samples and the problems (one substring
+// checkCase parses page and checks the samples and the problems (one substring
 // each), none of them rejected lines.
-func exporterCheckCase(t *testing.T, page string, want []*gpuscalerv1.GPUSample, wantOthers []string) {
+func checkCase(t *testing.T, page string, want []*gpuscalerv1.GPUSample, wantOthers []string) {
 	t.Helper()
-	got, problems := exporterParseValid(t, []byte(page))
-	exporterDiffSamples(t, got, want)
-	lines, others := exporterProblems(t, problems)
+	got, problems := parseValid(t, []byte(page))
+	diffSamples(t, got, want)
+	lines, others := problemsOf(t, problems)
 	if len(lines) > 0 {
 		t.Errorf("got rejected lines %v, want none; problems: %v", lines, problems)
 	}
-	exporterCheckOthers(t, others, wantOthers)
+	checkOthers(t, others, wantOthers)
 }
 
 // On a GPU shared through the device plugin's replicas, dcgm-exporter started with
@@ -899,7 +899,7 @@ func exporterCheckCase(t *testing.T, page string, want []*gpuscalerv1.GPUSample,
 // DCGM_FI_DEV_FB_USED of a held device unlabelled, and once per pod with that pod's
 // processes' SM utilisation or memory (createPerProcessMetrics, process_metrics.go
 // isPerProcessMetric), 0 for a pod without processes.
-func TestParseExporterSharedGPU(t *testing.T) {
+func TestParseSharedGPU(t *testing.T) {
 	const g0, g1 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31", "GPU-8a41c0d2-77e3-4b5d-b0c9-5e2a9f61d804"
 	a100 := "NVIDIA A100-SXM4-80GB"
 	p1 := podAttrs("inference", "chat-7b-0", "server", "", "0")
@@ -1035,7 +1035,7 @@ func TestParseExporterSharedGPU(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
+		t.Run(name, func(t *testing.T) { checkCase(t, tc.page, tc.want, tc.wantOthers) })
 	}
 }
 
@@ -1050,7 +1050,7 @@ func TestParseExporterSharedGPU(t *testing.T) {
 // DcgmCacheManager.cpp), entity level GPU (dcgm_fields.cpp), which a counters CSV may
 // list as a label (dcgm-exporter counter_config.go; a label named after the field, as
 // DCGM_FI_DRIVER_VERSION in every capture) or as a gauge.
-func TestParseExporterMinor(t *testing.T) {
+func TestParseMinor(t *testing.T) {
 	const g0, g1 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31", "GPU-8a41c0d2-77e3-4b5d-b0c9-5e2a9f61d804"
 	a100 := "NVIDIA A100-SXM4-80GB"
 	temp := func(gpu int, uuid, extra string) string {
@@ -1116,7 +1116,7 @@ func TestParseExporterMinor(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
+		t.Run(name, func(t *testing.T) { checkCase(t, tc.page, tc.want, tc.wantOthers) })
 	}
 }
 
@@ -1129,7 +1129,7 @@ func TestParseExporterMinor(t *testing.T) {
 // (instance ids 0xFFFFFFFF). DCGM keeps an XID without instance ids on the GPU and one
 // with them on the instance (NVIDIA/DCGM DcgmCacheManager.cpp RecordXidForGpu,
 // RecordXidForGpuInstance), and dcgm-exporter prints each on its own series.
-func TestParseExporterXID(t *testing.T) {
+func TestParseXID(t *testing.T) {
 	const g0 = "GPU-5d2f3e6a-1b7c-4f0e-9a84-2c6d1e0f7a31"
 	a100 := "NVIDIA A100-SXM4-80GB"
 	xid := func(gpu int, uuid, mig string, n int) string {
@@ -1200,6 +1200,6 @@ func TestParseExporterXID(t *testing.T) {
 		}{page: xid(0, g0, "", n), want: []*gpuscalerv1.GPUSample{whole(n)}}
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) { exporterCheckCase(t, tc.page, tc.want, tc.wantOthers) })
+		t.Run(name, func(t *testing.T) { checkCase(t, tc.page, tc.want, tc.wantOthers) })
 	}
 }
