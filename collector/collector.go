@@ -35,7 +35,7 @@ type Config struct {
 	// none, which the scaler reads as unknown.
 	NodeScheduling func() *gpuscalerv1.NodeScheduling
 	// NodeResources returns the node's allocatable CPU and memory and its pods' requests
-	// (see NodeResourcesOf) for each report, nil when unknown; nil reports none, which
+	// (see kube.NodeResourcesOf) for each report, nil when unknown; nil reports none, which
 	// the scaler reads as unknown.
 	NodeResources func() *gpuscalerv1.NodeResources
 	// NATSProblem says why NATS cannot take a report now, nil when it can: where the

@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuscaler/gpuscaler/collector/kube"
 )
 
 // SimCluster makes a simulated node follow a real cluster, for end-to-end tests on fake
@@ -152,7 +154,7 @@ func (c *SimCluster) Run(ctx context.Context) error {
 		<-served
 	}()
 
-	pods := c.client.Resource(podsResource)
+	pods := c.client.Resource(kube.PodsResource)
 	selector := fields.OneTermEqualSelector("spec.nodeName", c.node).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

@@ -17,6 +17,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
@@ -58,7 +59,7 @@ func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Obj
 	}
 	scheme := runtime.NewScheme()
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
-		map[schema.GroupVersionResource]string{podsResource: "PodList"}, objs...)
+		map[schema.GroupVersionResource]string{kube.PodsResource: "PodList"}, objs...)
 	socket := socketPath(t)
 	sc, err := NewSimCluster(sim, SimClusterConfig{Node: node, Socket: socket, Client: client, Log: testkit.Logger(t)})
 	if err != nil {
@@ -149,12 +150,12 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	// The first pod ends: its GPUs are free, and a new pod takes the lowest of them; the
 	// second keeps its GPU.
 	older.Object["status"].(map[string]any)["phase"] = "Succeeded"
-	if _, err := client.Resource(podsResource).Namespace("ml").UpdateStatus(t.Context(), older, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.Resource(kube.PodsResource).Namespace("ml").UpdateStatus(t.Context(), older, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitHolders(t, pr, map[string]string{gpu(2): "ml/llm-b/server"})
 	third := clusterPodObj("ml", "llm-d", node, t0.Add(2*time.Second), true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 3}})
-	if _, err := client.Resource(podsResource).Namespace("ml").Create(t.Context(), third, metav1.CreateOptions{}); err != nil {
+	if _, err := client.Resource(kube.PodsResource).Namespace("ml").Create(t.Context(), third, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitHolders(t, pr, map[string]string{gpu(0): "ml/llm-d/server", gpu(1): "ml/llm-d/server", gpu(2): "ml/llm-b/server", gpu(3): "ml/llm-d/server"})
@@ -162,10 +163,10 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	// A pod that does not fit is refused and holds nothing, as the kubelet refuses it;
 	// deleting a pod frees its GPU.
 	big := clusterPodObj("ml", "too-big", node, t0.Add(3*time.Second), true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 2}})
-	if _, err := client.Resource(podsResource).Namespace("ml").Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
+	if _, err := client.Resource(kube.PodsResource).Namespace("ml").Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Resource(podsResource).Namespace("ml").Delete(t.Context(), "llm-b", metav1.DeleteOptions{}); err != nil {
+	if err := client.Resource(kube.PodsResource).Namespace("ml").Delete(t.Context(), "llm-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitHolders(t, pr, map[string]string{gpu(0): "ml/llm-d/server", gpu(1): "ml/llm-d/server", gpu(3): "ml/llm-d/server"})
@@ -201,7 +202,7 @@ func TestSimClusterConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{podsResource: "PodList"})
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{kube.PodsResource: "PodList"})
 	for _, tt := range []struct {
 		cfg  SimClusterConfig
 		want string

@@ -55,8 +55,8 @@ type PodUsageSource interface {
 }
 
 // Holder, Allocation and Claim are what an Attributor answers: package attribution
-// defines them, beside the attribution that reads them, so that it imports nothing of
-// the collector's.
+// defines them, beside the attribution that reads them, so that it and the attributors
+// (collector/kubelet, collector/sim) import nothing of the collector's.
 type (
 	// Holder names the pod and container a device is allocated to.
 	Holder = attribution.Holder
@@ -73,14 +73,9 @@ type Attributor interface {
 }
 
 // PodInfo is what gpuscaler needs of a pod beyond its name: what a podSelector matches
-// and who owns it.
-type PodInfo struct {
-	UID    string
-	Labels map[string]string
-	// OwnerKind and OwnerName name the pod's top-level controller: a Deployment rather
-	// than its ReplicaSet. Empty for a bare pod.
-	OwnerKind, OwnerName string
-}
+// and who owns it. Package attribution defines it, as it does Holder, so that a
+// PodDirectory (collector/kube, collector/sim) imports nothing of the collector's.
+type PodInfo = attribution.PodInfo
 
 // PodDirectory knows the pods of this node. It is safe for concurrent use.
 type PodDirectory interface {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuscaler/gpuscaler/collector"
+	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -135,7 +136,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = sim, sim, sim.Labels, sim.Scheduling, sim.Resources
 	} else {
 		if simFromCluster {
-			rc, err := collector.KubeRESTConfig(kubeconfig)
+			rc, err := kube.RESTConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -156,17 +157,17 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		defer pr.Close()
 		attrib = pr
 		if kubeconfig != "none" {
-			client, err := collector.NewInClusterOrKubeconfig(kubeconfig)
+			client, err := kube.NewMetadataClient(kubeconfig)
 			if err != nil {
 				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
 			} else {
-				dir := collector.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
+				dir := kube.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
 				pods = dir
 				g.Go(func() error { return dir.Run(ctx) })
 				// The Node's spec (cordon, taints) and status (allocatable), and the
 				// pods' requests, are not in their metadata: the dynamic client reads
 				// them, which links no typed API.
-				rc, err := collector.KubeRESTConfig(kubeconfig)
+				rc, err := kube.RESTConfig(kubeconfig)
 				if err != nil {
 					return err
 				}
@@ -174,10 +175,10 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 				if err != nil {
 					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 				}
-				node := collector.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
-				requests := collector.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
+				node := kube.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
+				requests := kube.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
 				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
-				cfg.NodeResources = collector.NodeResourcesOf(node.Allocatable, requests.Requested)
+				cfg.NodeResources = kube.NodeResourcesOf(node.Allocatable, requests.Requested)
 				g.Go(func() error { return node.Run(ctx) })
 				g.Go(func() error { return requests.Run(ctx) })
 			}

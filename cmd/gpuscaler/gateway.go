@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/gpuscaler/gpuscaler/collector"
+	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/gateway"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -130,7 +130,7 @@ func runGateway(ctx context.Context, args []string, env envFunc, stdout, stderr 
 	log = log.With("namespace", cfg.Namespace)
 
 	if kubeconfig != "none" {
-		rc, err := collector.KubeRESTConfig(kubeconfig)
+		rc, err := kube.RESTConfig(kubeconfig)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,16 @@ type Holder struct {
 	Namespace, Pod, Container string
 }
 
+// PodInfo is what gpuscaler needs of a pod beyond its name: what a podSelector matches
+// and who owns it. A PodDirectory (collector.PodDirectory) answers it.
+type PodInfo struct {
+	UID    string
+	Labels map[string]string
+	// OwnerKind and OwnerName name the pod's top-level controller: a Deployment rather
+	// than its ReplicaSet. Empty for a bare pod.
+	OwnerKind, OwnerName string
+}
+
 // Allocation is what the kubelet says of the node's devices, for the resources the
 // collector counts (nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* by
 // default), and of the GPUs that DRA claims hold.

@@ -1,4 +1,4 @@
-package collector
+package kube
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // PodRequests follows the CPU and memory requests of the pods bound to this node that
 // have not finished: what the scheduler's NodeResourcesFit filter counts as taken on
 // the node. It watches them through the dynamic client (the metadata client that
-// KubePodDirectory reads labels through carries no spec), with the field selector the
+// PodDirectory reads labels through carries no spec), with the field selector the
 // scheduler's own pod informer uses, spec.nodeName=<node> and phase neither Succeeded
 // nor Failed (kubernetes v1.36.4 pkg/scheduler/scheduler.go, newPodInformer); RBAC: list
 // and watch pods, which the pod directory needs already. Each pod is reduced to its
@@ -43,7 +43,7 @@ func NewPodRequests(client dynamic.Interface, node string, log *slog.Logger) *Po
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &PodRequests{node: node, log: log.With("node", node)}
-	pods := client.Resource(podsResource).Namespace(metav1.NamespaceAll)
+	pods := client.Resource(PodsResource).Namespace(metav1.NamespaceAll)
 	selector := fields.AndSelectors(
 		fields.OneTermEqualSelector("spec.nodeName", node),
 		fields.OneTermNotEqualSelector("status.phase", "Succeeded"),

@@ -1,4 +1,12 @@
-package collector
+// Package kube is the collector's Kubernetes side: what it reads of the API server
+// rather than of the kubelet. PodDirectory knows the labels and owners of the node's
+// pods (the metadata client), NodeWatch follows the node's own Node (labels, cordon,
+// taints, allocatable CPU and memory), and PodRequests sums the CPU and memory requests
+// of the node's unfinished pods (the dynamic client). RESTConfig and NewMetadataClient
+// make the clients, in the cluster or from a kubeconfig. It imports nothing of the
+// collector's: PodDirectory answers with attribution.PodInfo, which collector.PodDirectory
+// wants.
+package kube
 
 import (
 	"context"
@@ -19,9 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
 )
 
 const (
@@ -42,10 +50,10 @@ const (
 	shutdownWait = 2 * time.Second
 )
 
-// podsResource is read, as every resource here, through the metadata client: only labels
+// PodsResource is read, as every resource here, through the metadata client: only labels
 // and owner references are needed, and the client needs no Go types of the API groups,
 // so the binary links and initialises none of them.
-var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+var PodsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // ownerLookups are the kinds of pod controller whose own controller is looked up, and
 // the resource read to do it: a ReplicaSet's Deployment, a Job's CronJob.
@@ -54,7 +62,7 @@ var ownerLookups = map[string]schema.GroupVersionResource{
 	"Job":        {Group: "batch", Version: "v1", Resource: "jobs"},
 }
 
-// KubePodDirectory is the PodDirectory of a node's pods, kept by a client-go informer that
+// PodDirectory is the PodDirectory of a node's pods, kept by a client-go informer that
 // lists and watches the metadata only (PartialObjectMetadata) of the pods with
 // spec.nodeName equal to the node: no cluster-wide watch, no specs or statuses. It needs
 // get, list and watch on pods, and get on ReplicaSets (apps) and Jobs (batch) to name a
@@ -65,7 +73,7 @@ var ownerLookups = map[string]schema.GroupVersionResource{
 // namespace, pod and container the kubelet gives, without labels or owner.
 //
 // Pod never waits on the network. Its methods are safe for concurrent use.
-type KubePodDirectory struct {
+type PodDirectory struct {
 	client   metadata.Interface
 	node     string
 	selector string // spec.nodeName=<node>
@@ -85,8 +93,6 @@ type KubePodDirectory struct {
 	registration cache.ResourceEventHandlerRegistration
 }
 
-var _ PodDirectory = (*KubePodDirectory)(nil)
-
 // ownerKey names a pod's controller whose own controller is looked up.
 type ownerKey struct {
 	Namespace, Kind, Name string
@@ -99,13 +105,13 @@ type ownerEntry struct {
 	seen       time.Time // last seen owning a pod; forgotten after two TTLs unseen
 }
 
-// NewPodDirectory makes a KubePodDirectory for the pods of node, read through client. It
+// NewPodDirectory makes a PodDirectory for the pods of node, read through client. It
 // does nothing until Run.
-func NewPodDirectory(client metadata.Interface, node string, log *slog.Logger) *KubePodDirectory {
+func NewPodDirectory(client metadata.Interface, node string, log *slog.Logger) *PodDirectory {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &KubePodDirectory{
+	d := &PodDirectory{
 		client:       client,
 		node:         node,
 		selector:     fields.OneTermEqualSelector("spec.nodeName", node).String(),
@@ -114,7 +120,7 @@ func NewPodDirectory(client metadata.Interface, node string, log *slog.Logger) *
 		owners:       map[ownerKey]ownerEntry{},
 		lookupWarned: map[string]bool{},
 	}
-	pods := client.Resource(podsResource).Namespace(metav1.NamespaceAll)
+	pods := client.Resource(PodsResource).Namespace(metav1.NamespaceAll)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = d.selector
@@ -139,7 +145,7 @@ func NewPodDirectory(client metadata.Interface, node string, log *slog.Logger) *
 
 // Run reads the node's pods and follows them until ctx ends, then returns nil. Call it
 // once.
-func (d *KubePodDirectory) Run(ctx context.Context) error {
+func (d *PodDirectory) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("pod directory: Run called twice")
 	}
@@ -172,7 +178,7 @@ func (d *KubePodDirectory) Run(ctx context.Context) error {
 // not for long: while the API server refuses connections, client-go's reflector backs
 // off (up to 30 s) without watching the context, and a collector told to stop should not
 // wait for that.
-func (d *KubePodDirectory) shutdown(stopped <-chan struct{}) {
+func (d *PodDirectory) shutdown(stopped <-chan struct{}) {
 	t := time.NewTimer(shutdownWait)
 	defer t.Stop()
 	select {
@@ -185,17 +191,17 @@ func (d *KubePodDirectory) shutdown(stopped <-chan struct{}) {
 // probe lists one pod of the node, to learn at once whether the API can be read. The
 // informer cannot always say: when it streams its initial list (client-go's
 // WatchListClient), it retries a refused connection without calling its error handler.
-func (d *KubePodDirectory) probe(ctx context.Context) {
+func (d *PodDirectory) probe(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := d.client.Resource(podsResource).List(pctx, metav1.ListOptions{FieldSelector: d.selector, Limit: 1})
+	_, err := d.client.Resource(PodsResource).List(pctx, metav1.ListOptions{FieldSelector: d.selector, Limit: 1})
 	if err != nil && ctx.Err() == nil {
 		d.cannotRead(err)
 	}
 }
 
 // cannotRead says, once, that the pods cannot be read.
-func (d *KubePodDirectory) cannotRead(err error) {
+func (d *PodDirectory) cannotRead(err error) {
 	if !d.apiError.CompareAndSwap(false, true) {
 		d.log.Debug("reading pods from the Kubernetes API failed; retrying", "err", err)
 		return
@@ -209,7 +215,7 @@ func (d *KubePodDirectory) cannotRead(err error) {
 
 // Synced reports whether the node's pods have been read, and the owners of those then
 // present looked up.
-func (d *KubePodDirectory) Synced() bool {
+func (d *PodDirectory) Synced() bool {
 	d.mu.Lock()
 	reg := d.registration
 	d.mu.Unlock()
@@ -220,16 +226,16 @@ func (d *KubePodDirectory) Synced() bool {
 // owner is a ReplicaSet's Deployment and a Job's CronJob once looked up, which happens
 // when the informer delivers the pod; until then, or if the lookup failed, it is the
 // ReplicaSet or Job itself. The labels are the caller's to keep.
-func (d *KubePodDirectory) Pod(namespace, name string) (PodInfo, bool) {
+func (d *PodDirectory) Pod(namespace, name string) (attribution.PodInfo, bool) {
 	obj, ok, err := d.informer.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
-		return PodInfo{}, false
+		return attribution.PodInfo{}, false
 	}
 	pod, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
-		return PodInfo{}, false
+		return attribution.PodInfo{}, false
 	}
-	info := PodInfo{UID: string(pod.UID), Labels: maps.Clone(pod.Labels)}
+	info := attribution.PodInfo{UID: string(pod.UID), Labels: maps.Clone(pod.Labels)}
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
 		return info, true
@@ -263,7 +269,7 @@ func lookedUpOwner(namespace string, ref *metav1.OwnerReference) (ownerKey, bool
 // podSeen looks up the owner of the pod's ReplicaSet or Job unless it is known and
 // fresh. The informer calls it for each pod added or updated, and for every pod once
 // per resync period, one call at a time.
-func (d *KubePodDirectory) podSeen(ctx context.Context, obj any) {
+func (d *PodDirectory) podSeen(ctx context.Context, obj any) {
 	pod, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return
@@ -328,7 +334,7 @@ var errOwnerReplaced = errors.New("replaced by another object of the same name")
 
 // lookupOwner returns the controller of the ReplicaSet or Job key, or nil if it has
 // none.
-func (d *KubePodDirectory) lookupOwner(ctx context.Context, key ownerKey, uid types.UID) (*metav1.OwnerReference, error) {
+func (d *PodDirectory) lookupOwner(ctx context.Context, key ownerKey, uid types.UID) (*metav1.OwnerReference, error) {
 	ctx, cancel := context.WithTimeout(ctx, ownerLookupTimeout)
 	defer cancel()
 	obj, err := d.client.Resource(ownerLookups[key.Kind]).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
@@ -343,7 +349,7 @@ func (d *KubePodDirectory) lookupOwner(ctx context.Context, key ownerKey, uid ty
 
 // lookupFailed logs a failed owner lookup: once per kind as a warning, since a missing
 // RBAC rule fails every lookup alike, and at debug level after.
-func (d *KubePodDirectory) lookupFailed(key ownerKey, err error) {
+func (d *PodDirectory) lookupFailed(key ownerKey, err error) {
 	d.mu.Lock()
 	warned := d.lookupWarned[key.Kind]
 	d.lookupWarned[key.Kind] = true
@@ -364,7 +370,7 @@ func (d *KubePodDirectory) lookupFailed(key ownerKey, err error) {
 // retries with back-off. Before the first sync, a failure is logged as a warning unless
 // one was (by the probe, or before); after it, the informer goes on serving the pods it
 // has.
-func (d *KubePodDirectory) watchError(err error) {
+func (d *PodDirectory) watchError(err error) {
 	switch {
 	// A watch ends so, and is resumed, in normal operation. Compared as values, as
 	// client-go's default handler does: a failed list wraps io.EOF too (an API server
@@ -395,44 +401,4 @@ func slimPod(obj any) (any, error) {
 			OwnerReferences: pod.OwnerReferences,
 		},
 	}, nil
-}
-
-// NewInClusterOrKubeconfig returns a metadata client for the Kubernetes API: from the
-// pod's service account when kubeconfig is empty, else from the kubeconfig file. It
-// reads any resource as PartialObjectMetadata: the API server sends only the objects'
-// metadata, in protobuf (or JSON, from a server that cannot), and nothing else.
-func NewInClusterOrKubeconfig(kubeconfig string) (metadata.Interface, error) {
-	cfg, err := KubeRESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	// The metadata client sets the content types itself: protobuf preferred, JSON
-	// accepted, and on each request the PartialObjectMetadata form.
-	client, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", cfg.Host, err)
-	}
-	return client, nil
-}
-
-// KubeRESTConfig returns the collector's configuration for the Kubernetes API: from the
-// pod's service account when kubeconfig is empty, else from the kubeconfig file.
-func KubeRESTConfig(kubeconfig string) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes in-cluster config (outside a pod, pass a kubeconfig): %w", err)
-		}
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-		}
-	}
-	cfg.UserAgent = "gpuscaler-collector"
-	return cfg, nil
 }

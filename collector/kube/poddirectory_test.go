@@ -1,4 +1,4 @@
-package collector
+package kube
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
@@ -116,7 +117,7 @@ func newFakeMetadataClient(objs ...runtime.Object) *metadatafake.FakeMetadataCli
 	})
 	c.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		wa := a.(k8stesting.WatchActionImpl)
-		w, err := c.Tracker().Watch(podsResource, a.GetNamespace(), wa.GetListOptions())
+		w, err := c.Tracker().Watch(PodsResource, a.GetNamespace(), wa.GetListOptions())
 		if err != nil {
 			return true, nil, err
 		}
@@ -131,12 +132,12 @@ func newFakeMetadataClient(objs ...runtime.Object) *metadatafake.FakeMetadataCli
 
 // podsIn returns the fake's pods of namespace, with the fake's create and update.
 func podsIn(c *metadatafake.FakeMetadataClient, namespace string) metadatafake.MetadataClient {
-	return c.Resource(podsResource).Namespace(namespace).(metadatafake.MetadataClient)
+	return c.Resource(PodsResource).Namespace(namespace).(metadatafake.MetadataClient)
 }
 
 // runDirectory runs a PodDirectory for thisNode until the test ends, and checks that
 // Run then returns nil.
-func runDirectory(t *testing.T, d *KubePodDirectory) {
+func runDirectory(t *testing.T, d *PodDirectory) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -194,37 +195,37 @@ func TestPodDirectoryPods(t *testing.T) {
 
 	tests := map[string]struct {
 		namespace, name string
-		want            PodInfo
+		want            attribution.PodInfo
 		wantOK          bool
 	}{
-		"Deployment via ReplicaSet": {"ml", "web-7d9f-abcde", PodInfo{
+		"Deployment via ReplicaSet": {"ml", "web-7d9f-abcde", attribution.PodInfo{
 			UID: "uid-web-7d9f-abcde", Labels: map[string]string{"app": "web", "pod-template-hash": "7d9f"},
 			OwnerKind: "Deployment", OwnerName: "web",
 		}, true},
-		"StatefulSet": {"ml", "db-0", PodInfo{
+		"StatefulSet": {"ml", "db-0", attribution.PodInfo{
 			UID: "uid-db-0", Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db",
 		}, true},
-		"CronJob via Job": {"ml", "nightly-28999-x7k2p", PodInfo{
+		"CronJob via Job": {"ml", "nightly-28999-x7k2p", attribution.PodInfo{
 			UID: "uid-nightly-28999-x7k2p", OwnerKind: "CronJob", OwnerName: "nightly",
 		}, true},
-		"Job of its own": {"ml", "once-q8r4t", PodInfo{
+		"Job of its own": {"ml", "once-q8r4t", attribution.PodInfo{
 			UID: "uid-once-q8r4t", OwnerKind: "Job", OwnerName: "once",
 		}, true},
-		"ReplicaSet of its own": {"ml", "orphan-rs-1", PodInfo{
+		"ReplicaSet of its own": {"ml", "orphan-rs-1", attribution.PodInfo{
 			UID: "uid-orphan-rs-1", OwnerKind: "ReplicaSet", OwnerName: "orphan-rs",
 		}, true},
-		"ReplicaSet gone": {"ml", "gone-rs-1", PodInfo{
+		"ReplicaSet gone": {"ml", "gone-rs-1", attribution.PodInfo{
 			UID: "uid-gone-rs-1", OwnerKind: "ReplicaSet", OwnerName: "gone-rs",
 		}, true},
-		"ReplicaSet replaced by another of the same name": {"ml", "replaced-1", PodInfo{
+		"ReplicaSet replaced by another of the same name": {"ml", "replaced-1", attribution.PodInfo{
 			UID: "uid-replaced-1", OwnerKind: "ReplicaSet", OwnerName: "replaced",
 		}, true},
-		"bare pod":                       {"ml", "bare", PodInfo{UID: "uid-bare", Labels: map[string]string{"team": "a"}}, true},
-		"owner that is not a controller": {"ml", "not-controller", PodInfo{UID: "uid-not-controller"}, true},
-		"pod on another node":            {"ml", "elsewhere", PodInfo{}, false},
-		"pod not scheduled yet":          {"ml", "pending", PodInfo{}, false},
-		"no such pod":                    {"ml", "nope", PodInfo{}, false},
-		"other namespace":                {"default", "bare", PodInfo{}, false},
+		"bare pod":                       {"ml", "bare", attribution.PodInfo{UID: "uid-bare", Labels: map[string]string{"team": "a"}}, true},
+		"owner that is not a controller": {"ml", "not-controller", attribution.PodInfo{UID: "uid-not-controller"}, true},
+		"pod on another node":            {"ml", "elsewhere", attribution.PodInfo{}, false},
+		"pod not scheduled yet":          {"ml", "pending", attribution.PodInfo{}, false},
+		"no such pod":                    {"ml", "nope", attribution.PodInfo{}, false},
+		"other namespace":                {"default", "bare", attribution.PodInfo{}, false},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -248,7 +249,7 @@ func TestPodDirectoryPods(t *testing.T) {
 			default:
 				continue
 			}
-			if a.GetResource() != podsResource {
+			if a.GetResource() != PodsResource {
 				continue
 			}
 			n++
@@ -291,7 +292,7 @@ func TestPodDirectoryPods(t *testing.T) {
 	})
 }
 
-func equalPodInfo(a, b PodInfo) bool {
+func equalPodInfo(a, b attribution.PodInfo) bool {
 	return a.UID == b.UID && a.OwnerKind == b.OwnerKind && a.OwnerName == b.OwnerName && maps.Equal(a.Labels, b.Labels)
 }
 
@@ -423,7 +424,7 @@ func TestPodDirectoryWithoutAPI(t *testing.T) {
 		"API server unreachable": {
 			client: func(t *testing.T) metadata.Interface {
 				// Nothing listens there: every connection is refused.
-				cs, err := NewInClusterOrKubeconfig(writeKubeconfig(t, "http://"+testkit.FreeAddr(t)))
+				cs, err := NewMetadataClient(writeKubeconfig(t, "http://"+testkit.FreeAddr(t)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -436,7 +437,7 @@ func TestPodDirectoryWithoutAPI(t *testing.T) {
 					http.Error(w, "etcd is down", http.StatusServiceUnavailable)
 				}))
 				t.Cleanup(api.Close)
-				cs, err := NewInClusterOrKubeconfig(writeKubeconfig(t, api.URL))
+				cs, err := NewMetadataClient(writeKubeconfig(t, api.URL))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -527,11 +528,11 @@ func TestPodDirectoryClientConfig(t *testing.T) {
 	t.Cleanup(api.Close)
 
 	t.Run("kubeconfig", func(t *testing.T) {
-		client, err := NewInClusterOrKubeconfig(writeKubeconfig(t, api.URL))
+		client, err := NewMetadataClient(writeKubeconfig(t, api.URL))
 		if err != nil {
 			t.Fatalf("got %v, want a client", err)
 		}
-		pod, err := client.Resource(podsResource).Namespace("ml").Get(t.Context(), "bare", metav1.GetOptions{})
+		pod, err := client.Resource(PodsResource).Namespace("ml").Get(t.Context(), "bare", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("get pod: %v", err)
 		}
@@ -559,7 +560,7 @@ func TestPodDirectoryClientConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("KUBERNETES_SERVICE_HOST", "")
 			t.Setenv("KUBERNETES_SERVICE_PORT", "")
-			_, err := NewInClusterOrKubeconfig(tt.kubeconfig)
+			_, err := NewMetadataClient(tt.kubeconfig)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error with %q", err, tt.want)
 			}
@@ -579,7 +580,7 @@ func TestBinaryLinksNoTypedClient(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool:", err)
 	}
-	out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", "../cmd/gpuscaler").Output()
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", "../../cmd/gpuscaler").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

@@ -1,4 +1,4 @@
-package collector
+package kube
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func reqPod(name, node, phase string, containers, inits []map[string]any, spec m
 // TestPodRequestsOf holds podRequestsOf to what the scheduler counts of a pod on its
 // node: k8s.io/component-helpers v0.36.4 resource/helpers.go, PodRequests and
 // AggregateContainerRequests, as kubernetes v1.36.4 pkg/scheduler/framework/types.go
-// (PodInfo.calculateResource) calls them: the app containers' sum plus the restartable
+// (attribution.PodInfo.calculateResource) calls them: the app containers' sum plus the restartable
 // init containers' (sidecars, KEP 753), or the largest of each init container's request
 // plus the sidecars started before it, whichever is larger; spec.resources' requests
 // in place of the containers' where given (PodLevelResources, on by default since
@@ -131,7 +131,7 @@ func TestPodRequestsOf(t *testing.T) {
 
 func newFakePodClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{podsResource: "PodList"}, objs...)
+		map[schema.GroupVersionResource]string{PodsResource: "PodList"}, objs...)
 }
 
 // TestPodRequestsWatch: the requests of the pods bound to the node that have not
@@ -163,7 +163,7 @@ func TestPodRequestsWatch(t *testing.T) {
 	}
 	testkit.Eventually(t, 5*time.Second, want(16_000, 128<<30, true))
 
-	pods := client.Resource(podsResource).Namespace("ml")
+	pods := client.Resource(PodsResource).Namespace("ml")
 	if _, err := pods.Create(t.Context(), reqPod("sidecar", "gpu-1", "Running", app("1", "1Gi"), []map[string]any{reqContainer("s", "500m", "", true)}, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
