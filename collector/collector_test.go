@@ -13,12 +13,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpuscaler/gpuscaler/collector/kube"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
+
+// The attributor and pod directory the gpuscaler binary gives the collector.
+var (
+	_ Attributor   = (*kubelet.PodResources)(nil)
+	_ PodDirectory = (*kube.PodDirectory)(nil)
+)
+
+// newTestPodResources asks the kubelet at cfg.Socket, until the test ends.
+func newTestPodResources(t *testing.T, cfg kubelet.PodResourcesConfig) *kubelet.PodResources {
+	t.Helper()
+	p, err := kubelet.NewPodResources(cfg)
+	if err != nil {
+		t.Fatalf("NewPodResources: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
 
 // runCollector starts a collector for node on nc and stops it at cleanup.
 func runCollector(t *testing.T, cfg Config, src Source, attrib Attributor, pods PodDirectory, nc *nats.Conn) (*Collector, *prometheus.Registry) {

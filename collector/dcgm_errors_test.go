@@ -5,9 +5,10 @@ package collector
 import (
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 
 	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
 )

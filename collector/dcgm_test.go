@@ -7,12 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"

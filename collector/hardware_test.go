@@ -33,6 +33,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -273,13 +275,13 @@ func TestHardwareThroughScaler(t *testing.T) {
 		}
 	}
 	src := openHardwareNVML(t, nil)
-	sock := socketPath(t)
-	serveKubelet(t, sock, &fakeKubelet{
-		allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
-			devices("nvidia.com/gpu", replicas(gpu, 4)...)}},
-		list: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
-			podHolding("ml", "llm-0", devices("nvidia.com/gpu", gpu+"::0")),
-			podHolding("ml", "llm-1", devices("nvidia.com/gpu", gpu+"::2")),
+	sock := collectortest.SocketPath(t)
+	collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{
+		Allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
+			collectortest.Devices("nvidia.com/gpu", collectortest.Replicas(gpu, 4)...)}},
+		Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
+			collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", gpu+"::0")),
+			collectortest.PodHolding("ml", "llm-1", collectortest.Devices("nvidia.com/gpu", gpu+"::2")),
 		}},
 	})
 	ns := natstest.Start(t, "", "")
@@ -287,7 +289,7 @@ func TestHardwareThroughScaler(t *testing.T) {
 	node := "gpu-node"
 	reports := subscribeReports(t, ns.ClientURL(), node)
 	runCollector(t, Config{Node: node, Interval: 500 * time.Millisecond, CollectorID: "hardware"}, src,
-		newTestPodResources(t, PodResourcesConfig{Socket: sock}), podsOf{
+		newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock}), podsOf{
 			"ml/llm-0": {UID: "u0", Labels: map[string]string{"app": "llm"}},
 			"ml/llm-1": {UID: "u1", Labels: map[string]string{"app": "llm"}},
 		}, natstest.Connect(t, ns.ClientURL()).Conn)
@@ -363,13 +365,13 @@ func TestHardwareSharedGPUPerPod(t *testing.T) {
 	smi := nvidiaSMI(t)
 	gpu := smi[0].uuid
 	src := openHardwareNVML(t, nil)
-	sock := socketPath(t)
-	serveKubelet(t, sock, &fakeKubelet{
-		allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
-			devices("nvidia.com/gpu", replicas(gpu, 4)...)}},
-		list: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
-			podHolding("ml", "llm-0", devices("nvidia.com/gpu", gpu+"::0")),
-			podHolding("ml", "batch-0", devices("nvidia.com/gpu", gpu+"::1")),
+	sock := collectortest.SocketPath(t)
+	collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{
+		Allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
+			collectortest.Devices("nvidia.com/gpu", collectortest.Replicas(gpu, 4)...)}},
+		Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
+			collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", gpu+"::0")),
+			collectortest.PodHolding("ml", "batch-0", collectortest.Devices("nvidia.com/gpu", gpu+"::1")),
 		}},
 	})
 	ns := natstest.Start(t, "", "")
@@ -377,7 +379,7 @@ func TestHardwareSharedGPUPerPod(t *testing.T) {
 	const node = "gpu-node"
 	reports := subscribeReports(t, ns.ClientURL(), node)
 	runCollector(t, Config{Node: node, Interval: 500 * time.Millisecond, CollectorID: "hardware"}, src,
-		newTestPodResources(t, PodResourcesConfig{Socket: sock}), podsOf{
+		newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock}), podsOf{
 			"ml/llm-0":   {UID: llm.uid, Labels: map[string]string{"app": "llm"}},
 			"ml/batch-0": {UID: batch.uid, Labels: map[string]string{"app": "batch"}},
 		}, natstest.Connect(t, ns.ClientURL()).Conn)

@@ -18,6 +18,8 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuscaler/gpuscaler/collector/attribution"
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -50,18 +52,6 @@ func labSamples() []*gpuscalerv1.GPUSample {
 	}
 }
 
-func replicas(id string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s::%d", id, i)
-	}
-	return out
-}
-
-func podHolding(ns, name string, devs ...*podresourcesv1.ContainerDevices) *podresourcesv1.PodResources {
-	return &podresourcesv1.PodResources{Namespace: ns, Name: name, Containers: []*podresourcesv1.ContainerResources{container("main", devs...)}}
-}
-
 // labWant is what one sample of the report should say.
 type labWant struct {
 	device string   // the sample's device id
@@ -79,66 +69,66 @@ func TestNodeLab(t *testing.T) {
 		profiles     map[string]string
 	}{
 		"whole GPUs, MIG mixed strategy": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", labGPU0), devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb)},
-			pods:        []*podresourcesv1.PodResources{podHolding("ml", "llm-0", devices("nvidia.com/gpu", labGPU0)), podHolding("ml", "tiny-0", devices("nvidia.com/mig-1g.10gb", labMIGb))},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", labGPU0), collectortest.Devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb)},
+			pods:        []*podresourcesv1.PodResources{collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", labGPU0)), collectortest.PodHolding("ml", "tiny-0", collectortest.Devices("nvidia.com/mig-1g.10gb", labMIGb))},
 			want:        []labWant{{device: labGPU0, pods: []string{"ml/llm-0"}}, {device: labMIGa}, {device: labMIGb, pods: []string{"ml/tiny-0"}}},
 		},
 		"MIG single strategy: slices offered as nvidia.com/gpu": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", labGPU0, labMIGa, labMIGb)},
-			pods:        []*podresourcesv1.PodResources{podHolding("ml", "tiny-0", devices("nvidia.com/gpu", labMIGa))},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", labGPU0, labMIGa, labMIGb)},
+			pods:        []*podresourcesv1.PodResources{collectortest.PodHolding("ml", "tiny-0", collectortest.Devices("nvidia.com/gpu", labMIGa))},
 			want:        []labWant{{device: labGPU0}, {device: labMIGa, pods: []string{"ml/tiny-0"}}, {device: labMIGb}},
 			profiles:    map[string]string{labMIGa: "1g.10gb", labMIGb: "1g.10gb", labGPU0: ""},
 		},
 		"time-slicing x4, three pods on one GPU": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", replicas(labGPU0, 4)...)},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", collectortest.Replicas(labGPU0, 4)...)},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "llm-b", devices("nvidia.com/gpu", labGPU0+"::2")),
-				podHolding("ml", "llm-a", devices("nvidia.com/gpu", labGPU0+"::0")),
-				podHolding("other", "batch-0", devices("nvidia.com/gpu", labGPU0+"::3")),
+				collectortest.PodHolding("ml", "llm-b", collectortest.Devices("nvidia.com/gpu", labGPU0+"::2")),
+				collectortest.PodHolding("ml", "llm-a", collectortest.Devices("nvidia.com/gpu", labGPU0+"::0")),
+				collectortest.PodHolding("other", "batch-0", collectortest.Devices("nvidia.com/gpu", labGPU0+"::3")),
 			},
 			want: []labWant{{device: labGPU0, pods: []string{"ml/llm-a", "ml/llm-b", "other/batch-0"}, shared: true}, {device: labMIGa}, {device: labMIGb}},
 		},
 		"time-slicing, one pod holds two replicas of one GPU": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", replicas(labGPU0, 4)...)},
-			pods:        []*podresourcesv1.PodResources{podHolding("ml", "llm-a", devices("nvidia.com/gpu", labGPU0+"::0", labGPU0+"::1"))},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", collectortest.Replicas(labGPU0, 4)...)},
+			pods:        []*podresourcesv1.PodResources{collectortest.PodHolding("ml", "llm-a", collectortest.Devices("nvidia.com/gpu", labGPU0+"::0", labGPU0+"::1"))},
 			want:        []labWant{{device: labGPU0, pods: []string{"ml/llm-a"}, shared: true}, {device: labMIGa}, {device: labMIGb}},
 		},
 		"MPS with renameByDefault: nvidia.com/gpu.shared": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu.shared", replicas(labGPU0, 2)...)},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu.shared", collectortest.Replicas(labGPU0, 2)...)},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "llm-a", devices("nvidia.com/gpu.shared", labGPU0+"::0")),
-				podHolding("ml", "llm-b", devices("nvidia.com/gpu.shared", labGPU0+"::1")),
+				collectortest.PodHolding("ml", "llm-a", collectortest.Devices("nvidia.com/gpu.shared", labGPU0+"::0")),
+				collectortest.PodHolding("ml", "llm-b", collectortest.Devices("nvidia.com/gpu.shared", labGPU0+"::1")),
 			},
 			want: []labWant{{device: labGPU0, pods: []string{"ml/llm-a", "ml/llm-b"}, shared: true}, {device: labMIGa}, {device: labMIGb}},
 		},
 		"MIG with replicas, renamed: nvidia.com/mig-1g.10gb.shared": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/mig-1g.10gb.shared", append(replicas(labMIGa, 2), replicas(labMIGb, 2)...)...)},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/mig-1g.10gb.shared", append(collectortest.Replicas(labMIGa, 2), collectortest.Replicas(labMIGb, 2)...)...)},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "tiny-0", devices("nvidia.com/mig-1g.10gb.shared", labMIGa+"::1")),
-				podHolding("ml", "tiny-1", devices("nvidia.com/mig-1g.10gb.shared", labMIGa+"::0")),
+				collectortest.PodHolding("ml", "tiny-0", collectortest.Devices("nvidia.com/mig-1g.10gb.shared", labMIGa+"::1")),
+				collectortest.PodHolding("ml", "tiny-1", collectortest.Devices("nvidia.com/mig-1g.10gb.shared", labMIGa+"::0")),
 			},
 			want:     []labWant{{device: labGPU0}, {device: labMIGa, pods: []string{"ml/tiny-0", "ml/tiny-1"}, shared: true}, {device: labMIGb, shared: true}},
 			profiles: map[string]string{labMIGa + "::0": "1g.10gb", labMIGb + "::1": "1g.10gb"},
 		},
 		"legacy MIG ids": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/mig-1g.10gb", "MIG-"+labGPU1+"/7/0", "MIG-"+labGPU1+"/8/0")},
-			pods:        []*podresourcesv1.PodResources{podHolding("ml", "tiny-0", devices("nvidia.com/mig-1g.10gb", "MIG-"+labGPU1+"/8/0"))},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/mig-1g.10gb", "MIG-"+labGPU1+"/7/0", "MIG-"+labGPU1+"/8/0")},
+			pods:        []*podresourcesv1.PodResources{collectortest.PodHolding("ml", "tiny-0", collectortest.Devices("nvidia.com/mig-1g.10gb", "MIG-"+labGPU1+"/8/0"))},
 			want:        []labWant{{device: labGPU0}, {device: labMIGa}, {device: labMIGb, pods: []string{"ml/tiny-0"}}},
 		},
 		"GKE: whole GPU, and MIG partitions by GPU instance id": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", "nvidia0", gkeMIG(1, 7), gkeMIG(1, 8))},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", "nvidia0", gkeMIG(1, 7), gkeMIG(1, 8))},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "llm-0", devices("nvidia.com/gpu", "nvidia0")),
-				podHolding("ml", "tiny-0", devices("nvidia.com/gpu", gkeMIG(1, 8))),
+				collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", "nvidia0")),
+				collectortest.PodHolding("ml", "tiny-0", collectortest.Devices("nvidia.com/gpu", gkeMIG(1, 8))),
 			},
 			want: []labWant{{device: labGPU0, pods: []string{"ml/llm-0"}}, {device: labMIGa}, {device: labMIGb, pods: []string{"ml/tiny-0"}}},
 		},
 		"GKE sharing: nvidia0/vgpuN and a shared MIG partition": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", "nvidia0/vgpu0", "nvidia0/vgpu1", gkeMIG(1, 7)+"/vgpu0", gkeMIG(1, 7)+"/vgpu1")},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", "nvidia0/vgpu0", "nvidia0/vgpu1", gkeMIG(1, 7)+"/vgpu0", gkeMIG(1, 7)+"/vgpu1")},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "a", devices("nvidia.com/gpu", "nvidia0/vgpu1")),
-				podHolding("ml", "b", devices("nvidia.com/gpu", "nvidia0/vgpu0")),
-				podHolding("ml", "c", devices("nvidia.com/gpu", gkeMIG(1, 7)+"/vgpu1")),
+				collectortest.PodHolding("ml", "a", collectortest.Devices("nvidia.com/gpu", "nvidia0/vgpu1")),
+				collectortest.PodHolding("ml", "b", collectortest.Devices("nvidia.com/gpu", "nvidia0/vgpu0")),
+				collectortest.PodHolding("ml", "c", collectortest.Devices("nvidia.com/gpu", gkeMIG(1, 7)+"/vgpu1")),
 			},
 			want: []labWant{{device: labGPU0, pods: []string{"ml/a", "ml/b"}, shared: true}, {device: labMIGa, pods: []string{"ml/c"}, shared: true}, {device: labMIGb}},
 		},
@@ -164,11 +154,11 @@ func TestNodeLab(t *testing.T) {
 			unattributed: []string{"gpu.nvidia.com/node-1/gpu-1-mig-1g10gb-19-0 ml/dra-1"},
 		},
 		"a device id in no known form, and one naming a GPU the source did not measure": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", labGPU0, "gpu0-custom", "GPU-99999999-0000-0000-0000-000000000000")},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", labGPU0, "gpu0-custom", "GPU-99999999-0000-0000-0000-000000000000")},
 			pods: []*podresourcesv1.PodResources{
-				podHolding("ml", "llm-0", devices("nvidia.com/gpu", labGPU0)),
-				podHolding("ml", "odd", devices("nvidia.com/gpu", "gpu0-custom")),
-				podHolding("ml", "ghost", devices("nvidia.com/gpu", "GPU-99999999-0000-0000-0000-000000000000")),
+				collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", labGPU0)),
+				collectortest.PodHolding("ml", "odd", collectortest.Devices("nvidia.com/gpu", "gpu0-custom")),
+				collectortest.PodHolding("ml", "ghost", collectortest.Devices("nvidia.com/gpu", "GPU-99999999-0000-0000-0000-000000000000")),
 			},
 			want: []labWant{{device: labGPU0, pods: []string{"ml/llm-0"}}, {device: labMIGa}, {device: labMIGb}},
 			unattributed: []string{
@@ -179,10 +169,10 @@ func TestNodeLab(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			sock := socketPath(t)
+			sock := collectortest.SocketPath(t)
 			allocatable := &podresourcesv1.AllocatableResourcesResponse{Devices: tc.allocatable}
-			serveKubelet(t, sock, &fakeKubelet{allocatable: allocatable, list: &podresourcesv1.ListPodResourcesResponse{PodResources: tc.pods}})
-			attrib := newTestPodResources(t, PodResourcesConfig{Socket: sock})
+			collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{Allocatable: allocatable, Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: tc.pods}})
+			attrib := newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock})
 			dir := podsOf{}
 			for _, p := range tc.pods {
 				dir[p.GetNamespace()+"/"+p.GetName()] = PodInfo{UID: "uid-" + p.GetName(), Labels: map[string]string{"app": p.GetName()}}
@@ -238,14 +228,14 @@ func TestNodeLab(t *testing.T) {
 // TestNodeLabUnknownIDCounted: an id in no known form is counted as an attribution error
 // (gpuscaler_collector_errors_total{stage="attribution"}), each report.
 func TestNodeLabUnknownIDCounted(t *testing.T) {
-	sock := socketPath(t)
-	serveKubelet(t, sock, &fakeKubelet{
-		allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", labGPU0, "weird/id")}},
-		list:        &podresourcesv1.ListPodResourcesResponse{},
+	sock := collectortest.SocketPath(t)
+	collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{
+		Allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", labGPU0, "weird/id")}},
+		Pods:        &podresourcesv1.ListPodResourcesResponse{},
 	})
 	ns := natstest.Start(t, "", "")
 	reg := prometheus.NewRegistry()
-	c, err := New(Config{Node: "node-1"}, labSource{labSamples}, newTestPodResources(t, PodResourcesConfig{Socket: sock}), nil, natstest.Connect(t, ns.ClientURL()).Conn, nil, reg)
+	c, err := New(Config{Node: "node-1"}, labSource{labSamples}, newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock}), nil, natstest.Connect(t, ns.ClientURL()).Conn, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +261,13 @@ gpuscaler_collector_errors_total{source="nvml",stage="source"} 0
 // LabelsUnknown; a free device of an unhealthy GPU is marked Unhealthy, so it is never
 // counted free.
 func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
-	sock := socketPath(t)
-	serveKubelet(t, sock, &fakeKubelet{
-		allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
-			devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb), devices("nvidia.com/gpu", labGPU0),
+	sock := collectortest.SocketPath(t)
+	collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{
+		Allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
+			collectortest.Devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb), collectortest.Devices("nvidia.com/gpu", labGPU0),
 		}},
-		list: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
-			podHolding("ml", "new-pod", devices("nvidia.com/gpu", labGPU0)),
+		Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
+			collectortest.PodHolding("ml", "new-pod", collectortest.Devices("nvidia.com/gpu", labGPU0)),
 		}},
 	})
 	ns := natstest.Start(t, "", "")
@@ -287,7 +277,7 @@ func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
 		s[2].GpuUtil = nil
 		return s
 	}
-	c, err := New(Config{Node: "node-1"}, labSource{samples}, newTestPodResources(t, PodResourcesConfig{Socket: sock}), podsOf{}, natstest.Connect(t, ns.ClientURL()).Conn, nil, prometheus.NewRegistry())
+	c, err := New(Config{Node: "node-1"}, labSource{samples}, newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock}), podsOf{}, natstest.Connect(t, ns.ClientURL()).Conn, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,11 +302,11 @@ func TestNodeLabUnknownLabelsAndUnhealthy(t *testing.T) {
 func TestNodeLabUnmeasuredGPUIsNotFree(t *testing.T) {
 	ghost := "GPU-99999999-0000-0000-0000-000000000000"
 	alloc := &Allocation{Holders: map[string][]Holder{}}
-	for _, id := range append(replicas(labGPU0, 40), ghost, "nvidia5", "all") {
+	for _, id := range append(collectortest.Replicas(labGPU0, 40), ghost, "nvidia5", "all") {
 		alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu"})
 	}
 	for g := range 7 {
-		for _, id := range replicas(fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", g+1), 40) {
+		for _, id := range collectortest.Replicas(fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", g+1), 40) {
 			alloc.Allocatable = append(alloc.Allocatable, &gpuscalerv1.Device{Id: id, Resource: "nvidia.com/gpu.shared"})
 		}
 	}

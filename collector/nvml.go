@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuscaler/gpuscaler/collector/kubelet/cgroup"
 	"github.com/gpuscaler/gpuscaler/collector/xid"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -77,7 +78,7 @@ type nvmlSource struct {
 	// podWindows is, by device id, each pod's use in the windows PodUsage measured over
 	// the last nvmlPodUsageSpan, oldest first, which PodUsage averages.
 	podWindows map[string][]nvmlPodWindow
-	pods       *cgroupPods
+	pods       *cgroup.Pods
 	// unhealthy is each device's Unhealthy reason in the latest Collect, by device id,
 	// to log changes once rather than every Collect.
 	unhealthy map[string]string
@@ -218,7 +219,7 @@ func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 		lastSeen:   map[string]uint64{},
 		usage:      map[string]map[uint32]float64{},
 		podWindows: map[string][]nvmlPodWindow{},
-		pods:       newCgroupPods(cfg.ProcRoot),
+		pods:       cgroup.NewPods(cfg.ProcRoot),
 		unhealthy:  map[string]string{},
 		warned:     map[string]bool{},
 	}
@@ -1066,11 +1067,11 @@ func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
 		complete := true
 		for pid, util := range byPID {
 			seen[pid] = struct{}{}
-			uid, err := s.pods.podOf(pid)
+			uid, err := s.pods.PodOf(pid)
 			if err != nil {
 				complete = false
 				reason := "unreadable"
-				if errors.Is(err, errNoPod) {
+				if errors.Is(err, cgroup.ErrNoPod) {
 					reason = "no_pod"
 				}
 				s.metrics.unresolved.WithLabelValues(reason).Inc()
@@ -1090,7 +1091,7 @@ func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
 		}
 		out[id] = s.smoothPodUse(id, pods)
 	}
-	s.pods.retain(seen)
+	s.pods.Retain(seen)
 	return out
 }
 

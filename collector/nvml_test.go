@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -876,7 +877,7 @@ func BenchmarkNVMLPodUsage(b *testing.B) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				b.Fatal(err)
 			}
-			line := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cgCID + ".scope\n"
+			line := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + collectortest.ContainerID + ".scope\n"
 			if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(line), 0o644); err != nil {
 				b.Fatal(err)
 			}
@@ -1263,7 +1264,7 @@ func TestNVMLXIDHoldConfig(t *testing.T) {
 // lastSeenTimeStamp, ERROR_NOT_FOUND when there are none.
 func TestNVMLPodUsage(t *testing.T) {
 	const (
-		podA, podB          = cgUID, cgUID2
+		podA, podB          = collectortest.PodUID, collectortest.PodUID2
 		a1, a2, b1          = 1001, 1002, 2001 // processes of pod A (systemd driver) and pod B (cgroupfs)
 		hostProc, exited    = 3001, 4242
 		before, t1, t2, t3  = 100, 200, 300, 400 // NVML sample timestamps (µs)
@@ -1275,10 +1276,10 @@ func TestNVMLPodUsage(t *testing.T) {
 		startupStaleProcess = 999
 	)
 	root := t.TempDir()
-	writeProcCgroup(t, root, a1, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID+".scope\n")
-	writeProcCgroup(t, root, a2, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID[1:]+"0.scope\n")
-	writeProcCgroup(t, root, b1, "0::/kubepods/besteffort/pod"+cgUID2+"/"+cgCID+"\n")
-	writeProcCgroup(t, root, hostProc, "0::/system.slice/xorg.service\n")
+	collectortest.WriteProcCgroup(t, root, a1, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+collectortest.PodUIDEscaped+".slice/cri-containerd-"+collectortest.ContainerID+".scope\n")
+	collectortest.WriteProcCgroup(t, root, a2, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+collectortest.PodUIDEscaped+".slice/cri-containerd-"+collectortest.ContainerID[1:]+"0.scope\n")
+	collectortest.WriteProcCgroup(t, root, b1, "0::/kubepods/besteffort/pod"+collectortest.PodUID2+"/"+collectortest.ContainerID+"\n")
+	collectortest.WriteProcCgroup(t, root, hostProc, "0::/system.slice/xorg.service\n")
 
 	sample := func(pid uint32, ts uint64, sm uint32) nvml.ProcessUtilizationSample {
 		return nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2}
@@ -1381,8 +1382,8 @@ gpuscaler_collector_nvml_unidentified_devices 0
 func TestNVMLPodUsageSmoothed(t *testing.T) {
 	const a, b = 1001, 2001
 	root := t.TempDir()
-	writeProcCgroup(t, root, a, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+cgUIDEsc+".slice/cri-containerd-"+cgCID+".scope\n")
-	writeProcCgroup(t, root, b, "0::/kubepods/besteffort/pod"+cgUID2+"/"+cgCID+"\n")
+	collectortest.WriteProcCgroup(t, root, a, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+collectortest.PodUIDEscaped+".slice/cri-containerd-"+collectortest.ContainerID+".scope\n")
+	collectortest.WriteProcCgroup(t, root, b, "0::/kubepods/besteffort/pod"+collectortest.PodUID2+"/"+collectortest.ContainerID+"\n")
 	n := newMockNVMLNode(1)
 	s := n.sourceWith(t, NVMLConfig{ProcRoot: root})
 	clock := time.Unix(1_700_000_000, 0)
@@ -1403,14 +1404,14 @@ func TestNVMLPodUsageSmoothed(t *testing.T) {
 		samples map[uint32]uint32
 		want    map[string]float64
 	}{
-		{map[uint32]uint32{a: 99}, map[string]float64{cgUID: 99}},
+		{map[uint32]uint32{a: 99}, map[string]float64{collectortest.PodUID: 99}},
 		// b first appears: its mean counts from here, a's over both windows.
-		{map[uint32]uint32{b: 66, a: 33}, map[string]float64{cgUID: 66, cgUID2: 66}},
-		{map[uint32]uint32{a: 50, b: 50}, map[string]float64{cgUID: 182.0 / 3, cgUID2: 58}},
-		{map[uint32]uint32{b: 99}, map[string]float64{cgUID: 182.0 / 4, cgUID2: 215.0 / 3}},
+		{map[uint32]uint32{b: 66, a: 33}, map[string]float64{collectortest.PodUID: 66, collectortest.PodUID2: 66}},
+		{map[uint32]uint32{a: 50, b: 50}, map[string]float64{collectortest.PodUID: 182.0 / 3, collectortest.PodUID2: 58}},
+		{map[uint32]uint32{b: 99}, map[string]float64{collectortest.PodUID: 182.0 / 4, collectortest.PodUID2: 215.0 / 3}},
 		{nil, nil}, // busy GPU, no sample: unmeasured, no window
 		// Five seconds on, the first window (a at 99) has aged out.
-		{map[uint32]uint32{a: 99}, map[string]float64{cgUID: 182.0 / 4, cgUID2: 215.0 / 4}},
+		{map[uint32]uint32{a: 99}, map[string]float64{collectortest.PodUID: 182.0 / 4, collectortest.PodUID2: 215.0 / 4}},
 	} {
 		got := window(step.samples)
 		if !maps.EqualFunc(got, step.want, func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpuscaler/gpuscaler/collector/mig"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -463,7 +464,7 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 func (s *Sim) offersOf(d simDevice) []simOffer {
 	o := simOffer{id: d.id, resource: "nvidia.com/gpu", device: fmt.Sprint(d.gpu), gpu: d.gpu}
 	if d.profile != "" {
-		o.resource, o.device = migResourcePrefix+d.profile, fmt.Sprintf("%d/%d", d.gpu, d.slice)
+		o.resource, o.device = mig.ResourcePrefix+d.profile, fmt.Sprintf("%d/%d", d.gpu, d.slice)
 	}
 	if d.slice >= 0 || s.cfg.Replicas < 2 {
 		return []simOffer{o}

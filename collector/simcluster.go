@@ -29,6 +29,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuscaler/gpuscaler/collector/kube"
+	"github.com/gpuscaler/gpuscaler/collector/mig"
 )
 
 // SimCluster makes a simulated node follow a real cluster, for end-to-end tests on fake
@@ -327,7 +328,7 @@ func podRequests(u *unstructured.Unstructured) ([]string, map[string][]gpuReques
 		containers = append(containers, name)
 		limits, _, _ := unstructured.NestedMap(m, "resources", "limits")
 		for _, r := range slices.Sorted(maps.Keys(limits)) {
-			if r != "nvidia.com/gpu" && !strings.HasPrefix(r, migResourcePrefix) {
+			if r != "nvidia.com/gpu" && !strings.HasPrefix(r, mig.ResourcePrefix) {
 				continue
 			}
 			q, err := resource.ParseQuantity(fmt.Sprint(limits[r]))

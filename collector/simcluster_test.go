@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +19,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/collector/kube"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
 
@@ -49,9 +53,9 @@ func clusterPodObj(ns, name, node string, created time.Time, ready bool, contain
 }
 
 // runSimCluster starts a SimCluster for node over a fake API holding objs, serving its
-// pod-resources API on a socket, and returns it with the collector's own client of that
-// socket.
-func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Object) (*SimCluster, *Sim, *dynamicfake.FakeDynamicClient, *PodResources) {
+// pod-resources API on a socket, and returns its simulated node and fake API with the
+// collector's own client of that socket and a bare gRPC client of it.
+func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Object) (*Sim, *dynamicfake.FakeDynamicClient, *kubelet.PodResources, podresourcesv1.PodResourcesListerClient) {
 	t.Helper()
 	sim, err := NewSim(node, cfg)
 	if err != nil {
@@ -60,7 +64,7 @@ func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Obj
 	scheme := runtime.NewScheme()
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
 		map[schema.GroupVersionResource]string{kube.PodsResource: "PodList"}, objs...)
-	socket := socketPath(t)
+	socket := collectortest.SocketPath(t)
 	sc, err := NewSimCluster(sim, SimClusterConfig{Node: node, Socket: socket, Client: client, Log: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,12 +78,17 @@ func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Obj
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return sc, sim, client, newTestPodResources(t, PodResourcesConfig{Socket: socket})
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return sim, client, newTestPodResources(t, kubelet.PodResourcesConfig{Socket: socket}), podresourcesv1.NewPodResourcesListerClient(conn)
 }
 
 // holdersOf reads the allocation through the pod-resources socket, as the collector does,
 // and returns who holds each device: "namespace/pod/container".
-func holdersOf(t *testing.T, pr *PodResources) (map[string]string, int) {
+func holdersOf(t *testing.T, pr *kubelet.PodResources) (map[string]string, int) {
 	t.Helper()
 	a, err := pr.Allocation(t.Context())
 	if err != nil {
@@ -94,7 +103,7 @@ func holdersOf(t *testing.T, pr *PodResources) (map[string]string, int) {
 	return out, len(a.Allocatable)
 }
 
-func waitHolders(t *testing.T, pr *PodResources, want map[string]string) {
+func waitHolders(t *testing.T, pr *kubelet.PodResources, want map[string]string) {
 	t.Helper()
 	var got map[string]string
 	deadline := time.Now().Add(10 * time.Second)
@@ -119,7 +128,7 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	older := clusterPodObj("ml", "llm-a", node, t0, true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 2}})
 	newer := clusterPodObj("ml", "llm-b", node, t0.Add(time.Second), false, map[string]map[string]int64{"server": {"nvidia.com/gpu": 1}, "sidecar": {}})
 	elsewhere := clusterPodObj("ml", "llm-c", "another-node", t0, true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 1}})
-	_, sim, client, pr := runSimCluster(t, node, SimConfig{GPUs: 4, Util: 70}, newer, older, elsewhere)
+	sim, client, pr, lister := runSimCluster(t, node, SimConfig{GPUs: 4, Util: 70}, newer, older, elsewhere)
 
 	// The older pod is admitted first and gets the lowest GPUs; a pod on another node
 	// holds nothing here.
@@ -128,11 +137,11 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 		t.Errorf("allocatable devices: got %d, want 4", n)
 	}
 	// Get answers for one pod, and says NotFound for another.
-	resp, err := pr.client.Get(t.Context(), &podresourcesv1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "llm-b"})
+	resp, err := lister.Get(t.Context(), &podresourcesv1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "llm-b"})
 	if err != nil || len(resp.GetPodResources().GetContainers()) != 2 {
 		t.Errorf("Get ml/llm-b: %v, %v: want its two containers", resp, err)
 	}
-	if _, err := pr.client.Get(t.Context(), &podresourcesv1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "llm-c"}); err == nil {
+	if _, err := lister.Get(t.Context(), &podresourcesv1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "llm-c"}); err == nil {
 		t.Error("Get of a pod on another node: no error")
 	}
 
@@ -188,7 +197,7 @@ func TestSimClusterSharedAndMIG(t *testing.T) {
 			map[string]map[string]int64{"main": {"nvidia.com/gpu": 1}}))
 	}
 	objs = append(objs, clusterPodObj("ml", "slice", node, t0.Add(5*time.Second), true, map[string]map[string]int64{"main": {"nvidia.com/mig-3g.40gb": 1}}))
-	_, _, _, pr := runSimCluster(t, node, cfg, objs...)
+	_, _, pr, _ := runSimCluster(t, node, cfg, objs...)
 	waitHolders(t, pr, map[string]string{
 		sim0.devices[0].id + "::0": "ml/small-0/main",
 		sim0.devices[1].id + "::0": "ml/small-1/main",

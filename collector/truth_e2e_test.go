@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -24,16 +26,16 @@ import (
 func TestGPUTruthThroughScaler(t *testing.T) {
 	// Four replicas of GPU 0 (NVIDIA/k8s-device-plugin NewAnnotatedID), three held by
 	// ml/llm-* pods: the GPU runs at 90% (labSamples).
-	timeSliced := func(extra ...*podresourcesv1.PodResources) *fakeKubelet {
-		return &fakeKubelet{
-			allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
-				devices("nvidia.com/gpu", replicas(labGPU0, 4)...),
-				devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb),
+	timeSliced := func(extra ...*podresourcesv1.PodResources) *collectortest.Kubelet {
+		return &collectortest.Kubelet{
+			Allocatable: &podresourcesv1.AllocatableResourcesResponse{Devices: []*podresourcesv1.ContainerDevices{
+				collectortest.Devices("nvidia.com/gpu", collectortest.Replicas(labGPU0, 4)...),
+				collectortest.Devices("nvidia.com/mig-1g.10gb", labMIGa, labMIGb),
 			}},
-			list: &podresourcesv1.ListPodResourcesResponse{PodResources: append([]*podresourcesv1.PodResources{
-				podHolding("ml", "llm-0", devices("nvidia.com/gpu", labGPU0+"::0")),
-				podHolding("ml", "llm-1", devices("nvidia.com/gpu", labGPU0+"::1")),
-				podHolding("ml", "llm-2", devices("nvidia.com/gpu", labGPU0+"::3")),
+			Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: append([]*podresourcesv1.PodResources{
+				collectortest.PodHolding("ml", "llm-0", collectortest.Devices("nvidia.com/gpu", labGPU0+"::0")),
+				collectortest.PodHolding("ml", "llm-1", collectortest.Devices("nvidia.com/gpu", labGPU0+"::1")),
+				collectortest.PodHolding("ml", "llm-2", collectortest.Devices("nvidia.com/gpu", labGPU0+"::3")),
 			}, extra...)},
 		}
 	}
@@ -45,7 +47,7 @@ func TestGPUTruthThroughScaler(t *testing.T) {
 	md := map[string]string{"scalerAddress": "gpuscaler:9090", "podSelector": "app=llm", "gpuUtilTarget": "70"}
 
 	tests := map[string]struct {
-		kubelet   *fakeKubelet
+		kubelet   *collectortest.Kubelet
 		pods      podsOf
 		wantValue float64  // gpu-util, when wantErr is empty
 		wantErr   []string // in the Unavailable error of GetMetrics and IsActive
@@ -54,12 +56,12 @@ func TestGPUTruthThroughScaler(t *testing.T) {
 		// ceil(270/70) = 4 pods, as 3 × 90/70 rounds up to.
 		"time-sliced pods at 90% are busy and active": {kubelet: timeSliced(), pods: llmPods, wantValue: 270},
 		"a selected pod's device matches no GPU": {
-			kubelet: timeSliced(podHolding("ml", "llm-3", devices("nvidia.com/gpu", "GPU-99999999-0000-0000-0000-000000000000"))),
+			kubelet: timeSliced(collectortest.PodHolding("ml", "llm-3", collectortest.Devices("nvidia.com/gpu", "GPU-99999999-0000-0000-0000-000000000000"))),
 			pods:    merge(llmPods, podsOf{"ml/llm-3": {UID: "u3", Labels: map[string]string{"app": "llm"}}}),
 			wantErr: []string{"pod ml/llm-3 on node node-1 holds device GPU-99999999-0000-0000-0000-000000000000", "could not match to a GPU"},
 		},
 		"a device id in no known form": {
-			kubelet: timeSliced(podHolding("ml", "llm-3", devices("nvidia.com/gpu", "weird-id"))),
+			kubelet: timeSliced(collectortest.PodHolding("ml", "llm-3", collectortest.Devices("nvidia.com/gpu", "weird-id"))),
 			pods:    merge(llmPods, podsOf{"ml/llm-3": {UID: "u3", Labels: map[string]string{"app": "llm"}}}),
 			wantErr: []string{"pod ml/llm-3 on node node-1 holds device weird-id", "no known form"},
 		},
@@ -71,12 +73,12 @@ func TestGPUTruthThroughScaler(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			sock := socketPath(t)
-			serveKubelet(t, sock, tc.kubelet)
+			sock := collectortest.SocketPath(t)
+			collectortest.ServeKubelet(t, sock, tc.kubelet)
 			ns := natstest.Start(t, "", "")
 			_, client := scalertest.Start(t, ns.ClientURL())
 			runCollector(t, Config{Node: "node-1", Interval: 50 * time.Millisecond}, labSource{labSamples},
-				newTestPodResources(t, PodResourcesConfig{Socket: sock}), tc.pods, natstest.Connect(t, ns.ClientURL()).Conn)
+				newTestPodResources(t, kubelet.PodResourcesConfig{Socket: sock}), tc.pods, natstest.Connect(t, ns.ClientURL()).Conn)
 			ref := &pb.ScaledObjectRef{Name: "llm", Namespace: "ml", ScalerMetadata: md}
 
 			var lastErr error

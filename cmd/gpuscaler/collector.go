@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector"
 	"github.com/gpuscaler/gpuscaler/collector/kube"
+	"github.com/gpuscaler/gpuscaler/collector/kubelet"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -73,7 +74,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		"and served on --pod-resources-socket as the kubelet's pod-resources API, which the collector then reads as on a real node; "+
 		"for fake nodes (kwok) that no kubelet runs. Needs the Kubernetes API (--kubeconfig), and --sim-config without pods")
 	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
-	fs.StringVar(&resources, "resources", strings.Join(collector.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
+	fs.StringVar(&resources, "resources", strings.Join(kubelet.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
 	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
@@ -150,7 +151,7 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 			}
 			g.Go(func() error { return kubelet.Run(ctx) })
 		}
-		pr, err := collector.NewPodResources(collector.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
+		pr, err := kubelet.NewPodResources(kubelet.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,9 @@
-package collector
+// Package kubelet is the collector's kubelet side: PodResources asks the kubelet's
+// pod-resources API which devices the node can hand out and which pod holds each (the
+// collector's Attributor), and package cgroup (kubelet/cgroup) finds the pod of a host
+// process through the cgroup the kubelet gave it. It imports nothing of the collector's:
+// PodResources answers with attribution.Allocation, which collector.Attributor wants.
+package kubelet
 
 import (
 	"cmp"
@@ -22,7 +27,9 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
 	"github.com/gpuscaler/gpuscaler/collector/deviceid"
+	"github.com/gpuscaler/gpuscaler/collector/mig"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -38,11 +45,6 @@ const (
 // api/config/v1/resources.go DefaultSharedRename), and MIG slices offered under the
 // "mixed" strategy, shared or not (nvidia.com/mig-1g.10gb, nvidia.com/mig-1g.10gb.shared).
 var DefaultPodResources = []string{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"}
-
-// migResourcePrefix starts the resource name of a MIG slice under the NVIDIA device
-// plugin's "mixed" strategy; the rest is the profile: nvidia.com/mig-1g.10gb, or
-// nvidia.com/mig-1g.10gb.shared for its replicas.
-const migResourcePrefix = "nvidia.com/mig-"
 
 // podResourcesMaxMsg bounds a kubelet answer. gRPC's default of 4 MiB can be too
 // little for List on a node with many pods (each reports its CPU ids and memory too);
@@ -88,8 +90,6 @@ type PodResources struct {
 	listOnly     atomic.Bool
 	listOnlyOnce sync.Once // logs the degraded mode once
 }
-
-var _ Attributor = (*PodResources)(nil)
 
 // NewPodResources makes a PodResources for the kubelet socket in cfg. It does not
 // connect: the kubelet is first asked by Allocation, and a missing socket is reported
@@ -165,7 +165,7 @@ func (p *PodResources) Close() error {
 // with the KubeletPodResourcesGetAllocatable feature gate off) is asked for List only,
 // said once in the log: Allocatable then holds only the allocated devices, so the node
 // reads as having no free device rather than as having free devices nobody can see.
-func (p *PodResources) Allocation(ctx context.Context) (*Allocation, error) {
+func (p *PodResources) Allocation(ctx context.Context) (*attribution.Allocation, error) {
 	var allocatable []*podresourcesv1.ContainerDevices
 	if !p.listOnly.Load() {
 		resp, err := p.getAllocatable(ctx)
@@ -256,8 +256,8 @@ func allocatableUnsupported(err error) bool {
 // container listed: the kubelet lists regular containers before sidecars. A device that
 // several pods hold (which a device plugin does not do, but a kubelet's list may show
 // across a pod's restart) lists every pod.
-func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*podresourcesv1.PodResources, match resourceMatcher) *Allocation {
-	a := &Allocation{Holders: map[string][]Holder{}}
+func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*podresourcesv1.PodResources, match resourceMatcher) *attribution.Allocation {
+	a := &attribution.Allocation{Holders: map[string][]attribution.Holder{}}
 	byID := map[string]*gpuscalerv1.Device{}
 	add := func(resource, id string) *gpuscalerv1.Device {
 		if d, ok := byID[id]; ok {
@@ -280,14 +280,14 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 	claimed := map[claimKey]bool{}
 	for _, pod := range pods {
 		for _, c := range pod.GetContainers() {
-			h := Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
+			h := attribution.Holder{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
 			for _, cd := range c.GetDevices() {
 				if !match.matches(cd.GetResourceName()) {
 					continue
 				}
 				for _, id := range cd.GetDeviceIds() {
 					holders, held := a.Holders[id]
-					if slices.ContainsFunc(holders, func(o Holder) bool { return samePod(h, o) }) {
+					if slices.ContainsFunc(holders, func(o attribution.Holder) bool { return samePod(h, o) }) {
 						continue
 					}
 					a.Holders[id] = append(holders, h)
@@ -301,7 +301,7 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 					if cr.GetDriverName() != deviceid.NVIDIADRADriver || cr.GetDeviceName() == "" {
 						continue // not a GPU: NICs, compute-domain channels, …
 					}
-					cl := Claim{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName(), Holder: h}
+					cl := attribution.Claim{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName(), Holder: h}
 					k := claimKey{pod.GetNamespace() + "/" + pod.GetName(), cl.ID()}
 					if claimed[k] {
 						continue
@@ -324,14 +324,14 @@ func buildAllocation(allocatable []*podresourcesv1.ContainerDevices, pods []*pod
 // nvidia.com/mig-1g.10gb and nvidia.com/mig-1g.10gb.shared), or "" for any other
 // resource.
 func migProfile(resource string) string {
-	if !strings.HasPrefix(resource, migResourcePrefix) {
+	if !strings.HasPrefix(resource, mig.ResourcePrefix) {
 		return ""
 	}
 	return (&gpuscalerv1.Device{Resource: resource}).Profile()
 }
 
 // samePod reports whether h and o are holds of one pod.
-func samePod(h, o Holder) bool { return h.Namespace == o.Namespace && h.Pod == o.Pod }
+func samePod(h, o attribution.Holder) bool { return h.Namespace == o.Namespace && h.Pod == o.Pod }
 
 // resourceMatcher says whether a resource name is counted: equal to one of exact, or
 // starting with one of prefixes.

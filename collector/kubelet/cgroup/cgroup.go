@@ -1,8 +1,9 @@
 // Package cgroup reads which Kubernetes pod a process runs in from its
 // /proc/<pid>/cgroup file, as the kubelet names pod cgroups under every cgroup driver,
-// cgroup version and cgroup namespace. It is a pure parser: no I/O, no state. The
-// collector's NVML source reads the files and asks it (collector/cgroup.go); it is a
-// package of its own so that its fuzz test runs in a test binary that links little.
+// cgroup version and cgroup namespace. PodUID is a pure parser: no I/O, no state; Pods
+// (pods.go) reads the files under a host's /proc and remembers the answers, for the
+// collector's NVML source. It links only the standard library, so that its fuzz test
+// runs in a test binary that links little.
 package cgroup
 
 import (

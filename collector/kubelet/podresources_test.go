@@ -1,4 +1,4 @@
-package collector
+package kubelet
 
 import (
 	"context"
@@ -6,60 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
-
-// fakeKubelet serves the kubelet's pod-resources API (v1) with fixed answers.
-type fakeKubelet struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-
-	allocatable    *podresourcesv1.AllocatableResourcesResponse
-	allocatableErr error // answered instead of allocatable when set
-	list           *podresourcesv1.ListPodResourcesResponse
-	// block makes every call wait until its context ends, and then count in cancelled.
-	block     bool
-	cancelled atomic.Int32
-
-	allocatableCalls, listCalls atomic.Int32
-}
-
-func (k *fakeKubelet) GetAllocatableResources(ctx context.Context, _ *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
-	k.allocatableCalls.Add(1)
-	if k.block {
-		<-ctx.Done()
-		k.cancelled.Add(1)
-		return nil, ctx.Err()
-	}
-	if k.allocatableErr != nil {
-		return nil, k.allocatableErr
-	}
-	return k.allocatable, nil
-}
-
-func (k *fakeKubelet) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	k.listCalls.Add(1)
-	if k.block {
-		<-ctx.Done()
-		k.cancelled.Add(1)
-		return nil, ctx.Err()
-	}
-	return k.list, nil
-}
 
 // unimplementedAllocatable is a kubelet from before GetAllocatableResources existed.
 type unimplementedAllocatable struct {
@@ -69,32 +29,6 @@ type unimplementedAllocatable struct {
 
 func (k *unimplementedAllocatable) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	return k.list, nil
-}
-
-// socketPath returns a path for a unix socket in a new directory removed when the test
-// ends. t.TempDir() holds the test's name and can pass the ~108 bytes a socket path may
-// have, so the directory is made directly under the system's temporary directory.
-func socketPath(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "kubelet.sock")
-}
-
-// serveKubelet serves srv on a unix socket at path until the test ends.
-func serveKubelet(t *testing.T, path string, srv podresourcesv1.PodResourcesListerServer) {
-	t.Helper()
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(s, srv)
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
 }
 
 func newTestPodResources(t *testing.T, cfg PodResourcesConfig) *PodResources {
@@ -107,46 +41,38 @@ func newTestPodResources(t *testing.T, cfg PodResourcesConfig) *PodResources {
 	return p
 }
 
-func devices(resource string, ids ...string) *podresourcesv1.ContainerDevices {
-	return &podresourcesv1.ContainerDevices{ResourceName: resource, DeviceIds: ids}
-}
-
-func container(name string, devs ...*podresourcesv1.ContainerDevices) *podresourcesv1.ContainerResources {
-	return &podresourcesv1.ContainerResources{Name: name, Devices: devs, CpuIds: []int64{2, 3}}
-}
-
 // testNode is a node with three whole GPUs, three MIG slices of two profiles, CPUs and
 // another vendor's device. GPU-c and MIG-2 are free; GPU-d is held by a pod but no
 // longer allocatable (its device plugin marked it unhealthy).
-func testNode() *fakeKubelet {
-	return &fakeKubelet{
-		allocatable: &podresourcesv1.AllocatableResourcesResponse{
+func testNode() *collectortest.Kubelet {
+	return &collectortest.Kubelet{
+		Allocatable: &podresourcesv1.AllocatableResourcesResponse{
 			Devices: []*podresourcesv1.ContainerDevices{
-				devices("nvidia.com/gpu", "GPU-c", "GPU-a", "GPU-b"),
-				devices("nvidia.com/mig-1g.10gb", "MIG-2", "MIG-1"),
-				devices("nvidia.com/mig-3g.40gb", "MIG-3"),
-				devices("example.com/fpga", "fpga-0", "fpga-1"),
+				collectortest.Devices("nvidia.com/gpu", "GPU-c", "GPU-a", "GPU-b"),
+				collectortest.Devices("nvidia.com/mig-1g.10gb", "MIG-2", "MIG-1"),
+				collectortest.Devices("nvidia.com/mig-3g.40gb", "MIG-3"),
+				collectortest.Devices("example.com/fpga", "fpga-0", "fpga-1"),
 			},
 			CpuIds: []int64{0, 1, 2, 3, 4, 5, 6, 7},
 			Memory: []*podresourcesv1.ContainerMemory{{MemoryType: "memory", Size: 64 << 30}},
 		},
-		list: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
+		Pods: &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
 			{Namespace: "ml", Name: "trainer-0", Containers: []*podresourcesv1.ContainerResources{
-				container("trainer", devices("nvidia.com/gpu", "GPU-a", "GPU-b")),
-				container("log-shipper"),
+				collectortest.Container("trainer", collectortest.Devices("nvidia.com/gpu", "GPU-a", "GPU-b")),
+				collectortest.Container("log-shipper"),
 			}},
 			{Namespace: "ml", Name: "infer-7d9f-x2x", Containers: []*podresourcesv1.ContainerResources{
-				container("server", devices("nvidia.com/mig-1g.10gb", "MIG-1")),
-				container("embedder", devices("nvidia.com/mig-3g.40gb", "MIG-3")),
+				collectortest.Container("server", collectortest.Devices("nvidia.com/mig-1g.10gb", "MIG-1")),
+				collectortest.Container("embedder", collectortest.Devices("nvidia.com/mig-3g.40gb", "MIG-3")),
 			}},
 			{Namespace: "fpga", Name: "synth", Containers: []*podresourcesv1.ContainerResources{
-				container("main", devices("example.com/fpga", "fpga-0")),
+				collectortest.Container("main", collectortest.Devices("example.com/fpga", "fpga-0")),
 			}},
 			{Namespace: "ml", Name: "old-job", Containers: []*podresourcesv1.ContainerResources{
-				container("main", devices("nvidia.com/gpu", "GPU-d")),
+				collectortest.Container("main", collectortest.Devices("nvidia.com/gpu", "GPU-d")),
 			}},
 			{Namespace: "web", Name: "frontend", Containers: []*podresourcesv1.ContainerResources{
-				container("nginx"),
+				collectortest.Container("nginx"),
 			}},
 		}},
 	}
@@ -181,16 +107,16 @@ var (
 	fpg0 = dev{"example.com/fpga", "fpga-0", ""}
 	fpg1 = dev{"example.com/fpga", "fpga-1", ""}
 
-	holderGPUA = Holder{Namespace: "ml", Pod: "trainer-0", Container: "trainer"}
-	holderGPUD = Holder{Namespace: "ml", Pod: "old-job", Container: "main"}
-	holderMIG1 = Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "server"}
-	holderMIG3 = Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "embedder"}
-	holderFPGA = Holder{Namespace: "fpga", Pod: "synth", Container: "main"}
+	holderGPUA = attribution.Holder{Namespace: "ml", Pod: "trainer-0", Container: "trainer"}
+	holderGPUD = attribution.Holder{Namespace: "ml", Pod: "old-job", Container: "main"}
+	holderMIG1 = attribution.Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "server"}
+	holderMIG3 = attribution.Holder{Namespace: "ml", Pod: "infer-7d9f-x2x", Container: "embedder"}
+	holderFPGA = attribution.Holder{Namespace: "fpga", Pod: "synth", Container: "main"}
 )
 
 // checkAllocation compares a against the wanted devices and holders, and checks that
 // Allocated shares its Device values with Allocatable.
-func checkAllocation(t *testing.T, a *Allocation, allocatable, allocated []dev, holders map[string]Holder) {
+func checkAllocation(t *testing.T, a *attribution.Allocation, allocatable, allocated []dev, holders map[string]attribution.Holder) {
 	t.Helper()
 	if got := devs(a.Allocatable); !slices.Equal(got, allocatable) {
 		t.Errorf("Allocatable:\n got %v\nwant %v", got, allocatable)
@@ -198,9 +124,9 @@ func checkAllocation(t *testing.T, a *Allocation, allocatable, allocated []dev, 
 	if got := devs(a.Allocated); !slices.Equal(got, allocated) {
 		t.Errorf("Allocated:\n got %v\nwant %v", got, allocated)
 	}
-	want := make(map[string][]Holder, len(holders))
+	want := make(map[string][]attribution.Holder, len(holders))
 	for id, h := range holders {
-		want[id] = []Holder{h}
+		want[id] = []attribution.Holder{h}
 	}
 	if !maps.EqualFunc(a.Holders, want, slices.Equal) {
 		t.Errorf("Holders:\n got %v\nwant %v", a.Holders, want)
@@ -213,18 +139,18 @@ func checkAllocation(t *testing.T, a *Allocation, allocatable, allocated []dev, 
 }
 
 func TestPodResourcesAllocation(t *testing.T) {
-	sock := socketPath(t)
-	serveKubelet(t, sock, testNode())
+	sock := collectortest.SocketPath(t)
+	collectortest.ServeKubelet(t, sock, testNode())
 
 	tests := map[string]struct {
 		resources              []string
 		allocatable, allocated []dev
-		holders                map[string]Holder
+		holders                map[string]attribution.Holder
 	}{
 		"default resources: whole GPUs and MIG slices": {
 			allocatable: []dev{gpuA, gpuB, gpuC, gpuD, mig1, mig2, mig3},
 			allocated:   []dev{gpuA, gpuB, gpuD, mig1, mig3},
-			holders: map[string]Holder{
+			holders: map[string]attribution.Holder{
 				"GPU-a": holderGPUA, "GPU-b": holderGPUA, "GPU-d": holderGPUD,
 				"MIG-1": holderMIG1, "MIG-3": holderMIG3,
 			},
@@ -233,19 +159,19 @@ func TestPodResourcesAllocation(t *testing.T) {
 			resources:   []string{"nvidia.com/gpu"},
 			allocatable: []dev{gpuA, gpuB, gpuC, gpuD},
 			allocated:   []dev{gpuA, gpuB, gpuD},
-			holders:     map[string]Holder{"GPU-a": holderGPUA, "GPU-b": holderGPUA, "GPU-d": holderGPUD},
+			holders:     map[string]attribution.Holder{"GPU-a": holderGPUA, "GPU-b": holderGPUA, "GPU-d": holderGPUD},
 		},
 		"one MIG profile and another vendor's device": {
 			resources:   []string{"nvidia.com/mig-1g.10gb", "example.com/*"},
 			allocatable: []dev{fpg0, fpg1, mig1, mig2},
 			allocated:   []dev{fpg0, mig1},
-			holders:     map[string]Holder{"MIG-1": holderMIG1, "fpga-0": holderFPGA},
+			holders:     map[string]attribution.Holder{"MIG-1": holderMIG1, "fpga-0": holderFPGA},
 		},
 		"nothing on the node matches": {
 			resources:   []string{"amd.com/gpu"},
 			allocatable: []dev{},
 			allocated:   []dev{},
-			holders:     map[string]Holder{},
+			holders:     map[string]attribution.Holder{},
 		},
 	}
 	for name, tt := range tests {
@@ -268,30 +194,30 @@ func TestPodResourcesBuildAllocation(t *testing.T) {
 		allocatable            []*podresourcesv1.ContainerDevices
 		pods                   []*podresourcesv1.PodResources
 		wantAllocatable, wantA []dev
-		wantHolders            map[string]Holder
+		wantHolders            map[string]attribution.Holder
 	}{
 		"empty node": {
-			wantAllocatable: []dev{}, wantA: []dev{}, wantHolders: map[string]Holder{},
+			wantAllocatable: []dev{}, wantA: []dev{}, wantHolders: map[string]attribution.Holder{},
 		},
 		"device passed from an init container to the app container is held once": {
-			allocatable: []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", "GPU-a")},
+			allocatable: []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", "GPU-a")},
 			pods: []*podresourcesv1.PodResources{pod("ml", "p",
-				container("app", devices("nvidia.com/gpu", "GPU-a")),
-				container("sidecar", devices("nvidia.com/gpu", "GPU-a")))},
+				collectortest.Container("app", collectortest.Devices("nvidia.com/gpu", "GPU-a")),
+				collectortest.Container("sidecar", collectortest.Devices("nvidia.com/gpu", "GPU-a")))},
 			wantAllocatable: []dev{gpuA}, wantA: []dev{gpuA},
-			wantHolders: map[string]Holder{"GPU-a": {Namespace: "ml", Pod: "p", Container: "app"}},
+			wantHolders: map[string]attribution.Holder{"GPU-a": {Namespace: "ml", Pod: "p", Container: "app"}},
 		},
 		"held but not allocatable counts on both sides": {
-			allocatable:     []*podresourcesv1.ContainerDevices{devices("nvidia.com/gpu", "GPU-a")},
-			pods:            []*podresourcesv1.PodResources{pod("ml", "p", container("c", devices("nvidia.com/mig-1g.10gb", "MIG-1")))},
+			allocatable:     []*podresourcesv1.ContainerDevices{collectortest.Devices("nvidia.com/gpu", "GPU-a")},
+			pods:            []*podresourcesv1.PodResources{pod("ml", "p", collectortest.Container("c", collectortest.Devices("nvidia.com/mig-1g.10gb", "MIG-1")))},
 			wantAllocatable: []dev{gpuA, mig1}, wantA: []dev{mig1},
-			wantHolders: map[string]Holder{"MIG-1": {Namespace: "ml", Pod: "p", Container: "c"}},
+			wantHolders: map[string]attribution.Holder{"MIG-1": {Namespace: "ml", Pod: "p", Container: "c"}},
 		},
 		"a device listed under two resources keeps its first": {
 			allocatable: []*podresourcesv1.ContainerDevices{
-				devices("nvidia.com/gpu", "GPU-a"), devices("nvidia.com/mig-1g.10gb", "GPU-a"),
+				collectortest.Devices("nvidia.com/gpu", "GPU-a"), collectortest.Devices("nvidia.com/mig-1g.10gb", "GPU-a"),
 			},
-			wantAllocatable: []dev{gpuA}, wantA: []dev{}, wantHolders: map[string]Holder{},
+			wantAllocatable: []dev{gpuA}, wantA: []dev{}, wantHolders: map[string]attribution.Holder{},
 		},
 	}
 	match, err := newResourceMatcher(DefaultPodResources)
@@ -309,18 +235,18 @@ func TestPodResourcesBuildAllocation(t *testing.T) {
 func TestPodResourcesAllocatableUnsupported(t *testing.T) {
 	tests := map[string]podresourcesv1.PodResourcesListerServer{
 		// A kubelet older than Kubernetes 1.21 has no such method.
-		"Unimplemented": &unimplementedAllocatable{list: testNode().list},
+		"Unimplemented": &unimplementedAllocatable{list: testNode().Pods},
 		// Kubelets 1.21 to 1.27 answer so when the feature gate is off.
-		"feature gate off": func() *fakeKubelet {
+		"feature gate off": func() *collectortest.Kubelet {
 			k := testNode()
-			k.allocatableErr = errors.New("Pod Resources API GetAllocatableResources disabled")
+			k.AllocatableErr = errors.New("Pod Resources API GetAllocatableResources disabled")
 			return k
 		}(),
 	}
 	for name, srv := range tests {
 		t.Run(name, func(t *testing.T) {
-			sock := socketPath(t)
-			serveKubelet(t, sock, srv)
+			sock := collectortest.SocketPath(t)
+			collectortest.ServeKubelet(t, sock, srv)
 			var logs testkit.SyncBuffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			p := newTestPodResources(t, PodResourcesConfig{Socket: sock, Log: log})
@@ -333,13 +259,13 @@ func TestPodResourcesAllocatableUnsupported(t *testing.T) {
 				checkAllocation(t, a,
 					[]dev{gpuA, gpuB, gpuD, mig1, mig3},
 					[]dev{gpuA, gpuB, gpuD, mig1, mig3},
-					map[string]Holder{
+					map[string]attribution.Holder{
 						"GPU-a": holderGPUA, "GPU-b": holderGPUA, "GPU-d": holderGPUD,
 						"MIG-1": holderMIG1, "MIG-3": holderMIG3,
 					})
 			}
-			if k, ok := srv.(*fakeKubelet); ok {
-				if got := k.allocatableCalls.Load(); got != 1 {
+			if k, ok := srv.(*collectortest.Kubelet); ok {
+				if got := k.AllocatableCalls.Load(); got != 1 {
 					t.Errorf("GetAllocatableResources called %d times, want 1", got)
 				}
 			}
@@ -353,7 +279,7 @@ func TestPodResourcesAllocatableUnsupported(t *testing.T) {
 
 func TestPodResourcesErrors(t *testing.T) {
 	t.Run("socket missing", func(t *testing.T) {
-		sock := socketPath(t)
+		sock := collectortest.SocketPath(t)
 		p := newTestPodResources(t, PodResourcesConfig{Socket: sock})
 		_, err := p.Allocation(t.Context())
 		if !errors.Is(err, ErrNoPodResourcesSocket) {
@@ -364,7 +290,7 @@ func TestPodResourcesErrors(t *testing.T) {
 		}
 
 		// A kubelet that comes (back) is found without a new PodResources.
-		serveKubelet(t, sock, testNode())
+		collectortest.ServeKubelet(t, sock, testNode())
 		testkit.Eventually(t, 10*time.Second, func() bool {
 			_, err = p.Allocation(t.Context())
 			return err == nil
@@ -372,10 +298,10 @@ func TestPodResourcesErrors(t *testing.T) {
 	})
 
 	t.Run("kubelet error", func(t *testing.T) {
-		sock := socketPath(t)
+		sock := collectortest.SocketPath(t)
 		k := testNode()
-		k.allocatableErr = status.Error(codes.PermissionDenied, "no")
-		serveKubelet(t, sock, k)
+		k.AllocatableErr = status.Error(codes.PermissionDenied, "no")
+		collectortest.ServeKubelet(t, sock, k)
 		p := newTestPodResources(t, PodResourcesConfig{Socket: sock})
 		_, err := p.Allocation(t.Context())
 		if got := status.Code(err); got != codes.PermissionDenied {
@@ -387,10 +313,10 @@ func TestPodResourcesErrors(t *testing.T) {
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		sock := socketPath(t)
+		sock := collectortest.SocketPath(t)
 		k := testNode()
-		k.block = true
-		serveKubelet(t, sock, k)
+		k.Block = true
+		collectortest.ServeKubelet(t, sock, k)
 		p := newTestPodResources(t, PodResourcesConfig{Socket: sock, Timeout: 100 * time.Millisecond})
 		_, err := p.Allocation(t.Context())
 		if got := status.Code(err); got != codes.DeadlineExceeded {
@@ -400,14 +326,14 @@ func TestPodResourcesErrors(t *testing.T) {
 			t.Errorf("got %v, want it to say %q", err, want)
 		}
 		// The kubelet saw the call end: the deadline travelled with it.
-		testkit.Eventually(t, 5*time.Second, func() bool { return k.cancelled.Load() == 1 })
+		testkit.Eventually(t, 5*time.Second, func() bool { return k.Cancelled.Load() == 1 })
 	})
 
 	t.Run("caller's deadline", func(t *testing.T) {
-		sock := socketPath(t)
+		sock := collectortest.SocketPath(t)
 		k := testNode()
-		k.block = true
-		serveKubelet(t, sock, k)
+		k.Block = true
+		collectortest.ServeKubelet(t, sock, k)
 		p := newTestPodResources(t, PodResourcesConfig{Socket: sock, Timeout: time.Minute})
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
