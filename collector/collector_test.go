@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -37,6 +38,23 @@ func newTestPodResources(t *testing.T, cfg kubelet.PodResourcesConfig) *kubelet.
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// simNode is a simulated node: two llm pods in ml on GPUs 0–2, a pod of another
+// namespace with the same labels on GPU 3, GPU 7 in MIG mode with one of its three
+// slices held, GPUs 4–6 free.
+func simNode() sim.Config {
+	return sim.Config{
+		GPUs: 8,
+		MIG:  map[int][]string{7: {"1g.10gb", "1g.10gb", "3g.40gb"}},
+		Pods: []sim.Pod{
+			{Namespace: "ml", Name: "llm-0", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"0", "1"}, Util: new(80.0)},
+			{Namespace: "ml", Name: "llm-1", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"2"}, Util: new(40.0)},
+			{Namespace: "other", Name: "llm-0", Labels: map[string]string{"app": "llm"}, GPUs: []string{"3"}, Util: new(100.0)},
+			{Namespace: "ml", Name: "tiny-0", Labels: map[string]string{"app": "tiny"}, GPUs: []string{"7/0"}, Util: new(30.0)},
+		},
+		Seed: 1,
+	}
 }
 
 // runCollector starts a collector for node on nc and stops it at cleanup.
@@ -65,12 +83,12 @@ func runCollector(t *testing.T, cfg Config, src Source, attrib Attributor, pods 
 func TestSimThroughScaler(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	_, client := scalertest.Start(t, ns.ClientURL())
-	sim, err := NewSim("gpu-node-1", simNode())
+	simulated, err := sim.New("gpu-node-1", simNode())
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCollector(t, Config{Node: "gpu-node-1", Interval: 50 * time.Millisecond, CollectorID: "test"},
-		sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+		simulated, simulated, simulated, natstest.Connect(t, ns.ClientURL()).Conn)
 
 	metric := func(md map[string]string, name string) (float64, error) {
 		md["scalerAddress"] = "gpuscaler:9090"
@@ -108,12 +126,12 @@ func TestSimThroughScaler(t *testing.T) {
 func TestDrainedNodeLeavesCapacity(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	_, client := scalertest.Start(t, ns.ClientURL())
-	sim, err := NewSim("gpu-a", SimConfig{GPUs: 8, Seed: 1})
+	simulated, err := sim.New("gpu-a", sim.Config{GPUs: 8, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: sim.Scheduling},
-		sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: simulated.Scheduling},
+		simulated, simulated, simulated, natstest.Connect(t, ns.ClientURL()).Conn)
 	pubQueue(t, ns.ClientURL(), "ml", "train", 50)
 	backlog := func(md map[string]string) float64 {
 		md["queue"], md["capacityAware"], md["gpusPerReplica"], md["scalerAddress"] = "train", "true", "1", "gpuscaler:9090"
@@ -126,7 +144,7 @@ func TestDrainedNodeLeavesCapacity(t *testing.T) {
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(map[string]string{}) == 8 })
 
-	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Unschedulable: true}); err != nil {
+	if err := simulated.SetConfig(sim.Config{GPUs: 8, Seed: 1, Unschedulable: true}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(map[string]string{}) == 0 })
@@ -135,7 +153,7 @@ func TestDrainedNodeLeavesCapacity(t *testing.T) {
 	}
 
 	// Uncordoned, but the cluster autoscaler is removing it.
-	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Taints: []SimTaint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"}}}); err != nil {
+	if err := simulated.SetConfig(sim.Config{GPUs: 8, Seed: 1, Taints: []sim.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1732700000", Effect: "NoSchedule"}}}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool {
@@ -152,13 +170,13 @@ func TestDrainedNodeLeavesCapacity(t *testing.T) {
 func TestCPUAndMemoryLimitCapacity(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	_, client := scalertest.Start(t, ns.ClientURL())
-	res := &SimResources{CPU: "96", Memory: "1Ti", CPURequested: "60", MemoryRequested: "400Gi"}
-	sim, err := NewSim("gpu-a", SimConfig{GPUs: 8, Seed: 1, Resources: res})
+	res := &sim.Resources{CPU: "96", Memory: "1Ti", CPURequested: "60", MemoryRequested: "400Gi"}
+	simulated, err := sim.New("gpu-a", sim.Config{GPUs: 8, Seed: 1, Resources: res})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: sim.Scheduling, NodeResources: sim.Resources},
-		sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	runCollector(t, Config{Node: "gpu-a", Interval: 20 * time.Millisecond, CollectorID: "test", NodeScheduling: simulated.Scheduling, NodeResources: simulated.Resources},
+		simulated, simulated, simulated, natstest.Connect(t, ns.ClientURL()).Conn)
 	pubQueue(t, ns.ClientURL(), "ml", "train", 50)
 	backlog := func(md map[string]string) float64 {
 		md["queue"], md["capacityAware"], md["gpusPerReplica"], md["scalerAddress"] = "train", "true", "1", "gpuscaler:9090"
@@ -178,14 +196,14 @@ func TestCPUAndMemoryLimitCapacity(t *testing.T) {
 		t.Fatalf("memoryPerReplica alone: backlog capped at %v, want 3", got)
 	}
 
-	res = &SimResources{CPU: "96", Memory: "1Ti", CPURequested: "10", MemoryRequested: "400Gi"}
-	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1, Resources: res}); err != nil {
+	res = &sim.Resources{CPU: "96", Memory: "1Ti", CPURequested: "10", MemoryRequested: "400Gi"}
+	if err := simulated.SetConfig(sim.Config{GPUs: 8, Seed: 1, Resources: res}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(job()) == 3 })
 
 	// A node that does not report its CPU and memory counts on its GPUs alone.
-	if err := sim.SetConfig(SimConfig{GPUs: 8, Seed: 1}); err != nil {
+	if err := simulated.SetConfig(sim.Config{GPUs: 8, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog(job()) == 8 })
@@ -242,8 +260,8 @@ func subscribeReports(t *testing.T, url, node string) func() []*gpuscalerv1.Node
 func TestCollectorKeepsOnlyTheNewestWhileDisconnected(t *testing.T) {
 	addr, dir := testkit.FreeAddr(t), t.TempDir()
 	ns := natstest.Start(t, addr, dir)
-	sim, _ := NewSim("n1", SimConfig{GPUs: 1})
-	c, _ := runCollector(t, Config{Node: "n1", Interval: 20 * time.Millisecond}, sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	simulated, _ := sim.New("n1", sim.Config{GPUs: 1})
+	c, _ := runCollector(t, Config{Node: "n1", Interval: 20 * time.Millisecond}, simulated, simulated, simulated, natstest.Connect(t, ns.ClientURL()).Conn)
 	reports := subscribeReports(t, ns.ClientURL(), "n1")
 	testkit.Eventually(t, 5*time.Second, func() bool { return len(reports()) > 0 })
 
@@ -326,8 +344,8 @@ gpuscaler_collector_errors_total{source="exporter",stage="source"} 0
 
 func TestNewRejectsBadNode(t *testing.T) {
 	ns := natstest.Start(t, "", "")
-	sim, _ := NewSim("n", SimConfig{GPUs: 1})
-	if _, err := New(Config{Node: "Bad_Node"}, sim, nil, nil, natstest.Connect(t, ns.ClientURL()).Conn, nil, prometheus.NewRegistry()); err == nil {
+	simulated, _ := sim.New("n", sim.Config{GPUs: 1})
+	if _, err := New(Config{Node: "Bad_Node"}, simulated, nil, nil, natstest.Connect(t, ns.ClientURL()).Conn, nil, prometheus.NewRegistry()); err == nil {
 		t.Fatal("New with node Bad_Node succeeded")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 )
 
 // TestNoCgoSources: built without cgo, --source dcgm, nvml and auto fail at start saying
@@ -44,11 +46,11 @@ func TestNoCgoSources(t *testing.T) {
 			}
 		})
 	}
-	sim, err := NewSim("n", SimConfig{GPUs: 1})
+	simulated, err := sim.New("n", sim.Config{GPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cfg := range []SourceConfig{{Kind: "sim", Sim: sim}, {Kind: "exporter", ExporterURL: "http://localhost:9400/metrics"}} {
+	for _, cfg := range []SourceConfig{{Kind: "sim", Sim: simulated}, {Kind: "exporter", ExporterURL: "http://localhost:9400/metrics"}} {
 		src, err := OpenSource(cfg)
 		if err != nil {
 			t.Fatalf("%s without cgo: %v", cfg.Kind, err)

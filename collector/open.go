@@ -23,8 +23,8 @@ type SourceConfig struct {
 	DCGMAddr string
 	// ExporterURL is the dcgm-exporter /metrics URL the exporter source scrapes.
 	ExporterURL string
-	// Sim is the simulated node the sim source reads.
-	Sim *Sim
+	// Sim is the simulated node (a collector/sim Node) the sim source reads.
+	Sim Source
 	// Log receives a source's notices (DCGM's lost connection, refused profiling
 	// fields, …); nil discards them.
 	Log *slog.Logger

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 )
 
 // TestOpenSourceAuto runs on a machine without NVIDIA libraries: auto must say what it
@@ -31,8 +33,8 @@ func TestOpenSourceAuto(t *testing.T) {
 }
 
 func TestOpenSourceKinds(t *testing.T) {
-	sim, _ := NewSim("n", SimConfig{GPUs: 1})
-	if src, err := OpenSource(SourceConfig{Kind: "sim", Sim: sim}); err != nil || src.Name() != "sim" {
+	simulated, _ := sim.New("n", sim.Config{GPUs: 1})
+	if src, err := OpenSource(SourceConfig{Kind: "sim", Sim: simulated}); err != nil || src.Name() != "sim" {
 		t.Fatalf("sim: %v, %v", src, err)
 	}
 	if _, err := OpenSource(SourceConfig{Kind: "sim"}); err == nil {

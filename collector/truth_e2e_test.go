@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -128,7 +129,7 @@ func merge(a, b podsOf) podsOf {
 // per GPU, not the device's 90%.
 func TestPerPodUsageThroughScaler(t *testing.T) {
 	util := func(v float64) *float64 { return &v }
-	sim, err := NewSim("node-1", SimConfig{GPUs: 2, Replicas: 2, Pods: []SimPod{
+	simulated, err := sim.New("node-1", sim.Config{GPUs: 2, Replicas: 2, Pods: []sim.Pod{
 		{Namespace: "ml", Name: "a-0", Labels: map[string]string{"app": "a"}, GPUs: []string{"0"}, Util: util(20)},
 		{Namespace: "ml", Name: "b-0", Labels: map[string]string{"app": "b"}, GPUs: []string{"0"}, Util: util(70)},
 	}})
@@ -137,7 +138,7 @@ func TestPerPodUsageThroughScaler(t *testing.T) {
 	}
 	ns := natstest.Start(t, "", "")
 	_, client := scalertest.Start(t, ns.ClientURL())
-	runCollector(t, Config{Node: "node-1", Interval: 50 * time.Millisecond}, sim, sim, sim, natstest.Connect(t, ns.ClientURL()).Conn)
+	runCollector(t, Config{Node: "node-1", Interval: 50 * time.Millisecond}, simulated, simulated, simulated, natstest.Connect(t, ns.ClientURL()).Conn)
 	for app, want := range map[string]float64{"a": 40, "b": 140} {
 		ref := &pb.ScaledObjectRef{Name: app, Namespace: "ml", ScalerMetadata: map[string]string{
 			"scalerAddress": "gpuscaler:9090", "podSelector": "app=" + app, "gpuUtilTarget": "70"}}

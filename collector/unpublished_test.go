@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
 )
@@ -22,14 +23,14 @@ func TestCollectorSaysWithinAnIntervalItCannotPublish(t *testing.T) {
 	url := "nats://" + testkit.FreeAddr(t)
 	nc := natstest.Connect(t, url)
 	testkit.Eventually(t, 10*time.Second, func() bool { return errors.Is(nc.Problem(), syscall.ECONNREFUSED) })
-	sim, err := NewSim("n1", SimConfig{GPUs: 1})
+	simulated, err := sim.New("n1", sim.Config{GPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log, buf := testkit.BufferLogger()
 	reg := prometheus.NewRegistry()
 	// The interval is long: the test drives the cycles itself.
-	c, err := New(Config{Node: "n1", Interval: time.Hour, NATSProblem: nc.Problem}, sim, sim, sim, nc.Conn, log, reg)
+	c, err := New(Config{Node: "n1", Interval: time.Hour, NATSProblem: nc.Problem}, simulated, simulated, simulated, nc.Conn, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

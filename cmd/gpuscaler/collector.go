@@ -20,6 +20,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector"
 	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -102,21 +103,21 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	cfg.CollectorID = firstOf(cfg.CollectorID, envOr(env, "POD_NAME"), hostname())
 	srcCfg.Every = cfg.Interval
 
-	var sim *collector.Sim
+	var simNode *sim.Node
 	if srcCfg.Kind == "sim" {
-		simCfg := collector.SimConfig{GPUs: simGPUs, Util: 50, Jitter: 5}
+		simCfg := sim.Config{GPUs: simGPUs, Util: 50, Jitter: 5}
 		if simConfigFile != "" {
-			if simCfg, err = collector.LoadSimConfig(simConfigFile); err != nil {
+			if simCfg, err = sim.LoadConfig(simConfigFile); err != nil {
 				return err
 			}
 		}
 		if simCfg.Seed == 0 {
 			simCfg.Seed = simSeed
 		}
-		if sim, err = collector.NewSim(cfg.Node, simCfg); err != nil {
+		if simNode, err = sim.New(cfg.Node, simCfg); err != nil {
 			return err
 		}
-		srcCfg.Sim = sim
+		srcCfg.Sim = simNode
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -133,8 +134,8 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		attrib collector.Attributor
 		pods   collector.PodDirectory
 	)
-	if sim != nil && !simFromCluster {
-		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = sim, sim, sim.Labels, sim.Scheduling, sim.Resources
+	if simNode != nil && !simFromCluster {
+		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = simNode, simNode, simNode.Labels, simNode.Scheduling, simNode.Resources
 	} else {
 		if simFromCluster {
 			rc, err := kube.RESTConfig(kubeconfig)
@@ -145,11 +146,11 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 			if err != nil {
 				return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 			}
-			kubelet, err := collector.NewSimCluster(sim, collector.SimClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
+			simKubelet, err := sim.NewCluster(simNode, sim.ClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
 			if err != nil {
 				return err
 			}
-			g.Go(func() error { return kubelet.Run(ctx) })
+			g.Go(func() error { return simKubelet.Run(ctx) })
 		}
 		pr, err := kubelet.NewPodResources(kubelet.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
 		if err != nil {
@@ -206,8 +207,8 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 		}
 		return c.Ready()
 	}, func(mux *http.ServeMux) {
-		if sim != nil {
-			mux.Handle("/sim", sim.Handler())
+		if simNode != nil {
+			mux.Handle("/sim", simNode.Handler())
 		}
 	})
 	if err != nil {

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpuscaler/gpuscaler/collector"
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 )
 
 // cluster is the simulated cluster's scheduler: which pod holds which GPU on which node.
-// Each node is a collector.Sim whose pods and their load the demo sets every step, so its
+// Each node is a sim.Node whose pods and their load the demo sets every step, so its
 // collector publishes real NodeReports, attributed, to the real scaler. Only the demo's
 // world goroutine touches a cluster.
 type cluster struct {
@@ -18,8 +18,8 @@ type cluster struct {
 type simNode struct {
 	name string
 	pool string // the node's "pool" label: inference or training
-	sim  *collector.Sim
-	cfg  collector.SimConfig
+	sim  *sim.Node
+	cfg  sim.Config
 	// holder[i] is the pod holding GPU i, nil when it is free.
 	holder []*pod
 }
@@ -44,12 +44,12 @@ func newCluster(nodes, gpusPerNode int, seed uint64) (*cluster, error) {
 			pool = "training"
 		}
 		name := fmt.Sprintf("gpu-node-%d", i)
-		cfg := collector.SimConfig{GPUs: gpusPerNode, Jitter: 3, Seed: seed + uint64(i)}
-		sim, err := collector.NewSim(name, cfg)
+		cfg := sim.Config{GPUs: gpusPerNode, Jitter: 3, Seed: seed + uint64(i)}
+		simulated, err := sim.New(name, cfg)
 		if err != nil {
 			return nil, err
 		}
-		c.nodes = append(c.nodes, &simNode{name: name, pool: pool, sim: sim, cfg: cfg, holder: make([]*pod, gpusPerNode)})
+		c.nodes = append(c.nodes, &simNode{name: name, pool: pool, sim: simulated, cfg: cfg, holder: make([]*pod, gpusPerNode)})
 	}
 	return c, nil
 }
@@ -121,15 +121,15 @@ func (c *cluster) gpus(pool string) int {
 // sync hands every node's pods and their load to its simulator, for its next report.
 func (c *cluster) sync() error {
 	for _, n := range c.nodes {
-		var pods []collector.SimPod
+		var pods []sim.Pod
 		for i, h := range n.holder {
 			if h == nil {
 				continue
 			}
-			k := slices.IndexFunc(pods, func(p collector.SimPod) bool { return p.Name == h.name && p.Namespace == h.namespace })
+			k := slices.IndexFunc(pods, func(p sim.Pod) bool { return p.Name == h.name && p.Namespace == h.namespace })
 			if k < 0 {
 				util := h.util
-				pods = append(pods, collector.SimPod{Namespace: h.namespace, Name: h.name, Labels: h.labels,
+				pods = append(pods, sim.Pod{Namespace: h.namespace, Name: h.name, Labels: h.labels,
 					OwnerKind: h.ownerKind, OwnerName: h.ownerName, Util: &util})
 				k = len(pods) - 1
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 	"github.com/gpuscaler/gpuscaler/collector"
+	collectorsim "github.com/gpuscaler/gpuscaler/collector/sim"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
@@ -36,7 +37,7 @@ import (
 // plain ScaledJob against one with capacityAware.
 //
 // Everything the scaler sees is built by the product's own parts and goes through its own
-// decision code: NodeReports by a collector.Collector over a collector.Sim that holds the
+// decision code: NodeReports by a collector.Collector over a collector/sim Node that holds the
 // node's Pods (encoded and decoded as the scaler's NATS follower decodes them),
 // QueueReports as the producer API (queue) fills them, a scaler.State on the
 // replay's virtual clock, and KEDA's questions (GetMetricSpec, IsActive, GetMetrics) asked
@@ -509,8 +510,8 @@ type openBNode struct {
 	model   int // index in openBInput.models
 	holders []*openBJob
 	nFree   int
-	sim     *collector.Sim
-	simCfg  collector.SimConfig
+	sim     *collectorsim.Node
+	simCfg  collectorsim.Config
 	col     *collector.Collector
 	subject string
 	last    gpuscalerv1.Event // the last report applied
@@ -556,14 +557,14 @@ func newOpenBRun(ctx context.Context, in *openBInput, capacityAware bool, p *pro
 	for i, n := range in.nodes {
 		model, _ := slices.BinarySearch(in.models, n.Model)
 		labels := map[string]string{openBModelLabel: n.Model}
-		cfg := collector.SimConfig{GPUs: n.GPUs, Model: n.Model, NodeLabels: labels}
-		sim, err := collector.NewSim(n.Name, cfg)
+		cfg := collectorsim.Config{GPUs: n.GPUs, Model: n.Model, NodeLabels: labels}
+		simNode, err := collectorsim.New(n.Name, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		// No NATS: the replay takes the collector's reports and applies them itself.
-		col, err := collector.New(collector.Config{Node: n.Name, CollectorID: openBProducer, NodeLabels: sim.Labels},
-			sim, sim, sim, nil, nil, prometheus.NewRegistry())
+		col, err := collector.New(collector.Config{Node: n.Name, CollectorID: openBProducer, NodeLabels: simNode.Labels},
+			simNode, simNode, simNode, nil, nil, prometheus.NewRegistry())
 		if err != nil {
 			return nil, err
 		}
@@ -572,7 +573,7 @@ func newOpenBRun(ctx context.Context, in *openBInput, capacityAware bool, p *pro
 			return nil, err
 		}
 		node := &openBNode{index: i, name: n.Name, model: model, holders: make([]*openBJob, n.GPUs), nFree: n.GPUs,
-			sim: sim, simCfg: cfg, col: col, subject: subject, dirty: true}
+			sim: simNode, simCfg: cfg, col: col, subject: subject, dirty: true}
 		r.nodes = append(r.nodes, node)
 		r.dirtyNodes = append(r.dirtyNodes, node)
 		r.free[model][n.GPUs]++
@@ -905,14 +906,14 @@ func (r *openBRun) flush(ctx context.Context) error {
 // applyNode hands the node's Pods to its simulator, has its collector build a report,
 // and applies it as the scaler's NATS follower would: encoded, decoded, validated.
 func (r *openBRun) applyNode(ctx context.Context, n *openBNode) error {
-	var pods []collector.SimPod
+	var pods []collectorsim.Pod
 	for i, j := range n.holders {
 		if j == nil {
 			continue
 		}
-		k := slices.IndexFunc(pods, func(p collector.SimPod) bool { return p.Name == j.name })
+		k := slices.IndexFunc(pods, func(p collectorsim.Pod) bool { return p.Name == j.name })
 		if k < 0 {
-			pods = append(pods, collector.SimPod{Namespace: openBNamespace, Name: j.name, OwnerKind: "Job", OwnerName: j.name,
+			pods = append(pods, collectorsim.Pod{Namespace: openBNamespace, Name: j.name, OwnerKind: "Job", OwnerName: j.name,
 				Labels: map[string]string{"scaledjob.keda.sh/name": r.groups[j.group].spec.name}})
 			k = len(pods) - 1
 		}

@@ -1,4 +1,4 @@
-package collector
+package sim
 
 import (
 	"os"
@@ -9,11 +9,11 @@ import (
 
 // The users' documentation of the sim source's configuration, and its example.
 const (
-	simConfigExample = "../examples/simulated-node/sim-config.yaml"
-	simConfigDoc     = "../examples/simulated-node/README.md"
+	configExample = "../../examples/simulated-node/sim-config.yaml"
+	configDoc     = "../../examples/simulated-node/README.md"
 )
 
-// jsonKeys are the configuration keys of a struct's fields, as LoadSimConfig reads them.
+// jsonKeys are the configuration keys of a struct's fields, as LoadConfig reads them.
 func jsonKeys(t *testing.T, v any) []string {
 	t.Helper()
 	var keys []string
@@ -31,18 +31,18 @@ func jsonKeys(t *testing.T, v any) []string {
 	return keys
 }
 
-// TestSimConfigExampleIsDocumented loads the example through the collector's own parser
+// TestConfigExampleIsDocumented loads the example through the collector's own parser
 // and builds a node from it, and checks every key the parser reads is in the example and
-// in the table of examples/simulated-node/README.md: a key added to SimConfig or SimPod
+// in the table of examples/simulated-node/README.md: a key added to Config or Pod
 // must be documented for users, who had only a Go comment before.
-func TestSimConfigExampleIsDocumented(t *testing.T) {
-	cfg, err := LoadSimConfig(simConfigExample)
+func TestConfigExampleIsDocumented(t *testing.T) {
+	cfg, err := LoadConfig(configExample)
 	if err != nil {
-		t.Fatalf("load %s: %v", simConfigExample, err)
+		t.Fatalf("load %s: %v", configExample, err)
 	}
-	sim, err := NewSim("gpu-node-1", cfg)
+	sim, err := New("gpu-node-1", cfg)
 	if err != nil {
-		t.Fatalf("%s: %v", simConfigExample, err)
+		t.Fatalf("%s: %v", configExample, err)
 	}
 	samples, err := sim.Collect(t.Context())
 	if err != nil {
@@ -61,20 +61,20 @@ func TestSimConfigExampleIsDocumented(t *testing.T) {
 		t.Errorf("allocatable devices of the example node: got %d, want %d", got, want)
 	}
 
-	example, err := os.ReadFile(simConfigExample)
+	example, err := os.ReadFile(configExample)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(simConfigDoc)
+	doc, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range append(jsonKeys(t, SimConfig{}), jsonKeys(t, SimPod{})...) {
+	for _, key := range append(jsonKeys(t, Config{}), jsonKeys(t, Pod{})...) {
 		if !strings.Contains(string(example), key+":") {
-			t.Errorf("%s does not show key %q", simConfigExample, key)
+			t.Errorf("%s does not show key %q", configExample, key)
 		}
 		if !strings.Contains(string(doc), "`"+key+"`") {
-			t.Errorf("%s does not document key %q", simConfigDoc, key)
+			t.Errorf("%s does not document key %q", configDoc, key)
 		}
 	}
 }

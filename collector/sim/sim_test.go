@@ -1,4 +1,4 @@
-package collector
+package sim
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -20,11 +21,11 @@ func ptr(v float64) *float64 { return &v }
 // simNode is the simulated node the collector tests use: two llm pods in ml on GPUs 0–2,
 // a pod of another namespace with the same labels on GPU 3, GPU 7 in MIG mode with one of
 // its three slices held, GPUs 4–6 free.
-func simNode() SimConfig {
-	return SimConfig{
+func simNode() Config {
+	return Config{
 		GPUs: 8,
 		MIG:  map[int][]string{7: {"1g.10gb", "1g.10gb", "3g.40gb"}},
-		Pods: []SimPod{
+		Pods: []Pod{
 			{Namespace: "ml", Name: "llm-0", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"0", "1"}, Util: ptr(80)},
 			{Namespace: "ml", Name: "llm-1", Labels: map[string]string{"app": "llm"}, OwnerKind: "Deployment", OwnerName: "llm", GPUs: []string{"2"}, Util: ptr(40)},
 			{Namespace: "other", Name: "llm-0", Labels: map[string]string{"app": "llm"}, GPUs: []string{"3"}, Util: ptr(100)},
@@ -34,8 +35,8 @@ func simNode() SimConfig {
 	}
 }
 
-func TestSimCollectAndAllocation(t *testing.T) {
-	s, err := NewSim("gpu-node-1", simNode())
+func TestCollectAndAllocation(t *testing.T) {
+	s, err := New("gpu-node-1", simNode())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestSimCollectAndAllocation(t *testing.T) {
 	if len(a.Allocatable) != 10 || len(a.Allocated) != 5 {
 		t.Fatalf("allocatable %d, allocated %d; want 10 and 5", len(a.Allocatable), len(a.Allocated))
 	}
-	if h := a.Holders[slice.GetDeviceId()]; !slices.Equal(h, []Holder{{Namespace: "ml", Pod: "tiny-0", Container: "main"}}) {
+	if h := a.Holders[slice.GetDeviceId()]; !slices.Equal(h, []attribution.Holder{{Namespace: "ml", Pod: "tiny-0", Container: "main"}}) {
 		t.Errorf("holder of slice 7/0: %+v", h)
 	}
 	if a.Allocatable[7].GetResource() != "nvidia.com/mig-1g.10gb" || a.Allocatable[7].GetMigProfile() != "1g.10gb" {
@@ -82,11 +83,11 @@ func TestSimCollectAndAllocation(t *testing.T) {
 	}
 }
 
-func TestSimIsDeterministic(t *testing.T) {
+func TestIsDeterministic(t *testing.T) {
 	collect := func(seed uint64, n int) []*gpuscalerv1.GPUSample {
 		cfg := simNode()
 		cfg.Jitter, cfg.Seed = 10, seed
-		s, err := NewSim("n", cfg)
+		s, err := New("n", cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,32 +120,32 @@ func TestSimIsDeterministic(t *testing.T) {
 	}
 }
 
-func TestSimConfigErrors(t *testing.T) {
+func TestConfigErrors(t *testing.T) {
 	tests := map[string]struct {
-		mutate func(*SimConfig)
+		mutate func(*Config)
 		want   string
 	}{
-		"unknown GPU":          {func(c *SimConfig) { c.Pods[0].GPUs = []string{"9"} }, `device "9"`},
-		"whole GPU in MIG":     {func(c *SimConfig) { c.Pods[0].GPUs = []string{"7"} }, `device "7"`},
-		"held twice":           {func(c *SimConfig) { c.Pods[1].GPUs = []string{"0"} }, "held by both"},
-		"bad profile":          {func(c *SimConfig) { c.MIG[7] = []string{"big"} }, `MIG profile "big"`},
-		"MIG on a missing GPU": {func(c *SimConfig) { c.MIG[12] = []string{"1g.10gb"} }, "GPU 12"},
-		"pod without name":     {func(c *SimConfig) { c.Pods[0].Name = "" }, "want a namespace and a name"},
-		"too many GPUs":        {func(c *SimConfig) { c.GPUs = 1000 }, "at most 256"},
+		"unknown GPU":          {func(c *Config) { c.Pods[0].GPUs = []string{"9"} }, `device "9"`},
+		"whole GPU in MIG":     {func(c *Config) { c.Pods[0].GPUs = []string{"7"} }, `device "7"`},
+		"held twice":           {func(c *Config) { c.Pods[1].GPUs = []string{"0"} }, "held by both"},
+		"bad profile":          {func(c *Config) { c.MIG[7] = []string{"big"} }, `MIG profile "big"`},
+		"MIG on a missing GPU": {func(c *Config) { c.MIG[12] = []string{"1g.10gb"} }, "GPU 12"},
+		"pod without name":     {func(c *Config) { c.Pods[0].Name = "" }, "want a namespace and a name"},
+		"too many GPUs":        {func(c *Config) { c.GPUs = 1000 }, "at most 256"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := simNode()
 			tc.mutate(&cfg)
-			if _, err := NewSim("n", cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("NewSim error %v, want one containing %q", err, tc.want)
+			if _, err := New("n", cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
 }
 
-func TestSimHandlerAndFile(t *testing.T) {
-	s, err := NewSim("n", SimConfig{GPUs: 2})
+func TestHandlerAndFile(t *testing.T) {
+	s, err := New("n", Config{GPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,18 +187,18 @@ func TestSimHandlerAndFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("gpus: 4\nutil: 20\nmig: {3: [1g.10gb, 1g.10gb]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadSimConfig(path)
+	cfg, err := LoadConfig(path)
 	if err != nil || cfg.GPUs != 4 || cfg.Util != 20 || len(cfg.MIG[3]) != 2 {
-		t.Fatalf("LoadSimConfig = %+v, %v", cfg, err)
+		t.Fatalf("LoadConfig = %+v, %v", cfg, err)
 	}
 }
 
-// TestSimTimeSlicing: with replicas, each whole GPU is offered as "<uuid>::<n>"
+// TestTimeSlicing: with replicas, each whole GPU is offered as "<uuid>::<n>"
 // (k8s-device-plugin NewAnnotatedID), several pods may name it, it runs at the sum of
 // their utilisations, and PodUsage gives each pod its own.
-func TestSimTimeSlicing(t *testing.T) {
+func TestTimeSlicing(t *testing.T) {
 	util := func(v float64) *float64 { return &v }
-	s, err := NewSim("n1", SimConfig{GPUs: 2, Replicas: 4, Pods: []SimPod{
+	s, err := New("n1", Config{GPUs: 2, Replicas: 4, Pods: []Pod{
 		{Namespace: "ml", Name: "a", GPUs: []string{"0"}, Util: util(30)},
 		{Namespace: "ml", Name: "b", GPUs: []string{"0"}, Util: util(50)},
 		{Namespace: "ml", Name: "c", GPUs: []string{"1"}, Util: util(20)},
@@ -229,18 +230,18 @@ func TestSimTimeSlicing(t *testing.T) {
 	if _, ok := usage[samples[1].GetUuid()]; ok {
 		t.Fatal("GPU 1, held by one pod, has per-pod usage; want none")
 	}
-	if _, err := NewSim("n1", SimConfig{GPUs: 1, Replicas: 2, Pods: []SimPod{
+	if _, err := New("n1", Config{GPUs: 1, Replicas: 2, Pods: []Pod{
 		{Namespace: "ml", Name: "a", GPUs: []string{"0"}}, {Namespace: "ml", Name: "b", GPUs: []string{"0"}}, {Namespace: "ml", Name: "c", GPUs: []string{"0"}},
 	}}); err == nil || !strings.Contains(err.Error(), "more than its 2 replicas") {
 		t.Fatalf("three pods on two replicas: %v", err)
 	}
 }
 
-// TestSimResources: a simulated node reports the CPU and memory its configuration gives,
+// TestResources: a simulated node reports the CPU and memory its configuration gives,
 // as quantities, and none (unknown) when it gives none; a quantity that does not parse,
 // or a figure beyond a NodeReport's bounds, is refused.
-func TestSimResources(t *testing.T) {
-	sim, err := NewSim("n1", SimConfig{GPUs: 1, Resources: &SimResources{CPU: "191500m", Memory: "2Ti", CPURequested: "8", MemoryRequested: "64Gi"}})
+func TestResources(t *testing.T) {
+	sim, err := New("n1", Config{GPUs: 1, Resources: &Resources{CPU: "191500m", Memory: "2Ti", CPURequested: "8", MemoryRequested: "64Gi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,30 +249,30 @@ func TestSimResources(t *testing.T) {
 	if got := sim.Resources(); !proto.Equal(got, want) {
 		t.Fatalf("Resources() = %v, want %v", got, want)
 	}
-	if err := sim.SetConfig(SimConfig{GPUs: 1, Resources: &SimResources{CPU: "4", Memory: "1Gi"}}); err != nil {
+	if err := sim.SetConfig(Config{GPUs: 1, Resources: &Resources{CPU: "4", Memory: "1Gi"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := sim.Resources(); got.GetCpuRequestedMillis() != 0 || got.GetMemoryAllocatableBytes() != 1<<30 {
 		t.Fatalf("Resources() = %v, want nothing requested", got)
 	}
-	if err := sim.SetConfig(SimConfig{GPUs: 1}); err != nil || sim.Resources() != nil {
+	if err := sim.SetConfig(Config{GPUs: 1}); err != nil || sim.Resources() != nil {
 		t.Fatalf("no resources configured: Resources() = %v, %v; want nil (unknown)", sim.Resources(), err)
 	}
-	pods := []SimPod{{Namespace: "ml", Name: "a", GPUs: []string{"0"}, CPU: "500m", Memory: "1Gi"}, {Namespace: "ml", Name: "b", Memory: "1Gi"}}
-	if err := sim.SetConfig(SimConfig{GPUs: 1, Pods: pods, Resources: &SimResources{CPU: "4", Memory: "8Gi", CPURequested: "1"}}); err != nil {
+	pods := []Pod{{Namespace: "ml", Name: "a", GPUs: []string{"0"}, CPU: "500m", Memory: "1Gi"}, {Namespace: "ml", Name: "b", Memory: "1Gi"}}
+	if err := sim.SetConfig(Config{GPUs: 1, Pods: pods, Resources: &Resources{CPU: "4", Memory: "8Gi", CPURequested: "1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := sim.Resources(); got.GetCpuRequestedMillis() != 1500 || got.GetMemoryRequestedBytes() != 2<<30 {
 		t.Fatalf("Resources() = %v, want the pods' requests added to the node's", got)
 	}
-	for _, bad := range []*SimResources{
+	for _, bad := range []*Resources{
 		{CPU: "lots", Memory: "1Gi"},
 		{CPU: "4"},
 		{CPU: "4", Memory: "1Gi", CPURequested: "-1"},
 		{CPU: "4", Memory: "2Pi"},
 		{CPU: "4", Memory: "1Gi", CPURequested: "9Ei"},
 	} {
-		if err := sim.SetConfig(SimConfig{GPUs: 1, Resources: bad}); err == nil {
+		if err := sim.SetConfig(Config{GPUs: 1, Resources: bad}); err == nil {
 			t.Errorf("SetConfig with resources %+v: nil error, want one", *bad)
 		}
 	}

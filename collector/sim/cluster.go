@@ -1,4 +1,4 @@
-package collector
+package sim
 
 import (
 	"cmp"
@@ -32,7 +32,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector/mig"
 )
 
-// SimCluster makes a simulated node follow a real cluster, for end-to-end tests on fake
+// Cluster makes a simulated node follow a real cluster, for end-to-end tests on fake
 // nodes (kwok) where no kubelet runs: the pods the scheduler bound to the node hold its
 // simulated GPUs, handed out as the kubelet's device manager would, and a kubelet
 // pod-resources API (v1) served on a unix socket says which container holds which
@@ -52,9 +52,9 @@ import (
 // refused as the kubelet refuses it at admission: it holds nothing, and a warning says so.
 //
 // A GPU whose pods are not Ready yet (loading their model) reads as idle; a Ready pod's
-// GPU runs at the node's utilisation (SimConfig.Util, which PUT /sim changes).
-type SimCluster struct {
-	sim    *Sim
+// GPU runs at the node's utilisation (Config.Util, which PUT /sim changes).
+type Cluster struct {
+	sim    *Node
 	node   string
 	socket string
 	client dynamic.Interface
@@ -78,7 +78,7 @@ type clusterPod struct {
 	// requests are what a pod not yet admitted asks for, by container; devices what
 	// each container holds once it is.
 	requests map[string][]gpuRequest
-	devices  map[string][]simOffer
+	devices  map[string][]offer
 }
 
 // gpuRequest is count devices of a GPU resource, from a container's limits.
@@ -87,16 +87,16 @@ type gpuRequest struct {
 	count    int
 }
 
-// simOffer is a device the simulated node's device plugin offers: its id, its resource
-// and the SimPod name of the device it is on ("3", "7/1").
-type simOffer struct {
+// offer is a device the simulated node's device plugin offers: its id, its resource
+// and the Pod name of the device it is on ("3", "7/1").
+type offer struct {
 	id, resource, device string
 	gpu                  int
 }
 
-// SimClusterConfig says which node a SimCluster follows and where it serves the kubelet's
+// ClusterConfig says which node a Cluster follows and where it serves the kubelet's
 // pod-resources API.
-type SimClusterConfig struct {
+type ClusterConfig struct {
 	Node string
 	// Socket is the path of the pod-resources socket to serve; the collector's
 	// PodResources reads it (--pod-resources-socket).
@@ -106,9 +106,9 @@ type SimClusterConfig struct {
 	Log    *slog.Logger
 }
 
-// NewSimCluster makes sim's pods come from the cluster. sim must not configure pods of
+// NewCluster makes sim's pods come from the cluster. sim must not configure pods of
 // its own.
-func NewSimCluster(sim *Sim, cfg SimClusterConfig) (*SimCluster, error) {
+func NewCluster(sim *Node, cfg ClusterConfig) (*Cluster, error) {
 	switch {
 	case cfg.Node == "":
 		return nil, errors.New("simulation from the cluster: no node name")
@@ -127,13 +127,13 @@ func NewSimCluster(sim *Sim, cfg SimClusterConfig) (*SimCluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &SimCluster{sim: sim, node: cfg.Node, socket: cfg.Socket, client: cfg.Client, log: log,
+	return &Cluster{sim: sim, node: cfg.Node, socket: cfg.Socket, client: cfg.Client, log: log,
 		held: map[string]*clusterPod{}, refused: map[string]bool{}, list: &podresourcesv1.ListPodResourcesResponse{}}, nil
 }
 
 // Run serves the pod-resources API on the socket and follows the node's pods until ctx
 // ends.
-func (c *SimCluster) Run(ctx context.Context) error {
+func (c *Cluster) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(c.socket), 0o755); err != nil {
 		return fmt.Errorf("simulated kubelet: %w", err)
 	}
@@ -147,7 +147,7 @@ func (c *SimCluster) Run(ctx context.Context) error {
 		return fmt.Errorf("simulated kubelet: serve pod-resources on %s: %w", c.socket, err)
 	}
 	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &simKubelet{c: c})
+	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubeletServer{c: c})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	defer func() {
@@ -212,7 +212,7 @@ func (c *SimCluster) Run(ctx context.Context) error {
 
 // Sync makes the devices follow pods, the node's pods as the API has them: pods that
 // ended or are gone free theirs, new ones get theirs in the order they were created.
-func (c *SimCluster) Sync(pods []*unstructured.Unstructured) error {
+func (c *Cluster) Sync(pods []*unstructured.Unstructured) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var active []*clusterPod
@@ -276,19 +276,19 @@ func (c *SimCluster) Sync(pods []*unstructured.Unstructured) error {
 
 // allocate hands p's containers the devices they ask for, least used GPU first, then
 // the lowest index, and marks them used; it hands out nothing when one does not fit.
-func allocate(p *clusterPod, offers []simOffer, used map[string]bool, perGPU map[int]int) error {
-	got := map[string][]simOffer{}
+func allocate(p *clusterPod, offers []offer, used map[string]bool, perGPU map[int]int) error {
+	got := map[string][]offer{}
 	taken := map[string]bool{}
 	takenPerGPU := map[int]int{}
 	for _, container := range p.containers {
 		for _, req := range p.requests[container] {
-			var free []simOffer
+			var free []offer
 			for _, o := range offers {
 				if o.resource == req.resource && !used[o.id] && !taken[o.id] {
 					free = append(free, o)
 				}
 			}
-			slices.SortStableFunc(free, func(a, b simOffer) int {
+			slices.SortStableFunc(free, func(a, b offer) int {
 				return cmp.Or(cmp.Compare(perGPU[a.gpu]+takenPerGPU[a.gpu], perGPU[b.gpu]+takenPerGPU[b.gpu]), cmp.Compare(a.gpu, b.gpu))
 			})
 			if req.count > len(free) {
@@ -343,9 +343,9 @@ func podRequests(u *unstructured.Unstructured) ([]string, map[string][]gpuReques
 
 // publish tells the simulation who holds what, and makes the pod-resources answer.
 // c.mu must be held.
-func (c *SimCluster) publish(active []*clusterPod) error {
+func (c *Cluster) publish(active []*clusterPod) error {
 	idle := 0.0
-	var pods []SimPod
+	var pods []Pod
 	list := &podresourcesv1.ListPodResourcesResponse{}
 	for _, p := range active {
 		pr := &podresourcesv1.PodResources{Name: p.name, Namespace: p.namespace}
@@ -364,7 +364,7 @@ func (c *SimCluster) publish(active []*clusterPod) error {
 			if len(names) == 0 {
 				continue
 			}
-			sp := SimPod{Namespace: p.namespace, Name: p.name, Container: container, GPUs: names, uid: p.uid}
+			sp := Pod{Namespace: p.namespace, Name: p.name, Container: container, GPUs: names, uid: p.uid}
 			if !p.ready {
 				sp.Util = &idle // loading its model
 			}
@@ -387,19 +387,19 @@ func podReady(u *unstructured.Unstructured) bool {
 	return false
 }
 
-// simKubelet serves the kubelet's pod-resources API (v1) for a SimCluster.
-type simKubelet struct {
+// kubeletServer serves the kubelet's pod-resources API (v1) for a Cluster.
+type kubeletServer struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
-	c *SimCluster
+	c *Cluster
 }
 
-func (k *simKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+func (k *kubeletServer) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	k.c.mu.Lock()
 	defer k.c.mu.Unlock()
 	return k.c.list, nil
 }
 
-func (k *simKubelet) Get(_ context.Context, r *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+func (k *kubeletServer) Get(_ context.Context, r *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
 	k.c.mu.Lock()
 	defer k.c.mu.Unlock()
 	for _, p := range k.c.list.GetPodResources() {
@@ -410,7 +410,7 @@ func (k *simKubelet) Get(_ context.Context, r *podresourcesv1.GetPodResourcesReq
 	return nil, status.Errorf(codes.NotFound, "pod %s/%s not found on node %s", r.GetPodNamespace(), r.GetPodName(), k.c.node)
 }
 
-func (k *simKubelet) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+func (k *kubeletServer) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
 	resp := &podresourcesv1.AllocatableResourcesResponse{}
 	for _, o := range k.c.sim.offers() {
 		resp.Devices = append(resp.Devices, &podresourcesv1.ContainerDevices{ResourceName: o.resource, DeviceIds: []string{o.id}})

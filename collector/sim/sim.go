@@ -1,4 +1,11 @@
-package collector
+// Package sim is the collector's "sim" GPU source: a simulated GPU node (Node) whose
+// GPUs, MIG slices, pods and load come from a configuration (Config, which
+// examples/simulated-node documents) and may change while it runs, for the demo, replay,
+// tests and clusters without GPUs. A Node plays the kubelet and the Kubernetes API too;
+// Cluster makes it follow a real cluster's pods instead, serving the kubelet's
+// pod-resources API for fake nodes (kwok). It imports nothing of the collector's: a Node
+// is a collector.Source, Attributor and PodDirectory by their methods alone.
+package sim
 
 import (
 	"cmp"
@@ -18,11 +25,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpuscaler/gpuscaler/collector/attribution"
 	"github.com/gpuscaler/gpuscaler/collector/mig"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// SimConfig describes a simulated GPU node: its GPUs, their MIG slices, the pods holding
+// Config describes a simulated GPU node: its GPUs, their MIG slices, the pods holding
 // them and how busy those pods are. It reads from YAML or JSON:
 //
 //	gpus: 8
@@ -42,12 +50,12 @@ import (
 // With replicas above 1, each whole GPU is offered as that many devices "<uuid>::<n>",
 // as NVIDIA's device plugin does for time-slicing and MPS; up to that many pods may name
 // the same GPU, and it runs at the sum of their utilisations (at most 100%).
-type SimConfig struct {
+type Config struct {
 	GPUs      int              `json:"gpus"`
 	Model     string           `json:"model,omitempty"`
 	MemoryGiB int              `json:"memoryGiB,omitempty"`
 	MIG       map[int][]string `json:"mig,omitempty"`
-	Pods      []SimPod         `json:"pods,omitempty"`
+	Pods      []Pod            `json:"pods,omitempty"`
 	Util      float64          `json:"util,omitempty"`
 	Jitter    float64          `json:"jitter,omitempty"`
 	Seed      uint64           `json:"seed,omitempty"`
@@ -57,8 +65,8 @@ type SimConfig struct {
 	// NoExecute only: the effects that keep a pod off), as its Node would say: capacity
 	// leaves out a node the scheduler would place no Job on. On a node whose pods come
 	// from the cluster (--sim-from-cluster), the Node object says this instead.
-	Unschedulable bool       `json:"unschedulable,omitempty"`
-	Taints        []SimTaint `json:"taints,omitempty"`
+	Unschedulable bool    `json:"unschedulable,omitempty"`
+	Taints        []Taint `json:"taints,omitempty"`
 	// Replicas shares each whole GPU among up to this many pods (time-slicing); 0 or 1
 	// does not share.
 	Replicas int `json:"replicas,omitempty"`
@@ -66,13 +74,13 @@ type SimConfig struct {
 	// cpuPerReplica or memoryPerReplica; nil reports none (unknown). On a node whose pods
 	// come from the cluster (--sim-from-cluster), the Node's status.allocatable and its
 	// pods' requests say this instead.
-	Resources *SimResources `json:"resources,omitempty"`
+	Resources *Resources `json:"resources,omitempty"`
 }
 
-// SimResources is a simulated node's CPU and memory, as Kubernetes quantities ("192",
+// Resources is a simulated node's CPU and memory, as Kubernetes quantities ("192",
 // "191500m", "2Ti"): allocatable, and requested by the pods bound to it besides the
 // configured pods, whose own cpu and memory add to it (none when empty).
-type SimResources struct {
+type Resources struct {
 	CPU             string `json:"cpu"`
 	Memory          string `json:"memory"`
 	CPURequested    string `json:"cpuRequested,omitempty"`
@@ -80,7 +88,7 @@ type SimResources struct {
 }
 
 // report returns r as a NodeReport carries it, or why it cannot.
-func (r *SimResources) report(pods []SimPod) (*gpuscalerv1.NodeResources, error) {
+func (r *Resources) report(pods []Pod) (*gpuscalerv1.NodeResources, error) {
 	if r == nil {
 		return nil, nil
 	}
@@ -120,16 +128,16 @@ func (r *SimResources) report(pods []SimPod) (*gpuscalerv1.NodeResources, error)
 	return res, nil
 }
 
-// SimTaint is a taint of the simulated node, as a Node's spec.taints holds it.
-type SimTaint struct {
+// Taint is a taint of the simulated node, as a Node's spec.taints holds it.
+type Taint struct {
 	Key    string `json:"key"`
 	Value  string `json:"value,omitempty"`
 	Effect string `json:"effect"`
 }
 
-// SimPod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
+// Pod is a simulated pod and the devices it holds: "3" is GPU 3, "7/1" is slice 1 of
 // GPU 7 (in MIG mode).
-type SimPod struct {
+type Pod struct {
 	Namespace string            `json:"namespace"`
 	Name      string            `json:"name"`
 	Container string            `json:"container,omitempty"`
@@ -140,43 +148,43 @@ type SimPod struct {
 	// Util is this pod's utilisation in percent; nil uses the node's.
 	Util *float64 `json:"util,omitempty"`
 	// CPU and Memory are the pod's requests, Kubernetes quantities ("8", "64Gi"): they add
-	// to the node's cpuRequested and memoryRequested (see SimResources). Empty: none.
+	// to the node's cpuRequested and memoryRequested (see Resources). Empty: none.
 	CPU    string `json:"cpu,omitempty"`
 	Memory string `json:"memory,omitempty"`
 
-	// uid is the pod's real UID, for a pod that comes from the cluster (SimCluster);
+	// uid is the pod's real UID, for a pod that comes from the cluster (Cluster);
 	// configured pods get a made-up one.
 	uid string
 }
 
-// LoadSimConfig reads a SimConfig from a YAML or JSON file.
-func LoadSimConfig(path string) (SimConfig, error) {
+// LoadConfig reads a Config from a YAML or JSON file.
+func LoadConfig(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return SimConfig{}, err
+		return Config{}, err
 	}
-	var c SimConfig
+	var c Config
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return SimConfig{}, fmt.Errorf("simulation config %s: %w", path, err)
+		return Config{}, fmt.Errorf("simulation config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Sim is a simulated GPU node: a Source whose readings follow the configured load, an
-// Attributor that hands the devices to the configured pods, and a PodDirectory that
-// knows them. Its pods and load can change while it runs (SetConfig, or PUT on its
+// Node is a simulated GPU node: a collector.Source whose readings follow the configured
+// load, a collector.Attributor that hands the devices to the configured pods, and a
+// collector.PodDirectory that knows them. Its pods and load can change while it runs (SetConfig, or PUT on its
 // Handler), which is how the demo moves a workload. It is safe for concurrent use.
-type Sim struct {
+type Node struct {
 	node string
 	mu   sync.Mutex // guards cfg, devices, holders and tick
-	cfg  SimConfig
+	cfg  Config
 	// devices lists the node's devices in a fixed order, and holders who holds each, in
 	// the order of the configuration (replica n of a shared GPU goes to its n-th pod).
-	devices []simDevice
-	holders map[string][]*SimPod
-	uids    map[*SimPod]string // each configured pod's UID, made once
+	devices []device
+	holders map[string][]*Pod
+	uids    map[*Pod]string // each configured pod's UID, made once
 	tick    uint64
-	// fromCluster says the pods come from the cluster (SimCluster), not the
+	// fromCluster says the pods come from the cluster (Cluster), not the
 	// configuration.
 	fromCluster bool
 	// resources is what cfg.Resources gives, as reports carry it; nil when unknown.
@@ -184,7 +192,7 @@ type Sim struct {
 	resources *gpuscalerv1.NodeResources
 }
 
-type simDevice struct {
+type device struct {
 	gpu     int
 	slice   int // -1 for a whole GPU
 	uuid    string
@@ -193,9 +201,9 @@ type simDevice struct {
 	memory  uint64 // bytes
 }
 
-// NewSim builds a simulated node named node.
-func NewSim(node string, cfg SimConfig) (*Sim, error) {
-	s := &Sim{node: node}
+// New builds a simulated node named node.
+func New(node string, cfg Config) (*Node, error) {
+	s := &Node{node: node}
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -203,9 +211,9 @@ func NewSim(node string, cfg SimConfig) (*Sim, error) {
 }
 
 // SetConfig replaces the node's GPUs, pods and load. On a node whose pods come from the
-// cluster (SimCluster), the configuration may not name pods, nor change the GPUs the
+// cluster (Cluster), the configuration may not name pods, nor change the GPUs the
 // kubelet hands out; the cluster's pods are kept.
-func (s *Sim) SetConfig(cfg SimConfig) error {
+func (s *Node) SetConfig(cfg Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg = cfg.withDefaults()
@@ -223,7 +231,7 @@ func (s *Sim) SetConfig(cfg SimConfig) error {
 }
 
 // withDefaults fills in what cfg leaves out.
-func (cfg SimConfig) withDefaults() SimConfig {
+func (cfg Config) withDefaults() Config {
 	if cfg.GPUs <= 0 {
 		cfg.GPUs = 8
 	}
@@ -237,7 +245,7 @@ func (cfg SimConfig) withDefaults() SimConfig {
 }
 
 // setLocked checks cfg and makes it the node's. s.mu must be held.
-func (s *Sim) setLocked(cfg SimConfig) error {
+func (s *Node) setLocked(cfg Config) error {
 	cfg = cfg.withDefaults()
 	if cfg.GPUs > gpuscalerv1.MaxGPUs {
 		return fmt.Errorf("simulation: %d GPUs, at most %d", cfg.GPUs, gpuscalerv1.MaxGPUs)
@@ -249,14 +257,14 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 	if err != nil {
 		return err
 	}
-	devices := make([]simDevice, 0, cfg.GPUs)
+	devices := make([]device, 0, cfg.GPUs)
 	byName := map[string]int{}
 	for i := range cfg.GPUs {
-		uuid := simUUID("GPU", s.node, i, -1)
+		uuid := uuidOf("GPU", s.node, i, -1)
 		slices := cfg.MIG[i]
 		if len(slices) == 0 {
 			byName[fmt.Sprint(i)] = len(devices)
-			devices = append(devices, simDevice{gpu: i, slice: -1, uuid: uuid, id: uuid, memory: uint64(cfg.MemoryGiB) << 30})
+			devices = append(devices, device{gpu: i, slice: -1, uuid: uuid, id: uuid, memory: uint64(cfg.MemoryGiB) << 30})
 			continue
 		}
 		for k, profile := range slices {
@@ -265,7 +273,7 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 				return fmt.Errorf("simulation: GPU %d slice %d: %w", i, k, err)
 			}
 			byName[fmt.Sprintf("%d/%d", i, k)] = len(devices)
-			devices = append(devices, simDevice{gpu: i, slice: k, uuid: uuid, id: simUUID("MIG", s.node, i, k), profile: profile, memory: uint64(gb) << 30})
+			devices = append(devices, device{gpu: i, slice: k, uuid: uuid, id: uuidOf("MIG", s.node, i, k), profile: profile, memory: uint64(gb) << 30})
 		}
 	}
 	if cfg.Replicas < 0 || cfg.Replicas > gpuscalerv1.MaxPodsPerGPU {
@@ -279,7 +287,7 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 			return fmt.Errorf("simulation: MIG slices for GPU %d, which this node of %d GPUs does not have", g, cfg.GPUs)
 		}
 	}
-	holders := map[string][]*SimPod{}
+	holders := map[string][]*Pod{}
 	for i := range cfg.Pods {
 		p := &cfg.Pods[i]
 		if err := gpuscalerv1.ValidateNamespace(p.Namespace); err != nil || p.Name == "" {
@@ -303,16 +311,16 @@ func (s *Sim) setLocked(cfg SimConfig) error {
 			holders[id] = append(others, p)
 		}
 	}
-	uids := make(map[*SimPod]string, len(cfg.Pods))
+	uids := make(map[*Pod]string, len(cfg.Pods))
 	for i := range cfg.Pods {
-		uids[&cfg.Pods[i]] = cmp.Or(cfg.Pods[i].uid, simUUID("pod", s.node, i, -1))
+		uids[&cfg.Pods[i]] = cmp.Or(cfg.Pods[i].uid, uuidOf("pod", s.node, i, -1))
 	}
 	s.cfg, s.devices, s.holders, s.uids, s.resources = cfg, devices, holders, uids, resources
 	return nil
 }
 
 // Labels returns the simulated node's labels, as the Collector's NodeLabels wants them.
-func (s *Sim) Labels() map[string]string {
+func (s *Node) Labels() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.NodeLabels
@@ -320,7 +328,7 @@ func (s *Sim) Labels() map[string]string {
 
 // Scheduling returns whether the scheduler places pods on the simulated node, as the
 // Collector's NodeScheduling wants it: a simulated node always knows.
-func (s *Sim) Scheduling() *gpuscalerv1.NodeScheduling {
+func (s *Node) Scheduling() *gpuscalerv1.NodeScheduling {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.scheduling()
@@ -329,13 +337,13 @@ func (s *Sim) Scheduling() *gpuscalerv1.NodeScheduling {
 // Resources returns the simulated node's CPU and memory, as the Collector's
 // NodeResources wants them: nil when the configuration gives none. The result is not
 // changed afterwards: callers must not change it either.
-func (s *Sim) Resources() *gpuscalerv1.NodeResources {
+func (s *Node) Resources() *gpuscalerv1.NodeResources {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.resources
 }
 
-func (cfg SimConfig) scheduling() *gpuscalerv1.NodeScheduling {
+func (cfg Config) scheduling() *gpuscalerv1.NodeScheduling {
 	sch := &gpuscalerv1.NodeScheduling{Unschedulable: cfg.Unschedulable}
 	for _, t := range cfg.Taints {
 		sch.Taints = append(sch.Taints, &gpuscalerv1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
@@ -344,17 +352,17 @@ func (cfg SimConfig) scheduling() *gpuscalerv1.NodeScheduling {
 }
 
 // Config returns the current configuration.
-func (s *Sim) Config() SimConfig {
+func (s *Node) Config() Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg
 }
 
-func (s *Sim) Name() string { return "sim" }
+func (s *Node) Name() string { return "sim" }
 
 // Collect returns each device's readings: a held device runs at its pod's utilisation
 // (or the node's) plus deterministic noise, a free one idles.
-func (s *Sim) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+func (s *Node) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -394,7 +402,7 @@ func (s *Sim) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 }
 
 // podUtil is a pod's configured utilisation, or the node's. s.mu must be held.
-func (s *Sim) podUtil(p *SimPod) float64 {
+func (s *Node) podUtil(p *Pod) float64 {
 	if p.Util != nil {
 		return *p.Util
 	}
@@ -403,7 +411,7 @@ func (s *Sim) podUtil(p *SimPod) float64 {
 
 // PodUsage gives each pod's own utilisation of a shared GPU, as NVML's per-process
 // samples would: its configured figure, without noise.
-func (s *Sim) PodUsage() map[string]map[string]float64 {
+func (s *Node) PodUsage() map[string]map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]map[string]float64{}
@@ -422,23 +430,23 @@ func (s *Sim) PodUsage() map[string]map[string]float64 {
 }
 
 // podUID is a configured pod's UID. s.mu must be held.
-func (s *Sim) podUID(p *SimPod) string { return s.uids[p] }
+func (s *Node) podUID(p *Pod) string { return s.uids[p] }
 
 // noise is a deterministic value in [-1, 1] for a device, a channel and the current tick.
-func (s *Sim) noise(d simDevice, channel uint64) float64 {
+func (s *Node) noise(d device, channel uint64) float64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%s/%d/%d", s.cfg.Seed, d.id, channel, s.tick)
 	return float64(h.Sum64()%20001)/10000 - 1
 }
 
 // Allocation hands the devices to the configured pods, as a kubelet would report it.
-func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
+func (s *Node) Allocation(ctx context.Context) (*attribution.Allocation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := &Allocation{Holders: map[string][]Holder{}}
+	a := &attribution.Allocation{Holders: map[string][]attribution.Holder{}}
 	for _, d := range s.devices {
 		pods := s.holders[d.id]
 		for n, o := range s.offersOf(d) {
@@ -453,7 +461,7 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 			if container == "" {
 				container = "main"
 			}
-			a.Holders[dev.Id] = []Holder{{Namespace: p.Namespace, Pod: p.Name, Container: container}}
+			a.Holders[dev.Id] = []attribution.Holder{{Namespace: p.Namespace, Pod: p.Name, Container: container}}
 		}
 	}
 	return a, nil
@@ -461,15 +469,15 @@ func (s *Sim) Allocation(ctx context.Context) (*Allocation, error) {
 
 // offersOf lists what the device plugin offers of d: the device, or with time-slicing
 // (replicas above 1) each of its replicas. s.mu must be held.
-func (s *Sim) offersOf(d simDevice) []simOffer {
-	o := simOffer{id: d.id, resource: "nvidia.com/gpu", device: fmt.Sprint(d.gpu), gpu: d.gpu}
+func (s *Node) offersOf(d device) []offer {
+	o := offer{id: d.id, resource: "nvidia.com/gpu", device: fmt.Sprint(d.gpu), gpu: d.gpu}
 	if d.profile != "" {
 		o.resource, o.device = mig.ResourcePrefix+d.profile, fmt.Sprintf("%d/%d", d.gpu, d.slice)
 	}
 	if d.slice >= 0 || s.cfg.Replicas < 2 {
-		return []simOffer{o}
+		return []offer{o}
 	}
-	out := make([]simOffer, s.cfg.Replicas)
+	out := make([]offer, s.cfg.Replicas)
 	for n := range out {
 		out[n] = o
 		// NVIDIA/k8s-device-plugin internal/rm/devices.go NewAnnotatedID.
@@ -479,18 +487,18 @@ func (s *Sim) offersOf(d simDevice) []simOffer {
 }
 
 // offers lists every device the simulated device plugin offers.
-func (s *Sim) offers() []simOffer {
+func (s *Node) offers() []offer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []simOffer
+	var out []offer
 	for _, d := range s.devices {
 		out = append(out, s.offersOf(d)...)
 	}
 	return out
 }
 
-// setClusterPods makes pods, which come from the cluster (SimCluster), the node's pods.
-func (s *Sim) setClusterPods(pods []SimPod) error {
+// setClusterPods makes pods, which come from the cluster (Cluster), the node's pods.
+func (s *Node) setClusterPods(pods []Pod) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg := s.cfg
@@ -499,23 +507,23 @@ func (s *Sim) setClusterPods(pods []SimPod) error {
 }
 
 // Pod returns a configured pod's labels and owner.
-func (s *Sim) Pod(namespace, name string) (PodInfo, bool) {
+func (s *Node) Pod(namespace, name string) (attribution.PodInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := slices.IndexFunc(s.cfg.Pods, func(p SimPod) bool { return p.Namespace == namespace && p.Name == name })
+	i := slices.IndexFunc(s.cfg.Pods, func(p Pod) bool { return p.Namespace == namespace && p.Name == name })
 	if i < 0 {
-		return PodInfo{}, false
+		return attribution.PodInfo{}, false
 	}
 	p := s.cfg.Pods[i]
-	return PodInfo{UID: s.podUID(&s.cfg.Pods[i]), Labels: p.Labels, OwnerKind: p.OwnerKind, OwnerName: p.OwnerName}, true
+	return attribution.PodInfo{UID: s.podUID(&s.cfg.Pods[i]), Labels: p.Labels, OwnerKind: p.OwnerKind, OwnerName: p.OwnerName}, true
 }
 
 // Close does nothing: the simulation holds nothing.
-func (s *Sim) Close() error { return nil }
+func (s *Node) Close() error { return nil }
 
 // Handler serves the configuration: GET returns it as JSON, PUT replaces it with the
 // YAML or JSON in the body (a bad one changes nothing and answers 400 with the reason).
-func (s *Sim) Handler() http.Handler {
+func (s *Node) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet:
@@ -527,7 +535,7 @@ func (s *Sim) Handler() http.Handler {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			var c SimConfig
+			var c Config
 			if err := yaml.UnmarshalStrict(data, &c); err != nil {
 				http.Error(w, "simulation config: "+err.Error(), http.StatusBadRequest)
 				return
@@ -544,8 +552,8 @@ func (s *Sim) Handler() http.Handler {
 	})
 }
 
-// simUUID makes a stable UUID-shaped id for a simulated device.
-func simUUID(prefix, node string, gpu, slice int) string {
+// uuidOf makes a stable UUID-shaped id for a simulated device.
+func uuidOf(prefix, node string, gpu, slice int) string {
 	h := fnv.New128a()
 	fmt.Fprintf(h, "%s/%d/%d", node, gpu, slice)
 	b := h.Sum(nil)

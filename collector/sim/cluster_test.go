@@ -1,4 +1,4 @@
-package collector
+package sim
 
 import (
 	"context"
@@ -52,12 +52,23 @@ func clusterPodObj(ns, name, node string, created time.Time, ready bool, contain
 	return u
 }
 
-// runSimCluster starts a SimCluster for node over a fake API holding objs, serving its
+// newTestPodResources asks the kubelet at cfg.Socket, until the test ends.
+func newTestPodResources(t *testing.T, cfg kubelet.PodResourcesConfig) *kubelet.PodResources {
+	t.Helper()
+	p, err := kubelet.NewPodResources(cfg)
+	if err != nil {
+		t.Fatalf("NewPodResources: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// runSimCluster starts a Cluster for node over a fake API holding objs, serving its
 // pod-resources API on a socket, and returns its simulated node and fake API with the
 // collector's own client of that socket and a bare gRPC client of it.
-func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Object) (*Sim, *dynamicfake.FakeDynamicClient, *kubelet.PodResources, podresourcesv1.PodResourcesListerClient) {
+func runSimCluster(t *testing.T, node string, cfg Config, objs ...runtime.Object) (*Node, *dynamicfake.FakeDynamicClient, *kubelet.PodResources, podresourcesv1.PodResourcesListerClient) {
 	t.Helper()
-	sim, err := NewSim(node, cfg)
+	sim, err := New(node, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +76,7 @@ func runSimCluster(t *testing.T, node string, cfg SimConfig, objs ...runtime.Obj
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
 		map[schema.GroupVersionResource]string{kube.PodsResource: "PodList"}, objs...)
 	socket := collectortest.SocketPath(t)
-	sc, err := NewSimCluster(sim, SimClusterConfig{Node: node, Socket: socket, Client: client, Log: testkit.Logger(t)})
+	sc, err := NewCluster(sim, ClusterConfig{Node: node, Socket: socket, Client: client, Log: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +127,10 @@ func waitHolders(t *testing.T, pr *kubelet.PodResources, want map[string]string)
 	t.Fatalf("holders through the pod-resources socket:\n got %v\nwant %v", got, want)
 }
 
-func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
+func TestClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	const node = "kwok-gpu-1"
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	sim0, err := NewSim(node, SimConfig{GPUs: 4})
+	sim0, err := New(node, Config{GPUs: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +139,7 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	older := clusterPodObj("ml", "llm-a", node, t0, true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 2}})
 	newer := clusterPodObj("ml", "llm-b", node, t0.Add(time.Second), false, map[string]map[string]int64{"server": {"nvidia.com/gpu": 1}, "sidecar": {}})
 	elsewhere := clusterPodObj("ml", "llm-c", "another-node", t0, true, map[string]map[string]int64{"server": {"nvidia.com/gpu": 1}})
-	sim, client, pr, lister := runSimCluster(t, node, SimConfig{GPUs: 4, Util: 70}, newer, older, elsewhere)
+	sim, client, pr, lister := runSimCluster(t, node, Config{GPUs: 4, Util: 70}, newer, older, elsewhere)
 
 	// The older pod is admitted first and gets the lowest GPUs; a pod on another node
 	// holds nothing here.
@@ -181,11 +192,11 @@ func TestSimClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
 	waitHolders(t, pr, map[string]string{gpu(0): "ml/llm-d/server", gpu(1): "ml/llm-d/server", gpu(3): "ml/llm-d/server"})
 }
 
-func TestSimClusterSharedAndMIG(t *testing.T) {
+func TestClusterSharedAndMIG(t *testing.T) {
 	const node = "kwok-gpu-2"
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	cfg := SimConfig{GPUs: 3, Replicas: 2, MIG: map[int][]string{2: {"1g.10gb", "3g.40gb"}}}
-	sim0, err := NewSim(node, cfg)
+	cfg := Config{GPUs: 3, Replicas: 2, MIG: map[int][]string{2: {"1g.10gb", "3g.40gb"}}}
+	sim0, err := New(node, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,45 +217,45 @@ func TestSimClusterSharedAndMIG(t *testing.T) {
 	})
 }
 
-func TestSimClusterConfig(t *testing.T) {
-	sim, err := NewSim("n", SimConfig{GPUs: 2})
+func TestClusterConfig(t *testing.T) {
+	sim, err := New("n", Config{GPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{kube.PodsResource: "PodList"})
 	for _, tt := range []struct {
-		cfg  SimClusterConfig
+		cfg  ClusterConfig
 		want string
 	}{
-		{SimClusterConfig{Socket: "/tmp/s", Client: client}, "no node name"},
-		{SimClusterConfig{Node: "n", Client: client}, "no pod-resources socket"},
-		{SimClusterConfig{Node: "n", Socket: "/tmp/s"}, "no Kubernetes client"},
+		{ClusterConfig{Socket: "/tmp/s", Client: client}, "no node name"},
+		{ClusterConfig{Node: "n", Client: client}, "no pod-resources socket"},
+		{ClusterConfig{Node: "n", Socket: "/tmp/s"}, "no Kubernetes client"},
 	} {
-		if _, err := NewSimCluster(sim, tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("NewSimCluster(%+v): %v, want %q", tt.cfg, err, tt.want)
+		if _, err := NewCluster(sim, tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewCluster(%+v): %v, want %q", tt.cfg, err, tt.want)
 		}
 	}
-	withPods, err := NewSim("n", SimConfig{GPUs: 2, Pods: []SimPod{{Namespace: "a", Name: "b", GPUs: []string{"0"}}}})
+	withPods, err := New("n", Config{GPUs: 2, Pods: []Pod{{Namespace: "a", Name: "b", GPUs: []string{"0"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewSimCluster(withPods, SimClusterConfig{Node: "n", Socket: "/tmp/s", Client: client}); err == nil || !strings.Contains(err.Error(), "pods of its own") {
+	if _, err := NewCluster(withPods, ClusterConfig{Node: "n", Socket: "/tmp/s", Client: client}); err == nil || !strings.Contains(err.Error(), "pods of its own") {
 		t.Errorf("a simulation with pods of its own: %v", err)
 	}
 
 	// Once its pods come from the cluster, PUT /sim may change the load, not the pods
 	// or the devices they hold.
-	if _, err := NewSimCluster(sim, SimClusterConfig{Node: "n", Socket: "/tmp/s", Client: client}); err != nil {
+	if _, err := NewCluster(sim, ClusterConfig{Node: "n", Socket: "/tmp/s", Client: client}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetConfig(SimConfig{GPUs: 2, Util: 90}); err != nil {
+	if err := sim.SetConfig(Config{GPUs: 2, Util: 90}); err != nil {
 		t.Errorf("changing the utilisation: %v", err)
 	}
 	if got := sim.Config().Util; got != 90 {
 		t.Errorf("utilisation after SetConfig: %v, want 90", got)
 	}
-	for name, cfg := range map[string]SimConfig{
-		"pods":     {GPUs: 2, Pods: []SimPod{{Namespace: "a", Name: "b", GPUs: []string{"0"}}}},
+	for name, cfg := range map[string]Config{
+		"pods":     {GPUs: 2, Pods: []Pod{{Namespace: "a", Name: "b", GPUs: []string{"0"}}}},
 		"gpus":     {GPUs: 4},
 		"replicas": {GPUs: 2, Replicas: 2},
 		"mig":      {GPUs: 2, MIG: map[int][]string{1: {"7g.80gb"}}},
