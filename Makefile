@@ -75,7 +75,7 @@ lint: ## gofmt and go vet, with cgo and without (every package must build with C
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
-	$(GO) vet -tags hardware ./collector/
+	$(GO) vet -tags hardware ./collector/...
 
 # Fuzz budgets count executions, not seconds: a duration-based -fuzztime can fail with a
 # bare "context deadline exceeded" and no crasher (a race in Go's fuzz coordinator,
@@ -92,14 +92,15 @@ FUZZMINIMIZE ?= 2000x
 
 .PHONY: test-hardware
 test-hardware: ## on a machine with an NVIDIA GPU: the NVML source against nvidia-smi, the DCGM fallback, MIG profile names (hack/hardware-check.sh adds a CUDA load and the CLI)
-	$(GO) test -tags hardware -count=1 -v -run Hardware ./collector/
+	$(GO) test -tags hardware -count=1 -v -run Hardware ./collector/ ./collector/nvml/
 
 .PHONY: hardware-binaries
-hardware-binaries: ## build .hw/collector.test.gz and .hw/gpuscaler.gz, to run hack/hardware-check.sh on a GPU machine without Go
+hardware-binaries: ## build .hw/collector.test.gz, .hw/nvml.test.gz and .hw/gpuscaler.gz, to run hack/hardware-check.sh on a GPU machine without Go
 	mkdir -p .hw
 	$(GO) test -c -tags hardware -ldflags '-s -w' -o .hw/collector.test ./collector/
+	$(GO) test -c -tags hardware -ldflags '-s -w' -o .hw/nvml.test ./collector/nvml/
 	$(GO) build $(BUILDFLAGS) -o .hw/gpuscaler ./cmd/gpuscaler
-	gzip -9f .hw/collector.test .hw/gpuscaler
+	gzip -9f .hw/collector.test .hw/nvml.test .hw/gpuscaler
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME each (default 50000x: executions), minimising new inputs for FUZZMINIMIZE (2000x)

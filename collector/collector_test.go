@@ -13,8 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpuscaler/gpuscaler/collector/dcgm"
+	"github.com/gpuscaler/gpuscaler/collector/exporter"
 	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
+	"github.com/gpuscaler/gpuscaler/collector/nvml"
 	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
@@ -23,10 +26,17 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// The attributor and pod directory the gpuscaler binary gives the collector.
+// The sources, the attributors and the pod directories keep the collector's contracts
+// without importing it.
 var (
-	_ Attributor   = (*kubelet.PodResources)(nil)
-	_ PodDirectory = (*kube.PodDirectory)(nil)
+	_ Source         = (*dcgm.Source)(nil)
+	_ PodUsageSource = (*nvml.Source)(nil)
+	_ Source         = (*exporter.Source)(nil)
+	_ PodUsageSource = (*sim.Node)(nil)
+	_ Attributor     = (*kubelet.PodResources)(nil)
+	_ Attributor     = (*sim.Node)(nil)
+	_ PodDirectory   = (*kube.PodDirectory)(nil)
+	_ PodDirectory   = (*sim.Node)(nil)
 )
 
 // newTestPodResources asks the kubelet at cfg.Socket, until the test ends.

@@ -14,27 +14,23 @@ package collector
 // section records what one run saw.
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"errors"
 	"math"
 	"os"
-	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/encoding/protojson"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuscaler/gpuscaler/collector/dcgm"
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
+	"github.com/gpuscaler/gpuscaler/collector/nvml"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	"github.com/gpuscaler/gpuscaler/internal/testkit"
@@ -42,56 +38,9 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// smiGPU is one GPU as nvidia-smi reads it.
-type smiGPU struct {
-	index                 int
-	uuid, name, migMode   string
-	memTotalMiB, memUsed  float64
-	util                  float64
-	utilKnown, memUsedSet bool
-}
-
-// nvidiaSMI reads every GPU through nvidia-smi, the driver's own tool, which the
-// checks take as the truth; the test is skipped without it.
-func nvidiaSMI(t *testing.T) []smiGPU {
-	t.Helper()
-	path, err := exec.LookPath("nvidia-smi")
-	if err != nil {
-		t.Skip("no nvidia-smi on the PATH: not a GPU machine")
-	}
-	out, err := exec.Command(path, "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,mig.mode.current",
-		"--format=csv,noheader,nounits").Output()
-	if err != nil {
-		t.Fatalf("nvidia-smi: %v", err)
-	}
-	r := csv.NewReader(bytes.NewReader(out))
-	r.TrimLeadingSpace = true
-	rows, err := r.ReadAll()
-	if err != nil {
-		t.Fatalf("nvidia-smi output %q: %v", out, err)
-	}
-	var gpus []smiGPU
-	for _, row := range rows {
-		if len(row) != 7 {
-			t.Fatalf("nvidia-smi row %q: want 7 fields", row)
-		}
-		g := smiGPU{uuid: row[1], name: row[2], migMode: row[6]}
-		g.index, _ = strconv.Atoi(row[0])
-		g.memTotalMiB, _ = strconv.ParseFloat(row[3], 64)
-		var uerr, merr error
-		g.memUsed, merr = strconv.ParseFloat(row[4], 64)
-		g.memUsedSet = merr == nil
-		g.util, uerr = strconv.ParseFloat(row[5], 64)
-		g.utilKnown = uerr == nil // "[N/A]" in MIG mode
-		gpus = append(gpus, g)
-	}
-	t.Logf("nvidia-smi: %s", bytes.TrimSpace(out))
-	return gpus
-}
-
 // openHardwareNVML opens the NVML source as the collector does (OpenSource), logging
 // to the test.
-func openHardwareNVML(t *testing.T, reg prometheus.Registerer) *nvmlSource {
+func openHardwareNVML(t *testing.T, reg prometheus.Registerer) Source {
 	t.Helper()
 	src, err := OpenSource(SourceConfig{Kind: "nvml", Every: time.Second, Log: testkit.Logger(t), Registerer: reg})
 	if err != nil {
@@ -102,86 +51,14 @@ func openHardwareNVML(t *testing.T, reg prometheus.Registerer) *nvmlSource {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return src.(*nvmlSource)
-}
-
-func logSamples(t *testing.T, what string, samples []*gpuscalerv1.GPUSample) {
-	t.Helper()
-	for _, s := range samples {
-		t.Logf("%s: %s", what, protojson.Format(s))
-	}
-}
-
-// loadPID is the PID of the CUDA load the check script started, 0 without one.
-func loadPID(t *testing.T) (pid uint32, heldMiB float64) {
-	t.Helper()
-	v := os.Getenv("GPUSCALER_HW_LOAD_PID")
-	if v == "" {
-		return 0, 0
-	}
-	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil {
-		t.Fatalf("GPUSCALER_HW_LOAD_PID=%q: %v", v, err)
-	}
-	mib, _ := strconv.ParseFloat(os.Getenv("GPUSCALER_HW_LOAD_MIB"), 64)
-	return uint32(n), mib
-}
-
-// TestHardwareNVMLAgreesWithNVIDIASMI: every GPU nvidia-smi lists is reported once,
-// under its UUID, index and name, with its framebuffer total exact to the MiB, its
-// utilisation and memory in use present (never absent on a healthy GPU) and healthy.
-func TestHardwareNVMLAgreesWithNVIDIASMI(t *testing.T) {
-	smi := nvidiaSMI(t)
-	src := openHardwareNVML(t, nil)
-	time.Sleep(time.Second) // a utilisation window after the source's first read
-	samples, err := src.Collect(t.Context())
-	if err != nil {
-		t.Fatalf("Collect: %v", err)
-	}
-	logSamples(t, "NVML sample", samples)
-	t.Logf("XID event set: %v (nil: NVML offers none here, XIDs are not watched)", src.events)
-	if len(samples) != len(smi) {
-		t.Fatalf("NVML source gave %d samples, nvidia-smi lists %d GPUs", len(samples), len(smi))
-	}
-	for _, want := range smi {
-		i := slices.IndexFunc(samples, func(s *gpuscalerv1.GPUSample) bool { return s.GetUuid() == want.uuid })
-		if i < 0 {
-			t.Errorf("no sample for %s (index %d)", want.uuid, want.index)
-			continue
-		}
-		g := samples[i]
-		if want.migMode == "Enabled" {
-			t.Logf("GPU %d is in MIG mode: its MIG devices are reported instead", want.index)
-			continue
-		}
-		// A whole GPU's device id is its UUID, which DeviceId leaves empty.
-		if g.GetIndex() != uint32(want.index) || g.GetModel() != want.name || g.DeviceID() != want.uuid {
-			t.Errorf("GPU %s: index %d, model %q, device id %q; nvidia-smi says index %d, %q", want.uuid,
-				g.GetIndex(), g.GetModel(), g.GetDeviceId(), want.index, want.name)
-		}
-		if g.GetUnhealthy() != "" {
-			t.Errorf("GPU %s reads unhealthy: %s", want.uuid, g.GetUnhealthy())
-		}
-		if g.GpuUtil == nil || g.FbUsedBytes == nil || g.FbTotalBytes == nil {
-			t.Errorf("GPU %s: a reading is absent (util %v, used %v, total %v)", want.uuid, g.GpuUtil, g.FbUsedBytes, g.FbTotalBytes)
-			continue
-		}
-		// nvidia-smi's memory.total is NVML's total in MiB (nvmlDeviceGetMemoryInfo, the
-		// v1 struct, as go-nvml's GetMemoryInfo).
-		if got := float64(g.GetFbTotalBytes()) / (1 << 20); math.Abs(got-want.memTotalMiB) > 1 {
-			t.Errorf("GPU %s: framebuffer total %.0f MiB, nvidia-smi %.0f MiB", want.uuid, got, want.memTotalMiB)
-		}
-		if g.Minor == nil {
-			t.Errorf("GPU %s: no minor number (GKE's nvidiaN device ids need it)", want.uuid)
-		}
-	}
+	return src
 }
 
 // TestHardwareAutoFallsBackToNVML: --source auto takes DCGM where libdcgm is installed,
 // else NVML, and --source dcgm without DCGM fails saying what is missing.
 func TestHardwareAutoFallsBackToNVML(t *testing.T) {
-	nvidiaSMI(t)
-	_, dcgmErr := NewDCGM(DCGMConfig{Every: time.Second, Log: testkit.Logger(t)})
+	collectortest.NvidiaSMI(t)
+	_, dcgmErr := dcgm.New(dcgm.Config{Every: time.Second, Log: testkit.Logger(t)})
 	t.Logf("--source dcgm: %v", dcgmErr)
 	src, err := OpenSource(SourceConfig{Kind: "auto", Every: time.Second, Log: testkit.Logger(t)})
 	if err != nil {
@@ -199,78 +76,21 @@ func TestHardwareAutoFallsBackToNVML(t *testing.T) {
 	}
 }
 
-// TestHardwareBusyGPU: with the check script's CUDA load running, NVML reads the GPU
-// busy and holding the load's memory, samples the load's process on it, and, the load
-// being in no pod, leaves the GPU's per-pod use unmeasured (counted, never a 0).
-func TestHardwareBusyGPU(t *testing.T) {
-	pid, heldMiB := loadPID(t)
-	if pid == 0 {
-		t.Skip("no CUDA load: GPUSCALER_HW_LOAD_PID is not set (hack/hardware-check.sh sets it)")
-	}
-	nvidiaSMI(t)
-	reg := prometheus.NewRegistry()
-	src := openHardwareNVML(t, reg)
-	var (
-		maxUtil, maxProc float64
-		usedMiB          float64
-		onGPU            string
-	)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && (maxUtil < 50 || maxProc == 0) {
-		time.Sleep(500 * time.Millisecond)
-		samples, err := src.Collect(t.Context())
-		if err != nil {
-			t.Fatalf("Collect: %v", err)
-		}
-		for _, g := range samples {
-			if g.GpuUtil != nil && *g.GpuUtil > maxUtil {
-				maxUtil, onGPU = *g.GpuUtil, g.DeviceID()
-				usedMiB = float64(g.GetFbUsedBytes()) / (1 << 20)
-			}
-		}
-		src.mu.Lock()
-		for id, byPID := range src.usage {
-			if u, ok := byPID[pid]; ok {
-				t.Logf("NVML per-process sample: pid %d at %.0f%% SM on %s (all: %v)", pid, u, id, byPID)
-				maxProc = max(maxProc, u)
-			}
-		}
-		src.mu.Unlock()
-		if usage := src.PodUsage(); len(usage) > 0 {
-			t.Errorf("PodUsage = %v: the load is in no pod, so no device's per-pod use is complete", usage)
-		}
-	}
-	t.Logf("busiest GPU %s: util %.0f%%, %.0f MiB used (the load holds %.0f MiB); load process at %.0f%% SM",
-		onGPU, maxUtil, usedMiB, heldMiB, maxProc)
-	if maxUtil < 50 {
-		t.Errorf("GPU utilisation peaked at %.0f%% under a matrix-multiply load", maxUtil)
-	}
-	if usedMiB < heldMiB {
-		t.Errorf("framebuffer in use %.0f MiB, less than the load's %.0f MiB", usedMiB, heldMiB)
-	}
-	if maxProc == 0 {
-		t.Errorf("NVML never sampled the load's process %d (GetProcessUtilization)", pid)
-	}
-	if n := testutil.ToFloat64(src.metrics.unresolved.WithLabelValues("no_pod")); maxProc > 0 && n == 0 {
-		t.Errorf("the load's process, in no pod, was not counted in gpuscaler_collector_nvml_unresolved_processes_total{reason=\"no_pod\"}")
-	}
-}
-
 // TestHardwareThroughScaler runs the real GPU end to end: the kubelet's pod-resources API
 // (a real gRPC server on a unix socket) says two time-sliced pods hold GPU 0 (the device
 // plugin's "<uuid>::<n>" replicas), the real Collector reads it through NVML and publishes
 // into an in-process NATS server, and the scaler answers what KEDA asks. Under the load
 // the trigger is active and its gpu-util is the GPU's utilisation over half a GPU per pod.
 func TestHardwareThroughScaler(t *testing.T) {
-	pid, _ := loadPID(t)
+	pid, _ := collectortest.LoadPID(t)
 	if pid == 0 {
 		t.Skip("no CUDA load: GPUSCALER_HW_LOAD_PID is not set (hack/hardware-check.sh sets it)")
 	}
-	smi := nvidiaSMI(t)
-	gpu := smi[0].uuid
+	smi := collectortest.NvidiaSMI(t)
+	gpu := smi[0].UUID
 	for _, g := range smi {
-		if g.migMode != "Enabled" {
-			gpu = g.uuid
+		if g.MIGMode != "Enabled" {
+			gpu = g.UUID
 			break
 		}
 	}
@@ -320,7 +140,7 @@ func TestHardwareThroughScaler(t *testing.T) {
 		t.Fatal("no NodeReport seen")
 	}
 	last := rs[len(rs)-1]
-	logSamples(t, "reported", last.GetGpus())
+	collectortest.LogSamples(t, "reported", last.GetGpus())
 	for _, g := range last.GetGpus() {
 		if g.GetUuid() != gpu {
 			continue
@@ -362,8 +182,8 @@ func hardwarePod(t *testing.T, name string) hwPod {
 // idle; split evenly, as without them, both would read the same.
 func TestHardwareSharedGPUPerPod(t *testing.T) {
 	llm, batch := hardwarePod(t, "A"), hardwarePod(t, "B")
-	smi := nvidiaSMI(t)
-	gpu := smi[0].uuid
+	smi := collectortest.NvidiaSMI(t)
+	gpu := smi[0].UUID
 	src := openHardwareNVML(t, nil)
 	sock := collectortest.SocketPath(t)
 	collectortest.ServeKubelet(t, sock, &collectortest.Kubelet{
@@ -402,13 +222,13 @@ func TestHardwareSharedGPUPerPod(t *testing.T) {
 		return llmUtil, batchUtil
 	}
 	testkit.Eventually(t, 20*time.Second, func() bool { l, b := own(); return l != nil && b != nil })
-	// Each pod's figure is the mean of the last nvmlPodUsageSpan's windows: wait for a
-	// span of them, logging each window's per-process samples as NVML gave them.
-	for end := time.Now().Add(nvmlPodUsageSpan + time.Second); time.Now().Before(end); {
+	// Each pod's figure is the mean of the last nvml.PodUsageSpan's windows: wait for a
+	// span of them, logging each report's figures (the NVML source's own tests,
+	// collector/nvml/hardware_test.go, log its per-process samples).
+	for end := time.Now().Add(nvml.PodUsageSpan + time.Second); time.Now().Before(end); {
 		time.Sleep(500 * time.Millisecond)
-		src.mu.Lock()
-		t.Logf("per-process SM use in the window (device → pid → %%): %v; pids llm-0 %d, batch-0 %d", src.usage, llm.pid, batch.pid)
-		src.mu.Unlock()
+		l, b := own()
+		t.Logf("own use of the GPU in the last report: llm-0 %v, batch-0 %v; pids llm-0 %d, batch-0 %d", fmtUtil(l), fmtUtil(b), llm.pid, batch.pid)
 	}
 	l, b := own()
 	metric := func(app string) float64 {
@@ -438,107 +258,10 @@ func TestHardwareSharedGPUPerPod(t *testing.T) {
 	}
 }
 
-// TestHardwareMIGProfileNames: the names the NVML source gives this GPU's MIG profiles
-// (and the DCGM source, which asks NVML for them) are the device plugin's (NVIDIA's MIG
-// user guide, "Supported MIG Profiles"). NVML answers a profile's size without MIG mode
-// on a GPU that can run it; the check does not turn MIG on. The DCGM source's guess
-// from sizes alone, when NVML cannot tell, is logged.
-func TestHardwareMIGProfileNames(t *testing.T) {
-	smi := nvidiaSMI(t)
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("nvml.Init: %v", ret)
+// fmtUtil shows a utilisation that may be absent.
+func fmtUtil(u *float64) string {
+	if u == nil {
+		return "absent"
 	}
-	defer nvml.Shutdown()
-	dev, ret := nvml.DeviceGetHandleByIndex(0)
-	if ret != nvml.SUCCESS {
-		t.Fatalf("DeviceGetHandleByIndex(0): %v", ret)
-	}
-	mem, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		t.Fatalf("GetMemoryInfo: %v", ret)
-	}
-	// From the MIG user guide's tables, by product.
-	known := map[string][]string{
-		"H100 80GB":      {"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-		"H100 NVL":       {"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"},
-		"H200":           {"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
-		"A100-SXM4-80GB": {"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-	}
-	var want []string
-	for product, names := range known {
-		if strings.Contains(smi[0].name, product) {
-			want = names
-		}
-	}
-	var nvmlNames []string
-	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := dev.GetGpuInstanceProfileInfo(i)
-		if ret != nvml.SUCCESS {
-			t.Logf("GPU instance profile index %d: %v", i, ret)
-			continue
-		}
-		n := nvmlMIGProfile(i, info.SliceCount, info.SliceCount, info.MemorySizeMB, mem.Total)
-		d := migProfileName(uint(info.SliceCount), float64(info.MemorySizeMB))
-		t.Logf("profile index %d: id %d, %d slices, %d MiB, %d instances: named %q (DCGM's guess without NVML %q)",
-			i, info.Id, info.SliceCount, info.MemorySizeMB, info.InstanceCount, n, d)
-		nvmlNames = append(nvmlNames, n)
-	}
-	if len(nvmlNames) == 0 {
-		t.Skip("NVML gives no MIG profile on this GPU")
-	}
-	if want == nil {
-		t.Skipf("no known MIG profile table for %q; the names are logged above", smi[0].name)
-	}
-	slices.Sort(nvmlNames)
-	if want = slices.Sorted(slices.Values(want)); !slices.Equal(nvmlNames, want) {
-		t.Errorf("named the profiles %v; %s's are %v", nvmlNames, smi[0].name, want)
-	}
-}
-
-// BenchmarkHardwareNVMLCollect: one Collect of every GPU on this machine, the NVML calls
-// the collector makes each interval.
-func BenchmarkHardwareNVMLCollect(b *testing.B) {
-	if _, err := exec.LookPath("nvidia-smi"); err != nil {
-		b.Skip("no nvidia-smi on the PATH: not a GPU machine")
-	}
-	src, err := OpenSource(SourceConfig{Kind: "nvml", Every: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer src.Close()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := src.Collect(b.Context()); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// TestHardwareProcessSamples logs what nvmlDeviceGetProcessUtilization gives, raw, over
-// two seconds: how often the driver samples and what one sample holds, which
-// sampleProcesses reads. It checks nothing; run it with loads on the GPU.
-func TestHardwareProcessSamples(t *testing.T) {
-	nvidiaSMI(t)
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("nvml.Init: %v", ret)
-	}
-	defer nvml.Shutdown()
-	dev, ret := nvml.DeviceGetHandleByIndex(0)
-	if ret != nvml.SUCCESS {
-		t.Fatalf("DeviceGetHandleByIndex(0): %v", ret)
-	}
-	var since uint64
-	for i := range 8 {
-		time.Sleep(250 * time.Millisecond)
-		samples, ret := dev.GetProcessUtilization(since)
-		util, _ := dev.GetUtilizationRates()
-		t.Logf("read %d (since %d): %v, %d samples; GPU util %d%%", i, since, ret, len(samples), util.Gpu)
-		for _, p := range samples {
-			if p.Pid == 0 {
-				continue
-			}
-			t.Logf("  pid %d ts %d sm %d mem %d", p.Pid, p.TimeStamp, p.SmUtil, p.MemUtil)
-			since = max(since, p.TimeStamp)
-		}
-	}
+	return strconv.FormatFloat(*u, 'f', 0, 64) + "%"
 }

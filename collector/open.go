@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuscaler/gpuscaler/collector/dcgm"
 	"github.com/gpuscaler/gpuscaler/collector/exporter"
+	"github.com/gpuscaler/gpuscaler/collector/nvml"
 	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 )
 
@@ -32,17 +34,17 @@ type SourceConfig struct {
 	// none.
 	Registerer prometheus.Registerer
 	// NVML configures the NVML source (auto falling back to it, or nvml).
-	NVML NVMLConfig
+	NVML nvml.Config
 }
 
-// dcgmConfig is the DCGMConfig cfg gives.
-func (cfg SourceConfig) dcgmConfig() DCGMConfig {
-	return DCGMConfig{Addr: cfg.DCGMAddr, Every: cfg.Every, Log: cfg.Log, Registerer: cfg.Registerer}
+// dcgmConfig is the dcgm.Config cfg gives.
+func (cfg SourceConfig) dcgmConfig() dcgm.Config {
+	return dcgm.Config{Addr: cfg.DCGMAddr, Every: cfg.Every, Log: cfg.Log, Registerer: cfg.Registerer}
 }
 
-// nvmlConfig is the NVMLConfig cfg gives: cfg.NVML, with Log and Registerer from cfg
+// nvmlConfig is the nvml.Config cfg gives: cfg.NVML, with Log and Registerer from cfg
 // where it sets none.
-func (cfg SourceConfig) nvmlConfig() NVMLConfig {
+func (cfg SourceConfig) nvmlConfig() nvml.Config {
 	n := cfg.NVML
 	if n.Log == nil {
 		n.Log = cfg.Log
@@ -65,11 +67,11 @@ var SourceKinds = []string{"auto", "dcgm", "nvml", "exporter", "sim"}
 func OpenSource(cfg SourceConfig) (Source, error) {
 	switch cfg.Kind {
 	case "", "auto":
-		d, dcgmErr := NewDCGM(cfg.dcgmConfig())
+		d, dcgmErr := dcgm.New(cfg.dcgmConfig())
 		if dcgmErr == nil {
 			return d, nil
 		}
-		n, nvmlErr := NewNVML(cfg.nvmlConfig())
+		n, nvmlErr := nvml.New(cfg.nvmlConfig())
 		if nvmlErr == nil {
 			return n, nil
 		}
@@ -82,9 +84,9 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use %s",
 			ErrNoGPUSource, unwrapNoSource(dcgmErr), unwrapNoSource(nvmlErr), sourceerr.NoGPULibraryHint)
 	case "dcgm":
-		return NewDCGM(cfg.dcgmConfig())
+		return opened(dcgm.New(cfg.dcgmConfig()))
 	case "nvml":
-		return NewNVML(cfg.nvmlConfig())
+		return opened(nvml.New(cfg.nvmlConfig()))
 	case "exporter":
 		return opened(exporter.New(cfg.ExporterURL, nil, max(cfg.Every, time.Second)))
 	case "sim":

@@ -1,4 +1,4 @@
-// Package collectors is the node side of gpuscaler: on every GPU node it reads the GPUs
+// Package collector is the node side of gpuscaler: on every GPU node it reads the GPUs
 // (through DCGM, an existing dcgm-exporter, NVML or a simulator), works out which pod
 // holds each device and how many are free (the kubelet's pod-resources API, the pods'
 // labels and owners from the Kubernetes API), and publishes one NodeReport per interval
@@ -8,6 +8,12 @@
 // The parts meet in three small interfaces: a Source measures devices, an Attributor
 // says which devices the kubelet can hand out and to whom it has, and a PodDirectory
 // knows the labels and owners of the node's pods. The Collector joins them.
+//
+// Each GPU source is a package of its own (collector/dcgm, collector/nvml,
+// collector/exporter, collector/sim), which OpenSource opens by name; the kubelet side
+// is collector/kubelet, the Kubernetes side collector/kube. None of them imports this
+// package: each keeps its contract by its methods alone, and what an Attributor and a
+// PodDirectory answer with is package attribution's (aliased here).
 package collector
 
 import (
@@ -47,7 +53,7 @@ type PodUsageSource interface {
 	Source
 	// PodUsage returns, by device id (GPUSample.DeviceID), the utilisation in percent
 	// (0 to 100) of each pod that ran on the device, by pod UID: in the last Collect,
-	// or averaged over the last few (NVML: nvmlPodUsageSpan, as time-slicing makes one
+	// or averaged over the last few (NVML: nvml.PodUsageSpan, as time-slicing makes one
 	// window's figures jump). It is called once after each Collect. A device absent
 	// from the map was not measured in the last Collect; a pod absent from a device's
 	// map did not use it. The map is the caller's.

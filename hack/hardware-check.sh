@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The collector's checks on a real NVIDIA GPU: what the machine has (driver, NVML, DCGM,
-# MIG), collectors' hardware tests (collector/hardware_test.go) under a CUDA load, and
+# MIG), the hardware tests (collector/nvml/hardware_test.go, the NVML source's, and
+# collector/hardware_test.go, the collector's end to end) under a CUDA load, and
 # `gpuscaler collector --source auto` against `gpuscaler scaler` for a few seconds.
 #
-#   make hardware-binaries            # here: builds .hw/collector.test.gz and .hw/gpuscaler.gz
+#   make hardware-binaries            # here: builds .hw/collector.test.gz, .hw/nvml.test.gz and .hw/gpuscaler.gz
 #   hack/hardware-check.sh [.hw]      # there: on the GPU machine (needs python3 with torch)
 #
 # Everything it sees goes to $OUT (else ./hardware-out): check.log and the tools' output.
@@ -13,7 +14,7 @@ out=${OUT:-hardware-out}
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
 here=$(cd "$(dirname "$0")" && pwd)
-for f in collector.test gpuscaler; do
+for f in collector.test nvml.test gpuscaler; do
   if [[ -f $dir/$f.gz ]]; then gunzip -c "$dir/$f.gz" >"/tmp/$f"; else cp "$dir/$f" "/tmp/$f"; fi
   chmod +x "/tmp/$f"
 done
@@ -38,13 +39,15 @@ load=$!
 for _ in $(seq 60); do grep -q loaded "$out/load.log" && break; kill -0 $load 2>/dev/null || break; sleep 1; done
 cat "$out/load.log"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
-tests() { # the test binary, in its package's directory, as go test runs it
-  (cd "$here/../collectors" && timeout 150 /tmp/collector.test -test.v -test.count=1 "$@") >>"$out/hardware-tests.log" 2>&1
-  echo "tests exit: $?"
+tests() { # tests PKG ARGS...: PKG's test binary (PKG.test), in its package's directory, as go test runs it
+  local pkg=$1; shift
+  (cd "$here/../$pkg" && timeout 150 "/tmp/$(basename "$pkg").test" -test.v -test.count=1 "$@") >>"$out/hardware-tests.log" 2>&1
+  echo "tests exit ($pkg): $?"
 }
 
-step "collectors hardware tests, with one load in no pod"
-GPUSCALER_HW_LOAD_PID=$load GPUSCALER_HW_LOAD_MIB=4096 tests -test.run 'Hardware[^S]' -test.bench Hardware -test.benchtime 200x
+step "hardware tests, with one load in no pod"
+GPUSCALER_HW_LOAD_PID=$load GPUSCALER_HW_LOAD_MIB=4096 tests collector/nvml -test.run 'Hardware[^S]' -test.bench Hardware -test.benchtime 200x
+GPUSCALER_HW_LOAD_PID=$load GPUSCALER_HW_LOAD_MIB=4096 tests collector -test.run 'Hardware[^S]'
 kill $load 2>/dev/null; wait $load 2>/dev/null
 
 step "two pods time-slicing the GPU: a busy one and one busy ${HW_POD_B_DUTY:-0.1} of the time (HW_POD_B_DUTY), each in a kubelet-shaped cgroup"
@@ -64,7 +67,7 @@ if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && mkdir -p "$cg_a" "$cg_b" && ech
   for _ in $(seq 60); do grep -q loaded /tmp/load-b.log && grep -q loaded /tmp/load-a.log && break; sleep 1; done
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv
   GPUSCALER_HW_POD_B_DUTY=$duty_b GPUSCALER_HW_POD_A_PID=$pod_a GPUSCALER_HW_POD_A_UID=$uid_a GPUSCALER_HW_POD_B_PID=$pod_b GPUSCALER_HW_POD_B_UID=$uid_b \
-    tests -test.run HardwareShared
+    tests collector -test.run HardwareShared
 else
   echo "no cgroup v2 at /sys/fs/cgroup, or the pods' cgroups could not be made: the shared-GPU check is skipped"
 fi

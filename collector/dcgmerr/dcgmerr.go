@@ -4,7 +4,7 @@
 // its errorString text, so that the DCGM source decides with errors.Is and never reads
 // DCGM's codes or texts itself. It is a package of its own so that its fuzz target runs
 // in a small test binary (Go's fuzzer scans the coverage of every package a test binary
-// links; in collectors' it ran ten times slower).
+// links; in the collectors package, where the DCGM source then was, it ran ten times slower).
 package dcgmerr
 
 import (

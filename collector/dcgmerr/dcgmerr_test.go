@@ -12,7 +12,7 @@ import (
 // FuzzClassify: Classify reads the text of errors from a library it does not control;
 // on any text it must not panic, must give a kind and a name together, and must read a
 // text holding the connection message as a lost connection whatever surrounds it.
-// (collectors' TestDCGMClassify checks every code and text against DCGM's own.)
+// (collector/dcgm's TestClassify checks every code and text against DCGM's own.)
 func FuzzClassify(f *testing.F) {
 	for _, c := range dcgmErrorClasses {
 		f.Add(c.text, "", "")

@@ -1,26 +1,27 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 	"strings"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 
 	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
 )
 
-// goDCGM is dcgmAPI over github.com/NVIDIA/go-dcgm (cgo; libdcgm.so.4 is loaded at run
-// time). It is the only code that calls go-dcgm, and it follows dcgmAPI's rule: nothing
+// goDCGM is library over github.com/NVIDIA/go-dcgm (cgo; libdcgm.so.4 is loaded at run
+// time). It is the only code that calls go-dcgm, and it follows library's rule: nothing
 // but Init before Init has succeeded, nor after Shutdown. Every error it returns has
-// been through dcgmErr, so the source can tell its kind.
+// been through wrapErr, so the source can tell its kind.
 type goDCGM struct {
 	// watches holds what each live watch created in DCGM, to destroy at Unwatch or
 	// Shutdown. The handles die with the connection: Shutdown forgets them all.
-	watches map[dcgmWatch]goDCGMWatch
-	next    dcgmWatch // the last watch number given
+	watches map[watch]goDCGMWatch
+	next    watch // the last watch number given
 }
 
 // goDCGMWatch is one watch: a group of entities and a group of fields.
@@ -29,11 +30,11 @@ type goDCGMWatch struct {
 	fields dcgm.FieldHandle
 }
 
-// dcgmErr classifies a go-dcgm error: by the return code of a *dcgm.Error, which some
+// wrapErr classifies a go-dcgm error: by the return code of a *dcgm.Error, which some
 // go-dcgm functions return (GetSupportedDevices, GetDeviceInfo,
 // EntitiesGetLatestValues…), else by DCGM's errorString text, all that the others keep
 // (they wrap it with fmt.Errorf("…: %s")).
-func dcgmErr(err error) error {
+func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -56,43 +57,43 @@ func (d *goDCGM) Init(addr string) error {
 	default:
 		_, err = dcgm.Init(dcgm.Standalone, addr, "0")
 	}
-	return dcgmErr(err)
+	return wrapErr(err)
 }
 
-func (d *goDCGM) GPUs() ([]dcgmGPU, error) {
+func (d *goDCGM) GPUs() ([]gpuInfo, error) {
 	ids, err := dcgm.GetSupportedDevices()
 	if err != nil {
-		return nil, dcgmErr(err)
+		return nil, wrapErr(err)
 	}
-	out := make([]dcgmGPU, 0, len(ids))
+	out := make([]gpuInfo, 0, len(ids))
 	for _, id := range ids {
 		info, err := dcgm.GetDeviceInfo(id)
 		if err != nil {
-			err = dcgmErr(err)
+			err = wrapErr(err)
 			if errors.Is(err, dcgmerr.ErrConnection) {
 				return nil, fmt.Errorf("GPU %d: %w", id, err)
 			}
 			// One GPU DCGM cannot describe (lost, say) must not hide the others.
-			out = append(out, dcgmGPU{ID: id, Err: err})
+			out = append(out, gpuInfo{ID: id, Err: err})
 			continue
 		}
-		out = append(out, dcgmGPU{ID: id, UUID: info.UUID, Model: info.Identifiers.Model})
+		out = append(out, gpuInfo{ID: id, UUID: info.UUID, Model: info.Identifiers.Model})
 	}
 	return out, nil
 }
 
-func (d *goDCGM) Instances() ([]dcgmInstance, error) {
+func (d *goDCGM) Instances() ([]instance, error) {
 	h, err := dcgm.GetGPUInstanceHierarchy()
 	if err != nil {
-		return nil, dcgmErr(err)
+		return nil, wrapErr(err)
 	}
-	var out []dcgmInstance
+	var out []instance
 	n := min(h.Count, uint(len(h.EntityList)))
 	for _, e := range h.EntityList[:n] {
 		if e.Entity.EntityGroupId != dcgm.FE_GPU_I {
 			continue
 		}
-		out = append(out, dcgmInstance{
+		out = append(out, instance{
 			ID: e.Entity.EntityId, ParentGPU: e.Parent.EntityId,
 			InstanceID: e.Info.NvmlInstanceId, Slices: e.Info.NvmlProfileSlices,
 		})
@@ -114,38 +115,38 @@ func (d *goDCGM) Instances() ([]dcgmInstance, error) {
 	return out, nil
 }
 
-func (d *goDCGM) Watch(entities []dcgmEntity, fields []uint16, every time.Duration) (dcgmWatch, error) {
+func (d *goDCGM) Watch(entities []entity, fields []uint16, every time.Duration) (watch, error) {
 	d.next++
 	name := fmt.Sprintf("gpuscaler-%d-%d", time.Now().UnixNano(), d.next)
 	group, err := dcgm.CreateGroup(name)
 	if err != nil {
-		return 0, dcgmErr(err)
+		return 0, wrapErr(err)
 	}
 	for _, e := range entities {
 		if err := dcgm.AddEntityToGroup(group, entityGroup(e), e.ID); err != nil {
 			_ = dcgm.DestroyGroup(group)
-			return 0, fmt.Errorf("add %v to group: %w", e, dcgmErr(err))
+			return 0, fmt.Errorf("add %v to group: %w", e, wrapErr(err))
 		}
 	}
 	fg, err := dcgm.FieldGroupCreate(name+"-fields", shorts(fields))
 	if err != nil {
 		_ = dcgm.DestroyGroup(group)
-		return 0, dcgmErr(err)
+		return 0, wrapErr(err)
 	}
 	// Keep three periods of samples: enough for the latest value, little memory.
 	if err := dcgm.WatchFieldsWithGroupEx(fg, group, every.Microseconds(), 3*every.Seconds(), 3); err != nil {
 		_ = dcgm.FieldGroupDestroy(fg)
 		_ = dcgm.DestroyGroup(group)
-		return 0, dcgmErr(err)
+		return 0, wrapErr(err)
 	}
 	if d.watches == nil {
-		d.watches = map[dcgmWatch]goDCGMWatch{}
+		d.watches = map[watch]goDCGMWatch{}
 	}
 	d.watches[d.next] = goDCGMWatch{group: group, fields: fg}
 	return d.next, nil
 }
 
-func (d *goDCGM) Unwatch(w dcgmWatch) error {
+func (d *goDCGM) Unwatch(w watch) error {
 	h, ok := d.watches[w]
 	if !ok {
 		return nil
@@ -155,23 +156,23 @@ func (d *goDCGM) Unwatch(w dcgmWatch) error {
 }
 
 func (d *goDCGM) destroy(h goDCGMWatch) error {
-	return errors.Join(dcgmErr(dcgm.UnwatchFields(h.fields, h.group)), dcgmErr(dcgm.FieldGroupDestroy(h.fields)),
-		dcgmErr(dcgm.DestroyGroup(h.group)))
+	return errors.Join(wrapErr(dcgm.UnwatchFields(h.fields, h.group)), wrapErr(dcgm.FieldGroupDestroy(h.fields)),
+		wrapErr(dcgm.DestroyGroup(h.group)))
 }
 
-func (d *goDCGM) Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, error) {
+func (d *goDCGM) Latest(entities []entity, fields []uint16) ([]value, error) {
 	pairs := make([]dcgm.GroupEntityPair, len(entities))
 	for i, e := range entities {
 		pairs[i] = dcgm.GroupEntityPair{EntityGroupId: entityGroup(e), EntityId: e.ID}
 	}
 	values, err := dcgm.EntitiesGetLatestValues(pairs, shorts(fields), 0)
 	if err != nil {
-		return nil, dcgmErr(err)
+		return nil, wrapErr(err)
 	}
-	out := make([]dcgmValue, 0, len(values))
+	out := make([]value, 0, len(values))
 	for _, v := range values {
-		dv := dcgmValue{
-			Entity: dcgmEntity{MIG: v.EntityGroupId == dcgm.FE_GPU_I, ID: v.EntityID},
+		dv := value{
+			Entity: entity{MIG: v.EntityGroupId == dcgm.FE_GPU_I, ID: v.EntityID},
 			Field:  uint16(v.FieldID),
 			TS:     v.TS,
 			Status: v.Status,
@@ -193,9 +194,9 @@ func (d *goDCGM) Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, er
 	return out, nil
 }
 
-func (d *goDCGM) GPUStatus(gpu uint) dcgmGPUStatus {
+func (d *goDCGM) GPUStatus(gpu uint) gpuStatus {
 	st := dcgm.GetGPUStatus(gpu)
-	return dcgmGPUStatus{Lost: st == dcgm.EntityStatusLost, Name: st.String()}
+	return gpuStatus{Lost: st == dcgm.EntityStatusLost, Name: st.String()}
 }
 
 // Shutdown destroys the watches (which fails harmlessly on a connection already gone)
@@ -205,10 +206,10 @@ func (d *goDCGM) Shutdown() error {
 		_ = d.destroy(h)
 		delete(d.watches, w)
 	}
-	return dcgmErr(dcgm.Shutdown())
+	return wrapErr(dcgm.Shutdown())
 }
 
-func entityGroup(e dcgmEntity) dcgm.Field_Entity_Group {
+func entityGroup(e entity) dcgm.Field_Entity_Group {
 	if e.MIG {
 		return dcgm.FE_GPU_I
 	}

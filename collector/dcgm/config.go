@@ -1,4 +1,12 @@
-package collector
+// Package dcgm is the collector's "dcgm" GPU source: it reads every GPU and MIG instance
+// through DCGM field watches (go-dcgm, calling libdcgm: the embedded host engine or a
+// standalone nv-hostengine), with NVML's help for what DCGM does not say (MIG device
+// UUIDs, minor numbers, MIG profile names: collector/mig). lib.go is the only code that
+// calls go-dcgm; collector/dcgmerr tells what kind of failure a DCGM error is. It needs
+// cgo: built without it, New fails with an error wrapping sourceerr.ErrNoCgo (nocgo.go).
+// It imports nothing of the collector's: a Source is a collector.Source by its methods
+// alone.
+package dcgm
 
 import (
 	"log/slog"
@@ -7,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DCGMConfig configures the DCGM source. The zero value reads the embedded host engine
+// Config configures the DCGM source. The zero value reads the embedded host engine
 // every second.
-type DCGMConfig struct {
+type Config struct {
 	// Addr is a standalone nv-hostengine's address (host:port or a unix socket path);
 	// empty means DCGM's embedded host engine, inside this process.
 	Addr string

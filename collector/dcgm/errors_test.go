@@ -1,6 +1,6 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"errors"
@@ -13,14 +13,14 @@ import (
 	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
 )
 
-// TestDCGMClassify checks dcgmerr.Classify against DCGM's own codes (go-dcgm
+// TestClassify checks dcgmerr.Classify against DCGM's own codes (go-dcgm
 // pkg/dcgm/const.go DCGM_ST_*) and texts (NVIDIA/DCGM dcgmlib/src/dcgm_errors.c
-// errorString, dcgmErrorsC here), in the two forms go-dcgm hands them over: a
+// errorString, errorsC here), in the two forms go-dcgm hands them over: a
 // *dcgm.Error with Code (EntitiesGetLatestValues, GetSupportedDevices, GetDeviceInfo)
 // and the bare text behind go-dcgm's prefix (WatchFieldsWithGroupEx "error watching
 // fields: %s", connectStandaloneV2 "error connecting to nv-hostengine: %s",
 // GetGPUInstanceHierarchy "error retrieving DCGM MIG hierarchy: %s").
-func TestDCGMClassify(t *testing.T) {
+func TestClassify(t *testing.T) {
 	for name, tc := range map[string]struct {
 		code     int
 		want     error
@@ -50,9 +50,9 @@ func TestDCGMClassify(t *testing.T) {
 		"OK is no error":              {dcgm.DCGM_ST_OK, nil, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			text := dcgmErrorsC[tc.code]
+			text := errorsC[tc.code]
 			if tc.want != nil && text == "" {
-				t.Fatalf("no dcgm_errors.c text for code %d in dcgmErrorsC", tc.code)
+				t.Fatalf("no dcgm_errors.c text for code %d in errorsC", tc.code)
 			}
 			if got, gotName := dcgmerr.Classify(tc.code, true, "something else entirely"); got != tc.want || gotName != tc.wantName {
 				t.Errorf("by code %d: got %v (%s), want %v (%s)", tc.code, got, gotName, tc.want, tc.wantName)
@@ -69,23 +69,23 @@ func TestDCGMClassify(t *testing.T) {
 	}
 }
 
-// TestDCGMErrWrapsGoDCGMErrors runs dcgmErr, goDCGM's classifier, on errors shaped as
+// TestErrWrapsGoDCGMErrors runs wrapErr, goDCGM's classifier, on errors shaped as
 // go-dcgm makes them: the code of a *dcgm.Error decides even against its text (go-dcgm
 // utils.go Error), and a text-only error is read by its text.
-func TestDCGMErrWrapsGoDCGMErrors(t *testing.T) {
+func TestErrWrapsGoDCGMErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
 		err  error
 		want error
 	}{
 		"*dcgm.Error with GPU_IS_LOST, wrapped":   {fmt.Errorf("GPU 3: %w", &dcgm.Error{Code: dcgm.DCGM_ST_GPU_IS_LOST}), dcgmerr.ErrGPULost},
 		"*dcgm.Error's code beats any text":       {fmt.Errorf("Host engine connection invalid/disconnected: %w", &dcgm.Error{Code: dcgm.DCGM_ST_IN_USE}), dcgmerr.ErrProfilingRefused},
-		"WatchFieldsWithGroupEx's text":           {errors.New("error watching fields: " + dcgmErrorsC[-36]), dcgmerr.ErrProfilingRefused},
-		"connectStandaloneV2's text":              {errors.New("error connecting to nv-hostengine: " + dcgmErrorsC[-21]), dcgmerr.ErrConnection},
-		"GetGPUInstanceHierarchy's text, unknown": {errors.New("error retrieving DCGM MIG hierarchy: " + dcgmErrorsC[-3]), nil},
+		"WatchFieldsWithGroupEx's text":           {errors.New("error watching fields: " + errorsC[-36]), dcgmerr.ErrProfilingRefused},
+		"connectStandaloneV2's text":              {errors.New("error connecting to nv-hostengine: " + errorsC[-21]), dcgmerr.ErrConnection},
+		"GetGPUInstanceHierarchy's text, unknown": {errors.New("error retrieving DCGM MIG hierarchy: " + errorsC[-3]), nil},
 		"no libdcgm": {errors.New("libdcgm.so.4 not found"), nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := dcgmErr(tc.err)
+			got := wrapErr(tc.err)
 			if !errors.Is(got, tc.err) {
 				t.Errorf("got %v, want it to wrap the original %v", got, tc.err)
 			}
@@ -99,7 +99,7 @@ func TestDCGMErrWrapsGoDCGMErrors(t *testing.T) {
 			}
 		})
 	}
-	if dcgmErr(nil) != nil {
-		t.Error("got an error from dcgmErr(nil), want nil")
+	if wrapErr(nil) != nil {
+		t.Error("got an error from wrapErr(nil), want nil")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package collector
+package nvml
 
 import (
 	"context"
@@ -20,37 +20,39 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuscaler/gpuscaler/collector/kubelet/cgroup"
+	"github.com/gpuscaler/gpuscaler/collector/mig"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 	"github.com/gpuscaler/gpuscaler/collector/xid"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// nvmlMaxXIDEventsPerCollect bounds the XID events one Collect takes from NVML, so a
+// maxXIDEventsPerCollect bounds the XID events one Collect takes from NVML, so a
 // storm of them cannot hold Collect up; the rest wait for the next Collect.
-const nvmlMaxXIDEventsPerCollect = 256
+const maxXIDEventsPerCollect = 256
 
-// nvmlNoInstance is the GPU (or compute) instance id NVML gives an event that concerns
+// noInstance is the GPU (or compute) instance id NVML gives an event that concerns
 // no particular instance: every event of a GPU not in MIG mode, and whole-GPU events of
 // one in it.
-const nvmlNoInstance = math.MaxUint32
+const noInstance = math.MaxUint32
 
-// nvmlSource reads GPUs through NVML (libnvidia-ml.so.1, shipped with the driver), for
+// Source reads GPUs through NVML (libnvidia-ml.so.1, shipped with the driver), for
 // nodes without DCGM. NVML has no cheap equivalent of DCGM's SM-active and
 // tensor-active profiling fields, nor of graphics-engine activity on a MIG instance,
 // so those readings are always absent.
 //
 // A GPU that fails is reported, unhealthy, under the identity NVML gave it earlier
 // (start-up reads every GPU once); the others are unaffected. It is also a
-// PodUsageSource: NVML's per-process samples, with each process's pod found through
-// its cgroup under NVMLConfig.ProcRoot.
+// collector.PodUsageSource: NVML's per-process samples, with each process's pod found through
+// its cgroup under Config.ProcRoot.
 //
 // Collect, PodUsage and Close may be called from several goroutines: one mutex
 // serialises them.
-type nvmlSource struct {
+type Source struct {
 	lib     nvml.Interface
 	log     *slog.Logger
 	now     func() time.Time // the clock XID holds are measured on; tests set it
 	xidHold time.Duration
-	metrics nvmlMetrics
+	metrics sourceMetrics
 
 	mu     sync.Mutex // guards everything below, and Close against Collect
 	closed bool
@@ -59,14 +61,14 @@ type nvmlSource struct {
 	events nvml.EventSet
 	// gpus is what is known of each GPU, by NVML index. NVML enumerates the GPUs once,
 	// at Init, so an index names the same GPU for the life of the source.
-	gpus []*nvmlGPU
+	gpus []*knownGPU
 	// xids is what XID events said of each GPU, by GPU UUID.
-	xids   map[string]*nvmlXIDs
+	xids   map[string]*xidCounts
 	xidSeq uint64 // orders XID events: the clock may not move between two
 	// migs remembers what never changes for the life of a MIG device (its GPU instance
 	// and profile), by its "MIG-…" UUID. Entries not seen in the latest Collect (a MIG
 	// device destroyed by a reconfiguration) are dropped.
-	migs map[string]*nvmlMIG
+	migs map[string]*knownMIG
 	gen  uint64 // counts Collects, to tell which migs entries the latest one saw
 	// lastSeen is, by GPU UUID, the NVML timestamp of the newest per-process sample
 	// taken, where the next GetProcessUtilization starts; absent before NVML first
@@ -76,8 +78,8 @@ type nvmlSource struct {
 	// then PID; a device absent was not measured.
 	usage map[string]map[uint32]float64
 	// podWindows is, by device id, each pod's use in the windows PodUsage measured over
-	// the last nvmlPodUsageSpan, oldest first, which PodUsage averages.
-	podWindows map[string][]nvmlPodWindow
+	// the last PodUsageSpan, oldest first, which PodUsage averages.
+	podWindows map[string][]podWindow
 	pods       *cgroup.Pods
 	// unhealthy is each device's Unhealthy reason in the latest Collect, by device id,
 	// to log changes once rather than every Collect.
@@ -85,48 +87,48 @@ type nvmlSource struct {
 	warned    map[string]bool // what warnOnce has logged
 }
 
-// nvmlGPU is what is known of the GPU at one NVML index, as last read: enough to report
+// knownGPU is what is known of the GPU at one NVML index, as last read: enough to report
 // it, unhealthy, when it stops answering.
-type nvmlGPU struct {
+type knownGPU struct {
 	handle    nvml.Device // the handle NVML last gave; nil before one
 	uuid      string      // "" until NVML told it once
 	model     string
 	modelRead bool
 	minor     *uint32
 	// migs are its MIG devices as of the last Collect that enumerated them, by slot.
-	migs []nvmlMIGRef
+	migs []migRef
 }
 
-// nvmlMIGRef is what identifies one MIG device in a report.
-type nvmlMIGRef struct {
+// migRef is what identifies one MIG device in a report.
+type migRef struct {
 	slot                  int
 	uuid                  string
 	instanceID, computeID *uint32 // nil when NVML would not say
 	profile               string
 }
 
-// nvmlMIG is what a MIG device's identity says of it.
-type nvmlMIG struct {
+// knownMIG is what a MIG device's identity says of it.
+type knownMIG struct {
 	instanceID *uint32 // GPU instance id; nil when NVML would not say
 	computeID  *uint32 // compute instance id; nil when NVML would not say
 	profile    string  // "1g.5gb", "1c.3g.20gb", "1g.5gb+me", …; "" when unknown
-	seen       uint64  // the Collect (nvmlSource.gen) that last saw the device
+	seen       uint64  // the Collect (Source.gen) that last saw the device
 }
 
-// nvmlXIDs is what XID events said of one GPU: how many concerned no GPU instance and
+// xidCounts is what XID events said of one GPU: how many concerned no GPU instance and
 // how many each GPU instance (MIG), and the last one and the last critical one by the
-// GPU and compute instance it concerned (nvmlNoInstance for none).
-type nvmlXIDs struct {
+// GPU and compute instance it concerned (noInstance for none).
+type xidCounts struct {
 	whole          uint64
 	byInstance     map[uint32]uint64
-	last, critical map[nvmlPlace]nvmlXIDEvent
+	last, critical map[xidPlace]xidEvent
 }
 
-// nvmlPlace is the part of a GPU an XID event concerned: a GPU instance and compute
-// instance, either of them nvmlNoInstance when the event concerned all of them.
-type nvmlPlace struct{ gi, ci uint32 }
+// xidPlace is the part of a GPU an XID event concerned: a GPU instance and compute
+// instance, either of them noInstance when the event concerned all of them.
+type xidPlace struct{ gi, ci uint32 }
 
-type nvmlXIDEvent struct {
+type xidEvent struct {
 	xid uint32
 	at  time.Time
 	seq uint64
@@ -138,19 +140,19 @@ type nvmlXIDEvent struct {
 // difference: a GPU instance with no compute instance concerns that GPU instance only,
 // not the whole GPU. An identity NVML would not tell matches every event, so that a
 // failing device is never missed.
-func (p nvmlPlace) covers(m *nvmlMIGRef) bool {
-	return (p.gi == nvmlNoInstance || m.instanceID == nil || p.gi == *m.instanceID) &&
-		(p.ci == nvmlNoInstance || m.computeID == nil || p.ci == *m.computeID)
+func (p xidPlace) covers(m *migRef) bool {
+	return (p.gi == noInstance || m.instanceID == nil || p.gi == *m.instanceID) &&
+		(p.ci == noInstance || m.computeID == nil || p.ci == *m.computeID)
 }
 
-// nvmlMetrics are the source's own metrics.
-type nvmlMetrics struct {
+// sourceMetrics are the source's own metrics.
+type sourceMetrics struct {
 	unidentified prometheus.Gauge
 	unresolved   *prometheus.CounterVec
 }
 
-func newNVMLMetrics(reg prometheus.Registerer) (nvmlMetrics, error) {
-	m := nvmlMetrics{
+func newSourceMetrics(reg prometheus.Registerer) (sourceMetrics, error) {
+	m := sourceMetrics{
 		unidentified: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuscaler_collector_nvml_unidentified_devices",
 			Help: "GPUs and MIG devices NVML lists but never identified (no UUID), so the last Collect could not report them.",
@@ -175,24 +177,24 @@ func newNVMLMetrics(reg prometheus.Registerer) (nvmlMetrics, error) {
 	return m, nil
 }
 
-// NewNVML starts NVML through the driver's libnvidia-ml.so.1 and returns a Source
-// reading every GPU it sees, which is also a PodUsageSource. Without the library, the
-// driver or a GPU it fails with an error wrapping ErrNoGPUSource that says what is
-// missing.
-func NewNVML(cfg NVMLConfig) (Source, error) {
-	s, err := newNVMLSource(nvml.New(), cfg)
+// New starts NVML through the driver's libnvidia-ml.so.1 and returns a Source
+// reading every GPU it sees, which is also a collector.PodUsageSource. Without the
+// library, the driver or a GPU it fails with an error wrapping sourceerr.ErrNoGPUSource
+// that says what is missing.
+func New(cfg Config) (*Source, error) {
+	s, err := newSource(nvml.New(), cfg)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// newNVMLSource starts lib (Init), prepares to follow XID errors and reads every GPU
+// newSource starts lib (Init), prepares to follow XID errors and reads every GPU
 // once, to learn the identity it reports a GPU under should it fail later. It is
-// NewNVML with the library injected, for tests with go-nvml's mocks.
-func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
+// New with the library injected, for tests with go-nvml's mocks.
+func newSource(lib nvml.Interface, cfg Config) (*Source, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("%w: NVML Init: %w (%d): %s", ErrNoGPUSource, ret, int32(ret), nvmlInitHint(ret))
+		return nil, fmt.Errorf("%w: NVML Init: %w (%d): %s", sourceerr.ErrNoGPUSource, ret, int32(ret), InitHint(ret))
 	}
 	n, ret := lib.DeviceGetCount()
 	switch {
@@ -201,24 +203,24 @@ func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 		return nil, fmt.Errorf("NVML: count GPUs: %w", ret)
 	case n == 0:
 		_ = lib.Shutdown()
-		return nil, fmt.Errorf("%w: NVML sees no GPU", ErrNoGPUSource)
+		return nil, fmt.Errorf("%w: NVML sees no GPU", sourceerr.ErrNoGPUSource)
 	}
-	metrics, err := newNVMLMetrics(cfg.Registerer)
+	metrics, err := newSourceMetrics(cfg.Registerer)
 	if err != nil {
 		_ = lib.Shutdown()
 		return nil, err
 	}
-	s := &nvmlSource{
+	s := &Source{
 		lib:        lib,
 		log:        cfg.Log,
 		now:        time.Now,
 		xidHold:    cfg.XIDHold,
 		metrics:    metrics,
-		xids:       map[string]*nvmlXIDs{},
-		migs:       map[string]*nvmlMIG{},
+		xids:       map[string]*xidCounts{},
+		migs:       map[string]*knownMIG{},
 		lastSeen:   map[string]uint64{},
 		usage:      map[string]map[uint32]float64{},
-		podWindows: map[string][]nvmlPodWindow{},
+		podWindows: map[string][]podWindow{},
 		pods:       cgroup.NewPods(cfg.ProcRoot),
 		unhealthy:  map[string]string{},
 		warned:     map[string]bool{},
@@ -227,7 +229,7 @@ func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.xidHold <= 0 {
-		s.xidHold = DefaultNVMLXIDHold
+		s.xidHold = DefaultXIDHold
 	}
 	s.watchXIDs(n)
 	// One read now learns every GPU's identity (and its MIG devices'), so a GPU lost
@@ -241,8 +243,9 @@ func newNVMLSource(lib nvml.Interface, cfg NVMLConfig) (*nvmlSource, error) {
 	return s, nil
 }
 
-// nvmlInitHint says what a failed nvmlInit most likely means on a Kubernetes node.
-func nvmlInitHint(ret nvml.Return) string {
+// InitHint says what a failed nvmlInit most likely means on a Kubernetes node; the DCGM
+// source, which asks NVML for what DCGM does not say, gives it too.
+func InitHint(ret nvml.Return) string {
 	switch ret {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return "NVML library libnvidia-ml.so.1 not found: is this a GPU node with the NVIDIA driver, " +
@@ -261,7 +264,7 @@ func nvmlInitHint(ret nvml.Return) string {
 // watchXIDs registers the first n GPUs for XID events on one event set, so Collect can
 // take them without blocking. It is best effort: a GPU (or a driver) that cannot
 // report XID events keeps an XID count of 0.
-func (s *nvmlSource) watchXIDs(n int) {
+func (s *Source) watchXIDs(n int) {
 	set, ret := s.lib.EventSetCreate()
 	if ret != nvml.SUCCESS || set == nil {
 		return
@@ -284,12 +287,12 @@ func (s *nvmlSource) watchXIDs(n int) {
 	s.events = set
 }
 
-func (s *nvmlSource) Name() string { return "nvml" }
+func (s *Source) Name() string { return "nvml" }
 
 // gpu returns what is known of the GPU at index, empty the first time.
-func (s *nvmlSource) gpu(index int) *nvmlGPU {
+func (s *Source) gpu(index int) *knownGPU {
 	for len(s.gpus) <= index {
-		s.gpus = append(s.gpus, &nvmlGPU{})
+		s.gpus = append(s.gpus, &knownGPU{})
 	}
 	return s.gpus[index]
 }
@@ -305,7 +308,7 @@ func (s *nvmlSource) gpu(index int) *nvmlGPU {
 // (gpuscaler_collector_nvml_unidentified_devices): without a UUID no allocation, pod
 // or device id can be matched to it, and an invented id would be a device the kubelet
 // does not know. Collect fails only when NVML cannot count the GPUs or can read none.
-func (s *nvmlSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+func (s *Source) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -318,7 +321,7 @@ func (s *nvmlSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 }
 
 // collect is Collect with s.mu held.
-func (s *nvmlSource) collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+func (s *Source) collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	s.gen++
 	s.takeXIDs(ctx)
 	clear(s.usage)
@@ -329,7 +332,7 @@ func (s *nvmlSource) collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 	if n == 0 {
 		return nil, errors.New("NVML: count GPUs: NVML sees no GPU")
 	}
-	c := nvmlCollect{out: make([]*gpuscalerv1.GPUSample, 0, n)}
+	c := collectRound{out: make([]*gpuscalerv1.GPUSample, 0, n)}
 	read := 0
 	var firstErr error
 	for i := range n {
@@ -358,15 +361,15 @@ func (s *nvmlSource) collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 	return out, nil
 }
 
-// nvmlCollect is what one Collect builds: the samples, those of them that NVML could
+// collectRound is what one Collect builds: the samples, those of them that NVML could
 // not read and come from memory, and the devices it could not report at all.
-type nvmlCollect struct {
+type collectRound struct {
 	out          []*gpuscalerv1.GPUSample
 	remembered   map[*gpuscalerv1.GPUSample]bool
 	unidentified int
 }
 
-func (c *nvmlCollect) addRemembered(g *gpuscalerv1.GPUSample) {
+func (c *collectRound) addRemembered(g *gpuscalerv1.GPUSample) {
 	if c.remembered == nil {
 		c.remembered = map[*gpuscalerv1.GPUSample]bool{}
 	}
@@ -377,7 +380,7 @@ func (c *nvmlCollect) addRemembered(g *gpuscalerv1.GPUSample) {
 // samples returns the samples, without a remembered one whose device was also read
 // afresh or already remembered: NVML keeps its indexes for a session, so it should
 // not happen, but a report naming a device twice would be rejected whole.
-func (c *nvmlCollect) samples() []*gpuscalerv1.GPUSample {
+func (c *collectRound) samples() []*gpuscalerv1.GPUSample {
 	if len(c.remembered) == 0 {
 		return c.out
 	}
@@ -402,7 +405,7 @@ func (c *nvmlCollect) samples() []*gpuscalerv1.GPUSample {
 
 // appendGPU reads the GPU at index (or its MIG devices) into c. It fails when the GPU
 // could not be read, having reported it unhealthy when it knows the GPU's identity.
-func (s *nvmlSource) appendGPU(c *nvmlCollect, index int) error {
+func (s *Source) appendGPU(c *collectRound, index int) error {
 	known := s.gpu(index)
 	dev, ret := s.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
@@ -414,7 +417,7 @@ func (s *nvmlSource) appendGPU(c *nvmlCollect, index int) error {
 		return s.appendUnreadable(c, index, known, "GetUUID", ret)
 	}
 	if known.uuid != uuid { // first read (a GPU's UUID is fixed: no other change is expected)
-		*known = nvmlGPU{handle: dev, uuid: uuid}
+		*known = knownGPU{handle: dev, uuid: uuid}
 	}
 	if !known.modelRead {
 		if name, ret := dev.GetName(); ret == nvml.SUCCESS {
@@ -427,7 +430,7 @@ func (s *nvmlSource) appendGPU(c *nvmlCollect, index int) error {
 		}
 	}
 	current, _, ret := dev.GetMigMode()
-	if nvmlDeviceFailed(ret) {
+	if deviceFailed(ret) {
 		return s.appendUnreadable(c, index, known, "GetMigMode", ret)
 	}
 	if ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
@@ -446,9 +449,9 @@ func (s *nvmlSource) appendGPU(c *nvmlCollect, index int) error {
 // appendUnreadable reports the GPU at index, which NVML could not read (call answered
 // ret), under what is known of it: each of its MIG devices as last seen, or the GPU
 // itself; nothing when its UUID was never known. It returns the failure.
-func (s *nvmlSource) appendUnreadable(c *nvmlCollect, index int, known *nvmlGPU, call string, ret nvml.Return) error {
+func (s *Source) appendUnreadable(c *collectRound, index int, known *knownGPU, call string, ret nvml.Return) error {
 	err := fmt.Errorf("GPU %d: %s: %w", index, call, ret)
-	reason := "NVML " + nvmlReason(call, ret)
+	reason := "NVML " + reasonFor(call, ret)
 	if known.uuid == "" {
 		c.unidentified++
 		s.warnOnce("unidentified GPU "+strconv.Itoa(index),
@@ -471,7 +474,7 @@ func (s *nvmlSource) appendUnreadable(c *nvmlCollect, index int, known *nvmlGPU,
 }
 
 // unreadableMIG is the sample of a MIG device NVML could not read, from what is known.
-func (s *nvmlSource) unreadableMIG(index int, known *nvmlGPU, m *nvmlMIGRef, reason string) *gpuscalerv1.GPUSample {
+func (s *Source) unreadableMIG(index int, known *knownGPU, m *migRef, reason string) *gpuscalerv1.GPUSample {
 	if old, ok := s.migs[m.uuid]; ok {
 		old.seen = s.gen // keep its identity for when it answers again
 	}
@@ -483,7 +486,7 @@ func (s *nvmlSource) unreadableMIG(index int, known *nvmlGPU, m *nvmlMIGRef, rea
 }
 
 // sample is a GPU's sample with its identity only.
-func (k *nvmlGPU) sample(index int) *gpuscalerv1.GPUSample {
+func (k *knownGPU) sample(index int) *gpuscalerv1.GPUSample {
 	g := &gpuscalerv1.GPUSample{Uuid: k.uuid, Index: uint32(index), Model: k.model}
 	if k.minor != nil {
 		g.Minor = proto.Uint32(*k.minor)
@@ -492,7 +495,7 @@ func (k *nvmlGPU) sample(index int) *gpuscalerv1.GPUSample {
 }
 
 // migSample is a MIG device's sample with its identity only.
-func (k *nvmlGPU) migSample(index int, m *nvmlMIGRef) *gpuscalerv1.GPUSample {
+func (k *knownGPU) migSample(index int, m *migRef) *gpuscalerv1.GPUSample {
 	g := k.sample(index)
 	g.DeviceId = m.uuid
 	g.MigProfile = m.profile
@@ -504,11 +507,11 @@ func (k *nvmlGPU) migSample(index int, m *nvmlMIGRef) *gpuscalerv1.GPUSample {
 
 // gpuSample reads a whole GPU. It fails when the GPU could not be read, with the
 // sample saying why.
-func (s *nvmlSource) gpuSample(dev nvml.Device, index int, known *nvmlGPU) (*gpuscalerv1.GPUSample, error) {
+func (s *Source) gpuSample(dev nvml.Device, index int, known *knownGPU) (*gpuscalerv1.GPUSample, error) {
 	g := known.sample(index)
-	var r nvmlReadings
+	var r deviceReadings
 	if m, ret := dev.GetMemoryInfo(); r.take("GetMemoryInfo", ret) {
-		nvmlSetMemory(g, m)
+		setMemory(g, m)
 	}
 	if !r.lost() {
 		if u, ret := dev.GetUtilizationRates(); r.take("GetUtilizationRates", ret) {
@@ -526,7 +529,7 @@ func (s *nvmlSource) gpuSample(dev nvml.Device, index int, known *nvmlGPU) (*gpu
 		}
 	}
 	if !r.lost() {
-		if ret := s.sampleProcesses(dev, known.uuid, g.GpuUtil); nvmlDeviceFailed(ret) {
+		if ret := s.sampleProcesses(dev, known.uuid, g.GpuUtil); deviceFailed(ret) {
 			r.take("GetProcessUtilization", ret)
 		}
 	}
@@ -547,19 +550,19 @@ func (s *nvmlSource) gpuSample(dev nvml.Device, index int, known *nvmlGPU) (*gpu
 //
 // A MIG device NVML cannot read is reported unhealthy from what the last Collect
 // learnt of the device in its slot; one never identified is left out and counted.
-func (s *nvmlSource) appendMIGSamples(c *nvmlCollect, dev nvml.Device, index int, known *nvmlGPU) (bool, error) {
+func (s *Source) appendMIGSamples(c *collectRound, dev nvml.Device, index int, known *knownGPU) (bool, error) {
 	slots, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		return true, s.appendUnreadable(c, index, known, "GetMaxMigDeviceCount", ret)
 	}
 	var (
-		now      []nvmlMIGRef
+		now      []migRef
 		found    int
 		read     int
 		firstErr error
 	)
 	for j := range slots {
-		mig, ret := dev.GetMigDeviceHandleByIndex(j)
+		migDev, ret := dev.GetMigDeviceHandleByIndex(j)
 		if ret == nvml.ERROR_NOT_FOUND {
 			continue // an empty slot
 		}
@@ -568,7 +571,7 @@ func (s *nvmlSource) appendMIGSamples(c *nvmlCollect, dev nvml.Device, index int
 		var migUUID string
 		if ret == nvml.SUCCESS {
 			call = "GetUUID"
-			migUUID, ret = mig.GetUUID()
+			migUUID, ret = migDev.GetUUID()
 		}
 		if ret != nvml.SUCCESS {
 			err := fmt.Errorf("GPU %d: MIG device %d: %s: %w", index, j, call, ret)
@@ -576,23 +579,23 @@ func (s *nvmlSource) appendMIGSamples(c *nvmlCollect, dev nvml.Device, index int
 				firstErr = err
 			}
 			if m := known.migAt(j); m != nil {
-				c.addRemembered(s.unreadableMIG(index, known, m, "NVML "+nvmlReason(call, ret)))
+				c.addRemembered(s.unreadableMIG(index, known, m, "NVML "+reasonFor(call, ret)))
 				now = append(now, *m)
 				continue
 			}
 			c.unidentified++
 			s.warnOnce(fmt.Sprintf("unidentified MIG %d/%d", index, j),
 				"NVML cannot read a MIG device it has never identified: it is left out of the reports",
-				"index", index, "slot", j, "reason", "NVML "+nvmlReason(call, ret))
+				"index", index, "slot", j, "reason", "NVML "+reasonFor(call, ret))
 			continue
 		}
-		id := s.migIdentity(dev, mig, migUUID)
-		ref := nvmlMIGRef{slot: j, uuid: migUUID, instanceID: id.instanceID, computeID: id.computeID, profile: id.profile}
+		id := s.migIdentity(dev, migDev, migUUID)
+		ref := migRef{slot: j, uuid: migUUID, instanceID: id.instanceID, computeID: id.computeID, profile: id.profile}
 		now = append(now, ref)
 		g := known.migSample(index, &ref)
-		var r nvmlReadings
-		if m, ret := mig.GetMemoryInfo(); r.take("GetMemoryInfo", ret) {
-			nvmlSetMemory(g, m)
+		var r deviceReadings
+		if m, ret := migDev.GetMemoryInfo(); r.take("GetMemoryInfo", ret) {
+			setMemory(g, m)
 		}
 		g.XidErrors = s.xidCount(known.uuid, id.instanceID)
 		err := r.judge(g)
@@ -617,7 +620,7 @@ func (s *nvmlSource) appendMIGSamples(c *nvmlCollect, dev nvml.Device, index int
 }
 
 // migAt returns the MIG device last seen in slot, or nil.
-func (k *nvmlGPU) migAt(slot int) *nvmlMIGRef {
+func (k *knownGPU) migAt(slot int) *migRef {
 	for i := range k.migs {
 		if k.migs[i].slot == slot {
 			return &k.migs[i]
@@ -629,29 +632,29 @@ func (k *nvmlGPU) migAt(slot int) *nvmlMIGRef {
 // migIdentity returns a MIG device's GPU and compute instances and profile, from the
 // cache when an earlier Collect learnt them. Only complete answers are cached, so a
 // failed read is tried again next time.
-func (s *nvmlSource) migIdentity(parent, mig nvml.Device, migUUID string) *nvmlMIG {
+func (s *Source) migIdentity(parent, migDev nvml.Device, migUUID string) *knownMIG {
 	if m, ok := s.migs[migUUID]; ok {
 		m.seen = s.gen
 		return m
 	}
-	m := &nvmlMIG{seen: s.gen}
-	giID, ret := mig.GetGpuInstanceId()
+	m := &knownMIG{seen: s.gen}
+	giID, ret := migDev.GetGpuInstanceId()
 	giKnown := ret == nvml.SUCCESS && giID >= 0
 	if giKnown {
 		m.instanceID = proto.Uint32(uint32(giID))
 	}
-	if ciID, ret := mig.GetComputeInstanceId(); ret == nvml.SUCCESS && ciID >= 0 {
+	if ciID, ret := migDev.GetComputeInstanceId(); ret == nvml.SUCCESS && ciID >= 0 {
 		m.computeID = proto.Uint32(uint32(ciID))
 	}
-	m.profile = nvmlMIGProfileOf(parent, mig, giID, giKnown)
+	m.profile = mig.ProfileOf(parent, migDev, giID, giKnown)
 	if giKnown && m.computeID != nil && m.profile != "" {
 		s.migs[migUUID] = m
 	}
 	return m
 }
 
-// nvmlReadings follows one device's readings in one Collect.
-type nvmlReadings struct {
+// deviceReadings follows one device's readings in one Collect.
+type deviceReadings struct {
 	ok        int
 	failed    []string    // why each reading that failed other than NOT_SUPPORTED did
 	failedRet nvml.Return // the first of them
@@ -660,12 +663,12 @@ type nvmlReadings struct {
 }
 
 // take notes NVML's answer to a reading and reports whether it succeeded.
-func (r *nvmlReadings) take(call string, ret nvml.Return) bool {
+func (r *deviceReadings) take(call string, ret nvml.Return) bool {
 	switch {
 	case ret == nvml.SUCCESS:
 		r.ok++
 		return true
-	case nvmlDeviceFailed(ret):
+	case deviceFailed(ret):
 		if r.lostCall == "" {
 			r.lostCall, r.lostRet = call, ret
 		}
@@ -673,25 +676,25 @@ func (r *nvmlReadings) take(call string, ret nvml.Return) bool {
 		if len(r.failed) == 0 {
 			r.failedRet = ret
 		}
-		r.failed = append(r.failed, nvmlReason(call, ret))
+		r.failed = append(r.failed, reasonFor(call, ret))
 	}
 	return false
 }
 
 // lost reports whether a reading said the GPU itself failed: the rest are not worth
 // asking (each is a round trip to a GPU that is not answering).
-func (r *nvmlReadings) lost() bool { return r.lostCall != "" }
+func (r *deviceReadings) lost() bool { return r.lostCall != "" }
 
 // judge marks g unhealthy when its readings say so: a reading said the GPU itself
 // failed (its readings are then dropped: those taken a moment before came from a
 // failing GPU), or every reading failed for another reason than NOT_SUPPORTED. It
 // returns the failure, nil when the device was read.
-func (r *nvmlReadings) judge(g *gpuscalerv1.GPUSample) error {
+func (r *deviceReadings) judge(g *gpuscalerv1.GPUSample) error {
 	switch {
 	case r.lost():
 		g.GpuUtil, g.SmActive, g.TensorActive = nil, nil, nil
 		g.FbUsedBytes, g.FbTotalBytes, g.PowerWatts, g.TemperatureCelsius = nil, nil, nil, nil
-		g.Unhealthy = "NVML " + nvmlReason(r.lostCall, r.lostRet)
+		g.Unhealthy = "NVML " + reasonFor(r.lostCall, r.lostRet)
 		return fmt.Errorf("%s: %w", r.lostCall, r.lostRet)
 	case r.ok == 0 && len(r.failed) > 0:
 		g.Unhealthy = "NVML: every reading failed: " + strings.Join(r.failed, "; ")
@@ -700,17 +703,17 @@ func (r *nvmlReadings) judge(g *gpuscalerv1.GPUSample) error {
 	return nil
 }
 
-// nvmlDeviceFailed reports whether NVML's answer says the GPU itself has failed rather
+// deviceFailed reports whether NVML's answer says the GPU itself has failed rather
 // than that one reading is unavailable: it fell off the bus (XID 79: "GPU is lost") or
 // needs a reset.
-func nvmlDeviceFailed(ret nvml.Return) bool {
+func deviceFailed(ret nvml.Return) bool {
 	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
 }
 
-// nvmlReturnNames names NVML's answers as nvml.h does, with what they mean. The text
+// returnNames names NVML's answers as nvml.h does, with what they mean. The text
 // of nvml.ErrorString depends on whether the library is loaded; a report's reasons
 // should not.
-var nvmlReturnNames = map[nvml.Return][2]string{
+var returnNames = map[nvml.Return][2]string{
 	nvml.ERROR_UNINITIALIZED:     {"ERROR_UNINITIALIZED", "NVML is not initialised"},
 	nvml.ERROR_INVALID_ARGUMENT:  {"ERROR_INVALID_ARGUMENT", "invalid argument"},
 	nvml.ERROR_NOT_SUPPORTED:     {"ERROR_NOT_SUPPORTED", "not supported"},
@@ -727,17 +730,17 @@ var nvmlReturnNames = map[nvml.Return][2]string{
 	nvml.ERROR_UNKNOWN:           {"ERROR_UNKNOWN", "unknown error"},
 }
 
-// nvmlReason says how an NVML call failed: "GetUUID: GPU is lost (ERROR_GPU_IS_LOST)".
-func nvmlReason(call string, ret nvml.Return) string {
-	if n, ok := nvmlReturnNames[ret]; ok {
+// reasonFor says how an NVML call failed: "GetUUID: GPU is lost (ERROR_GPU_IS_LOST)".
+func reasonFor(call string, ret nvml.Return) string {
+	if n, ok := returnNames[ret]; ok {
 		return fmt.Sprintf("%s: %s (%s)", call, n[1], n[0])
 	}
 	return fmt.Sprintf("%s: %s (NVML return %d)", call, ret.Error(), int32(ret))
 }
 
-// nvmlSetMemory fills the framebuffer readings of g from m, leaving them nil when NVML
+// setMemory fills the framebuffer readings of g from m, leaving them nil when NVML
 // reports no framebuffer.
-func nvmlSetMemory(g *gpuscalerv1.GPUSample, m nvml.Memory) {
+func setMemory(g *gpuscalerv1.GPUSample, m nvml.Memory) {
 	if m.Total == 0 {
 		return
 	}
@@ -747,7 +750,7 @@ func nvmlSetMemory(g *gpuscalerv1.GPUSample, m nvml.Memory) {
 
 // logHealth logs each device that became unhealthy, or healthy again, since the last
 // Collect.
-func (s *nvmlSource) logHealth(out []*gpuscalerv1.GPUSample) {
+func (s *Source) logHealth(out []*gpuscalerv1.GPUSample) {
 	now := make(map[string]string, len(out))
 	for _, g := range out {
 		id := g.DeviceID()
@@ -764,7 +767,7 @@ func (s *nvmlSource) logHealth(out []*gpuscalerv1.GPUSample) {
 }
 
 // warnOnce logs msg at warning level the first time key is seen, at debug level after.
-func (s *nvmlSource) warnOnce(key, msg string, args ...any) {
+func (s *Source) warnOnce(key, msg string, args ...any) {
 	if s.warned[key] {
 		s.log.Debug(msg, args...)
 		return
@@ -773,89 +776,13 @@ func (s *nvmlSource) warnOnce(key, msg string, args ...any) {
 	s.log.Warn(msg+" (logged once)", args...)
 }
 
-// nvmlMIGProfileOf names a MIG device's profile as NVIDIA's device plugin, mig-parted
-// and nvidia-smi do (go-nvlib's MigProfile). Slices and memory come from the MIG
-// device's attributes, or else from its GPU instance's profile; the attribute suffix
-// ("+me", "-me", "+gfx", …) from that profile. "" when neither can be read.
-func nvmlMIGProfileOf(parent, mig nvml.Device, giID int, giKnown bool) string {
-	profile, info := -1, nvml.GpuInstanceProfileInfo{}
-	if giKnown {
-		if gi, ret := parent.GetGpuInstanceById(giID); ret == nvml.SUCCESS && gi != nil {
-			if gii, ret := gi.GetInfo(); ret == nvml.SUCCESS {
-				profile, info = nvmlFindGIProfile(parent, gii.ProfileId)
-			}
-		}
-	}
-	var giSlices, ciSlices uint32
-	var memMiB uint64
-	if a, ret := mig.GetAttributes(); ret == nvml.SUCCESS {
-		giSlices, ciSlices, memMiB = a.GpuInstanceSliceCount, a.ComputeInstanceSliceCount, a.MemorySizeMB
-	} else if profile >= 0 {
-		// Without attributes, assume the compute instance spans the GPU instance, the
-		// usual (and the device plugin's only supported) layout.
-		giSlices, ciSlices, memMiB = info.SliceCount, info.SliceCount, info.MemorySizeMB
-	}
-	mem, ret := parent.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		return ""
-	}
-	return nvmlMIGProfile(profile, giSlices, ciSlices, memMiB, mem.Total)
-}
-
-// nvmlFindGIProfile finds, among a GPU's GPU-instance profiles, the one whose id is
-// profileID, and returns its nvml.GPU_INSTANCE_PROFILE_* index and info; -1 when none
-// matches. An index is not an id: an A100's 1g.5gb profile is index 0 and id 19.
-func nvmlFindGIProfile(dev nvml.Device, profileID uint32) (int, nvml.GpuInstanceProfileInfo) {
-	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := dev.GetGpuInstanceProfileInfo(i)
-		if ret == nvml.SUCCESS && info.Id == profileID {
-			return i, info
-		}
-	}
-	return -1, nvml.GpuInstanceProfileInfo{}
-}
-
-// nvmlMIGProfile names a MIG profile "[<c>c.]<g>g.<GB>gb[±attribute]" as go-nvlib does:
-// giProfile is its nvml.GPU_INSTANCE_PROFILE_* index (-1 when unknown: no attribute
-// suffix), giSlices and ciSlices the GPU and compute instances' slices, memMiB the
-// instance's memory in MiB and gpuTotalBytes the whole GPU's. The GB figure is the
-// instance's share of the GPU rounded up to eighths, times the GPU's size in GiB, so
-// that an A100 40GB's 4864 MiB slice is "5gb" and its 40192 MiB one "40gb". "" when a
-// figure is missing.
-func nvmlMIGProfile(giProfile int, giSlices, ciSlices uint32, memMiB, gpuTotalBytes uint64) string {
-	if giSlices == 0 || memMiB == 0 || gpuTotalBytes == 0 {
-		return ""
-	}
-	const mib, gib = 1 << 20, 1 << 30
-	share := float64(memMiB) * mib / float64(gpuTotalBytes)
-	share = math.Ceil(share*8) / 8
-	gb := uint64(math.Round(share * float64((gpuTotalBytes+gib-1)/gib)))
-
-	var suffix string
-	switch giProfile {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
-		suffix = "+me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
-		suffix = "+me.all"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-		nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:
-		suffix = "+gfx"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
-		suffix = "-me"
-	}
-	if ciSlices == 0 || ciSlices == giSlices {
-		return fmt.Sprintf("%dg.%dgb%s", giSlices, gb, suffix)
-	}
-	return fmt.Sprintf("%dc.%dg.%dgb%s", ciSlices, giSlices, gb, suffix)
-}
-
 // takeXIDs takes the XID events waiting in the event set, without waiting for more:
 // it counts them all, and remembers the last critical one of each part of a GPU.
-func (s *nvmlSource) takeXIDs(ctx context.Context) {
+func (s *Source) takeXIDs(ctx context.Context) {
 	if s.events == nil {
 		return
 	}
-	for range nvmlMaxXIDEventsPerCollect {
+	for range maxXIDEventsPerCollect {
 		if ctx.Err() != nil {
 			return
 		}
@@ -872,10 +799,10 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 		}
 		c := s.xids[uuid]
 		if c == nil {
-			c = &nvmlXIDs{}
+			c = &xidCounts{}
 			s.xids[uuid] = c
 		}
-		if e.GpuInstanceId == nvmlNoInstance {
+		if e.GpuInstanceId == noInstance {
 			c.whole++
 		} else {
 			if c.byInstance == nil {
@@ -884,11 +811,11 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 			c.byInstance[e.GpuInstanceId]++
 		}
 		if c.last == nil {
-			c.last, c.critical = map[nvmlPlace]nvmlXIDEvent{}, map[nvmlPlace]nvmlXIDEvent{}
+			c.last, c.critical = map[xidPlace]xidEvent{}, map[xidPlace]xidEvent{}
 		}
 		s.xidSeq++
-		place := nvmlPlace{e.GpuInstanceId, e.ComputeInstanceId}
-		ev := nvmlXIDEvent{xid: uint32(min(e.EventData, math.MaxUint32)), at: s.now(), seq: s.xidSeq}
+		place := xidPlace{e.GpuInstanceId, e.ComputeInstanceId}
+		ev := xidEvent{xid: uint32(min(e.EventData, math.MaxUint32)), at: s.now(), seq: s.xidSeq}
 		c.last[place] = ev
 		if xid.Critical(e.EventData) {
 			c.critical[place] = ev
@@ -899,7 +826,7 @@ func (s *nvmlSource) takeXIDs(ctx context.Context) {
 // eventGPU returns the UUID of the GPU an event came from. A GPU that has just fallen
 // off the bus no longer answers GetUUID, yet its XID (79) is the news: it is then found
 // by its handle among those NVML gave for each GPU.
-func (s *nvmlSource) eventGPU(dev nvml.Device) string {
+func (s *Source) eventGPU(dev nvml.Device) string {
 	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
 		return uuid
 	}
@@ -916,7 +843,7 @@ func (s *nvmlSource) eventGPU(dev nvml.Device) string {
 
 // xidCount returns the XID events seen on a GPU (instance nil): all of them; or on one
 // of its GPU instances: those of that instance and those of the whole GPU.
-func (s *nvmlSource) xidCount(uuid string, instance *uint32) uint64 {
+func (s *Source) xidCount(uuid string, instance *uint32) uint64 {
 	c := s.xids[uuid]
 	if c == nil {
 		return 0
@@ -935,14 +862,14 @@ func (s *nvmlSource) xidCount(uuid string, instance *uint32) uint64 {
 // (the GPU uuid, or its MIG device mig), and marks g unhealthy "XID <n>" while the last
 // critical one is younger than the hold, unless g is already unhealthy for a reason of
 // the moment.
-func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMIGRef) {
+func (s *Source) applyXID(g *gpuscalerv1.GPUSample, uuid string, ref *migRef) {
 	c := s.xids[uuid]
 	if c == nil {
 		return
 	}
-	latest := func(events map[nvmlPlace]nvmlXIDEvent) (last nvmlXIDEvent) {
+	latest := func(events map[xidPlace]xidEvent) (last xidEvent) {
 		for place, e := range events {
-			if (mig == nil || place.covers(mig)) && e.seq > last.seq {
+			if (ref == nil || place.covers(ref)) && e.seq > last.seq {
 				last = e
 			}
 		}
@@ -975,7 +902,7 @@ func (s *nvmlSource) applyXID(g *gpuscalerv1.GPUSample, uuid string, mig *nvmlMI
 //     samples (NVML does not document whether it can be).
 //
 // NOT_SUPPORTED (older GPUs, vGPU) or any other failure leaves the GPU unmeasured.
-func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64) nvml.Return {
+func (s *Source) sampleProcesses(dev nvml.Device, uuid string, util *float64) nvml.Return {
 	since, started := s.lastSeen[uuid]
 	samples, ret := dev.GetProcessUtilization(since)
 	switch {
@@ -1025,7 +952,7 @@ func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64
 	return nvml.SUCCESS
 }
 
-// nvmlPodUsageSpan is how far back PodUsage averages a pod's use of a device.
+// PodUsageSpan is how far back PodUsage averages a pod's use of a device.
 //
 // On a time-sliced GPU the driver runs one context at a time, for slices that are long
 // against its 200 ms sample period: on an H200 with two pods each running matrix
@@ -1035,10 +962,10 @@ func (s *nvmlSource) sampleProcesses(dev nvml.Device, uuid string, util *float64
 // read last; averaged over five seconds the same run read 63 and 40. That is well
 // inside the HPA's 15 s sync and KEDA's polling, and as quick as a pod's figure can be
 // told from another's.
-const nvmlPodUsageSpan = 5 * time.Second
+const PodUsageSpan = 5 * time.Second
 
-// nvmlPodWindow is one measured window of a device: each pod's use, by pod UID.
-type nvmlPodWindow struct {
+// podWindow is one measured window of a device: each pod's use, by pod UID.
+type podWindow struct {
 	at   time.Time
 	pods map[string]float64
 }
@@ -1046,18 +973,18 @@ type nvmlPodWindow struct {
 // PodUsage returns, by device id, each pod's SM utilisation (percent) on the devices
 // the last Collect measured: for each whole GPU, the sum over the pod's processes of
 // NVML's per-process samples, at most 100, averaged over the windows measured in the
-// last nvmlPodUsageSpan since the pod was first seen in them (a pod absent from a
+// last PodUsageSpan since the pod was first seen in them (a pod absent from a
 // window used none of it). See sampleProcesses for when a GPU is measured; MIG devices
 // never are (NVML does not sample processes on them).
 //
-// A process's pod is found through /proc/<pid>/cgroup under NVMLConfig.ProcRoot: NVML
+// A process's pod is found through /proc/<pid>/cgroup under Config.ProcRoot: NVML
 // reports host PIDs, so the collector needs the host's /proc (hostPID: true, or a
 // hostPath mount). A device with a sampled process whose pod cannot be found (its
 // cgroup unreadable: it exited, or the proc root is not the host's; or it is in no
 // pod) is left out: its pods' figures would be incomplete, and an undercount is a
 // silent zero. Such processes are counted in
 // gpuscaler_collector_nvml_unresolved_processes_total and logged once.
-func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
+func (s *Source) PodUsage() map[string]map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]map[string]float64, len(s.usage))
@@ -1096,14 +1023,14 @@ func (s *nvmlSource) PodUsage() map[string]map[string]float64 {
 }
 
 // smoothPodUse records the window just measured on device id and returns each pod's
-// mean use over the windows of the last nvmlPodUsageSpan, counting for each pod the
+// mean use over the windows of the last PodUsageSpan, counting for each pod the
 // windows from the first it appears in (a pod that started a moment ago is not
 // diluted by the windows before it ran). A device's windows are dropped as they age,
 // when it is next measured.
-func (s *nvmlSource) smoothPodUse(id string, window map[string]float64) map[string]float64 {
+func (s *Source) smoothPodUse(id string, window map[string]float64) map[string]float64 {
 	at := s.now()
-	ws := slices.DeleteFunc(s.podWindows[id], func(w nvmlPodWindow) bool { return at.Sub(w.at) >= nvmlPodUsageSpan })
-	ws = append(ws, nvmlPodWindow{at: at, pods: window})
+	ws := slices.DeleteFunc(s.podWindows[id], func(w podWindow) bool { return at.Sub(w.at) >= PodUsageSpan })
+	ws = append(ws, podWindow{at: at, pods: window})
 	s.podWindows[id] = ws
 	out := make(map[string]float64, len(window))
 	for i, w := range ws {
@@ -1122,7 +1049,7 @@ func (s *nvmlSource) smoothPodUse(id string, window map[string]float64) map[stri
 }
 
 // Close frees the event set and shuts NVML down. Calls after the first do nothing.
-func (s *nvmlSource) Close() error {
+func (s *Source) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

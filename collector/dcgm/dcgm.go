@@ -1,17 +1,19 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,16 +25,16 @@ import (
 // GPU_UTIL_RATIO, …) but kept their ids and units; the names here are the ones
 // dcgm-exporter users know.
 const (
-	dcgmFieldGPUTemp          = 150  // °C, integer
-	dcgmFieldPower            = 155  // W, double
-	dcgmFieldGPUUtil          = 203  // percent, integer; not supported on a MIG instance
-	dcgmFieldXID              = 230  // the last XID error's number, integer
-	dcgmFieldFBTotal          = 250  // MiB, integer
-	dcgmFieldFBFree           = 251  // MiB, integer
-	dcgmFieldFBUsed           = 252  // MiB, integer
-	dcgmFieldGREngineActive   = 1001 // ratio 0–1, double (profiling module)
-	dcgmFieldSMActive         = 1002 // ratio 0–1, double
-	dcgmFieldPipeTensorActive = 1004 // ratio 0–1, double
+	fieldGPUTemp          = 150  // °C, integer
+	fieldPower            = 155  // W, double
+	fieldGPUUtil          = 203  // percent, integer; not supported on a MIG instance
+	fieldXID              = 230  // the last XID error's number, integer
+	fieldFBTotal          = 250  // MiB, integer
+	fieldFBFree           = 251  // MiB, integer
+	fieldFBUsed           = 252  // MiB, integer
+	fieldGREngineActive   = 1001 // ratio 0–1, double (profiling module)
+	fieldSMActive         = 1002 // ratio 0–1, double
+	fieldPipeTensorActive = 1004 // ratio 0–1, double
 )
 
 // The fields are watched as two groups. DCGM fails a whole watch, and watches none of
@@ -41,38 +43,38 @@ const (
 // dcgmerr.ErrProfilingRefused), so the profiling fields have a group of their own and the base
 // fields are read whatever the profiling module says.
 var (
-	dcgmBaseFields = []uint16{
-		dcgmFieldGPUTemp, dcgmFieldPower, dcgmFieldGPUUtil, dcgmFieldXID, dcgmFieldFBTotal, dcgmFieldFBFree, dcgmFieldFBUsed,
+	baseFields = []uint16{
+		fieldGPUTemp, fieldPower, fieldGPUUtil, fieldXID, fieldFBTotal, fieldFBFree, fieldFBUsed,
 	}
-	dcgmProfilingFields = []uint16{dcgmFieldGREngineActive, dcgmFieldSMActive, dcgmFieldPipeTensorActive}
-	// dcgmFieldNames names the profiling fields as DCGM does, for the unsupported-fields metric.
-	dcgmFieldNames = map[uint16]string{
-		dcgmFieldGREngineActive:   "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-		dcgmFieldSMActive:         "DCGM_FI_PROF_SM_ACTIVE",
-		dcgmFieldPipeTensorActive: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+	profilingFields = []uint16{fieldGREngineActive, fieldSMActive, fieldPipeTensorActive}
+	// fieldNames names the profiling fields as DCGM does, for the unsupported-fields metric.
+	fieldNames = map[uint16]string{
+		fieldGREngineActive:   "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+		fieldSMActive:         "DCGM_FI_PROF_SM_ACTIVE",
+		fieldPipeTensorActive: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
 	}
 )
 
-// Defaults of DCGMConfig, and the source's reconnection back-off.
+// Defaults of Config, and the source's reconnection back-off.
 const (
-	dcgmDefaultRediscover = 30 * time.Second
-	dcgmDefaultXIDHold    = 5 * time.Minute
-	dcgmMinBackoff        = time.Second
-	dcgmMaxBackoff        = 30 * time.Second
-	// dcgmMinRediscoverGap bounds how often values that say an entity is gone make the
+	defaultRediscover = 30 * time.Second
+	defaultXIDHold    = 5 * time.Minute
+	minBackoff        = time.Second
+	maxBackoff        = 30 * time.Second
+	// minRediscoverGap bounds how often values that say an entity is gone make the
 	// source rediscover: a MIG re-layout takes seconds, and an entity DCGM keeps listing
 	// but no longer samples must not make every Collect rewatch.
-	dcgmMinRediscoverGap = 5 * time.Second
+	minRediscoverGap = 5 * time.Second
 )
 
-// dcgmEntity is a GPU or a MIG GPU instance as DCGM numbers it.
-type dcgmEntity struct {
+// entity is a GPU or a MIG GPU instance as DCGM numbers it.
+type entity struct {
 	MIG bool // a GPU instance (DCGM_FE_GPU_I), else a GPU (DCGM_FE_GPU)
 	ID  uint
 }
 
-// dcgmGPU describes a GPU.
-type dcgmGPU struct {
+// gpuInfo describes a GPU.
+type gpuInfo struct {
 	ID    uint // DCGM's GPU id, which is the NVML index
 	UUID  string
 	Model string
@@ -81,8 +83,8 @@ type dcgmGPU struct {
 	Err error
 }
 
-// dcgmInstance describes a MIG GPU instance.
-type dcgmInstance struct {
+// instance describes a MIG GPU instance.
+type instance struct {
 	ID         uint // DCGM's GPU-instance entity id
 	ParentGPU  uint // DCGM id of its GPU
 	InstanceID uint // NVML GPU instance id, as nvidia-smi and dcgm-exporter's GPU_I_ID show it
@@ -93,11 +95,11 @@ type dcgmInstance struct {
 	HasComputeInstance bool
 }
 
-// dcgmValue is one field's latest value for one entity. Blank means DCGM has no value
+// value is one field's latest value for one entity. Blank means DCGM has no value
 // (not supported, not yet sampled, no permission, the GPU lost); Status is the DCGM
 // return code DCGM gave the value (0 when it gave one, or a blank it wrote itself).
-type dcgmValue struct {
-	Entity dcgmEntity
+type value struct {
+	Entity entity
 	Field  uint16
 	Value  float64
 	Blank  bool
@@ -105,16 +107,16 @@ type dcgmValue struct {
 	TS     int64 // when DCGM sampled it, µs since the epoch
 }
 
-// dcgmWatch names a watch dcgmAPI.Watch started.
-type dcgmWatch uint64
+// watch names a watch library.Watch started.
+type watch uint64
 
-// dcgmGPUStatus is DCGM's own view of a GPU (dcgmGetGpuStatus, go-dcgm GetGPUStatus).
-type dcgmGPUStatus struct {
+// gpuStatus is DCGM's own view of a GPU (dcgmGetGpuStatus, go-dcgm GetGPUStatus).
+type gpuStatus struct {
 	Lost bool   // DcgmEntityStatusLost: fallen off the bus
 	Name string // go-dcgm's name of the status: "OK", "Lost", "Inaccessible", "Unknown", …
 }
 
-// dcgmAPI is the part of DCGM the source uses, behind an interface so its logic is
+// library is the part of DCGM the source uses, behind an interface so its logic is
 // tested without libdcgm. Without libdcgm, go-dcgm's Init fails cleanly but any other
 // call ends the process with a symbol lookup error that recover cannot catch, so every
 // method but Init is called only after Init succeeded, and none after Shutdown until
@@ -122,26 +124,26 @@ type dcgmGPUStatus struct {
 //
 // Errors are wrapped in the dcgmerr sentinels when their kind is known
 // (dcgmerr.ErrConnection, dcgmerr.ErrProfilingRefused, …).
-type dcgmAPI interface {
+type library interface {
 	// Init connects to DCGM: the embedded host engine when addr is empty, else the
 	// standalone nv-hostengine at addr.
 	Init(addr string) error
 	// GPUs lists the GPUs DCGM supports. A GPU it cannot describe has Err set.
-	GPUs() ([]dcgmGPU, error)
-	Instances() ([]dcgmInstance, error)
+	GPUs() ([]gpuInfo, error)
+	Instances() ([]instance, error)
 	// Watch asks DCGM to sample fields of the entities every period, as one watch.
-	Watch(entities []dcgmEntity, fields []uint16, every time.Duration) (dcgmWatch, error)
+	Watch(entities []entity, fields []uint16, every time.Duration) (watch, error)
 	// Unwatch stops a watch and frees what it holds in DCGM.
-	Unwatch(w dcgmWatch) error
+	Unwatch(w watch) error
 	// Latest returns the latest value of every field of every entity: one value per
 	// pair, with a Status when DCGM has none.
-	Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, error)
-	GPUStatus(gpu uint) dcgmGPUStatus
+	Latest(entities []entity, fields []uint16) ([]value, error)
+	GPUStatus(gpu uint) gpuStatus
 	// Shutdown stops every watch and disconnects.
 	Shutdown() error
 }
 
-// dcgmSource reads GPUs through DCGM field watches. Its mutex serialises Collect and
+// Source reads GPUs through DCGM field watches. Its mutex serialises Collect and
 // Close.
 //
 // It survives what real nodes do to DCGM: a host engine restart (it reconnects with
@@ -149,10 +151,10 @@ type dcgmAPI interface {
 // rather than reading zero), a MIG re-layout (it rediscovers), a profiling module that
 // refuses (it reads the other fields), and a lost or failing GPU (reported Unhealthy,
 // the others unaffected).
-type dcgmSource struct {
-	api   dcgmAPI
-	ids   dcgmIdentifier // nil: MIG device UUIDs and minor numbers are unknown
-	cfg   DCGMConfig
+type Source struct {
+	api   library
+	ids   identifier // nil: MIG device UUIDs and minor numbers are unknown
+	cfg   Config
 	where string // "the embedded host engine", "nv-hostengine at …", for messages
 	log   *slog.Logger
 	now   func() time.Time
@@ -162,11 +164,11 @@ type dcgmSource struct {
 	mu     sync.Mutex // guards everything below, and Close against Collect
 	closed bool
 	// connected says Init succeeded and Shutdown has not been called since: only then
-	// may any dcgmAPI method but Init be called.
+	// may any library method but Init be called.
 	connected bool
-	devices   []dcgmDevice // what the last discovery found, in report order
+	devices   []device // what the last discovery found, in report order
 	// The base and profiling watches, when watching*.
-	base, prof                 dcgmWatch
+	base, prof                 watch
 	watchingBase, watchingProf bool
 	// profRefused is why the profiling watch was refused, "" when it is watched or was
 	// never refused: a refusal is logged when this changes from "".
@@ -185,44 +187,44 @@ type dcgmSource struct {
 	// undescribed holds the GPUs DCGM could not describe and the source never knew,
 	// whose warning was logged.
 	undescribed map[uint]bool
-	// xids is each device's XID history, by dcgmDevice.key; devices gone from the
+	// xids is each device's XID history, by device.key; devices gone from the
 	// layout are dropped.
-	xids map[string]*dcgmXIDState
+	xids map[string]*xidState
 }
 
-// dcgmDevice is a device the source reports: a whole GPU or a MIG GPU instance.
-type dcgmDevice struct {
-	entity dcgmEntity
+// device is a device the source reports: a whole GPU or a MIG GPU instance.
+type device struct {
+	entity entity
 	// key names the device across discoveries, as DCGM's entity ids do not after a MIG
 	// re-layout: the GPU's UUID, or the legacy MIG id.
 	key      string
-	gpu      dcgmGPU       // the GPU, or a MIG instance's parent
-	inst     *dcgmInstance // nil for a whole GPU
-	deviceID string        // the kubelet's id, for a MIG instance; "" for a whole GPU
-	// profile names a MIG instance's profile as NVML told it (dcgmMIGIdentity.Profile);
+	gpu      gpuInfo   // the GPU, or a MIG instance's parent
+	inst     *instance // nil for a whole GPU
+	deviceID string    // the kubelet's id, for a MIG instance; "" for a whole GPU
+	// profile names a MIG instance's profile as NVML told it (migIdentity.Profile);
 	// "" when NVML could not, and for a whole GPU.
 	profile string
 	minor   *uint32 // the GPU's (or parent's) minor number, when NVML told
 }
 
-// NewDCGM connects to DCGM (embedded, or the host engine at cfg.Addr) and watches the
+// New connects to DCGM (embedded, or the host engine at cfg.Addr) and watches the
 // node's GPUs and MIG instances. It uses NVML (libnvidia-ml.so.1), when it can, for what
 // DCGM does not say: MIG device UUIDs and GPU minor numbers. Without libdcgm it fails
-// with an error wrapping ErrNoGPUSource and makes no other DCGM call.
-func NewDCGM(cfg DCGMConfig) (Source, error) {
-	return newDCGMSource(&goDCGM{}, newNVMLIdentifier(nvml.New()), time.Now, cfg)
+// with an error wrapping sourceerr.ErrNoGPUSource and makes no other DCGM call.
+func New(cfg Config) (*Source, error) {
+	return newSource(&goDCGM{}, newNVMLIdentifier(nvml.New()), time.Now, cfg)
 }
 
-// newDCGMSource is NewDCGM with DCGM, NVML and the clock injected; ids and now may be nil.
-func newDCGMSource(api dcgmAPI, ids dcgmIdentifier, now func() time.Time, cfg DCGMConfig) (*dcgmSource, error) {
+// newSource is New with DCGM, NVML and the clock injected; ids and now may be nil.
+func newSource(api library, ids identifier, now func() time.Time, cfg Config) (*Source, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
 	if cfg.Rediscover <= 0 {
-		cfg.Rediscover = dcgmDefaultRediscover
+		cfg.Rediscover = defaultRediscover
 	}
 	if cfg.XIDHold <= 0 {
-		cfg.XIDHold = dcgmDefaultXIDHold
+		cfg.XIDHold = defaultXIDHold
 	}
 	if now == nil {
 		now = time.Now
@@ -236,17 +238,17 @@ func newDCGMSource(api dcgmAPI, ids dcgmIdentifier, now func() time.Time, cfg DC
 		where = "nv-hostengine at " + cfg.Addr
 	}
 	if err := api.Init(cfg.Addr); err != nil {
-		return nil, fmt.Errorf("%w: DCGM (%s): %w", ErrNoGPUSource, where, err)
+		return nil, fmt.Errorf("%w: DCGM (%s): %w", sourceerr.ErrNoGPUSource, where, err)
 	}
-	s := &dcgmSource{
+	s := &Source{
 		api: api, ids: ids, cfg: cfg, where: where, log: log, now: now, connected: true,
-		xids: map[string]*dcgmXIDState{}, undescribed: map[uint]bool{},
+		xids: map[string]*xidState{}, undescribed: map[uint]bool{},
 		unsupported: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_collector_dcgm_fields_unsupported",
 			Help: "1 for each DCGM field the source cannot watch on this node (the profiling module refused it), 0 once it can.",
 		}, []string{"field"}),
 	}
-	fail := func(err error) (*dcgmSource, error) {
+	fail := func(err error) (*Source, error) {
 		_ = api.Shutdown()
 		if ids != nil {
 			_ = ids.Close()
@@ -264,12 +266,12 @@ func newDCGMSource(api dcgmAPI, ids dcgmIdentifier, now func() time.Time, cfg DC
 	return s, nil
 }
 
-func (s *dcgmSource) Name() string { return "dcgm" }
+func (s *Source) Name() string { return "dcgm" }
 
 // Collect reads the latest watched values of every device. While the host engine is
 // unreachable it fails, with an error wrapping dcgmerr.ErrConnection, and tries to
 // reconnect when the back-off allows.
-func (s *dcgmSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
+func (s *Source) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -310,20 +312,20 @@ func (s *dcgmSource) Collect(ctx context.Context) ([]*gpuscalerv1.GPUSample, err
 	}
 }
 
-func (s *dcgmSource) mayRediscover(now time.Time) bool {
-	return now.Sub(s.lastDiscover) >= min(s.cfg.Rediscover, dcgmMinRediscoverGap)
+func (s *Source) mayRediscover(now time.Time) bool {
+	return now.Sub(s.lastDiscover) >= min(s.cfg.Rediscover, minRediscoverGap)
 }
 
 // failed handles an error of a DCGM call: a lost connection shuts DCGM down (go-dcgm
 // counts Inits, and connects again only once Shutdown brought the count to zero) and
 // starts the back-off. It returns err.
-func (s *dcgmSource) failed(now time.Time, err error) error {
+func (s *Source) failed(now time.Time, err error) error {
 	if !errors.Is(err, dcgmerr.ErrConnection) || !s.connected {
 		return err
 	}
 	_ = s.api.Shutdown()
 	s.connected, s.watchingBase, s.watchingProf = false, false, false
-	s.downSince, s.backoff = now, dcgmMinBackoff
+	s.downSince, s.backoff = now, minBackoff
 	s.nextTry = now.Add(s.backoff)
 	s.log.Warn("DCGM host engine connection lost: the node reports nothing until it is back; reconnecting with back-off",
 		"where", s.where, "err", err)
@@ -331,13 +333,13 @@ func (s *dcgmSource) failed(now time.Time, err error) error {
 }
 
 // reconnect connects to DCGM again, if the back-off allows, and watches the devices.
-func (s *dcgmSource) reconnect(now time.Time) error {
+func (s *Source) reconnect(now time.Time) error {
 	if now.Before(s.nextTry) {
 		return fmt.Errorf("%w: DCGM (%s) unreachable since %s; next try in %s", dcgmerr.ErrConnection, s.where,
 			s.downSince.Format(time.RFC3339), s.nextTry.Sub(now).Round(time.Millisecond))
 	}
 	if err := s.api.Init(s.cfg.Addr); err != nil {
-		s.backoff = min(2*s.backoff, dcgmMaxBackoff)
+		s.backoff = min(2*s.backoff, maxBackoff)
 		s.nextTry = now.Add(s.backoff)
 		s.log.Debug("DCGM reconnect failed", "where", s.where, "err", err, "retryIn", s.backoff)
 		return fmt.Errorf("%w: DCGM (%s) unreachable since %s: reconnect: %w", dcgmerr.ErrConnection, s.where,
@@ -356,7 +358,7 @@ func (s *dcgmSource) reconnect(now time.Time) error {
 // is measured through them and not itself.
 //
 // When it fails, the watches are renewed at the next chance (stale).
-func (s *dcgmSource) discover(now time.Time) (err error) {
+func (s *Source) discover(now time.Time) (err error) {
 	s.lastDiscover = now
 	defer func() {
 		if err != nil {
@@ -378,7 +380,7 @@ func (s *dcgmSource) discover(now time.Time) (err error) {
 	if s.stale || !s.watchingBase || !sameEntities(s.devices, devices) {
 		s.unwatch()
 		entities := entitiesOf(devices)
-		w, err := s.api.Watch(entities, dcgmBaseFields, s.cfg.Every)
+		w, err := s.api.Watch(entities, baseFields, s.cfg.Every)
 		if err != nil {
 			return fmt.Errorf("watch fields: %w", err)
 		}
@@ -390,7 +392,7 @@ func (s *dcgmSource) discover(now time.Time) (err error) {
 		for _, d := range devices {
 			keep[d.key] = true
 		}
-		maps.DeleteFunc(s.xids, func(key string, _ *dcgmXIDState) bool { return !keep[key] })
+		maps.DeleteFunc(s.xids, func(key string, _ *xidState) bool { return !keep[key] })
 	} else if !s.watchingProf {
 		if err := s.watchProfiling(entitiesOf(devices)); err != nil {
 			return err
@@ -407,14 +409,14 @@ func (s *dcgmSource) discover(now time.Time) (err error) {
 // watchProfiling watches the profiling fields as a group of their own. A refusal is
 // not an error: the base fields are read without them, the refusal is logged once and
 // shown by gpuscaler_collector_dcgm_fields_unsupported. Only a lost connection fails.
-func (s *dcgmSource) watchProfiling(entities []dcgmEntity) error {
-	w, err := s.api.Watch(entities, dcgmProfilingFields, s.cfg.Every)
+func (s *Source) watchProfiling(entities []entity) error {
+	w, err := s.api.Watch(entities, profilingFields, s.cfg.Every)
 	if err != nil {
 		if errors.Is(err, dcgmerr.ErrConnection) {
 			return fmt.Errorf("watch profiling fields: %w", err)
 		}
-		for _, f := range dcgmProfilingFields {
-			s.unsupported.WithLabelValues(dcgmFieldNames[f]).Set(1)
+		for _, f := range profilingFields {
+			s.unsupported.WithLabelValues(fieldNames[f]).Set(1)
 		}
 		if s.profRefused == "" {
 			s.log.Warn("DCGM refuses the profiling fields: SM active, tensor active and MIG utilisation are not reported; "+
@@ -427,8 +429,8 @@ func (s *dcgmSource) watchProfiling(entities []dcgmEntity) error {
 		return nil
 	}
 	s.prof, s.watchingProf = w, true
-	for _, f := range dcgmProfilingFields {
-		s.unsupported.WithLabelValues(dcgmFieldNames[f]).Set(0)
+	for _, f := range profilingFields {
+		s.unsupported.WithLabelValues(fieldNames[f]).Set(0)
 	}
 	if s.profRefused != "" {
 		s.log.Info("DCGM now watches the profiling fields", "where", s.where)
@@ -439,7 +441,7 @@ func (s *dcgmSource) watchProfiling(entities []dcgmEntity) error {
 
 // unwatch stops the current watches. Errors are only logged: the watches die with the
 // connection anyway, and a new watch does not depend on the old one's end.
-func (s *dcgmSource) unwatch() {
+func (s *Source) unwatch() {
 	if s.watchingProf {
 		if err := s.api.Unwatch(s.prof); err != nil {
 			s.log.Debug("DCGM unwatch of the profiling fields failed", "err", err)
@@ -455,12 +457,12 @@ func (s *dcgmSource) unwatch() {
 }
 
 // layout builds the devices to report from what DCGM lists, with the ids NVML gives.
-func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
-	known := map[uint]dcgmGPU{}
+func (s *Source) layout(gpus []gpuInfo, insts []instance) []device {
+	known := map[uint]gpuInfo{}
 	for _, d := range s.devices {
 		known[d.gpu.ID] = d.gpu
 	}
-	byID := make(map[uint]dcgmGPU, len(gpus))
+	byID := make(map[uint]gpuInfo, len(gpus))
 	var order []uint
 	for _, g := range gpus {
 		if g.Err != nil {
@@ -485,12 +487,12 @@ func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
 		}
 	}
 
-	idents := dcgmIdentities{}
+	idents := identities{}
 	var idErr error
 	if s.ids != nil {
-		want := make([]dcgmIdentifyGPU, 0, len(order))
+		want := make([]identifyGPU, 0, len(order))
 		for _, id := range order {
-			want = append(want, dcgmIdentifyGPU{UUID: byID[id].UUID, MIG: inMIG[id]})
+			want = append(want, identifyGPU{UUID: byID[id].UUID, MIG: inMIG[id]})
 		}
 		idents, idErr = s.ids.Identify(want)
 	} else {
@@ -503,10 +505,10 @@ func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
 		return nil
 	}
 
-	devices := make([]dcgmDevice, 0, len(order)+len(insts))
+	devices := make([]device, 0, len(order)+len(insts))
 	for _, id := range order {
 		if g := byID[id]; !inMIG[id] {
-			devices = append(devices, dcgmDevice{entity: dcgmEntity{ID: id}, key: g.UUID, gpu: g, minor: minor(g.UUID)})
+			devices = append(devices, device{entity: entity{ID: id}, key: g.UUID, gpu: g, minor: minor(g.UUID)})
 		}
 	}
 	unresolved := 0
@@ -516,14 +518,14 @@ func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
 		if !ok {
 			continue
 		}
-		legacy := dcgmLegacyMIGID(g.UUID, in.InstanceID, in.ComputeInstanceID)
+		legacy := legacyMIGID(g.UUID, in.InstanceID, in.ComputeInstanceID)
 		m, ok := idents.mig(g.UUID, in.InstanceID, in.ComputeInstanceID, in.HasComputeInstance)
 		if !ok {
 			m.UUID = legacy
 			unresolved++
 		}
-		devices = append(devices, dcgmDevice{
-			entity: dcgmEntity{MIG: true, ID: in.ID}, key: legacy, gpu: g, inst: &in, deviceID: m.UUID,
+		devices = append(devices, device{
+			entity: entity{MIG: true, ID: in.ID}, key: legacy, gpu: g, inst: &in, deviceID: m.UUID,
 			profile: m.Profile, minor: minor(g.UUID),
 		})
 	}
@@ -545,12 +547,12 @@ func (s *dcgmSource) layout(gpus []dcgmGPU, insts []dcgmInstance) []dcgmDevice {
 }
 
 // sameEntities reports whether two layouts watch the same entities for the same devices.
-func sameEntities(a, b []dcgmDevice) bool {
-	return slices.EqualFunc(a, b, func(x, y dcgmDevice) bool { return x.entity == y.entity && x.key == y.key })
+func sameEntities(a, b []device) bool {
+	return slices.EqualFunc(a, b, func(x, y device) bool { return x.entity == y.entity && x.key == y.key })
 }
 
-func entitiesOf(devices []dcgmDevice) []dcgmEntity {
-	out := make([]dcgmEntity, len(devices))
+func entitiesOf(devices []device) []entity {
+	out := make([]entity, len(devices))
 	for i, d := range devices {
 		out[i] = d.entity
 	}
@@ -561,32 +563,32 @@ func entitiesOf(devices []dcgmDevice) []dcgmEntity {
 // values show an entity DCGM no longer knows or watches (its sample is then Unhealthy).
 // It fails when DCGM can be asked nothing, or no device gives any reading and none is
 // known to have failed.
-func (s *dcgmSource) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone bool, err error) {
-	fields := dcgmBaseFields
+func (s *Source) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone bool, err error) {
+	fields := baseFields
 	if s.watchingProf {
-		fields = slices.Concat(dcgmBaseFields, dcgmProfilingFields)
+		fields = slices.Concat(baseFields, profilingFields)
 	}
 	values, err := s.api.Latest(entitiesOf(s.devices), fields)
 	if err != nil {
 		return nil, false, fmt.Errorf("latest values: %w", err)
 	}
-	byEntity := make(map[dcgmEntity]map[uint16]dcgmValue, len(s.devices))
+	byEntity := make(map[entity]map[uint16]value, len(s.devices))
 	for _, v := range values {
 		m := byEntity[v.Entity]
 		if m == nil {
-			m = make(map[uint16]dcgmValue, len(fields))
+			m = make(map[uint16]value, len(fields))
 			byEntity[v.Entity] = m
 		}
 		m[v.Field] = v
 	}
 
-	readings := make([]dcgmReading, len(s.devices))
+	readings := make([]reading, len(s.devices))
 	anyRead, anyFailed := false, false
 	for i, d := range s.devices {
-		r := dcgmRead(d, byEntity[d.entity])
+		r := readDevice(d, byEntity[d.entity])
 		x := s.xids[d.key]
 		if x == nil {
-			x = &dcgmXIDState{}
+			x = &xidState{}
 			s.xids[d.key] = x
 		}
 		x.observe(r.xid, r.hasXID, now)
@@ -599,7 +601,7 @@ func (s *dcgmSource) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone boo
 	// A device none of whose fields reads: ask DCGM what it thinks of the GPU. A lost
 	// GPU's fields read blank with an OK status (DcgmCacheManager.cpp writes
 	// NVML_ERROR_GPU_IS_LOST as a blank value, InsertNvmlErrorValue).
-	status := map[uint]dcgmGPUStatus{}
+	status := map[uint]gpuStatus{}
 	for i := range readings {
 		r := &readings[i]
 		if r.readable || r.failure != "" || r.goneWhy != "" {
@@ -644,7 +646,7 @@ func (s *dcgmSource) read(now time.Time) (out []*gpuscalerv1.GPUSample, gone boo
 }
 
 // Close stops watching and shuts DCGM and NVML down.
-func (s *dcgmSource) Close() error {
+func (s *Source) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package collector
+package nvml
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -49,22 +50,22 @@ var mockA100Profiles = map[int]nvml.GpuInstanceProfileInfo{
 	nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {Id: 0, SliceCount: 7, InstanceCount: 1, MemorySizeMB: 40192},
 }
 
-// mockNVMLNode is a mock NVML library with its GPUs and one event set.
-type mockNVMLNode struct {
+// mockNode is a mock NVML library with its GPUs and one event set.
+type mockNode struct {
 	lib  *mock.Interface
-	gpus []*mockNVMLGPU
+	gpus []*mockGPU
 	set  *mock.EventSet
 
 	mu     sync.Mutex // guards queued
 	queued []nvml.EventData
 }
 
-type mockNVMLGPU struct {
+type mockGPU struct {
 	*mock.Device
 	index   int
 	uuid    string
 	migMode int
-	migs    map[int]*mockNVMLMIG // by MIG device index
+	migs    map[int]*mockMIG // by MIG device index
 	// processes is the driver's buffer of per-process samples, which
 	// GetProcessUtilization answers from as NVML does: those after the timestamp it is
 	// given, or ERROR_NOT_FOUND.
@@ -72,7 +73,7 @@ type mockNVMLGPU struct {
 	since     []uint64 // the timestamps GetProcessUtilization was asked with
 }
 
-type mockNVMLMIG struct {
+type mockMIG struct {
 	*mock.Device
 	uuid    string
 	gi, ci  uint32
@@ -83,10 +84,10 @@ type mockNVMLMIG struct {
 // NVML's PCI order and the driver's numbering differ, so a test cannot pass on the index.
 func mockMinor(i int) uint32 { return uint32(i ^ 1) }
 
-// newMockNVMLNode returns n A100s, each answering every reading Collect takes: GPU i
+// newMockNode returns n A100s, each answering every reading Collect takes: GPU i
 // uses i GiB, runs at 10i+5 % and 60+i W, at 30+i °C, and has no process sample.
-func newMockNVMLNode(n int) *mockNVMLNode {
-	node := &mockNVMLNode{}
+func newMockNode(n int) *mockNode {
+	node := &mockNode{}
 	node.set = &mock.EventSet{
 		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
 			node.mu.Lock()
@@ -101,7 +102,7 @@ func newMockNVMLNode(n int) *mockNVMLNode {
 		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
 	}
 	for i := range n {
-		node.gpus = append(node.gpus, newMockNVMLGPU(i))
+		node.gpus = append(node.gpus, newMockGPU(i))
 	}
 	node.lib = &mock.Interface{
 		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
@@ -118,8 +119,8 @@ func newMockNVMLNode(n int) *mockNVMLNode {
 	return node
 }
 
-func newMockNVMLGPU(i int) *mockNVMLGPU {
-	g := &mockNVMLGPU{index: i, uuid: fmt.Sprintf("GPU-%08x-a100-4000-8000-%012x", i, i), migs: map[int]*mockNVMLMIG{}}
+func newMockGPU(i int) *mockGPU {
+	g := &mockGPU{index: i, uuid: fmt.Sprintf("GPU-%08x-a100-4000-8000-%012x", i, i), migs: map[int]*mockMIG{}}
 	used := uint64(i) << 30
 	g.Device = &mock.Device{
 		GetUUIDFunc: func() (string, nvml.Return) { return g.uuid, nvml.SUCCESS },
@@ -185,12 +186,12 @@ func newMockNVMLGPU(i int) *mockNVMLGPU {
 // given profile, with a compute instance of ciSlices (0: the whole GPU instance),
 // using 1 GiB. Like a real MIG handle, it answers no utilisation, power, temperature
 // or per-process samples (the mock would panic if asked).
-func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) *mockNVMLMIG {
+func (g *mockGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) *mockMIG {
 	p := mockA100Profiles[profile]
 	if ciSlices == 0 {
 		ciSlices = p.SliceCount
 	}
-	m := &mockNVMLMIG{uuid: fmt.Sprintf("MIG-%08x-a100-4000-8000-%012x", g.index, slot), gi: gi, profile: profile}
+	m := &mockMIG{uuid: fmt.Sprintf("MIG-%08x-a100-4000-8000-%012x", g.index, slot), gi: gi, profile: profile}
 	m.Device = &mock.Device{
 		GetUUIDFunc:              func() (string, nvml.Return) { return m.uuid, nvml.SUCCESS },
 		GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return int(m.gi), nvml.SUCCESS },
@@ -210,29 +211,29 @@ func (g *mockNVMLGPU) addMIG(slot int, gi uint32, profile int, ciSlices uint32) 
 	return m
 }
 
-func (n *mockNVMLNode) queue(events ...nvml.EventData) {
+func (n *mockNode) queue(events ...nvml.EventData) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.queued = append(n.queued, events...)
 }
 
-func (n *mockNVMLNode) source(t testing.TB) *nvmlSource {
+func (n *mockNode) source(t testing.TB) *Source {
 	t.Helper()
-	return n.sourceWith(t, NVMLConfig{})
+	return n.sourceWith(t, Config{})
 }
 
-func (n *mockNVMLNode) sourceWith(t testing.TB, cfg NVMLConfig) *nvmlSource {
+func (n *mockNode) sourceWith(t testing.TB, cfg Config) *Source {
 	t.Helper()
-	s, err := newNVMLSource(n.lib, cfg)
+	s, err := newSource(n.lib, cfg)
 	if err != nil {
-		t.Fatalf("newNVMLSource: %v", err)
+		t.Fatalf("newSource: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
 // wantGPU is the sample of mock GPU i, whole.
-func (n *mockNVMLNode) wantGPU(i int) *gpuscalerv1.GPUSample {
+func (n *mockNode) wantGPU(i int) *gpuscalerv1.GPUSample {
 	return &gpuscalerv1.GPUSample{
 		Uuid:               n.gpus[i].uuid,
 		Index:              uint32(i),
@@ -247,7 +248,7 @@ func (n *mockNVMLNode) wantGPU(i int) *gpuscalerv1.GPUSample {
 }
 
 // wantMIG is the sample of the MIG device at slot of mock GPU i, named profile.
-func (n *mockNVMLNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSample {
+func (n *mockNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSample {
 	m := n.gpus[i].migs[slot]
 	return &gpuscalerv1.GPUSample{
 		Uuid:          n.gpus[i].uuid,
@@ -263,7 +264,7 @@ func (n *mockNVMLNode) wantMIG(i, slot int, profile string) *gpuscalerv1.GPUSamp
 }
 
 // collectValid collects once and checks the samples make a valid NodeReport.
-func collectValid(t testing.TB, s Source) []*gpuscalerv1.GPUSample {
+func collectValid(t testing.TB, s *Source) []*gpuscalerv1.GPUSample {
 	t.Helper()
 	got, err := s.Collect(context.Background())
 	if err != nil {
@@ -287,30 +288,30 @@ func diffSamples(t *testing.T, got, want []*gpuscalerv1.GPUSample) {
 	}
 }
 
-func TestNVMLCollect(t *testing.T) {
-	wholeGPUs := func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+func TestCollect(t *testing.T) {
+	wholeGPUs := func(n *mockNode) []*gpuscalerv1.GPUSample {
 		var want []*gpuscalerv1.GPUSample
 		for i := range n.gpus {
 			want = append(want, n.wantGPU(i))
 		}
 		return want
 	}
-	notSupported := func(g *mockNVMLGPU) {
+	notSupported := func(g *mockGPU) {
 		g.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED }
 		g.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 		g.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 		g.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
 	}
 	tests := map[string]struct {
-		setup func(n *mockNVMLNode)
-		want  func(n *mockNVMLNode) []*gpuscalerv1.GPUSample
+		setup func(n *mockNode)
+		want  func(n *mockNode) []*gpuscalerv1.GPUSample
 	}{
 		"eight whole GPUs": {
-			setup: func(*mockNVMLNode) {},
+			setup: func(*mockNode) {},
 			want:  wholeGPUs,
 		},
 		"MIG devices instead of their GPUs": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.gpus[1].addMIG(0, 0, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
 				n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
 				n.gpus[3].addMIG(2, 5, nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0) // slot 1 empty
@@ -321,7 +322,7 @@ func TestNVMLCollect(t *testing.T) {
 				n.gpus[6].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
 				n.gpus[6].addMIG(1, 2, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // one compute slice of three
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return []*gpuscalerv1.GPUSample{
 					n.wantGPU(0),
 					n.wantMIG(1, 0, "7g.40gb"),
@@ -340,15 +341,15 @@ func TestNVMLCollect(t *testing.T) {
 			},
 		},
 		"MIG mode without MIG devices reports the GPU": {
-			setup: func(n *mockNVMLNode) { n.gpus[2].migMode = nvml.DEVICE_MIG_ENABLE },
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			setup: func(n *mockNode) { n.gpus[2].migMode = nvml.DEVICE_MIG_ENABLE },
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				want := wholeGPUs(n)
 				want[2].GpuUtil = nil
 				return want
 			},
 		},
 		"MIG mode not supported": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				for _, g := range n.gpus {
 					g.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
 				}
@@ -356,7 +357,7 @@ func TestNVMLCollect(t *testing.T) {
 			want: wholeGPUs,
 		},
 		"MIG mode pending, not current": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.gpus[5].GetMigModeFunc = func() (int, int, nvml.Return) {
 					return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
 				}
@@ -364,7 +365,7 @@ func TestNVMLCollect(t *testing.T) {
 			want: wholeGPUs,
 		},
 		"readings that fail are absent, not zero": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				notSupported(n.gpus[2])
 				n.gpus[4].GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
 				n.gpus[5].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
@@ -373,7 +374,7 @@ func TestNVMLCollect(t *testing.T) {
 					return nvml.Memory{Total: 1 << 30, Used: 2 << 30}, nvml.SUCCESS // read a moment apart
 				}
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				want := wholeGPUs(n)
 				want[2] = &gpuscalerv1.GPUSample{Uuid: n.gpus[2].uuid, Index: 2, Model: "NVIDIA A100-SXM4-40GB", Minor: proto.Uint32(mockMinor(2))}
 				want[4].Model = ""
@@ -384,7 +385,7 @@ func TestNVMLCollect(t *testing.T) {
 			},
 		},
 		"MIG identity read another way, or in part": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				noAttrs := n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
 				noAttrs.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 					return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
@@ -397,7 +398,7 @@ func TestNVMLCollect(t *testing.T) {
 				nothing.GetGpuInstanceIdFunc = noGI.GetGpuInstanceIdFunc
 				nothing.GetAttributesFunc = noAttrs.GetAttributesFunc
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				want := wholeGPUs(n)
 				noAttrs := n.wantMIG(3, 0, "3g.20gb") // from its GPU instance's profile
 				noGI := n.wantMIG(3, 1, "1g.5gb")     // from its attributes alone: no "+me"
@@ -412,7 +413,7 @@ func TestNVMLCollect(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			tc.setup(n)
 			s := n.source(t)
 			want := tc.want(n)
@@ -440,28 +441,28 @@ func samplesEqual(a, b []*gpuscalerv1.GPUSample) bool {
 	return true
 }
 
-// TestNVMLCollectErrors: Collect fails only when NVML can read nothing: the count, or
-// every GPU. One GPU failing is TestNVMLUnreadable's.
-func TestNVMLCollectErrors(t *testing.T) {
+// TestCollectErrors: Collect fails only when NVML can read nothing: the count, or
+// every GPU. One GPU failing is TestUnreadable's.
+func TestCollectErrors(t *testing.T) {
 	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	tests := map[string]struct {
-		setup   func(n *mockNVMLNode)
+		setup   func(n *mockNode)
 		ctx     func() context.Context
 		wantIs  error
 		wantMsg string
 	}{
 		"GPU count": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 			},
 			wantIs: nvml.ERROR_UNKNOWN, wantMsg: "count GPUs",
 		},
 		"no GPU any more": {
-			setup:   func(n *mockNVMLNode) { n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS } },
+			setup:   func(n *mockNode) { n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS } },
 			wantMsg: "no GPU",
 		},
 		"every GPU lost": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				for _, g := range n.gpus {
 					g.GetUUIDFunc = lost
 				}
@@ -469,13 +470,13 @@ func TestNVMLCollectErrors(t *testing.T) {
 			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "none of the 8 GPUs could be read (GPU 0: GetUUID",
 		},
 		"every handle lost": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 			},
 			wantIs: nvml.ERROR_GPU_IS_LOST, wantMsg: "DeviceGetHandleByIndex",
 		},
 		"every GPU failing one way or another": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.gpus[0].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
 				n.gpus[1].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
 				n.gpus[2].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
@@ -488,7 +489,7 @@ func TestNVMLCollectErrors(t *testing.T) {
 			wantIs: nvml.ERROR_RESET_REQUIRED, wantMsg: "GPU 0: GetMemoryInfo",
 		},
 		"cancelled context": {
-			setup: func(*mockNVMLNode) {},
+			setup: func(*mockNode) {},
 			ctx: func() context.Context {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
@@ -499,7 +500,7 @@ func TestNVMLCollectErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			s := n.source(t)
 			tc.setup(n)
 			ctx := context.Background()
@@ -523,42 +524,42 @@ func TestNVMLCollectErrors(t *testing.T) {
 	}
 }
 
-func TestNVMLStart(t *testing.T) {
+func TestStart(t *testing.T) {
 	tests := map[string]struct {
-		setup         func(n *mockNVMLNode)
+		setup         func(n *mockNode)
 		wantIs        []error
 		wantMsg       string
 		wantShutdowns int
 	}{
 		"no library": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
 			},
-			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_LIBRARY_NOT_FOUND},
+			wantIs:  []error{sourceerr.ErrNoGPUSource, nvml.ERROR_LIBRARY_NOT_FOUND},
 			wantMsg: "libnvidia-ml.so.1 not found",
 		},
 		"no driver": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }
 			},
-			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_DRIVER_NOT_LOADED},
+			wantIs:  []error{sourceerr.ErrNoGPUSource, nvml.ERROR_DRIVER_NOT_LOADED},
 			wantMsg: "driver is not loaded",
 		},
 		"no permission": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.InitFunc = func() nvml.Return { return nvml.ERROR_NO_PERMISSION }
 			},
-			wantIs:  []error{ErrNoGPUSource, nvml.ERROR_NO_PERMISSION},
+			wantIs:  []error{sourceerr.ErrNoGPUSource, nvml.ERROR_NO_PERMISSION},
 			wantMsg: "/dev/nvidia",
 		},
 		"no GPU": {
-			setup:         func(n *mockNVMLNode) { n.gpus = nil },
-			wantIs:        []error{ErrNoGPUSource},
+			setup:         func(n *mockNode) { n.gpus = nil },
+			wantIs:        []error{sourceerr.ErrNoGPUSource},
 			wantMsg:       "no GPU",
 			wantShutdowns: 1,
 		},
 		"GPU count fails": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 			},
 			wantIs:        []error{nvml.ERROR_UNKNOWN},
@@ -568,9 +569,9 @@ func TestNVMLStart(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			tc.setup(n)
-			s, err := newNVMLSource(n.lib, NVMLConfig{})
+			s, err := newSource(n.lib, Config{})
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("got no error")
@@ -590,9 +591,9 @@ func TestNVMLStart(t *testing.T) {
 	}
 }
 
-func TestNVMLClose(t *testing.T) {
-	n := newMockNVMLNode(8)
-	s, err := newNVMLSource(n.lib, NVMLConfig{})
+func TestClose(t *testing.T) {
+	n := newMockNode(8)
+	s, err := newSource(n.lib, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,9 +616,9 @@ func TestNVMLClose(t *testing.T) {
 		t.Error("Collect after Close: got no error")
 	}
 
-	n = newMockNVMLNode(1)
+	n = newMockNode(1)
 	n.lib.ShutdownFunc = func() nvml.Return { return nvml.ERROR_UNKNOWN }
-	s, err = newNVMLSource(n.lib, NVMLConfig{})
+	s, err = newSource(n.lib, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,8 +627,8 @@ func TestNVMLClose(t *testing.T) {
 	}
 }
 
-func TestNVMLXIDs(t *testing.T) {
-	n := newMockNVMLNode(8)
+func TestXIDs(t *testing.T) {
+	n := newMockNode(8)
 	n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
 	n.gpus[3].addMIG(1, 5, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
 	s := n.source(t)
@@ -637,15 +638,15 @@ func TestNVMLXIDs(t *testing.T) {
 			t.Errorf("GPU %d: got RegisterEvents calls %+v, want one for XID critical errors", i, calls)
 		}
 	}
-	xid := func(g *mockNVMLGPU, gi uint32) nvml.EventData {
+	xid := func(g *mockGPU, gi uint32) nvml.EventData {
 		return nvml.EventData{Device: g, EventType: nvml.EventTypeXidCriticalError, EventData: 79, GpuInstanceId: gi, ComputeInstanceId: gi}
 	}
 	lost := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }}
 	n.queue(
-		xid(n.gpus[0], nvmlNoInstance), xid(n.gpus[0], nvmlNoInstance),
-		xid(n.gpus[3], 1), xid(n.gpus[3], nvmlNoInstance),
-		nvml.EventData{Device: n.gpus[5], EventType: nvml.EventTypePState, GpuInstanceId: nvmlNoInstance},
-		nvml.EventData{Device: lost, EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance},
+		xid(n.gpus[0], noInstance), xid(n.gpus[0], noInstance),
+		xid(n.gpus[3], 1), xid(n.gpus[3], noInstance),
+		nvml.EventData{Device: n.gpus[5], EventType: nvml.EventTypePState, GpuInstanceId: noInstance},
+		nvml.EventData{Device: lost, EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: noInstance},
 		nvml.EventData{EventType: nvml.EventTypeXidCriticalError},
 	)
 	counts := func() map[string]uint64 {
@@ -671,31 +672,31 @@ func TestNVMLXIDs(t *testing.T) {
 	check("first Collect", counts(), want)
 	check("second Collect", counts(), want) // counts persist
 
-	n.queue(xid(n.gpus[3], 5), xid(n.gpus[1], nvmlNoInstance))
+	n.queue(xid(n.gpus[3], 5), xid(n.gpus[1], noInstance))
 	want[n.gpus[3].migs[1].uuid]++
 	want[n.gpus[1].uuid]++
 	check("after more", counts(), want)
 
 	// A storm is taken a bounded batch per Collect.
-	for range nvmlMaxXIDEventsPerCollect + 10 {
-		n.queue(xid(n.gpus[7], nvmlNoInstance))
+	for range maxXIDEventsPerCollect + 10 {
+		n.queue(xid(n.gpus[7], noInstance))
 	}
-	check("storm, first Collect", counts(), map[string]uint64{n.gpus[7].uuid: nvmlMaxXIDEventsPerCollect})
-	check("storm, second Collect", counts(), map[string]uint64{n.gpus[7].uuid: nvmlMaxXIDEventsPerCollect + 10})
+	check("storm, first Collect", counts(), map[string]uint64{n.gpus[7].uuid: maxXIDEventsPerCollect})
+	check("storm, second Collect", counts(), map[string]uint64{n.gpus[7].uuid: maxXIDEventsPerCollect + 10})
 }
 
-func TestNVMLXIDsUnavailable(t *testing.T) {
+func TestXIDsUnavailable(t *testing.T) {
 	tests := map[string]struct {
-		setup     func(n *mockNVMLNode)
+		setup     func(n *mockNode)
 		wantFrees int
 	}{
 		"no event set": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				n.lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 			},
 		},
 		"no GPU can register": {
-			setup: func(n *mockNVMLNode) {
+			setup: func(n *mockNode) {
 				for _, g := range n.gpus {
 					g.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
 				}
@@ -705,13 +706,13 @@ func TestNVMLXIDsUnavailable(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			tc.setup(n)
 			s := n.source(t)
 			if got := len(n.set.FreeCalls()); got != tc.wantFrees {
 				t.Errorf("got %d event set Free calls, want %d", got, tc.wantFrees)
 			}
-			n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance})
+			n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: noInstance})
 			for _, g := range collectValid(t, s) {
 				if g.GetXidErrors() != 0 {
 					t.Errorf("device %s: got %d XID errors, want 0", g.DeviceID(), g.GetXidErrors())
@@ -724,8 +725,8 @@ func TestNVMLXIDsUnavailable(t *testing.T) {
 	}
 }
 
-func TestNVMLMIGCache(t *testing.T) {
-	n := newMockNVMLNode(8)
+func TestMIGCache(t *testing.T) {
+	n := newMockNode(8)
 	m := n.gpus[2].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
 	n.gpus[2].addMIG(1, 2, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
 	s := n.source(t)
@@ -752,50 +753,15 @@ func TestNVMLMIGCache(t *testing.T) {
 	}
 }
 
-func TestNVMLMIGProfile(t *testing.T) {
-	const a100_80, a30, h100 = 81920 << 20, 24576 << 20, 81559 << 20
-	tests := map[string]struct {
-		giProfile          int
-		giSlices, ciSlices uint32
-		memMiB, gpuBytes   uint64
-		want               string
-	}{
-		"A100 40GB 1g.5gb":       {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 4864, mockA100Memory, "1g.5gb"},
-		"A100 40GB 1g.5gb+me":    {nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 1, 4864, mockA100Memory, "1g.5gb+me"},
-		"A100 40GB 7g.40gb":      {nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 7, 40192, mockA100Memory, "7g.40gb"},
-		"A100 40GB 1c.3g.20gb":   {nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 1, 19968, mockA100Memory, "1c.3g.20gb"},
-		"A100 80GB 1g.10gb":      {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 9856, a100_80, "1g.10gb"},
-		"A100 80GB 3g.40gb":      {nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 3, 40192, a100_80, "3g.40gb"},
-		"A100 80GB 7g.80gb":      {nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 7, 80896, a100_80, "7g.80gb"},
-		"A30 1g.6gb":             {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 5952, a30, "1g.6gb"},
-		"A30 1g.6gb+me.all":      {nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 1, 1, 5952, a30, "1g.6gb+me.all"},
-		"A30 1g.6gb-me":          {nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, 1, 1, 5952, a30, "1g.6gb-me"},
-		"A30 1g.6gb+gfx":         {nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, 1, 1, 5952, a30, "1g.6gb+gfx"},
-		"H100 1g.10gb":           {nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 1, 9856, h100, "1g.10gb"},
-		"unknown profile index":  {-1, 2, 2, 9856, mockA100Memory, "2g.10gb"},
-		"unknown compute slices": {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 0, 9856, mockA100Memory, "2g.10gb"},
-		"no slices":              {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 0, 0, 9856, mockA100Memory, ""},
-		"no memory":              {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 2, 0, mockA100Memory, ""},
-		"no GPU memory":          {nvml.GPU_INSTANCE_PROFILE_2_SLICE, 2, 2, 9856, 0, ""},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := nvmlMIGProfile(tc.giProfile, tc.giSlices, tc.ciSlices, tc.memMiB, tc.gpuBytes); got != tc.want {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestNVMLConcurrentCollect(t *testing.T) {
-	n := newMockNVMLNode(8)
+func TestConcurrentCollect(t *testing.T) {
+	n := newMockNode(8)
 	n.gpus[4].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0)
 	s := n.source(t)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for range 20 {
-				n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: nvmlNoInstance})
+				n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, GpuInstanceId: noInstance})
 				if _, err := s.Collect(context.Background()); err != nil {
 					t.Errorf("Collect: %v", err)
 				}
@@ -809,13 +775,13 @@ func TestNVMLConcurrentCollect(t *testing.T) {
 	}
 }
 
-// TestNewNVML starts the real library. Without libnvidia-ml.so.1 (any machine without
-// the NVIDIA driver) it must fail with ErrNoGPUSource; on a GPU node it must read them.
-func TestNewNVML(t *testing.T) {
-	s, err := NewNVML(NVMLConfig{})
+// TestNew starts the real library. Without libnvidia-ml.so.1 (any machine without
+// the NVIDIA driver) it must fail with sourceerr.ErrNoGPUSource; on a GPU node it must read them.
+func TestNew(t *testing.T) {
+	s, err := New(Config{})
 	if err != nil {
-		if !errors.Is(err, ErrNoGPUSource) {
-			t.Fatalf("got error %v, want one wrapping ErrNoGPUSource", err)
+		if !errors.Is(err, sourceerr.ErrNoGPUSource) {
+			t.Fatalf("got error %v, want one wrapping sourceerr.ErrNoGPUSource", err)
 		}
 		t.Logf("no NVML here, as expected off a GPU node: %v", err)
 		return
@@ -834,10 +800,10 @@ func TestNewNVML(t *testing.T) {
 	}
 }
 
-func BenchmarkNVMLCollect(b *testing.B) {
-	benchmarks := map[string]func(n *mockNVMLNode){
-		"8 GPUs": func(*mockNVMLNode) {},
-		"8 GPUs, 7 MIG devices each": func(n *mockNVMLNode) {
+func BenchmarkCollect(b *testing.B) {
+	benchmarks := map[string]func(n *mockNode){
+		"8 GPUs": func(*mockNode) {},
+		"8 GPUs, 7 MIG devices each": func(n *mockNode) {
 			for _, g := range n.gpus {
 				for slot := range 7 {
 					g.addMIG(slot, uint32(slot), nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0)
@@ -847,7 +813,7 @@ func BenchmarkNVMLCollect(b *testing.B) {
 	}
 	for name, setup := range benchmarks {
 		b.Run(name, func(b *testing.B) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			setup(n)
 			s := n.source(b)
 			ctx := context.Background()
@@ -861,12 +827,12 @@ func BenchmarkNVMLCollect(b *testing.B) {
 	}
 }
 
-// BenchmarkNVMLPodUsage is what a collector pays each interval on a node of 8
+// BenchmarkPodUsage is what a collector pays each interval on a node of 8
 // time-sliced GPUs, each running 4 processes of 2 pods: a Collect, then PodUsage with
 // every PID's pod known from the interval before.
-func BenchmarkNVMLPodUsage(b *testing.B) {
+func BenchmarkPodUsage(b *testing.B) {
 	root := b.TempDir()
-	n := newMockNVMLNode(8)
+	n := newMockNode(8)
 	for i, g := range n.gpus {
 		var pids []uint32
 		for p := range 4 {
@@ -890,7 +856,7 @@ func BenchmarkNVMLPodUsage(b *testing.B) {
 			return out, nvml.SUCCESS
 		}
 	}
-	s := n.sourceWith(b, NVMLConfig{ProcRoot: root})
+	s := n.sourceWith(b, Config{ProcRoot: root})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -903,21 +869,21 @@ func BenchmarkNVMLPodUsage(b *testing.B) {
 	}
 }
 
-// TestNVMLUnreadable: a GPU or MIG device NVML cannot read is reported unhealthy, its
+// TestUnreadable: a GPU or MIG device NVML cannot read is reported unhealthy, its
 // readings absent, under the identity it had before, and the others report as usual.
 // A GPU that fell off the bus (XID 79) answers NVML_ERROR_GPU_IS_LOST to every call
 // on it, its handle included (nvml.h: "The target GPU has fallen off the bus or has
 // otherwise become inaccessible"); one that needs a reset, NVML_ERROR_RESET_REQUIRED.
-func TestNVMLUnreadable(t *testing.T) {
+func TestUnreadable(t *testing.T) {
 	const (
 		lostUUID = "NVML GetUUID: GPU is lost (ERROR_GPU_IS_LOST)"
 		model    = "NVIDIA A100-SXM4-40GB"
 	)
 	lost := func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
-	bare := func(n *mockNVMLNode, i int, reason string) *gpuscalerv1.GPUSample {
+	bare := func(n *mockNode, i int, reason string) *gpuscalerv1.GPUSample {
 		return &gpuscalerv1.GPUSample{Uuid: n.gpus[i].uuid, Index: uint32(i), Model: model, Minor: proto.Uint32(mockMinor(i)), Unhealthy: reason}
 	}
-	bareMIG := func(n *mockNVMLNode, i, slot int, profile, reason string) *gpuscalerv1.GPUSample {
+	bareMIG := func(n *mockNode, i, slot int, profile, reason string) *gpuscalerv1.GPUSample {
 		g := n.wantMIG(i, slot, profile)
 		g.FbUsedBytes, g.FbTotalBytes, g.Unhealthy = nil, nil, reason
 		return g
@@ -925,32 +891,32 @@ func TestNVMLUnreadable(t *testing.T) {
 	replace := func(want []*gpuscalerv1.GPUSample, i int, with ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
 		return append(append(append([]*gpuscalerv1.GPUSample{}, want[:i]...), with...), want[i+1:]...)
 	}
-	wholeGPUs := func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+	wholeGPUs := func(n *mockNode) []*gpuscalerv1.GPUSample {
 		var want []*gpuscalerv1.GPUSample
 		for i := range n.gpus {
 			want = append(want, n.wantGPU(i))
 		}
 		return want
 	}
-	twoMIGs := func(n *mockNVMLNode) {
+	twoMIGs := func(n *mockNode) {
 		n.gpus[3].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0)
 		n.gpus[3].addMIG(1, 5, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
 	}
-	withMIGs := func(n *mockNVMLNode, migs ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
+	withMIGs := func(n *mockNode, migs ...*gpuscalerv1.GPUSample) []*gpuscalerv1.GPUSample {
 		return replace(wholeGPUs(n), 3, migs...)
 	}
 	tests := map[string]struct {
-		before, after    func(n *mockNVMLNode) // before the source starts, and after
-		want             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample
+		before, after    func(n *mockNode) // before the source starts, and after
+		want             func(n *mockNode) []*gpuscalerv1.GPUSample
 		wantUnidentified float64
-		check            func(t *testing.T, n *mockNVMLNode)
+		check            func(t *testing.T, n *mockNode)
 	}{
 		"UUID lost": {
-			after: func(n *mockNVMLNode) { n.gpus[2].GetUUIDFunc = lost },
-			want:  func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return replace(wholeGPUs(n), 2, bare(n, 2, lostUUID)) },
+			after: func(n *mockNode) { n.gpus[2].GetUUIDFunc = lost },
+			want:  func(n *mockNode) []*gpuscalerv1.GPUSample { return replace(wholeGPUs(n), 2, bare(n, 2, lostUUID)) },
 		},
 		"handle lost": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 					if i == 5 {
 						return nil, nvml.ERROR_GPU_IS_LOST
@@ -958,83 +924,83 @@ func TestNVMLUnreadable(t *testing.T) {
 					return n.gpus[i], nvml.SUCCESS
 				}
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 5, bare(n, 5, "NVML DeviceGetHandleByIndex: GPU is lost (ERROR_GPU_IS_LOST)"))
 			},
 		},
 		"utilisation lost: the readings before are dropped, those after not asked": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[1].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 1, bare(n, 1, "NVML GetUtilizationRates: GPU is lost (ERROR_GPU_IS_LOST)"))
 			},
-			check: func(t *testing.T, n *mockNVMLNode) {
+			check: func(t *testing.T, n *mockNode) {
 				if got := len(n.gpus[1].GetPowerUsageCalls()); got != 1 {
 					t.Errorf("got %d GetPowerUsage calls, want 1 (start-up's): a lost GPU is not asked further", got)
 				}
 			},
 		},
 		"memory needs a reset": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[7].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_RESET_REQUIRED }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 7, bare(n, 7, "NVML GetMemoryInfo: GPU needs a reset (ERROR_RESET_REQUIRED)"))
 			},
 		},
 		"MIG mode lost": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[0].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 0, bare(n, 0, "NVML GetMigMode: GPU is lost (ERROR_GPU_IS_LOST)"))
 			},
 		},
 		"process samples lost": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[4].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 					return nil, nvml.ERROR_GPU_IS_LOST
 				}
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 4, bare(n, 4, "NVML GetProcessUtilization: GPU is lost (ERROR_GPU_IS_LOST)"))
 			},
 		},
 		"every reading fails": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				g := n.gpus[3]
 				g.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
 				g.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_UNKNOWN }
 				g.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 				g.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_TIMEOUT }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 3, bare(n, 3, "NVML: every reading failed: GetMemoryInfo: unknown error (ERROR_UNKNOWN); "+
 					"GetUtilizationRates: unknown error (ERROR_UNKNOWN); GetTemperature: timed out (ERROR_TIMEOUT)"))
 			},
 		},
 		"XID 79, then lost": {
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.queue(nvml.EventData{Device: n.gpus[4], EventType: nvml.EventTypeXidCriticalError, EventData: 79,
-					GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+					GpuInstanceId: noInstance, ComputeInstanceId: noInstance})
 				n.gpus[4].GetUUIDFunc = lost // the event's device too: it is found by its handle
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				g := bare(n, 4, lostUUID)
 				g.LastXid, g.XidErrors = 79, 1
 				return replace(wholeGPUs(n), 4, g)
 			},
 		},
 		"never identified: left out and counted": {
-			before: func(n *mockNVMLNode) { n.gpus[6].GetUUIDFunc = lost },
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			before: func(n *mockNode) { n.gpus[6].GetUUIDFunc = lost },
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return replace(wholeGPUs(n), 6)
 			},
 			wantUnidentified: 1,
 		},
 		"never a handle: left out and counted": {
-			before: func(n *mockNVMLNode) {
+			before: func(n *mockNode) {
 				n.lib.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 					if i == 0 || i == 1 {
 						return nil, nvml.ERROR_GPU_IS_LOST
@@ -1042,29 +1008,29 @@ func TestNVMLUnreadable(t *testing.T) {
 					return n.gpus[i], nvml.SUCCESS
 				}
 			},
-			want:             func(n *mockNVMLNode) []*gpuscalerv1.GPUSample { return wholeGPUs(n)[2:] },
+			want:             func(n *mockNode) []*gpuscalerv1.GPUSample { return wholeGPUs(n)[2:] },
 			wantUnidentified: 2,
 		},
 		"a lost GPU's MIG devices": {
 			before: twoMIGs,
-			after:  func(n *mockNVMLNode) { n.gpus[3].GetUUIDFunc = lost },
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			after:  func(n *mockNode) { n.gpus[3].GetUUIDFunc = lost },
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), bareMIG(n, 3, 1, "3g.20gb", lostUUID))
 			},
 		},
 		"MIG devices that cannot be counted": {
 			before: twoMIGs,
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				const why = "NVML GetMaxMigDeviceCount: unknown error (ERROR_UNKNOWN)"
 				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", why), bareMIG(n, 3, 1, "3g.20gb", why))
 			},
 		},
 		"one MIG device without a handle": {
 			before: twoMIGs,
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				g := n.gpus[3]
 				g.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
 					if j == 1 {
@@ -1076,33 +1042,33 @@ func TestNVMLUnreadable(t *testing.T) {
 					return nil, nvml.ERROR_NOT_FOUND
 				}
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"),
 					bareMIG(n, 3, 1, "3g.20gb", "NVML GetMigDeviceHandleByIndex: unknown error (ERROR_UNKNOWN)"))
 			},
 		},
 		"one MIG device's UUID lost": {
 			before: twoMIGs,
-			after:  func(n *mockNVMLNode) { n.gpus[3].migs[0].GetUUIDFunc = lost },
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			after:  func(n *mockNode) { n.gpus[3].migs[0].GetUUIDFunc = lost },
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return withMIGs(n, bareMIG(n, 3, 0, "4g.20gb", lostUUID), n.wantMIG(3, 1, "3g.20gb"))
 			},
 		},
 		"one MIG device's memory lost": {
 			before: twoMIGs,
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[3].migs[1].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), bareMIG(n, 3, 1, "3g.20gb", "NVML GetMemoryInfo: GPU is lost (ERROR_GPU_IS_LOST)"))
 			},
 		},
 		"a MIG device never identified": {
 			before: twoMIGs,
-			after: func(n *mockNVMLNode) {
+			after: func(n *mockNode) {
 				n.gpus[3].addMIG(4, 9, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0).GetUUIDFunc = lost
 			},
-			want: func(n *mockNVMLNode) []*gpuscalerv1.GPUSample {
+			want: func(n *mockNode) []*gpuscalerv1.GPUSample {
 				return withMIGs(n, n.wantMIG(3, 0, "4g.20gb"), n.wantMIG(3, 1, "3g.20gb"))
 			},
 			wantUnidentified: 1,
@@ -1110,7 +1076,7 @@ func TestNVMLUnreadable(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			n := newMockNVMLNode(8)
+			n := newMockNode(8)
 			if tc.before != nil {
 				tc.before(n)
 			}
@@ -1137,12 +1103,12 @@ func TestNVMLUnreadable(t *testing.T) {
 	}
 }
 
-// TestNVMLXIDHealth: a critical XID makes the device it concerns unhealthy "XID <n>"
+// TestXIDHealth: a critical XID makes the device it concerns unhealthy "XID <n>"
 // for the hold after the last one, and its LastXid the last one's number. For MIG, an
 // event concerns a MIG device when its GPU and compute instances match or are
 // 0xFFFFFFFF (k8s-device-plugin internal/rm/health.go, runEventMonitor).
-func TestNVMLXIDHealth(t *testing.T) {
-	n := newMockNVMLNode(4)
+func TestXIDHealth(t *testing.T) {
+	n := newMockNode(4)
 	g := n.gpus[2]
 	a := g.addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 0
 	b := g.addMIG(1, 1, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 1) // GPU instance 1, compute instance 1
@@ -1155,7 +1121,7 @@ func TestNVMLXIDHealth(t *testing.T) {
 	xid := func(dev nvml.Device, xid uint64, gi, ci uint32) nvml.EventData {
 		return nvml.EventData{Device: dev, EventType: nvml.EventTypeXidCriticalError, EventData: xid, GpuInstanceId: gi, ComputeInstanceId: ci}
 	}
-	const all = nvmlNoInstance
+	const all = noInstance
 	type health struct {
 		unhealthy string
 		lastXID   uint32
@@ -1172,7 +1138,7 @@ func TestNVMLXIDHealth(t *testing.T) {
 			want:   map[string]health{n.gpus[0].uuid: {"XID 48", 48}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
-			name: "just inside the hold", advance: DefaultNVMLXIDHold - time.Second,
+			name: "just inside the hold", advance: DefaultXIDHold - time.Second,
 			want: map[string]health{n.gpus[0].uuid: {"XID 48", 48}, n.gpus[1].uuid: {"", 13}},
 		},
 		{
@@ -1220,7 +1186,7 @@ func TestNVMLXIDHealth(t *testing.T) {
 			},
 		},
 		{
-			name: "all held over", advance: DefaultNVMLXIDHold,
+			name: "all held over", advance: DefaultXIDHold,
 			want: map[string]health{
 				n.gpus[0].uuid: {"", 63}, n.gpus[1].uuid: {"", 13},
 				a.uuid: {"", 48}, b.uuid: {"", 48}, c.uuid: {"", 74},
@@ -1240,12 +1206,12 @@ func TestNVMLXIDHealth(t *testing.T) {
 	}
 }
 
-func TestNVMLXIDHoldConfig(t *testing.T) {
-	n := newMockNVMLNode(1)
-	s := n.sourceWith(t, NVMLConfig{XIDHold: time.Minute})
+func TestXIDHoldConfig(t *testing.T) {
+	n := newMockNode(1)
+	s := n.sourceWith(t, Config{XIDHold: time.Minute})
 	clock := time.Unix(1_700_000_000, 0)
 	s.now = func() time.Time { return clock }
-	n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: nvmlNoInstance, ComputeInstanceId: nvmlNoInstance})
+	n.queue(nvml.EventData{Device: n.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: noInstance, ComputeInstanceId: noInstance})
 	for _, step := range []struct {
 		advance time.Duration
 		want    string
@@ -1257,12 +1223,12 @@ func TestNVMLXIDHoldConfig(t *testing.T) {
 	}
 }
 
-// TestNVMLPodUsage: a time-sliced GPU's per-process samples, each process mapped to its
+// TestPodUsage: a time-sliced GPU's per-process samples, each process mapped to its
 // pod through a fake host /proc, give each pod's share; a GPU whose figures would be
 // incomplete or whose window says nothing is left out (unmeasured), never reported as
 // unused. NVML's contract (nvml.h, nvmlDeviceGetProcessUtilization): samples newer than
 // lastSeenTimeStamp, ERROR_NOT_FOUND when there are none.
-func TestNVMLPodUsage(t *testing.T) {
+func TestPodUsage(t *testing.T) {
 	const (
 		podA, podB          = collectortest.PodUID, collectortest.PodUID2
 		a1, a2, b1          = 1001, 1002, 2001 // processes of pod A (systemd driver) and pod B (cgroupfs)
@@ -1284,7 +1250,7 @@ func TestNVMLPodUsage(t *testing.T) {
 	sample := func(pid uint32, ts uint64, sm uint32) nvml.ProcessUtilizationSample {
 		return nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2}
 	}
-	n := newMockNVMLNode(8)
+	n := newMockNode(8)
 	// Before start-up: the driver's buffer holds a sample of a process long gone.
 	n.gpus[timeSliced].processes = []nvml.ProcessUtilizationSample{sample(startupStaleProcess, before, 80)}
 	n.gpus[idleGPU].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
@@ -1294,16 +1260,15 @@ func TestNVMLPodUsage(t *testing.T) {
 	n.gpus[migGPU].addMIG(0, 1, nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0) // no GetProcessUtilizationFunc: asking would panic
 	var logs strings.Builder
 	reg := prometheus.NewRegistry()
-	s := n.sourceWith(t, NVMLConfig{ProcRoot: root, Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	var _ PodUsageSource = s
+	s := n.sourceWith(t, Config{ProcRoot: root, Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 
 	id := func(i int) string { return n.gpus[i].uuid }
-	// Each window a span apart, so each is read alone (TestNVMLPodUsageSmoothed averages).
+	// Each window a span apart, so each is read alone (TestPodUsageSmoothed averages).
 	clock := time.Unix(1_700_000_000, 0)
 	s.now = func() time.Time { return clock }
 	check := func(when string, want map[string]map[string]float64) {
 		t.Helper()
-		clock = clock.Add(nvmlPodUsageSpan)
+		clock = clock.Add(PodUsageSpan)
 		got := s.PodUsage()
 		if !maps.EqualFunc(got, want, func(a, b map[string]float64) bool { return maps.Equal(a, b) }) {
 			t.Errorf("%s: got %v, want %v", when, got, want)
@@ -1374,18 +1339,18 @@ gpuscaler_collector_nvml_unidentified_devices 0
 	}
 }
 
-// TestNVMLPodUsageSmoothed: a pod's use is its mean over the windows of the last
-// nvmlPodUsageSpan, from the first it appears in, a window it is absent from counting 0;
+// TestPodUsageSmoothed: a pod's use is its mean over the windows of the last
+// PodUsageSpan, from the first it appears in, a window it is absent from counting 0;
 // windows the GPU was not measured in do not count, and windows age out. On a real
 // time-sliced H200, two equally busy pods read 99/0, 66/33, 50/50 from one second to
-// the next (nvmlPodUsageSpan): this is what makes them read near their shares.
-func TestNVMLPodUsageSmoothed(t *testing.T) {
+// the next (PodUsageSpan): this is what makes them read near their shares.
+func TestPodUsageSmoothed(t *testing.T) {
 	const a, b = 1001, 2001
 	root := t.TempDir()
 	collectortest.WriteProcCgroup(t, root, a, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+collectortest.PodUIDEscaped+".slice/cri-containerd-"+collectortest.ContainerID+".scope\n")
 	collectortest.WriteProcCgroup(t, root, b, "0::/kubepods/besteffort/pod"+collectortest.PodUID2+"/"+collectortest.ContainerID+"\n")
-	n := newMockNVMLNode(1)
-	s := n.sourceWith(t, NVMLConfig{ProcRoot: root})
+	n := newMockNode(1)
+	s := n.sourceWith(t, Config{ProcRoot: root})
 	clock := time.Unix(1_700_000_000, 0)
 	s.now = func() time.Time { return clock }
 	gpu := n.gpus[0].uuid
@@ -1420,13 +1385,13 @@ func TestNVMLPodUsageSmoothed(t *testing.T) {
 	}
 }
 
-// TestNVMLMetricsRegistration: a Registerer that refuses the metrics fails the start,
+// TestMetricsRegistration: a Registerer that refuses the metrics fails the start,
 // and NVML is shut down again.
-func TestNVMLMetricsRegistration(t *testing.T) {
+func TestMetricsRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	n := newMockNVMLNode(1)
-	n.sourceWith(t, NVMLConfig{Registerer: reg})
-	_, err := newNVMLSource(n.lib, NVMLConfig{Registerer: reg}) // the same names again
+	n := newMockNode(1)
+	n.sourceWith(t, Config{Registerer: reg})
+	_, err := newSource(n.lib, Config{Registerer: reg}) // the same names again
 	if err == nil || !strings.Contains(err.Error(), "metrics") {
 		t.Fatalf("got error %v, want one about the metrics", err)
 	}

@@ -1,49 +1,52 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuscaler/gpuscaler/collector/mig"
+	nvmlsource "github.com/gpuscaler/gpuscaler/collector/nvml"
 )
 
-// dcgmIdentifier learns what DCGM does not say of the node's devices: each MIG device's
+// identifier learns what DCGM does not say of the node's devices: each MIG device's
 // "MIG-<uuid>" UUID, the kubelet's id for it (go-dcgm's MigEntityInfo carries only the
 // parent GPU's UUID and the GPU and compute instance ids), its profile's name as the
 // device plugin spells it, and each GPU's minor number.
 // The DCGM source asks it at every discovery. It is called from one goroutine.
-type dcgmIdentifier interface {
+type identifier interface {
 	// Identify reads the identities of gpus. It returns what it could learn even when it
 	// fails for some devices; the error says what it could not.
-	Identify(gpus []dcgmIdentifyGPU) (dcgmIdentities, error)
+	Identify(gpus []identifyGPU) (identities, error)
 	// Close releases what Identify started.
 	Close() error
 }
 
-// dcgmIdentifyGPU is a GPU to identify: its UUID, and whether DCGM lists MIG instances
+// identifyGPU is a GPU to identify: its UUID, and whether DCGM lists MIG instances
 // on it (only then are its MIG devices walked).
-type dcgmIdentifyGPU struct {
+type identifyGPU struct {
 	UUID string
 	MIG  bool
 }
 
-// dcgmMIGKey names a MIG device by its parent GPU's UUID and its GPU and compute
+// migKey names a MIG device by its parent GPU's UUID and its GPU and compute
 // instance ids, which NVML and DCGM both give.
-type dcgmMIGKey struct {
+type migKey struct {
 	GPU    string
 	GI, CI uint
 }
 
-// dcgmIdentities is what a dcgmIdentifier learnt.
-type dcgmIdentities struct {
+// identities is what a identifier learnt.
+type identities struct {
 	Minor map[string]uint32 // by GPU UUID
-	MIG   map[dcgmMIGKey]dcgmMIGIdentity
+	MIG   map[migKey]migIdentity
 }
 
-// dcgmMIGIdentity is what NVML says of a MIG device.
-type dcgmMIGIdentity struct {
+// migIdentity is what NVML says of a MIG device.
+type migIdentity struct {
 	UUID string // "MIG-…"
 	// Profile is its profile's name as the NVML source gives it (nvmlMIGProfileOf, the
 	// device plugin's spelling: "1g.18gb+me"); "" when NVML could not tell.
@@ -52,16 +55,16 @@ type dcgmMIGIdentity struct {
 
 // mig returns what NVML said of the MIG device of GPU instance gi on gpu: the one of
 // compute instance ci when ci is known, else the only MIG device of that GPU instance.
-func (ids dcgmIdentities) mig(gpu string, gi uint, ci uint, ciKnown bool) (dcgmMIGIdentity, bool) {
+func (ids identities) mig(gpu string, gi uint, ci uint, ciKnown bool) (migIdentity, bool) {
 	if ciKnown {
-		m, ok := ids.MIG[dcgmMIGKey{GPU: gpu, GI: gi, CI: ci}]
+		m, ok := ids.MIG[migKey{GPU: gpu, GI: gi, CI: ci}]
 		return m, ok
 	}
-	var found dcgmMIGIdentity
+	var found migIdentity
 	for k, m := range ids.MIG {
 		if k.GPU == gpu && k.GI == gi {
 			if found.UUID != "" {
-				return dcgmMIGIdentity{}, false // several compute instances: ambiguous
+				return migIdentity{}, false // several compute instances: ambiguous
 			}
 			found = m
 		}
@@ -69,7 +72,7 @@ func (ids dcgmIdentities) mig(gpu string, gi uint, ci uint, ciKnown bool) (dcgmM
 	return found, found.UUID != ""
 }
 
-// nvmlIdentifier is a dcgmIdentifier over NVML (go-nvml), as the NVML source walks MIG
+// nvmlIdentifier is a identifier over NVML (go-nvml), as the NVML source walks MIG
 // devices (nvml.go appendMIGSamples). NVML is started on the first Identify and again
 // after a failed start, so a node whose libnvidia-ml.so.1 appears late still gets ids.
 type nvmlIdentifier struct {
@@ -79,11 +82,11 @@ type nvmlIdentifier struct {
 
 func newNVMLIdentifier(lib nvml.Interface) *nvmlIdentifier { return &nvmlIdentifier{lib: lib} }
 
-func (n *nvmlIdentifier) Identify(gpus []dcgmIdentifyGPU) (dcgmIdentities, error) {
-	ids := dcgmIdentities{Minor: map[string]uint32{}, MIG: map[dcgmMIGKey]dcgmMIGIdentity{}}
+func (n *nvmlIdentifier) Identify(gpus []identifyGPU) (identities, error) {
+	ids := identities{Minor: map[string]uint32{}, MIG: map[migKey]migIdentity{}}
 	if !n.started {
 		if ret := n.lib.Init(); ret != nvml.SUCCESS {
-			return ids, fmt.Errorf("NVML Init: %w: %s", ret, nvmlInitHint(ret))
+			return ids, fmt.Errorf("NVML Init: %w: %s", ret, nvmlsource.InitHint(ret))
 		}
 		n.started = true
 	}
@@ -111,14 +114,14 @@ func (n *nvmlIdentifier) Identify(gpus []dcgmIdentifyGPU) (dcgmIdentities, error
 // gives only a GPU instance's slices and memory, and the device plugin's name cannot
 // be made from those alone (an H200's 1g.18gb slice has 16384 MiB: the name rounds the
 // slice's share of the whole GPU, which DCGM does not give with it).
-func identifyMIGs(dev nvml.Device, gpuUUID string, into map[dcgmMIGKey]dcgmMIGIdentity) error {
+func identifyMIGs(dev nvml.Device, gpuUUID string, into map[migKey]migIdentity) error {
 	slots, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML: GPU %s: count MIG devices: %w", gpuUUID, ret)
 	}
 	var errs []error
 	for j := range slots {
-		mig, ret := dev.GetMigDeviceHandleByIndex(j)
+		migDev, ret := dev.GetMigDeviceHandleByIndex(j)
 		if ret == nvml.ERROR_NOT_FOUND {
 			continue // an empty slot
 		}
@@ -126,23 +129,23 @@ func identifyMIGs(dev nvml.Device, gpuUUID string, into map[dcgmMIGKey]dcgmMIGId
 			errs = append(errs, fmt.Errorf("NVML: GPU %s: MIG device %d: get handle: %w", gpuUUID, j, ret))
 			continue
 		}
-		gi, ret := mig.GetGpuInstanceId()
+		gi, ret := migDev.GetGpuInstanceId()
 		if ret != nvml.SUCCESS || gi < 0 {
 			errs = append(errs, fmt.Errorf("NVML: GPU %s: MIG device %d: GPU instance id: %w", gpuUUID, j, ret))
 			continue
 		}
-		ci, ret := mig.GetComputeInstanceId()
+		ci, ret := migDev.GetComputeInstanceId()
 		if ret != nvml.SUCCESS || ci < 0 {
 			errs = append(errs, fmt.Errorf("NVML: GPU %s: MIG device %d: compute instance id: %w", gpuUUID, j, ret))
 			continue
 		}
-		uuid, ret := mig.GetUUID()
+		uuid, ret := migDev.GetUUID()
 		if ret != nvml.SUCCESS {
 			errs = append(errs, fmt.Errorf("NVML: GPU %s: MIG device %d: UUID: %w", gpuUUID, j, ret))
 			continue
 		}
-		into[dcgmMIGKey{GPU: gpuUUID, GI: uint(gi), CI: uint(ci)}] = dcgmMIGIdentity{
-			UUID: uuid, Profile: nvmlMIGProfileOf(dev, mig, gi, true),
+		into[migKey{GPU: gpuUUID, GI: uint(gi), CI: uint(ci)}] = migIdentity{
+			UUID: uuid, Profile: mig.ProfileOf(dev, migDev, gi, true),
 		}
 	}
 	return errors.Join(errs...)
@@ -159,11 +162,11 @@ func (n *nvmlIdentifier) Close() error {
 	return nil
 }
 
-// dcgmLegacyMIGID is the device plugin's legacy id of a MIG device,
+// legacyMIGID is the device plugin's legacy id of a MIG device,
 // "MIG-<parent GPU UUID>/<gi>/<ci>" (NVIDIA/k8s-device-plugin api/config/v1/replicas.go,
 // IsMigUUID, which accepts both forms): the id the source gives a MIG device whose UUID
 // NVML could not tell. It is unique on the node, so the NodeReport stays valid, and it
 // names the same device as the modern "MIG-<uuid>" form does.
-func dcgmLegacyMIGID(gpuUUID string, gi, ci uint) string {
+func legacyMIGID(gpuUUID string, gi, ci uint) string {
 	return fmt.Sprintf("MIG-%s/%d/%d", gpuUUID, gi, ci)
 }

@@ -1,13 +1,15 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
 	"math"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
+	"github.com/gpuscaler/gpuscaler/collector/mig"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,8 +17,8 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// dcgmReading is what one device's field values say of it.
-type dcgmReading struct {
+// reading is what one device's field values say of it.
+type reading struct {
 	sample *gpuscalerv1.GPUSample // its identity and readings; XIDs and health are added by the source
 	// readable says at least one base field has a value.
 	readable bool
@@ -27,16 +29,16 @@ type dcgmReading struct {
 	// when they do not. The source then rediscovers.
 	goneWhy string
 	// xid is the XID field's value, when it has one.
-	xid    dcgmValue
+	xid    value
 	hasXID bool
 }
 
-// dcgmRead builds a device's sample from its field values (nil when DCGM gave none) and
+// readDevice builds a device's sample from its field values (nil when DCGM gave none) and
 // says what they show of its health. It is pure: XID counting and the health decisions
 // that need other devices or time are the source's.
-func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
-	r := dcgmReading{sample: dcgmIdentity(d)}
-	for _, field := range dcgmBaseFields {
+func readDevice(d device, f map[uint16]value) reading {
+	r := reading{sample: identityOf(d)}
+	for _, field := range baseFields {
 		v, ok := f[field]
 		if !ok {
 			continue
@@ -80,49 +82,49 @@ func dcgmRead(d dcgmDevice, f map[uint16]dcgmValue) dcgmReading {
 	if d.inst != nil {
 		// GPU util is not defined on a MIG instance: use graphics-engine activity, a
 		// profiling field, absent when the profiling module refuses.
-		if v, ok := get(dcgmFieldGREngineActive); ok {
+		if v, ok := get(fieldGREngineActive); ok {
 			g.GpuUtil = pct(v)
 		}
-	} else if v, ok := get(dcgmFieldGPUUtil); ok {
+	} else if v, ok := get(fieldGPUUtil); ok {
 		g.GpuUtil = proto.Float64(min(100, v))
 	}
-	if v, ok := get(dcgmFieldSMActive); ok {
+	if v, ok := get(fieldSMActive); ok {
 		g.SmActive = pct(v)
 	}
-	if v, ok := get(dcgmFieldPipeTensorActive); ok {
+	if v, ok := get(fieldPipeTensorActive); ok {
 		g.TensorActive = pct(v)
 	}
-	used, hasUsed := get(dcgmFieldFBUsed)
+	used, hasUsed := get(fieldFBUsed)
 	if hasUsed {
 		g.FbUsedBytes = proto.Uint64(uint64(used) << 20)
 	}
-	total, hasTotal := get(dcgmFieldFBTotal)
-	if free, ok := get(dcgmFieldFBFree); (!hasTotal || total == 0) && ok && hasUsed {
+	total, hasTotal := get(fieldFBTotal)
+	if free, ok := get(fieldFBFree); (!hasTotal || total == 0) && ok && hasUsed {
 		total, hasTotal = used+free, true
 	}
 	if hasTotal && total > 0 {
 		g.FbTotalBytes = proto.Uint64(uint64(total) << 20)
 		if d.inst != nil && d.profile == "" {
-			g.MigProfile = migProfileName(d.inst.Slices, total)
+			g.MigProfile = mig.GuessProfileName(d.inst.Slices, total)
 		}
 	}
 	if g.FbUsedBytes != nil && g.FbTotalBytes != nil && *g.FbUsedBytes > *g.FbTotalBytes {
 		g.FbUsedBytes = proto.Uint64(*g.FbTotalBytes) // a total read a moment apart from used
 	}
-	if v, ok := get(dcgmFieldPower); ok {
+	if v, ok := get(fieldPower); ok {
 		g.PowerWatts = proto.Float64(v)
 	}
-	if v, ok := get(dcgmFieldGPUTemp); ok {
+	if v, ok := get(fieldGPUTemp); ok {
 		g.TemperatureCelsius = proto.Float64(v)
 	}
-	if x, ok := f[dcgmFieldXID]; ok && !x.Blank {
+	if x, ok := f[fieldXID]; ok && !x.Blank {
 		r.xid, r.hasXID = x, true
 	}
 	return r
 }
 
-// dcgmIdentity is a device's sample with its identity alone.
-func dcgmIdentity(d dcgmDevice) *gpuscalerv1.GPUSample {
+// identityOf is a device's sample with its identity alone.
+func identityOf(d device) *gpuscalerv1.GPUSample {
 	g := &gpuscalerv1.GPUSample{Uuid: d.gpu.UUID, Index: uint32(d.gpu.ID), Model: d.gpu.Model, DeviceId: d.deviceID,
 		MigProfile: d.profile}
 	if d.minor != nil {
@@ -134,19 +136,19 @@ func dcgmIdentity(d dcgmDevice) *gpuscalerv1.GPUSample {
 	return g
 }
 
-// dcgmXIDState is one device's XID history. DCGM reports the last XID's number, with
+// xidState is one device's XID history. DCGM reports the last XID's number, with
 // the time it was sampled; a new sample time with a non-zero number is one more XID.
 //
 // Health: NVIDIA's device plugin marks a device unhealthy on any critical XID and keeps
 // it so until the plugin restarts (k8s-device-plugin internal/rm/health.go). A
 // collector that did so would hold a GPU out of the scaler's sight forever after one
 // recoverable fault, so the source reports a device unhealthy for a hold period
-// (DCGMConfig.XIDHold, 5 min by default) after its last critical XID, and healthy
+// (Config.XIDHold, 5 min by default) after its last critical XID, and healthy
 // after, while LastXid keeps the number. The hold runs from when DCGM sampled the XID,
 // not from when this source first read it: DCGM keeps the last XID's value for good, so
 // a collector restarted, or a layout rediscovered, long after an XID must not take it
 // for a new one.
-type dcgmXIDState struct {
+type xidState struct {
 	count    uint64    // XIDs seen, critical or not
 	lastTS   int64     // DCGM's sample time of the last one
 	last     uint32    // the last XID's number, critical or not; 0 when none
@@ -155,7 +157,7 @@ type dcgmXIDState struct {
 }
 
 // observe records the XID field's value v (ok: it has one) read at now.
-func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
+func (x *xidState) observe(v value, ok bool, now time.Time) {
 	if !ok || v.Value <= 0 || v.TS == x.lastTS {
 		return
 	}
@@ -171,20 +173,6 @@ func (x *dcgmXIDState) observe(v dcgmValue, ok bool, now time.Time) {
 }
 
 // holding reports whether the last critical XID is less than hold old.
-func (x *dcgmXIDState) holding(now time.Time, hold time.Duration) bool {
+func (x *xidState) holding(now time.Time, hold time.Duration) bool {
 	return x != nil && x.critical != 0 && now.Sub(x.at) < hold
-}
-
-// migProfileName guesses a MIG profile's name, "<slices>g.<GB>gb", from its compute
-// slices and framebuffer in MiB alone, rounded up to whole GiB: what the DCGM source
-// reports when NVML could not name the profile (dcgmDevice.profile). The device
-// plugin's name rounds the slice's share of the whole GPU instead (nvmlMIGProfile), so
-// the guess is right for an A100 (its 3g.40gb slice has 40192 MiB) but not for an H200,
-// whose slices have 16384, 33280, 71424 and 143360 MiB (read on one, 2026-11-26) for
-// 1g.18gb, 2g.35gb, 3g.71gb and 7g.141gb; nor does it know the "+me" suffix.
-func migProfileName(slices uint, fbTotalMiB float64) string {
-	if slices == 0 || fbTotalMiB <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("%dg.%dgb", slices, int(math.Ceil(fbTotalMiB/1024)))
 }

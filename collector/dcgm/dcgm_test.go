@@ -1,6 +1,6 @@
 //go:build cgo
 
-package collector
+package dcgm
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/collector/dcgmerr"
+	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
+	"github.com/gpuscaler/gpuscaler/collector/sourceerr"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -24,11 +26,11 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// dcgmErrorsC is the text DCGM's errorString gives the return codes these tests use
+// errorsC is the text DCGM's errorString gives the return codes these tests use
 // (NVIDIA/DCGM dcgmlib/src/dcgm_errors.c, errorString; the codes are go-dcgm
 // pkg/dcgm/const.go's DCGM_ST_*). Written out here, not taken from dcgmerr's classes, so
 // the classifier is checked against DCGM rather than against itself.
-var dcgmErrorsC = map[int]string{
+var errorsC = map[int]string{
 	-1:  "Bad parameter passed to function",
 	-3:  "Generic unspecified error",
 	-6:  "Feature not supported",
@@ -51,20 +53,20 @@ var dcgmErrorsC = map[int]string{
 	-46: "The specified GPU compute instance does not exist",
 }
 
-// dcgmCodeErr is an error as goDCGM returns it from a go-dcgm function that keeps DCGM's
+// codeErr is an error as goDCGM returns it from a go-dcgm function that keeps DCGM's
 // return code in a *dcgm.Error (EntitiesGetLatestValues, GetSupportedDevices: go-dcgm
 // pkg/dcgm/fields.go, api.go): classified by the code.
-func dcgmCodeErr(code int) error { return dcgmerr.Wrap(errors.New(dcgmErrorsC[code]), code, true) }
+func codeErr(code int) error { return dcgmerr.Wrap(errors.New(errorsC[code]), code, true) }
 
-// dcgmTextErr is an error as goDCGM returns it from a go-dcgm function that keeps only
+// textErr is an error as goDCGM returns it from a go-dcgm function that keeps only
 // DCGM's text behind its own prefix (WatchFieldsWithGroupEx: "error watching fields:
 // %s"; connectStandaloneV2: "error connecting to nv-hostengine: %s"; CreateGroup…):
 // classified by the text.
-func dcgmTextErr(prefix string, code int) error {
-	return dcgmerr.Wrap(fmt.Errorf("%s: %s", prefix, dcgmErrorsC[code]), 0, false)
+func textErr(prefix string, code int) error {
+	return dcgmerr.Wrap(fmt.Errorf("%s: %s", prefix, errorsC[code]), 0, false)
 }
 
-// fakeDCGM is a dcgmAPI over a model of one node's DCGM host engine, reproducing what
+// fake is a library over a model of one node's DCGM host engine, reproducing what
 // the source must survive:
 //   - go-dcgm counts Inits (pkg/dcgm/api.go Init): a second Init before Shutdown does
 //     not connect again;
@@ -81,7 +83,7 @@ func dcgmTextErr(prefix string, code int) error {
 //
 // A call other than Init before Init succeeded fails the test: without libdcgm it would
 // kill the process.
-type fakeDCGM struct {
+type fake struct {
 	t       *testing.T
 	initErr error // every Init's answer, e.g. no libdcgm
 
@@ -89,15 +91,15 @@ type fakeDCGM struct {
 	engineGen  int  // bumped by restart
 	connGen    int  // the engine generation Init connected to; 0 before Init or after Shutdown
 
-	gpus       []dcgmGPU
-	insts      []dcgmInstance
-	values     map[fakeDCGMKey]dcgmValue // what DCGM sampled
-	goneStatus int                       // status of a vanished entity's values; 0 means NOT_WATCHED
-	status     map[uint]dcgmGPUStatus    // GPUStatus; absent means OK
+	gpus       []gpuInfo
+	insts      []instance
+	values     map[fakeKey]value  // what DCGM sampled
+	goneStatus int                // status of a vanished entity's values; 0 means NOT_WATCHED
+	status     map[uint]gpuStatus // GPUStatus; absent means OK
 	profErr    error
 
-	watches map[dcgmWatch]fakeDCGMWatch
-	next    dcgmWatch
+	watches map[watch]fakeWatch
+	next    watch
 	every   time.Duration
 	calls   []string
 
@@ -108,34 +110,34 @@ type fakeDCGM struct {
 	stamps map[int64]int64
 }
 
-type fakeDCGMKey struct {
-	e dcgmEntity
+type fakeKey struct {
+	e entity
 	f uint16
 }
 
-type fakeDCGMWatch struct {
-	entities []dcgmEntity
+type fakeWatch struct {
+	entities []entity
 	fields   []uint16
 }
 
-func newFakeDCGM(t *testing.T, gpus []dcgmGPU, insts []dcgmInstance) *fakeDCGM {
-	return &fakeDCGM{t: t, gpus: gpus, insts: insts, values: map[fakeDCGMKey]dcgmValue{}, status: map[uint]dcgmGPUStatus{}}
+func newFake(t *testing.T, gpus []gpuInfo, insts []instance) *fake {
+	return &fake{t: t, gpus: gpus, insts: insts, values: map[fakeKey]value{}, status: map[uint]gpuStatus{}}
 }
 
 // set records v as DCGM's latest sample of field on entity.
-func (f *fakeDCGM) set(mig bool, id uint, field uint16, v float64) {
-	f.values[fakeDCGMKey{dcgmEntity{MIG: mig, ID: id}, field}] = dcgmValue{Value: v, TS: 1}
+func (f *fake) set(mig bool, id uint, field uint16, v float64) {
+	f.values[fakeKey{entity{MIG: mig, ID: id}, field}] = value{Value: v, TS: 1}
 }
 
 // restart kills and restarts nv-hostengine: its watches are gone, and so is every
 // connection to the old one.
-func (f *fakeDCGM) restart() {
+func (f *fake) restart() {
 	f.engineGen++
 	f.watches = nil
 }
 
-// live checks the dcgmAPI rule and fails like go-dcgm on a dead connection.
-func (f *fakeDCGM) live(call string) error {
+// live checks the library rule and fails like go-dcgm on a dead connection.
+func (f *fake) live(call string) error {
 	f.t.Helper()
 	f.calls = append(f.calls, call)
 	if f.connGen == 0 {
@@ -146,9 +148,9 @@ func (f *fakeDCGM) live(call string) error {
 }
 
 // dead says the connection is gone (the engine restarted or stopped since Init).
-func (f *fakeDCGM) dead() bool { return f.engineDown || f.connGen != f.engineGen+1 }
+func (f *fake) dead() bool { return f.engineDown || f.connGen != f.engineGen+1 }
 
-func (f *fakeDCGM) Init(addr string) error {
+func (f *fake) Init(addr string) error {
 	f.calls = append(f.calls, "Init("+addr+")")
 	switch {
 	case f.initErr != nil:
@@ -156,70 +158,70 @@ func (f *fakeDCGM) Init(addr string) error {
 	case f.connGen != 0:
 		return nil // go-dcgm: already initialised, only counted
 	case f.engineDown:
-		return dcgmTextErr("error connecting to nv-hostengine", -21)
+		return textErr("error connecting to nv-hostengine", -21)
 	}
 	f.connGen = f.engineGen + 1
 	return nil
 }
 
-func (f *fakeDCGM) GPUs() ([]dcgmGPU, error) {
+func (f *fake) GPUs() ([]gpuInfo, error) {
 	if err := f.live("GPUs"); err != nil {
 		return nil, err
 	}
 	if f.dead() {
-		return nil, dcgmCodeErr(-21)
+		return nil, codeErr(-21)
 	}
 	return slices.Clone(f.gpus), nil
 }
 
-func (f *fakeDCGM) Instances() ([]dcgmInstance, error) {
+func (f *fake) Instances() ([]instance, error) {
 	if err := f.live("Instances"); err != nil {
 		return nil, err
 	}
 	if f.dead() {
-		return nil, dcgmTextErr("error retrieving DCGM MIG hierarchy", -21)
+		return nil, textErr("error retrieving DCGM MIG hierarchy", -21)
 	}
 	return slices.Clone(f.insts), nil
 }
 
-func (f *fakeDCGM) Watch(entities []dcgmEntity, fields []uint16, every time.Duration) (dcgmWatch, error) {
+func (f *fake) Watch(entities []entity, fields []uint16, every time.Duration) (watch, error) {
 	if err := f.live(fmt.Sprintf("Watch%v", fields)); err != nil {
 		return 0, err
 	}
 	if f.dead() {
-		return 0, dcgmTextErr("error creating group", -21)
+		return 0, textErr("error creating group", -21)
 	}
 	if f.profErr != nil && slices.ContainsFunc(fields, func(x uint16) bool { return x >= 1000 }) {
 		return 0, f.profErr
 	}
 	f.next++
 	if f.watches == nil {
-		f.watches = map[dcgmWatch]fakeDCGMWatch{}
+		f.watches = map[watch]fakeWatch{}
 	}
-	f.watches[f.next] = fakeDCGMWatch{entities: slices.Clone(entities), fields: slices.Clone(fields)}
+	f.watches[f.next] = fakeWatch{entities: slices.Clone(entities), fields: slices.Clone(fields)}
 	f.every = every
 	return f.next, nil
 }
 
-func (f *fakeDCGM) Unwatch(w dcgmWatch) error {
+func (f *fake) Unwatch(w watch) error {
 	if err := f.live("Unwatch"); err != nil {
 		return err
 	}
 	if f.dead() {
-		return dcgmTextErr("error unwatching fields", -21)
+		return textErr("error unwatching fields", -21)
 	}
 	delete(f.watches, w)
 	return nil
 }
 
-func (f *fakeDCGM) exists(e dcgmEntity) bool {
+func (f *fake) exists(e entity) bool {
 	if e.MIG {
-		return slices.ContainsFunc(f.insts, func(in dcgmInstance) bool { return in.ID == e.ID })
+		return slices.ContainsFunc(f.insts, func(in instance) bool { return in.ID == e.ID })
 	}
-	return slices.ContainsFunc(f.gpus, func(g dcgmGPU) bool { return g.ID == e.ID })
+	return slices.ContainsFunc(f.gpus, func(g gpuInfo) bool { return g.ID == e.ID })
 }
 
-func (f *fakeDCGM) watched(e dcgmEntity, field uint16) bool {
+func (f *fake) watched(e entity, field uint16) bool {
 	for _, w := range f.watches {
 		if slices.Contains(w.entities, e) && slices.Contains(w.fields, field) {
 			return true
@@ -228,24 +230,24 @@ func (f *fakeDCGM) watched(e dcgmEntity, field uint16) bool {
 	return false
 }
 
-func (f *fakeDCGM) Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, error) {
+func (f *fake) Latest(entities []entity, fields []uint16) ([]value, error) {
 	if err := f.live("Latest"); err != nil {
 		return nil, err
 	}
 	if f.dead() {
-		return nil, dcgmCodeErr(-21)
+		return nil, codeErr(-21)
 	}
-	var out []dcgmValue
+	var out []value
 	for _, e := range entities {
 		for _, field := range fields {
-			v, ok := f.values[fakeDCGMKey{e, field}]
+			v, ok := f.values[fakeKey{e, field}]
 			switch {
 			case !f.exists(e):
-				v = dcgmValue{Blank: true, Status: orInt(f.goneStatus, -16)}
+				v = value{Blank: true, Status: orInt(f.goneStatus, -16)}
 			case !f.watched(e, field):
-				v = dcgmValue{Blank: true, Status: -16}
+				v = value{Blank: true, Status: -16}
 			case !ok:
-				v = dcgmValue{Blank: true}
+				v = value{Blank: true}
 			}
 			v.Entity, v.Field = e, field
 			v.TS = f.stamp(v.TS)
@@ -256,7 +258,7 @@ func (f *fakeDCGM) Latest(entities []dcgmEntity, fields []uint16) ([]dcgmValue, 
 }
 
 // stamp turns a test's sample number into DCGM's sample time, the first time it is seen.
-func (f *fakeDCGM) stamp(n int64) int64 {
+func (f *fake) stamp(n int64) int64 {
 	if n <= 0 {
 		return n
 	}
@@ -283,17 +285,17 @@ func orInt(a, b int) int {
 	return b
 }
 
-func (f *fakeDCGM) GPUStatus(gpu uint) dcgmGPUStatus {
+func (f *fake) GPUStatus(gpu uint) gpuStatus {
 	if err := f.live("GPUStatus"); err != nil {
-		return dcgmGPUStatus{}
+		return gpuStatus{}
 	}
 	if st, ok := f.status[gpu]; ok {
 		return st
 	}
-	return dcgmGPUStatus{Name: "OK"}
+	return gpuStatus{Name: "OK"}
 }
 
-func (f *fakeDCGM) Shutdown() error {
+func (f *fake) Shutdown() error {
 	f.calls = append(f.calls, "Shutdown")
 	if f.connGen == 0 {
 		return errors.New("init() needs to be called before shutdown()") // go-dcgm api.go Shutdown
@@ -301,14 +303,14 @@ func (f *fakeDCGM) Shutdown() error {
 	dead := f.dead()
 	f.connGen = 0
 	if dead {
-		return dcgmTextErr("error disconnecting from nv-hostengine", -21)
+		return textErr("error disconnecting from nv-hostengine", -21)
 	}
 	f.watches = nil
 	return nil
 }
 
 // count returns how many calls of f's since the mark-th started with prefix.
-func (f *fakeDCGM) count(mark int, prefix string) int {
+func (f *fake) count(mark int, prefix string) int {
 	n := 0
 	for _, c := range f.calls[mark:] {
 		if strings.HasPrefix(c, prefix) {
@@ -331,7 +333,7 @@ func testLogger() (*slog.Logger, *bytes.Buffer) {
 
 // mockMIGDevice is a MIG device NVML shows: its GPU and compute instance ids and UUID,
 // and, when set, its attributes and its GPU instance's profile id (then the GPU answers
-// with an H200's profiles, h200GIProfiles).
+// with an H200's profiles, collectortest.H200GIProfiles).
 type mockMIGDevice struct {
 	gi, ci int
 	uuid   string
@@ -358,9 +360,9 @@ func mockNVMLIDs(minors map[string]int, migs map[string][]mockMIGDevice) *mock.I
 				GetMinorNumberFunc:       func() (int, nvml.Return) { return minor, nvml.SUCCESS },
 				GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
 				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-					return nvml.Memory{Total: h200TotalMiB << 20}, nvml.SUCCESS
+					return nvml.Memory{Total: collectortest.H200TotalMiB << 20}, nvml.SUCCESS
 				},
-				GetGpuInstanceProfileInfoFunc: h200GIProfile,
+				GetGpuInstanceProfileInfoFunc: collectortest.H200GIProfile,
 				GetGpuInstanceByIdFunc: func(id int) (nvml.GpuInstance, nvml.Return) {
 					for _, m := range devs {
 						if m.gi == id && m.giProf != nil {
@@ -397,19 +399,19 @@ func mockNVMLIDs(minors map[string]int, migs map[string][]mockMIGDevice) *mock.I
 	}
 }
 
-// newTestDCGM starts a source over f with the given NVML ids (nil: none) at clk's time.
-func newTestDCGM(t *testing.T, f *fakeDCGM, ids dcgmIdentifier, clk *fakeClock, cfg DCGMConfig) *dcgmSource {
+// newTestSource starts a source over f with the given NVML ids (nil: none) at clk's time.
+func newTestSource(t *testing.T, f *fake, ids identifier, clk *fakeClock, cfg Config) *Source {
 	t.Helper()
 	f.now = clk.now
-	src, err := newDCGMSource(f, ids, clk.now, cfg)
+	src, err := newSource(f, ids, clk.now, cfg)
 	if err != nil {
-		t.Fatalf("newDCGMSource: %v", err)
+		t.Fatalf("newSource: %v", err)
 	}
 	t.Cleanup(func() { _ = src.Close() })
 	return src
 }
 
-func collect(t *testing.T, src *dcgmSource) []*gpuscalerv1.GPUSample {
+func collect(t *testing.T, src *Source) []*gpuscalerv1.GPUSample {
 	t.Helper()
 	s, err := src.Collect(t.Context())
 	if err != nil {
@@ -422,32 +424,32 @@ func collect(t *testing.T, src *dcgmSource) []*gpuscalerv1.GPUSample {
 }
 
 // fullGPU sets every base and profiling field of GPU id to a healthy reading.
-func (f *fakeDCGM) fullGPU(id uint) {
+func (f *fake) fullGPU(id uint) {
 	for field, v := range map[uint16]float64{
-		dcgmFieldGPUTemp: 40, dcgmFieldPower: 100, dcgmFieldGPUUtil: 50, dcgmFieldXID: 0,
-		dcgmFieldFBTotal: 40960, dcgmFieldFBFree: 39936, dcgmFieldFBUsed: 1024,
-		dcgmFieldGREngineActive: 0.5, dcgmFieldSMActive: 0.4, dcgmFieldPipeTensorActive: 0.2,
+		fieldGPUTemp: 40, fieldPower: 100, fieldGPUUtil: 50, fieldXID: 0,
+		fieldFBTotal: 40960, fieldFBFree: 39936, fieldFBUsed: 1024,
+		fieldGREngineActive: 0.5, fieldSMActive: 0.4, fieldPipeTensorActive: 0.2,
 	} {
 		f.set(false, id, field, v)
 	}
 }
 
 // fullMIG sets a MIG instance's fields: framebuffer and the profiling fields.
-func (f *fakeDCGM) fullMIG(id uint) {
+func (f *fake) fullMIG(id uint) {
 	for field, v := range map[uint16]float64{
-		dcgmFieldFBTotal: 19968, dcgmFieldFBUsed: 1024, dcgmFieldXID: 0,
-		dcgmFieldGREngineActive: 0.25, dcgmFieldSMActive: 0.2, dcgmFieldPipeTensorActive: 0.1,
+		fieldFBTotal: 19968, fieldFBUsed: 1024, fieldXID: 0,
+		fieldGREngineActive: 0.25, fieldSMActive: 0.2, fieldPipeTensorActive: 0.1,
 	} {
 		f.set(true, id, field, v)
 	}
 }
 
-func TestDCGMInitFailureCallsNothingElse(t *testing.T) {
-	f := newFakeDCGM(t, nil, nil)
+func TestInitFailureCallsNothingElse(t *testing.T) {
+	f := newFake(t, nil, nil)
 	f.initErr = errors.New("libdcgm.so.4 not found")
 	ids := mockNVMLIDs(nil, nil)
-	_, err := newDCGMSource(f, newNVMLIdentifier(ids), nil, DCGMConfig{Addr: "localhost:5555"})
-	if !errors.Is(err, ErrNoGPUSource) {
+	_, err := newSource(f, newNVMLIdentifier(ids), nil, Config{Addr: "localhost:5555"})
+	if !errors.Is(err, sourceerr.ErrNoGPUSource) {
 		t.Fatalf("got error %v, want ErrNoGPUSource", err)
 	}
 	if want := []string{"Init(localhost:5555)"}; !slices.Equal(f.calls, want) {
@@ -458,13 +460,13 @@ func TestDCGMInitFailureCallsNothingElse(t *testing.T) {
 	}
 }
 
-// TestNewDCGMWithoutLibrary runs the real go-dcgm: on a machine without libdcgm it must
+// TestNewWithoutLibrary runs the real go-dcgm: on a machine without libdcgm it must
 // fail cleanly; on one with it, it must read GPUs.
-func TestNewDCGMWithoutLibrary(t *testing.T) {
-	src, err := NewDCGM(DCGMConfig{Every: time.Second})
+func TestNewWithoutLibrary(t *testing.T) {
+	src, err := New(Config{Every: time.Second})
 	if err != nil {
-		if !errors.Is(err, ErrNoGPUSource) {
-			t.Fatalf("NewDCGM error %v, want ErrNoGPUSource", err)
+		if !errors.Is(err, sourceerr.ErrNoGPUSource) {
+			t.Fatalf("New error %v, want ErrNoGPUSource", err)
 		}
 		t.Logf("no DCGM here, as expected on a machine without GPUs: %v", err)
 		return
@@ -476,35 +478,35 @@ func TestNewDCGMWithoutLibrary(t *testing.T) {
 	}
 }
 
-func TestDCGMCollect(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{
+func TestCollect(t *testing.T) {
+	f := newFake(t, []gpuInfo{
 		{ID: 0, UUID: "GPU-aaaa", Model: "NVIDIA A100-SXM4-40GB"}, // in MIG mode
 		{ID: 1, UUID: "GPU-bbbb", Model: "NVIDIA A100-SXM4-40GB"},
 		{ID: 2, UUID: "GPU-cccc", Model: "NVIDIA A100-SXM4-40GB"}, // no utilisation, power or profiling
-	}, []dcgmInstance{
+	}, []instance{
 		{ID: 7, ParentGPU: 0, InstanceID: 13, Slices: 1, HasComputeInstance: true},
 		{ID: 8, ParentGPU: 0, InstanceID: 2, Slices: 3, HasComputeInstance: true},
 	})
 	for field, v := range map[uint16]float64{
-		dcgmFieldGPUUtil: 87, dcgmFieldGREngineActive: 0.1 /* not util on a whole GPU */, dcgmFieldSMActive: 0.5,
-		dcgmFieldPipeTensorActive: 1.0000001, dcgmFieldFBUsed: 1024, dcgmFieldFBFree: 80896, dcgmFieldFBTotal: 81920,
-		dcgmFieldPower: 312.5, dcgmFieldGPUTemp: 61,
+		fieldGPUUtil: 87, fieldGREngineActive: 0.1 /* not util on a whole GPU */, fieldSMActive: 0.5,
+		fieldPipeTensorActive: 1.0000001, fieldFBUsed: 1024, fieldFBFree: 80896, fieldFBTotal: 81920,
+		fieldPower: 312.5, fieldGPUTemp: 61,
 	} {
 		f.set(false, 1, field, v)
 	}
-	f.set(true, 7, dcgmFieldGREngineActive, 0.995)
-	f.set(true, 7, dcgmFieldFBUsed, 4845)
-	f.set(true, 7, dcgmFieldFBTotal, 9856)
-	f.set(true, 8, dcgmFieldFBUsed, 100)
-	f.set(true, 8, dcgmFieldFBFree, 19868) // no total: used + free
-	f.set(false, 2, dcgmFieldGPUTemp, 35)
-	f.set(false, 2, dcgmFieldFBTotal, 40960)
+	f.set(true, 7, fieldGREngineActive, 0.995)
+	f.set(true, 7, fieldFBUsed, 4845)
+	f.set(true, 7, fieldFBTotal, 9856)
+	f.set(true, 8, fieldFBUsed, 100)
+	f.set(true, 8, fieldFBFree, 19868) // no total: used + free
+	f.set(false, 2, fieldGPUTemp, 35)
+	f.set(false, 2, fieldFBTotal, 40960)
 	ids := mockNVMLIDs(map[string]int{"GPU-aaaa": 3, "GPU-bbbb": 0, "GPU-cccc": 1}, map[string][]mockMIGDevice{
 		"GPU-aaaa": {{gi: 2, ci: 0, uuid: "MIG-2222"}, {gi: 13, ci: 0, uuid: "MIG-1111"}},
 	})
-	src := newTestDCGM(t, f, newNVMLIdentifier(ids), newFakeClock(), DCGMConfig{Every: 500 * time.Millisecond})
+	src := newTestSource(t, f, newNVMLIdentifier(ids), newFakeClock(), Config{Every: 500 * time.Millisecond})
 
-	wantWatched := []dcgmEntity{{ID: 1}, {ID: 2}, {MIG: true, ID: 7}, {MIG: true, ID: 8}}
+	wantWatched := []entity{{ID: 1}, {ID: 2}, {MIG: true, ID: 7}, {MIG: true, ID: 8}}
 	if len(f.watches) != 2 || f.every != 500*time.Millisecond {
 		t.Fatalf("got %d watches every %s, want 2 (base and profiling fields apart) every 500ms", len(f.watches), f.every)
 	}
@@ -540,14 +542,14 @@ func TestDCGMCollect(t *testing.T) {
 	}
 }
 
-// TestDCGMMIGDeviceIDs: go-dcgm's MigEntityInfo has no MIG device UUID, so without NVML
+// TestMIGDeviceIDs: go-dcgm's MigEntityInfo has no MIG device UUID, so without NVML
 // every slice had an empty DeviceId: two slices on one GPU made the NodeReport invalid
 // ("device … appears twice"). Each slice gets NVML's MIG UUID, or, when NVML cannot
 // tell, the device plugin's legacy MIG-<GPU UUID>/<gi>/<ci> (k8s-device-plugin
 // api/config/v1/replicas.go IsMigUUID), unique on the node, logged once.
-func TestDCGMMIGDeviceIDs(t *testing.T) {
+func TestMIGDeviceIDs(t *testing.T) {
 	const gpu = "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763"
-	insts := []dcgmInstance{
+	insts := []instance{
 		{ID: 1, ParentGPU: 0, InstanceID: 3, ComputeInstanceID: 0, HasComputeInstance: true, Slices: 3},
 		{ID: 2, ParentGPU: 0, InstanceID: 5, ComputeInstanceID: 0, HasComputeInstance: true, Slices: 3},
 		{ID: 3, ParentGPU: 0, InstanceID: 9, Slices: 1}, // no compute instance listed
@@ -555,7 +557,7 @@ func TestDCGMMIGDeviceIDs(t *testing.T) {
 	nvmlFailsInit := mockNVMLIDs(nil, nil)
 	nvmlFailsInit.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
 	for name, tc := range map[string]struct {
-		ids        dcgmIdentifier
+		ids        identifier
 		want       []string
 		wantMinor  *uint32
 		wantWarned bool
@@ -590,13 +592,13 @@ func TestDCGMMIGDeviceIDs(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: gpu, Model: "NVIDIA A100-SXM4-40GB"}}, insts)
+			f := newFake(t, []gpuInfo{{ID: 0, UUID: gpu, Model: "NVIDIA A100-SXM4-40GB"}}, insts)
 			for _, in := range insts {
 				f.fullMIG(in.ID)
 			}
 			log, logs := testLogger()
 			clk := newFakeClock()
-			src := newTestDCGM(t, f, tc.ids, clk, DCGMConfig{Log: log})
+			src := newTestSource(t, f, tc.ids, clk, Config{Log: log})
 			for range 2 { // the second after a rediscovery: still logged once
 				samples := collect(t, src)
 				var got []string
@@ -609,7 +611,7 @@ func TestDCGMMIGDeviceIDs(t *testing.T) {
 				if !slices.Equal(got, tc.want) {
 					t.Fatalf("got device ids %q, want %q", got, tc.want)
 				}
-				clk.advance(dcgmDefaultRediscover)
+				clk.advance(defaultRediscover)
 			}
 			if n, want := strings.Count(logs.String(), "MIG device UUIDs unknown"), map[bool]int{true: 1}[tc.wantWarned]; n != want {
 				t.Errorf("got the unknown-MIG-UUID warning %d times, want %d:\n%s", n, want, logs)
@@ -618,26 +620,26 @@ func TestDCGMMIGDeviceIDs(t *testing.T) {
 	}
 }
 
-// TestDCGMProfilingRefused: the profiling module refuses a watch of the profiling
+// TestProfilingRefused: the profiling module refuses a watch of the profiling
 // fields on GPUs without profiling support, under a non-root embedded host engine, or
 // while another profiler (Nsight, a second DCGM client) holds the counters, and DCGM
 // then watches none of the fields of that watch (go-dcgm WatchFieldsWithGroupEx returns
 // "error watching fields: <errorString>", NVIDIA/DCGM dcgm_errors.c). With the fields in
 // one group the source failed entirely; now the base fields still read.
-func TestDCGMProfilingRefused(t *testing.T) {
+func TestProfilingRefused(t *testing.T) {
 	for name, code := range map[string]int{
 		"PROFILING_NOT_SUPPORTED": -36, "REQUIRES_ROOT": -29, "IN_USE": -34, "MODULE_NOT_LOADED": -33,
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}},
-				[]dcgmInstance{{ID: 4, ParentGPU: 1, InstanceID: 1, Slices: 3}})
+			f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}},
+				[]instance{{ID: 4, ParentGPU: 1, InstanceID: 1, Slices: 3}})
 			f.fullGPU(0)
 			f.fullMIG(4)
-			f.profErr = dcgmTextErr("error watching fields", code)
+			f.profErr = textErr("error watching fields", code)
 			log, logs := testLogger()
 			reg := prometheus.NewRegistry()
 			clk := newFakeClock()
-			src := newTestDCGM(t, f, nil, clk, DCGMConfig{Log: log, Registerer: reg})
+			src := newTestSource(t, f, nil, clk, Config{Log: log, Registerer: reg})
 
 			for range 2 {
 				samples := collect(t, src)
@@ -648,7 +650,7 @@ func TestDCGMProfilingRefused(t *testing.T) {
 				if mig.GetFbTotalBytes() != 19968<<20 || mig.GpuUtil != nil || mig.SmActive != nil {
 					t.Errorf("MIG instance: got %v, want its memory and no gpu_util (graphics-engine activity is a profiling field)", mig)
 				}
-				clk.advance(dcgmDefaultRediscover) // the profiling watch is retried, and refused again
+				clk.advance(defaultRediscover) // the profiling watch is retried, and refused again
 			}
 			if n := strings.Count(logs.String(), "DCGM refuses the profiling fields"); n != 1 {
 				t.Errorf("got the refusal logged %d times, want once:\n%s", n, logs)
@@ -670,7 +672,7 @@ gpuscaler_collector_dcgm_fields_unsupported{field="DCGM_FI_PROF_SM_ACTIVE"} %[1]
 
 			// The other profiler lets go: the next rediscovery watches the profiling fields.
 			f.profErr = nil
-			clk.advance(dcgmDefaultRediscover)
+			clk.advance(defaultRediscover)
 			samples := collect(t, src)
 			if samples[0].GetSmActive() != 40 || samples[1].GetGpuUtil() != 25 {
 				t.Errorf("after the refusal ends: got %v, want SM active and MIG utilisation", samples)
@@ -682,18 +684,18 @@ gpuscaler_collector_dcgm_fields_unsupported{field="DCGM_FI_PROF_SM_ACTIVE"} %[1]
 	}
 }
 
-// TestDCGMReconnects: a GPU Operator upgrade or driver update restarts nv-hostengine;
+// TestReconnects: a GPU Operator upgrade or driver update restarts nv-hostengine;
 // the old connection then fails every call with CONNECTION_NOT_VALID ("Host engine
 // connection invalid/disconnected", dcgm_errors.c), and go-dcgm connects again only
 // after Shutdown brought its Init count to zero (pkg/dcgm/api.go). Collect fails
 // meanwhile (the node's report goes stale, never zero) and reconnects with back-off.
-func TestDCGMReconnects(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}}, nil)
+func TestReconnects(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}}, nil)
 	f.fullGPU(0)
 	f.fullGPU(1)
 	log, logs := testLogger()
 	clk := newFakeClock()
-	src := newTestDCGM(t, f, nil, clk, DCGMConfig{Addr: "localhost:5555", Log: log})
+	src := newTestSource(t, f, nil, clk, Config{Addr: "localhost:5555", Log: log})
 	collect(t, src)
 	start := clk.now()
 
@@ -750,22 +752,22 @@ func TestDCGMReconnects(t *testing.T) {
 	}
 }
 
-// TestDCGMRediscovers: mig-parted re-lays out a GPU's MIG instances. DCGM then answers
+// TestRediscovers: mig-parted re-lays out a GPU's MIG instances. DCGM then answers
 // the vanished instances' values with NOT_WATCHED (DcgmCacheManager.cpp
 // PrecheckWatchInfoForSamples) or INSTANCE_NOT_FOUND (its MIG manager, GetGpuId): the
 // source rediscovers at once; and when DCGM reuses an entity id for a new instance
 // (values still read), the periodic rediscovery finds it.
-func TestDCGMRediscovers(t *testing.T) {
+func TestRediscovers(t *testing.T) {
 	const gpu = "GPU-0"
-	two := []dcgmInstance{
+	two := []instance{
 		{ID: 1, ParentGPU: 0, InstanceID: 1, Slices: 3, HasComputeInstance: true},
 		{ID: 2, ParentGPU: 0, InstanceID: 2, Slices: 3, HasComputeInstance: true},
 	}
-	seven := []dcgmInstance{}
+	seven := []instance{}
 	for i := range 7 {
-		seven = append(seven, dcgmInstance{ID: uint(10 + i), ParentGPU: 0, InstanceID: uint(7 + i), Slices: 1, HasComputeInstance: true})
+		seven = append(seven, instance{ID: uint(10 + i), ParentGPU: 0, InstanceID: uint(7 + i), Slices: 1, HasComputeInstance: true})
 	}
-	migUUIDs := func(insts []dcgmInstance) map[string][]mockMIGDevice {
+	migUUIDs := func(insts []instance) map[string][]mockMIGDevice {
 		var devs []mockMIGDevice
 		for _, in := range insts {
 			devs = append(devs, mockMIGDevice{gi: int(in.InstanceID), uuid: fmt.Sprintf("MIG-%d", in.InstanceID)})
@@ -774,17 +776,17 @@ func TestDCGMRediscovers(t *testing.T) {
 	}
 	for name, goneStatus := range map[string]int{"NOT_WATCHED": -16, "INSTANCE_NOT_FOUND": -45} {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: gpu}, {ID: 1, UUID: "GPU-1"}}, two)
+			f := newFake(t, []gpuInfo{{ID: 0, UUID: gpu}, {ID: 1, UUID: "GPU-1"}}, two)
 			f.goneStatus = goneStatus
 			f.fullGPU(1)
 			for i := range 20 {
 				f.fullMIG(uint(i))
 			}
-			f.set(true, 1, dcgmFieldXID, 79) // an XID on instance 1
+			f.set(true, 1, fieldXID, 79) // an XID on instance 1
 			nvMIGs := migUUIDs(two)
 			nv := mockNVMLIDs(map[string]int{gpu: 0, "GPU-1": 1}, nvMIGs)
 			clk := newFakeClock()
-			src := newTestDCGM(t, f, newNVMLIdentifier(nv), clk, DCGMConfig{})
+			src := newTestSource(t, f, newNVMLIdentifier(nv), clk, Config{})
 			ids := func(samples []*gpuscalerv1.GPUSample) (out []string) {
 				for _, s := range samples {
 					out = append(out, s.DeviceID()+"/"+s.GetUnhealthy())
@@ -825,7 +827,7 @@ func TestDCGMRediscovers(t *testing.T) {
 			if got := ids(collect(t, src)); got[1] != "MIG-7/" {
 				t.Fatalf("before the periodic rediscovery: got %q, want the old layout still", got)
 			}
-			clk.advance(dcgmDefaultRediscover)
+			clk.advance(defaultRediscover)
 			samples := collect(t, src)
 			got = ids(samples)
 			if want := []string{"GPU-1/", "MIG-1/", "MIG-8/"}; !slices.Equal(got[:3], want) {
@@ -838,27 +840,27 @@ func TestDCGMRediscovers(t *testing.T) {
 	}
 }
 
-// TestDCGMGPUFailureIsolation: one failing GPU is reported Unhealthy, with its reason,
+// TestGPUFailureIsolation: one failing GPU is reported Unhealthy, with its reason,
 // and its neighbours read as before (the Source contract, collector/source.go).
-func TestDCGMGPUFailureIsolation(t *testing.T) {
+func TestGPUFailureIsolation(t *testing.T) {
 	for name, tc := range map[string]struct {
-		fail    func(f *fakeDCGM)
+		fail    func(f *fake)
 		want    string
 		lastXID uint32
 	}{
 		// DcgmCacheManager.cpp GetLatestSample: a field with no sample returns the NVML
 		// error of its last read, NVML_ERROR_GPU_IS_LOST → DCGM_ST_GPU_IS_LOST.
 		"GPU_IS_LOST status on its values": {
-			fail: func(f *fakeDCGM) {
-				for _, field := range dcgmBaseFields {
-					f.values[fakeDCGMKey{dcgmEntity{ID: 1}, field}] = dcgmValue{Blank: true, Status: -18}
+			fail: func(f *fake) {
+				for _, field := range baseFields {
+					f.values[fakeKey{entity{ID: 1}, field}] = value{Blank: true, Status: -18}
 				}
 			},
 			want: "GPU is lost (DCGM_ST_GPU_IS_LOST)",
 		},
 		"RESET_REQUIRED status on a value": {
-			fail: func(f *fakeDCGM) {
-				f.values[fakeDCGMKey{dcgmEntity{ID: 1}, dcgmFieldPower}] = dcgmValue{Blank: true, Status: -19}
+			fail: func(f *fake) {
+				f.values[fakeKey{entity{ID: 1}, fieldPower}] = value{Blank: true, Status: -19}
 			},
 			want: "GPU requires reset (DCGM_ST_RESET_REQUIRED)",
 		},
@@ -866,38 +868,38 @@ func TestDCGMGPUFailureIsolation(t *testing.T) {
 		// OK status (InsertNvmlErrorValue with NVML_ERROR_GPU_IS_LOST), and
 		// dcgmGetGpuStatus says DcgmEntityStatusLost (go-dcgm device_status.go).
 		"blank values, GPU status Lost": {
-			fail: func(f *fakeDCGM) {
+			fail: func(f *fake) {
 				f.blankAll(1)
-				f.status[1] = dcgmGPUStatus{Lost: true, Name: "Lost"}
+				f.status[1] = gpuStatus{Lost: true, Name: "Lost"}
 			},
 			want: "GPU is lost (DCGM GPU status Lost)",
 		},
 		"every field blank while its neighbours read": {
-			fail: func(f *fakeDCGM) { f.blankAll(1) },
+			fail: func(f *fake) { f.blankAll(1) },
 			want: "no reading: every DCGM field is blank",
 		},
 		// k8s-device-plugin internal/rm/health.go: any XID but 13, 31, 43, 45, 68 and
 		// 109 marks the device unhealthy.
 		"critical XID 79 (fallen off the bus)": {
-			fail:    func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 79) },
+			fail:    func(f *fake) { f.set(false, 1, fieldXID, 79) },
 			want:    "XID 79",
 			lastXID: 79,
 		},
 		"application XID 13 is not a failure": {
-			fail:    func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 13) },
+			fail:    func(f *fake) { f.set(false, 1, fieldXID, 13) },
 			lastXID: 13,
 		},
 		"application XID 109 is not a failure": {
-			fail:    func(f *fakeDCGM) { f.set(false, 1, dcgmFieldXID, 109) },
+			fail:    func(f *fake) { f.set(false, 1, fieldXID, 109) },
 			lastXID: 109,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}, {ID: 2, UUID: "GPU-2"}}, nil)
+			f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}, {ID: 2, UUID: "GPU-2"}}, nil)
 			for id := range uint(3) {
 				f.fullGPU(id)
 			}
-			src := newTestDCGM(t, f, nil, newFakeClock(), DCGMConfig{})
+			src := newTestSource(t, f, nil, newFakeClock(), Config{})
 			healthy := collect(t, src)
 			tc.fail(f)
 			samples := collect(t, src)
@@ -916,23 +918,23 @@ func TestDCGMGPUFailureIsolation(t *testing.T) {
 	}
 }
 
-// TestDCGMUndescribedGPU: DCGM may fail to describe one GPU (GetDeviceInfo of a lost
+// TestUndescribedGPU: DCGM may fail to describe one GPU (GetDeviceInfo of a lost
 // GPU: go-dcgm api.go returns a *dcgm.Error); the others are still listed, and a GPU
 // the source knew keeps its identity, reported Unhealthy when its fields do not read.
-func TestDCGMUndescribedGPU(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}}, nil)
+func TestUndescribedGPU(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}}, nil)
 	f.fullGPU(0)
 	f.fullGPU(1)
 	log, logs := testLogger()
 	clk := newFakeClock()
-	src := newTestDCGM(t, f, nil, clk, DCGMConfig{Log: log})
+	src := newTestSource(t, f, nil, clk, Config{Log: log})
 	collect(t, src)
 
-	f.gpus = []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, Err: dcgmCodeErr(-18)}, {ID: 2, Err: dcgmCodeErr(-18)}}
+	f.gpus = []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, Err: codeErr(-18)}, {ID: 2, Err: codeErr(-18)}}
 	f.blankAll(1)
-	f.status[1] = dcgmGPUStatus{Lost: true, Name: "Lost"}
+	f.status[1] = gpuStatus{Lost: true, Name: "Lost"}
 	for range 2 {
-		clk.advance(dcgmDefaultRediscover)
+		clk.advance(defaultRediscover)
 		samples := collect(t, src)
 		if len(samples) != 2 || samples[0].GetGpuUtil() != 50 || samples[1].GetUuid() != "GPU-1" ||
 			samples[1].GetUnhealthy() != "GPU is lost (DCGM GPU status Lost)" {
@@ -945,25 +947,25 @@ func TestDCGMUndescribedGPU(t *testing.T) {
 }
 
 // blankAll makes every field of GPU id a blank DCGM wrote itself (status OK).
-func (f *fakeDCGM) blankAll(id uint) {
+func (f *fake) blankAll(id uint) {
 	for k := range f.values {
-		if k.e == (dcgmEntity{ID: id}) {
-			f.values[k] = dcgmValue{Blank: true}
+		if k.e == (entity{ID: id}) {
+			f.values[k] = value{Blank: true}
 		}
 	}
 }
 
-// TestDCGMReadsNothing: Collect fails when no device reads and none is known to have
+// TestReadsNothing: Collect fails when no device reads and none is known to have
 // failed, and reports the devices when DCGM says they are lost.
-func TestDCGMReadsNothing(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}},
-		[]dcgmInstance{{ID: 3, ParentGPU: 1, InstanceID: 1, Slices: 7}})
-	src := newTestDCGM(t, f, nil, newFakeClock(), DCGMConfig{})
+func TestReadsNothing(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}, {ID: 1, UUID: "GPU-1"}},
+		[]instance{{ID: 3, ParentGPU: 1, InstanceID: 1, Slices: 7}})
+	src := newTestSource(t, f, nil, newFakeClock(), Config{})
 	if s, err := src.Collect(t.Context()); err == nil {
 		t.Fatalf("every field blank: got %v, want an error", s)
 	}
-	f.status[0] = dcgmGPUStatus{Lost: true, Name: "Lost"}
-	f.status[1] = dcgmGPUStatus{Lost: true, Name: "Lost"}
+	f.status[0] = gpuStatus{Lost: true, Name: "Lost"}
+	f.status[1] = gpuStatus{Lost: true, Name: "Lost"}
 	samples := collect(t, src)
 	for _, s := range samples {
 		if s.GetUnhealthy() != "GPU is lost (DCGM GPU status Lost)" {
@@ -972,13 +974,13 @@ func TestDCGMReadsNothing(t *testing.T) {
 	}
 }
 
-// TestDCGMXIDs: DCGM reports the last XID's number; each new sample of a non-zero number
+// TestXIDs: DCGM reports the last XID's number; each new sample of a non-zero number
 // is one more XID. A critical one makes the device unhealthy for XIDHold after the last.
-func TestDCGMXIDs(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-a"}}, nil)
+func TestXIDs(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-a"}}, nil)
 	f.fullGPU(0)
 	clk := newFakeClock()
-	src := newTestDCGM(t, f, nil, clk, DCGMConfig{XIDHold: 5 * time.Minute, Rediscover: time.Hour})
+	src := newTestSource(t, f, nil, clk, Config{XIDHold: 5 * time.Minute, Rediscover: time.Hour})
 	for i, step := range []struct {
 		after     time.Duration
 		value     float64
@@ -998,7 +1000,7 @@ func TestDCGMXIDs(t *testing.T) {
 		{time.Second, 48, 6, 4, 48, "XID 48"},
 	} {
 		clk.advance(step.after)
-		f.values[fakeDCGMKey{dcgmEntity{ID: 0}, dcgmFieldXID}] = dcgmValue{Value: step.value, TS: step.ts}
+		f.values[fakeKey{entity{ID: 0}, fieldXID}] = value{Value: step.value, TS: step.ts}
 		s := collect(t, src)[0]
 		if s.GetXidErrors() != step.count || s.GetLastXid() != step.last || s.GetUnhealthy() != step.unhealthy {
 			t.Fatalf("step %d (XID %v at %d): got count %d, last %d, unhealthy %q; want %d, %d, %q",
@@ -1007,10 +1009,10 @@ func TestDCGMXIDs(t *testing.T) {
 	}
 }
 
-func TestDCGMClose(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-a"}}, nil)
+func TestClose(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-a"}}, nil)
 	nv := mockNVMLIDs(map[string]int{"GPU-a": 0}, nil)
-	src, err := newDCGMSource(f, newNVMLIdentifier(nv), nil, DCGMConfig{})
+	src, err := newSource(f, newNVMLIdentifier(nv), nil, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1031,13 +1033,13 @@ func TestDCGMClose(t *testing.T) {
 	}
 }
 
-// TestDCGMCloseWhileDisconnected: after a lost connection DCGM is shut down already;
+// TestCloseWhileDisconnected: after a lost connection DCGM is shut down already;
 // Close must not call it again (go-dcgm's Shutdown counts, and nothing but Init may
 // follow a Shutdown).
-func TestDCGMCloseWhileDisconnected(t *testing.T) {
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-a"}}, nil)
+func TestCloseWhileDisconnected(t *testing.T) {
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-a"}}, nil)
 	f.fullGPU(0)
-	src, err := newDCGMSource(f, nil, newFakeClock().now, DCGMConfig{})
+	src, err := newSource(f, nil, newFakeClock().now, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1053,34 +1055,17 @@ func TestDCGMCloseWhileDisconnected(t *testing.T) {
 	}
 }
 
-func TestMIGProfileName(t *testing.T) {
-	for _, tc := range []struct {
-		slices uint
-		mib    float64
-		want   string
-	}{
-		// An A100 40GB's profiles, with the memory sizes go-nvml's dgxa100 mock gives them.
-		{1, 4864, "1g.5gb"}, {1, 9856, "1g.10gb"}, {2, 9856, "2g.10gb"}, {3, 19968, "3g.20gb"},
-		{4, 19968, "4g.20gb"}, {7, 40192, "7g.40gb"},
-		{1, 0, ""}, {0, 1024, ""},
-	} {
-		if got := migProfileName(tc.slices, tc.mib); got != tc.want {
-			t.Errorf("migProfileName(%d, %v) = %q, want %q", tc.slices, tc.mib, got, tc.want)
-		}
-	}
-}
-
-// TestDCGMOldXIDAfterRestart: DCGM keeps the last XID's value and sample time for good
+// TestOldXIDAfterRestart: DCGM keeps the last XID's value and sample time for good
 // (DcgmCacheManager keeps a field's last sample until a new one replaces it), so a
 // collector that starts an hour after a critical XID reads it; the GPU has been fine
 // since, and must not be held unhealthy for another five minutes.
-func TestDCGMOldXIDAfterRestart(t *testing.T) {
+func TestOldXIDAfterRestart(t *testing.T) {
 	clk := newFakeClock()
-	f := newFakeDCGM(t, []dcgmGPU{{ID: 0, UUID: "GPU-0"}}, nil)
-	f.set(false, 0, dcgmFieldGPUUtil, 50)
-	f.values[fakeDCGMKey{dcgmEntity{ID: 0}, dcgmFieldXID}] = dcgmValue{Value: 79, TS: 1}
+	f := newFake(t, []gpuInfo{{ID: 0, UUID: "GPU-0"}}, nil)
+	f.set(false, 0, fieldGPUUtil, 50)
+	f.values[fakeKey{entity{ID: 0}, fieldXID}] = value{Value: 79, TS: 1}
 	f.stamps = map[int64]int64{1: clk.now().Add(-time.Hour).UnixMicro()}
-	src := newTestDCGM(t, f, nil, clk, DCGMConfig{})
+	src := newTestSource(t, f, nil, clk, Config{})
 	s := collect(t, src)[0]
 	if s.GetUnhealthy() != "" || s.GetLastXid() != 79 {
 		t.Fatalf("got unhealthy %q, last XID %d; want healthy, 79", s.GetUnhealthy(), s.GetLastXid())
