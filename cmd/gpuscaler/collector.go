@@ -46,19 +46,66 @@ GPU sources (--source):
 Without Kubernetes API access it still publishes, with namespace/pod/container only.`
 
 func runCollector(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
-	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
+	f, log, err := parseCollectorFlags(args, env, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	simNode, err := f.simulatedNode()
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	src, err := f.openSource(simNode, log, reg)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	log.Info("reading GPUs", "source", src.Name(), "node", f.cfg.Node, "interval", f.cfg.Interval)
+
+	g, ctx := errgroup.WithContext(ctx)
 	var (
-		cfg            collector.Config
-		srcCfg         = collector.SourceConfig{Kind: "auto"}
-		httpAddr       string
-		simGPUs        int
-		simConfigFile  string
-		simSeed        uint64
-		simFromCluster bool
-		socket         string
-		resources      string
-		kubeconfig     string
+		attrib collector.Attributor
+		pods   collector.PodDirectory
 	)
+	if simNode != nil && !f.simFromCluster {
+		// The simulated node plays the kubelet and the Kubernetes API too.
+		attrib, pods = simNode, simNode
+		f.cfg.NodeLabels, f.cfg.NodeScheduling, f.cfg.NodeResources = simNode.Labels, simNode.Scheduling, simNode.Resources
+	} else {
+		pr, err := f.startKubelet(ctx, g, simNode, log)
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		attrib = pr
+		if pods, err = f.startKubeSide(ctx, g, log); err != nil {
+			return err
+		}
+	}
+	return f.publish(ctx, g, src, attrib, pods, simNode, reg, log)
+}
+
+// collectorFlags is the collector's command line, parsed.
+type collectorFlags struct {
+	cfg            collector.Config
+	src            collector.SourceConfig
+	nats           natsconn.Options
+	httpAddr       string
+	simGPUs        int
+	simConfigFile  string
+	simSeed        uint64
+	simFromCluster bool
+	socket         string
+	resources      string
+	kubeconfig     string
+}
+
+// parseCollectorFlags reads the collector's flags (and $NODE_NAME, $POD_NAME for what
+// they leave empty), checks them, and makes the logger they ask for.
+func parseCollectorFlags(args []string, env envFunc, stdout, stderr io.Writer) (*collectorFlags, *slog.Logger, error) {
+	f := &collectorFlags{src: collector.SourceConfig{Kind: "auto"}, nats: natsconn.Options{URLs: natsconn.DefaultURL}}
+	cfg, srcCfg := &f.cfg, &f.src
 	fs := newFlagSet("collector", "collector [flags]", collectorAbout, stdout)
 	fs.StringVar(&cfg.Node, "node", "", "this node's Kubernetes name; empty reads $NODE_NAME (the downward API), then the host name")
 	fs.DurationVar(&cfg.Interval, "interval", time.Second, "time between reports")
@@ -68,140 +115,163 @@ func runCollector(ctx context.Context, args []string, env envFunc, stdout, stder
 	fs.StringVar(&srcCfg.NVML.ProcRoot, "proc-root", "/proc", "the host's /proc, where NVML's per-process GPU use finds each process's pod (NVML reports host PIDs): "+
 		"/proc when the collector runs with hostPID: true, else a hostPath mount of the host's /proc")
 	fs.StringVar(&srcCfg.ExporterURL, "exporter-url", "http://localhost:9400/metrics", "the dcgm-exporter /metrics URL the exporter source scrapes")
-	fs.IntVar(&simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
-	fs.StringVar(&simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, time-slicing replicas, pods, load and node labels")
-	fs.Uint64Var(&simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
-	fs.BoolVar(&simFromCluster, "sim-from-cluster", false, "sim: the pods the scheduler bound to --node hold the simulated GPUs, handed out as the kubelet's device manager would "+
+	fs.IntVar(&f.simGPUs, "sim-gpus", 8, "GPUs of the simulated node, when --sim-config does not say")
+	fs.StringVar(&f.simConfigFile, "sim-config", "", "YAML or JSON describing the simulated node's GPUs, MIG slices, time-slicing replicas, pods, load and node labels")
+	fs.Uint64Var(&f.simSeed, "sim-seed", 1, "seed of the simulated readings' noise")
+	fs.BoolVar(&f.simFromCluster, "sim-from-cluster", false, "sim: the pods the scheduler bound to --node hold the simulated GPUs, handed out as the kubelet's device manager would "+
 		"and served on --pod-resources-socket as the kubelet's pod-resources API, which the collector then reads as on a real node; "+
 		"for fake nodes (kwok) that no kubelet runs. Needs the Kubernetes API (--kubeconfig), and --sim-config without pods")
-	fs.StringVar(&socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
-	fs.StringVar(&resources, "resources", strings.Join(kubelet.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
-	fs.StringVar(&httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
-	natsFlags(fs, &natsOpts, "comma-separated NATS URLs")
+	fs.StringVar(&f.socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
+	fs.StringVar(&f.resources, "resources", strings.Join(kubelet.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
+	fs.StringVar(&f.httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
+	natsFlags(fs, &f.nats, "comma-separated NATS URLs")
 	newLogger := logFlags(fs, stderr, "info")
 	if err := parseFlags(fs, args, env); err != nil {
-		return err
+		return nil, nil, err
 	}
 	log, err := newLogger()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := positive("interval", cfg.Interval, "a positive duration"); err != nil {
-		return err
+		return nil, nil, err
 	}
-	if err := positive("sim-gpus", simGPUs, "a number of GPUs, 1 or more"); err != nil {
-		return err
+	if err := positive("sim-gpus", f.simGPUs, "a number of GPUs, 1 or more"); err != nil {
+		return nil, nil, err
 	}
 	switch {
-	case simFromCluster && srcCfg.Kind != "sim":
-		return usageError{fmt.Errorf("--sim-from-cluster: only with --source sim (got --source %s): on a real node the kubelet hands out the GPUs", srcCfg.Kind)}
-	case simFromCluster && kubeconfig == "none":
-		return usageError{fmt.Errorf("--sim-from-cluster: the node's pods come from the Kubernetes API, and --kubeconfig none turns it off")}
+	case f.simFromCluster && srcCfg.Kind != "sim":
+		return nil, nil, usageError{fmt.Errorf("--sim-from-cluster: only with --source sim (got --source %s): on a real node the kubelet hands out the GPUs", srcCfg.Kind)}
+	case f.simFromCluster && f.kubeconfig == "none":
+		return nil, nil, usageError{fmt.Errorf("--sim-from-cluster: the node's pods come from the Kubernetes API, and --kubeconfig none turns it off")}
 	}
 	cfg.Node = firstOf(cfg.Node, envOr(env, "NODE_NAME"), hostname())
 	cfg.CollectorID = firstOf(cfg.CollectorID, envOr(env, "POD_NAME"), hostname())
 	srcCfg.Every = cfg.Interval
+	return f, log, nil
+}
 
-	var simNode *sim.Node
-	if srcCfg.Kind == "sim" {
-		simCfg := sim.Config{GPUs: simGPUs, Util: 50, Jitter: 5}
-		if simConfigFile != "" {
-			if simCfg, err = sim.LoadConfig(simConfigFile); err != nil {
-				return err
-			}
-		}
-		if simCfg.Seed == 0 {
-			simCfg.Seed = simSeed
-		}
-		if simNode, err = sim.New(cfg.Node, simCfg); err != nil {
-			return err
-		}
-		srcCfg.Sim = simNode
+// simulatedNode is the simulated node --source sim reads (--sim-config, or --sim-gpus
+// free GPUs); nil for any other source.
+func (f *collectorFlags) simulatedNode() (*sim.Node, error) {
+	if f.src.Kind != "sim" {
+		return nil, nil
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srcCfg.Log, srcCfg.Registerer = log.With("component", "source"), reg
-	src, err := collector.OpenSource(srcCfg)
+	simCfg := sim.Config{GPUs: f.simGPUs, Util: 50, Jitter: 5}
+	if f.simConfigFile != "" {
+		var err error
+		if simCfg, err = sim.LoadConfig(f.simConfigFile); err != nil {
+			return nil, err
+		}
+	}
+	if simCfg.Seed == 0 {
+		simCfg.Seed = f.simSeed
+	}
+	return sim.New(f.cfg.Node, simCfg)
+}
+
+// openSource opens the GPU source --source names, its notices going to log and its
+// metrics to reg.
+func (f *collectorFlags) openSource(simNode *sim.Node, log *slog.Logger, reg prometheus.Registerer) (collector.Source, error) {
+	if simNode != nil {
+		f.src.Sim = simNode
+	}
+	f.src.Log, f.src.Registerer = log.With("component", "source"), reg
+	return collector.OpenSource(f.src)
+}
+
+// startKubelet returns the kubelet's pod-resources API, the collector's Attributor:
+// played by the simulated node (--sim-from-cluster), in g, until ctx ends.
+func (f *collectorFlags) startKubelet(ctx context.Context, g *errgroup.Group, simNode *sim.Node, log *slog.Logger) (*kubelet.PodResources, error) {
+	if f.simFromCluster {
+		if err := f.startSimKubelet(ctx, g, simNode, log); err != nil {
+			return nil, err
+		}
+	}
+	return kubelet.NewPodResources(kubelet.PodResourcesConfig{Socket: f.socket, Resources: splitList(f.resources), Log: log.With("component", "pod-resources")})
+}
+
+// startSimKubelet makes the simulated node's pods those the scheduler bound to the
+// node, and serves the kubelet's pod-resources API for them (--sim-from-cluster).
+func (f *collectorFlags) startSimKubelet(ctx context.Context, g *errgroup.Group, simNode *sim.Node, log *slog.Logger) error {
+	dyn, err := dynamicClient(f.kubeconfig)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	log.Info("reading GPUs", "source", src.Name(), "node", cfg.Node, "interval", cfg.Interval)
-
-	g, ctx := errgroup.WithContext(ctx)
-	var (
-		attrib collector.Attributor
-		pods   collector.PodDirectory
-	)
-	if simNode != nil && !simFromCluster {
-		attrib, pods, cfg.NodeLabels, cfg.NodeScheduling, cfg.NodeResources = simNode, simNode, simNode.Labels, simNode.Scheduling, simNode.Resources
-	} else {
-		if simFromCluster {
-			rc, err := kube.RESTConfig(kubeconfig)
-			if err != nil {
-				return err
-			}
-			dyn, err := dynamic.NewForConfig(rc)
-			if err != nil {
-				return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
-			}
-			simKubelet, err := sim.NewCluster(simNode, sim.ClusterConfig{Node: cfg.Node, Socket: socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
-			if err != nil {
-				return err
-			}
-			g.Go(func() error { return simKubelet.Run(ctx) })
-		}
-		pr, err := kubelet.NewPodResources(kubelet.PodResourcesConfig{Socket: socket, Resources: splitList(resources), Log: log.With("component", "pod-resources")})
-		if err != nil {
-			return err
-		}
-		defer pr.Close()
-		attrib = pr
-		if kubeconfig != "none" {
-			client, err := kube.NewMetadataClient(kubeconfig)
-			if err != nil {
-				log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
-			} else {
-				dir := kube.NewPodDirectory(client, cfg.Node, log.With("component", "pods"))
-				pods = dir
-				g.Go(func() error { return dir.Run(ctx) })
-				// The Node's spec (cordon, taints) and status (allocatable), and the
-				// pods' requests, are not in their metadata: the dynamic client reads
-				// them, which links no typed API.
-				rc, err := kube.RESTConfig(kubeconfig)
-				if err != nil {
-					return err
-				}
-				dyn, err := dynamic.NewForConfig(rc)
-				if err != nil {
-					return fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
-				}
-				node := kube.NewNodeWatch(dyn, cfg.Node, log.With("component", "node"))
-				requests := kube.NewPodRequests(dyn, cfg.Node, log.With("component", "pod-requests"))
-				cfg.NodeLabels, cfg.NodeScheduling = node.Labels, node.Scheduling
-				cfg.NodeResources = kube.NodeResourcesOf(node.Allocatable, requests.Requested)
-				g.Go(func() error { return node.Run(ctx) })
-				g.Go(func() error { return requests.Run(ctx) })
-			}
-		}
+	simKubelet, err := sim.NewCluster(simNode, sim.ClusterConfig{Node: f.cfg.Node, Socket: f.socket, Client: dyn, Log: log.With("component", "sim-kubelet")})
+	if err != nil {
+		return err
 	}
+	g.Go(func() error { return simKubelet.Run(ctx) })
+	return nil
+}
 
-	natsOpts.Name = "gpuscaler-collector-" + cfg.Node
-	natsOpts.Log = log.With("component", "nats")
-	natsOpts.RetryInitialConnect = true
-	nc, err := natsconn.Connect(ctx, natsOpts)
+// startKubeSide starts, in g, what the collector reads of the Kubernetes API: its pods'
+// labels and owners (the PodDirectory it returns), its own Node and its pods' requests
+// (into f.cfg). With --kubeconfig none, or without access (it warns), it returns no
+// directory: the reports carry less, but the collector runs.
+func (f *collectorFlags) startKubeSide(ctx context.Context, g *errgroup.Group, log *slog.Logger) (collector.PodDirectory, error) {
+	if f.kubeconfig == "none" {
+		return nil, nil
+	}
+	client, err := kube.NewMetadataClient(f.kubeconfig)
+	if err != nil {
+		log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
+		return nil, nil
+	}
+	dir := kube.NewPodDirectory(client, f.cfg.Node, log.With("component", "pods"))
+	g.Go(func() error { return dir.Run(ctx) })
+	// The Node's spec (cordon, taints) and status (allocatable), and the pods'
+	// requests, are not in their metadata: the dynamic client reads them, which links
+	// no typed API.
+	dyn, err := dynamicClient(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	node := kube.NewNodeWatch(dyn, f.cfg.Node, log.With("component", "node"))
+	requests := kube.NewPodRequests(dyn, f.cfg.Node, log.With("component", "pod-requests"))
+	f.cfg.NodeLabels, f.cfg.NodeScheduling = node.Labels, node.Scheduling
+	f.cfg.NodeResources = kube.NodeResourcesOf(node.Allocatable, requests.Requested)
+	g.Go(func() error { return node.Run(ctx) })
+	g.Go(func() error { return requests.Run(ctx) })
+	return dir, nil
+}
+
+// dynamicClient is a dynamic client of the Kubernetes API kubeconfig names (empty: the
+// in-cluster config).
+func dynamicClient(kubeconfig string) (dynamic.Interface, error) {
+	rc, err := kube.RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	return dyn, nil
+}
+
+// publish connects to NATS and runs the collector, reports going out every interval,
+// with /metrics, the probes and (for a simulated node) /sim served on --http-addr, until
+// ctx ends or a part fails.
+func (f *collectorFlags) publish(ctx context.Context, g *errgroup.Group, src collector.Source, attrib collector.Attributor, pods collector.PodDirectory,
+	simNode *sim.Node, reg *prometheus.Registry, log *slog.Logger) error {
+	f.nats.Name = "gpuscaler-collector-" + f.cfg.Node
+	f.nats.Log = log.With("component", "nats")
+	f.nats.RetryInitialConnect = true
+	nc, err := natsconn.Connect(ctx, f.nats)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 
-	cfg.NATSProblem = nc.Problem
-	c, err := collector.New(cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
+	f.cfg.NATSProblem = nc.Problem
+	c, err := collector.New(f.cfg, src, attrib, pods, nc.Conn, log.With("component", "collector"), reg)
 	if err != nil {
 		return err
 	}
-	err = serveMetricsAndProbes(ctx, g, httpAddr, reg, log, func() error {
+	err = serveMetricsAndProbes(ctx, g, f.httpAddr, reg, log, func() error {
 		if err := nc.Problem(); err != nil {
 			return err
 		}
