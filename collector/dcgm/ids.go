@@ -48,7 +48,7 @@ type identities struct {
 // migIdentity is what NVML says of a MIG device.
 type migIdentity struct {
 	UUID string // "MIG-…"
-	// Profile is its profile's name as the NVML source gives it (nvmlMIGProfileOf, the
+	// Profile is its profile's name as the NVML source gives it (mig.ProfileOf, the
 	// device plugin's spelling: "1g.18gb+me"); "" when NVML could not tell.
 	Profile string
 }
