@@ -32,6 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // manifestsFieldManager owns what TestManifestsApplyServerSideDryRun applies.
@@ -247,12 +249,12 @@ func TestManifestsApplyServerSideDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 30*time.Second, "namespace "+ns+" active", func(ctx context.Context) (bool, string) {
+		testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 			n, err := env.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return n.Status.Phase == corev1.NamespaceActive, "phase " + string(n.Status.Phase)
+			return testkit.Check(n.Status.Phase == corev1.NamespaceActive, "namespace %s: phase %s", ns, n.Status.Phase)
 		})
 	}
 

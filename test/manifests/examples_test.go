@@ -27,6 +27,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // scalerAddress is where the examples' triggers find the chart's scaler Service.
@@ -327,7 +329,7 @@ func startScaler(t *testing.T) externalscaler.ExternalScalerClient {
 // until it is ready, and returns its gRPC address.
 func startScalerBinary(t *testing.T) string {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	runArgs(t, corev1.Container{Args: []string{"scaler", "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
 		"--embedded-nats-addr=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--log-level=warn"}}, nil, nil)
 	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // Secrets the chart generates with its default values, by namespace/name.
@@ -200,7 +202,7 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("NATS not ready")
 	}
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	runArgs(t, scaler.Spec.Template.Spec.Containers[0], map[string]string{
 		"nats-url": ns.ClientURL(), "nats-token-file": filepath.Join(dir, "token"),
 		"grpc-addr": grpcAddr, "http-addr": httpAddr,

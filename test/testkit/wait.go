@@ -98,3 +98,12 @@ func caller(skip int) string {
 	}
 	return where + ": " + s
 }
+
+// Check is a func(ctx) error condition's answer: nil when ok, else the reason, formatted
+// as fmt.Errorf would (so `return testkit.Check(n == want, "%d Jobs", n)`).
+func Check(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
+}

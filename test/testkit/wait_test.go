@@ -112,3 +112,12 @@ func closed() chan struct{} {
 }
 
 var sprintf = fmt.Sprintf
+
+func TestCheck(t *testing.T) {
+	if err := Check(true, "%d Jobs", 3); err != nil {
+		t.Errorf("Check(true) = %v, want nil", err)
+	}
+	if err := Check(false, "%d Jobs", 3); err == nil || err.Error() != "3 Jobs" {
+		t.Errorf("Check(false) = %v, want the reason 3 Jobs", err)
+	}
+}
