@@ -239,7 +239,7 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	if time.Now().After(bBusyUntil) {
 		t.Fatalf("gw-a's share left after gw-b's streams could have ended (%s after they were sent): lengthen them", time.Since(bSent))
 	}
-	// Gw-a stale, gw-b's 3 in flight.
+	// gw-a stale, gw-b's 3 in flight.
 	testkit.Eventually(t, 10*time.Second, producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {stale: true}, "gw-b": {inFlight: 3}}))
 	recordFigure(t, "gateway: one of two killed (SIGKILL) → its share of the queue gone %s later (staleAfter %s, heartbeat 500ms)", lost.Sub(killed).Round(time.Millisecond), staleAfter)
 
