@@ -21,11 +21,16 @@ import (
 const readmeMaxLines = 200
 
 // TestReadmeIsAFrontPage: the README grew to 1,400 lines, holding every topic. It stays a
-// page a newcomer reads in five minutes.
+// page a newcomer reads in five minutes, and finds every other page from in one click.
 func TestReadmeIsAFrontPage(t *testing.T) {
 	readme := readRepoFile(t, "README.md")
 	if n := strings.Count(readme, "\n"); n > readmeMaxLines {
 		t.Errorf("README.md is %d lines, want at most %d: move the detail to a page of docs/ and link it", n, readmeMaxLines)
+	}
+	for _, page := range docPages(t)[1:] {
+		if !strings.Contains(readme, "]("+page+")") && !strings.Contains(readme, "]("+page+"#") {
+			t.Errorf("README.md does not link %s", page)
+		}
 	}
 }
 
@@ -110,6 +115,52 @@ func TestDocLinksResolve(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("found no relative link in the docs")
+	}
+
+	// The other Markdown files of the repository (deploy/, examples/, test/...) linked
+	// sections of the README that are pages of docs/ now: their links into these pages
+	// must resolve too.
+	own := map[string]bool{}
+	for _, p := range docPages(t) {
+		own[p] = true
+	}
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(rel, ".md") || own[rel] || strings.HasPrefix(rel, figuresDir) {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(withoutCode(string(data)), -1) {
+			file, anchor, _ := strings.Cut(m[1], "#")
+			if file == "" || strings.Contains(file, "://") {
+				continue
+			}
+			name := path.Join(path.Dir(rel), file)
+			if !own[name] && !strings.HasPrefix(name, "docs/") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(repoRoot, name)); err != nil {
+				t.Errorf("%s links %s: %s does not exist", rel, m[1], name)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(name, ".md") && !headingAnchors(readRepoFile(t, name))[anchor] {
+				t.Errorf("%s links %s: %s has no heading whose anchor is #%s", rel, m[1], name, anchor)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
