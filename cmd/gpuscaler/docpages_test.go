@@ -307,9 +307,9 @@ func TestDocFiguresMatchRecords(t *testing.T) {
 
 // flagDefaults returns each flag a command's --help lists, with its default as the help
 // prints it ("" when it has none).
-func flagDefaults(t *testing.T, command string) map[string]string {
+func flagDefaults(t *testing.T, command ...string) map[string]string {
 	t.Helper()
-	r := runCLI(t.Context(), nil, command, "--help")
+	r := runCLI(t.Context(), nil, append(command, "--help")...)
 	out := map[string]string{}
 	var flag string
 	for line := range strings.SplitSeq(r.stdout, "\n") {
@@ -339,16 +339,36 @@ func sameDefault(doc, help string) bool {
 	return err1 == nil && err2 == nil && d == h
 }
 
-// TestDocFlagDefaults: the defaults the docs give for flags are the ones the binary has.
-// docs/operating.md's flag table lists the scaler's flags, each with its default; every
-// flag it names is one gpuscaler scaler has, with that default. Anywhere in the docs, a
-// flag written with its default in brackets ("`--stream-max-age` (15m)") has that default
-// in one of the commands that take it.
+// foreignFlags are flags the docs name that belong to another program than gpuscaler.
+var foreignFlags = map[string]string{
+	"--holdout":                 "hack/frontier-matrix.py's",
+	"--kubernetes-virtual-gpus": "dcgm-exporter's",
+}
+
+// TestDocFlagDefaults: the flags the docs name are gpuscaler's, and the defaults they give
+// are the ones the binary has. docs/operating.md's flag table lists the scaler's flags,
+// each with its default; every flag it names is one gpuscaler scaler has, with that
+// default. Anywhere in the docs, a flag written with its default in brackets
+// ("`--stream-max-age` (15m)") has that default in one of the commands that take it.
 func TestDocFlagDefaults(t *testing.T) {
 	scaler := flagDefaults(t, "scaler")
 	byCommand := map[string]map[string]string{"scaler": scaler}
-	for _, c := range []string{"collector", "auth-callout", "gateway"} {
-		byCommand[c] = flagDefaults(t, c)
+	for _, c := range [][]string{{"collector"}, {"auth-callout"}, {"gateway"}, {"demo"}, {"replay"}, {"bench"}, {"explain"}, {"publish", "queue"}, {"publish", "node"}} {
+		byCommand[strings.Join(c, " ")] = flagDefaults(t, c...)
+	}
+
+	named := regexp.MustCompile("`(--[a-z0-9-]+)[ `=]")
+	for _, p := range docPages(t) {
+		for _, m := range named.FindAllStringSubmatch(readRepoFile(t, p), -1) {
+			known := foreignFlags[m[1]] != ""
+			for _, flags := range byCommand {
+				_, has := flags[m[1]]
+				known = known || has
+			}
+			if !known {
+				t.Errorf("%s names %s, which no gpuscaler command's --help lists", p, m[1])
+			}
+		}
 	}
 
 	const page = "docs/operating.md"
