@@ -168,3 +168,39 @@ func TestReadmeDocumentsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeScaledObjectParses: the one ScaledObject the README shows is a trigger the
+// parser accepts, as KEDA would send its metadata.
+func TestReadmeScaledObjectParses(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\n")
+	if !ok {
+		t.Fatal("README.md has no yaml block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	meta := map[string]string{}
+	indent := -1 // the metadata map's indentation, once inside it
+	for line := range strings.SplitSeq(block, "\n") {
+		line, _, _ = strings.Cut(line, " #")
+		trimmed := strings.TrimLeft(line, " ")
+		depth := len(line) - len(trimmed)
+		switch {
+		case trimmed == "metadata:" && strings.Contains(block, "triggers:") && depth > 4:
+			indent = depth + 2
+		case indent >= 0 && depth == indent:
+			k, v, _ := strings.Cut(trimmed, ":")
+			meta[k] = strings.Trim(strings.TrimSpace(v), `"`)
+		case indent >= 0 && depth < indent:
+			indent = -1
+		}
+	}
+	if meta[metadata.KeyQueue] == "" {
+		t.Fatalf("found no trigger metadata with a queue in README.md's ScaledObject: %v", meta)
+	}
+	if _, err := metadata.ParseTrigger("inference", meta, 0); err != nil {
+		t.Errorf("README.md's ScaledObject: the parser refuses its trigger %v: %v", meta, err)
+	}
+}
