@@ -47,7 +47,7 @@ func TestScalerOnACalloutBus(t *testing.T) {
 		return p
 	}
 	scalerConn, _ := b.mustConnect(t, natsconn.Options{Name: "scaler", TokenFile: file("scaler", scalerSA)})
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"}, scalerConn, testkit.Logger(t), prometheus.NewRegistry())
+	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", NATSHealth: scalerConn}, scalerConn.Conn, testkit.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,9 +157,10 @@ func TestExplainOverMutualTLS(t *testing.T) {
 	clientCert, clientKey := ca.IssueFiles(t, dir, "keda-operator")
 	caFile := testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
 	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
 	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-",
-		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}},
-		natstest.Connect(t, ns.ClientURL()), testkit.Logger(t), prometheus.NewRegistry())
+		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}, NATSHealth: nc},
+		nc.Conn, testkit.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,8 +259,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer worldConn.Close()
 
-	s, err := scaler.New(scaler.Config{GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Stream: scaler.StreamConfig{Memory: true}},
-		scalerConn, log.With("component", "scaler"), prometheus.NewRegistry())
+	s, err := scaler.New(scaler.Config{GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Stream: scaler.StreamConfig{Memory: true}, NATSHealth: scalerConn},
+		scalerConn.Conn, log.With("component", "scaler"), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
