@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 )
@@ -195,7 +196,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		if err != nil {
 			return err
 		}
-		res, err := replay.RunInference(ctx, sc.Services, sc.Config, sc.Policies, sc.Sweeps, sc.Tail, progress)
+		res, err := inference.Run(ctx, sc.Services, sc.Config, sc.Policies, sc.Sweeps, sc.Tail, progress)
 		if err != nil {
 			return err
 		}
@@ -249,16 +250,16 @@ type replayReport struct {
 	Seed         uint64  `json:"seed"`
 	ServiceSpeed float64 `json:"service_speed,omitempty"`
 	// Recommends says what the policy "gpuscaler" is for this trace.
-	Recommends string                            `json:"gpuscaler_is,omitempty"`
-	Requests   int                               `json:"requests,omitempty"`
-	Services   int                               `json:"services,omitempty"`
-	Jobs       int                               `json:"jobs,omitempty"`
-	Nodes      int                               `json:"nodes,omitempty"`
-	GPUs       int                               `json:"gpus,omitempty"`
-	Policies   any                               `json:"policies"`
-	Frontiers  map[string][]replay.FrontierPoint `json:"frontiers"`
-	Targets    []replay.Target                   `json:"targets"`
-	Seconds    float64                           `json:"replay_seconds"`
+	Recommends string                               `json:"gpuscaler_is,omitempty"`
+	Requests   int                                  `json:"requests,omitempty"`
+	Services   int                                  `json:"services,omitempty"`
+	Jobs       int                                  `json:"jobs,omitempty"`
+	Nodes      int                                  `json:"nodes,omitempty"`
+	GPUs       int                                  `json:"gpus,omitempty"`
+	Policies   any                                  `json:"policies"`
+	Frontiers  map[string][]inference.FrontierPoint `json:"frontiers"`
+	Targets    []replay.Target                      `json:"targets"`
+	Seconds    float64                              `json:"replay_seconds"`
 }
 
 func services(n int) string {
