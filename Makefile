@@ -163,7 +163,8 @@ manifests: ## render deploy/manifests, the inference example's gateway.yaml (and
 	deploy/render.sh
 
 .PHONY: manifests-check
-manifests-check: ## fail when deploy/manifests is not what the chart renders
+manifests-check: ## vet the renderer (deploy/render), then fail when deploy/manifests is not what the chart renders
+	cd deploy/render && $(GO) vet ./...
 	deploy/render.sh --check
 
 .PHONY: test-manifests

@@ -424,8 +424,8 @@ func (w *warningRecorder) take() []string {
 	return msgs
 }
 
-// placeholderPrefix begins the placeholder test/manifests' renderer writes for generated
-// Secret data (test/manifests/render.go, placeholders).
+// placeholderPrefix begins the placeholder the renderer writes for generated Secret data
+// (deploy/render/render.go, placeholders).
 const placeholderPrefix = "generated at install: "
 
 // realTLSData gives a kubernetes.io/tls Secret whose data are placeholders a certificate

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
@@ -23,14 +24,14 @@ import (
 // nats-server library at the version of the chart's image, checks it against the
 // StatefulSet that runs it, and starts the default one to see JetStream come up.
 func TestBundledNATSConfig(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			sts, ok := find[*appsv1.StatefulSet](objs, Release+"-nats")
+			sts, ok := find[*appsv1.StatefulSet](objs, render.Release+"-nats")
 			if !ok {
 				t.Skip("no bundled NATS in this case")
 			}
-			cm, ok := find[*corev1.ConfigMap](objs, Release+"-nats")
+			cm, ok := find[*corev1.ConfigMap](objs, render.Release+"-nats")
 			if !ok {
 				t.Fatal("got no ConfigMap with the NATS configuration")
 			}
@@ -109,7 +110,7 @@ func TestBundledNATSConfig(t *testing.T) {
 				}
 			}
 			for _, r := range opts.Routes {
-				if !strings.Contains(r.Hostname(), "."+sts.Spec.ServiceName+"."+Namespace+".svc.") {
+				if !strings.Contains(r.Hostname(), "."+sts.Spec.ServiceName+"."+render.Namespace+".svc.") {
 					t.Errorf("got route %s, want a name under the StatefulSet's Service %s", r, sts.Spec.ServiceName)
 				}
 			}
@@ -157,7 +158,7 @@ func TestBundledNATSConfig(t *testing.T) {
 }
 
 func scalerArgs(objs []Object) []string {
-	scaler, ok := find[*appsv1.Deployment](objs, Release)
+	scaler, ok := find[*appsv1.Deployment](objs, render.Release)
 	if !ok {
 		return nil
 	}
@@ -187,7 +188,7 @@ func checkAuthCalloutConfig(t *testing.T, objs []Object, sts *appsv1.StatefulSet
 		t.Errorf("got users %v, want callout with $CALLOUT_PASSWORD in account AUTH", opts.Users)
 	}
 
-	dep, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+	dep, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 	if !ok {
 		t.Fatal("got no auth callout Deployment")
 	}

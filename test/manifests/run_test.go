@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
@@ -24,19 +25,19 @@ import (
 // machine: only the NATS URL, the listen addresses and the mounted files' paths are
 // moved here. The collector's simulated GPUs must reach the scaler's state.
 func TestSimManifestRuns(t *testing.T) {
-	var sim Case
-	for _, c := range Cases {
+	var sim render.Case
+	for _, c := range render.Cases {
 		if c.Name == "sim" {
 			sim = c
 		}
 	}
 	objs := caseObjects(t, sim)
-	scaler, _ := find[*appsv1.Deployment](objs, Release)
+	scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 	collector, ok := find[*appsv1.DaemonSet](objs, "")
 	if scaler == nil || !ok {
 		t.Fatal("got no scaler Deployment or collector DaemonSet")
 	}
-	simConfig, ok := find[*corev1.ConfigMap](objs, Release+"-collector-sim")
+	simConfig, ok := find[*corev1.ConfigMap](objs, render.Release+"-collector-sim")
 	if !ok {
 		t.Fatal("got no sim ConfigMap")
 	}

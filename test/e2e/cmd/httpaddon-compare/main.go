@@ -328,7 +328,9 @@ func startBackend() (*backend, error) {
 	be.srv = &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if d := time.Duration(be.serve.Load()); d > 0 {
-			time.Sleep(d) // the model's work
+			// The model's work: a service time both proxies hold the request through, not
+			// a wait for anything, so a sleep.
+			time.Sleep(d)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`))
@@ -582,6 +584,9 @@ func (s *side) wakeOnce(ctx context.Context, kube kubernetes.Interface) (time.Du
 	}); err != nil {
 		return 0, err
 	}
+	// Pacing, not a wait for a state (inactive is awaited above with a deadline): the
+	// request goes at a random phase of a poller's period, so the wakes sample every
+	// phase rather than line up with the polls.
 	time.Sleep(200*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))))
 	for len(s.actives) > 0 {
 		<-s.actives
@@ -695,7 +700,7 @@ func openLoop(ctx context.Context, p *path, rate, n int) (latency, error) {
 	gap := time.Second / time.Duration(rate)
 	for i := range n {
 		if d := time.Until(start.Add(time.Duration(i) * gap)); d > 0 {
-			time.Sleep(d) // the arrivals' own clock
+			time.Sleep(d) // pacing: the arrivals' own clock, request i at start + i·gap
 		}
 		wg.Add(1)
 		go func() {
