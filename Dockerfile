@@ -20,6 +20,8 @@ ARG GO_VERSION=1.26
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# test/testkit is a module of the main module's tests, required through a replace.
+COPY test/testkit/go.mod test/testkit/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev

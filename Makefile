@@ -66,8 +66,9 @@ scaler: build ## run the scaler alone, with an embedded NATS server
 	./bin/gpuscaler scaler
 
 .PHONY: test
-test: lint ## lint, then the main module's tests with the race detector (not fuzz, test-manifests, test-keda or e2e)
+test: lint ## lint, then the main module's and test/testkit's tests with the race detector (not fuzz, test-manifests, test-keda or e2e)
 	$(GO) test -race -count=1 ./...
+	cd test/testkit && $(GO) test -race -count=1 ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -run NoCgo ./collector/
 
 .PHONY: lint
@@ -76,6 +77,7 @@ lint: ## gofmt and go vet, with cgo and without (every package must build with C
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 	$(GO) vet -tags hardware ./collector/...
+	cd test/testkit && $(GO) vet ./...
 
 # Fuzz budgets count executions, not seconds: a duration-based -fuzztime can fail with a
 # bare "context deadline exceeded" and no crasher (a race in Go's fuzz coordinator,
@@ -162,7 +164,8 @@ manifests: ## render deploy/manifests, the inference example's gateway.yaml (and
 	deploy/render.sh
 
 .PHONY: manifests-check
-manifests-check: ## fail when deploy/manifests is not what the chart renders
+manifests-check: ## vet the renderer (deploy/render), then fail when deploy/manifests is not what the chart renders
+	cd deploy/render && $(GO) vet ./...
 	deploy/render.sh --check
 
 .PHONY: test-manifests

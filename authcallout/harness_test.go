@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 const (
@@ -227,13 +226,15 @@ func (e *asyncErrors) String() string { return e.buf.String() }
 // waitFor waits up to 5 s for the collected errors to contain s.
 func (e *asyncErrors) waitFor(t testing.TB, s string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(e.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no error containing %q within 5s; got:\n%s", s, e.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitForCount(t, s, 1)
+}
+
+// waitForCount waits up to 5 s for n of the collected errors to contain s.
+func (e *asyncErrors) waitForCount(t testing.TB, s string, n int) {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, func(context.Context) error {
+		return testkit.Check(testkit.CountLines(e.String(), s) >= n, "%d of %d errors containing %q; got:\n%s", testkit.CountLines(e.String(), s), n, s, e.String())
+	})
 }
 
 var errNoMsg = errors.New("no message")
@@ -258,7 +259,7 @@ type clientsetKube struct {
 }
 
 func (k clientsetKube) ReviewToken(ctx context.Context, token string, audiences []string) (TokenReviewStatus, error) {
-	time.Sleep(k.delay)
+	time.Sleep(k.delay) // a slow API server's own time, not a wait for state
 	tr, err := k.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: audiences},
 	}, metav1.CreateOptions{})

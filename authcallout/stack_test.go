@@ -15,10 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // writeToken writes tok to path the way the kubelet updates a projected volume: a new
@@ -47,7 +47,7 @@ func TestScalerOnACalloutBus(t *testing.T) {
 		return p
 	}
 	scalerConn, _ := b.mustConnect(t, natsconn.Options{Name: "scaler", TokenFile: file("scaler", scalerSA)})
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"}, scalerConn, testkit.Logger(t), prometheus.NewRegistry())
+	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", NATSHealth: scalerConn}, scalerConn.Conn, testkit.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestScalerOnACalloutBus(t *testing.T) {
 
 	producer, _ := b.mustConnect(t, natsconn.Options{Name: "producer", TokenFile: file("producer", tenantA)})
 	collector, _ := b.mustConnect(t, natsconn.Options{Name: "collector", TokenFile: file("collector", collectorA)})
-	intruder, _ := b.mustConnect(t, natsconn.Options{Name: "intruder", TokenFile: file("intruder", tenantB)})
+	intruder, intruderErrs := b.mustConnect(t, natsconn.Options{Name: "intruder", TokenFile: file("intruder", tenantB)})
 
 	queue := func(nc *natsconn.Conn, waiting uint64, seq uint64) {
 		t.Helper()
@@ -99,16 +99,10 @@ func TestScalerOnACalloutBus(t *testing.T) {
 	}
 	wait := func(md map[string]string, name string, want float64) {
 		t.Helper()
-		var got float64
-		var err error
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if got, err = metric(md, name); err == nil && got == want {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("%s = %v (err %v), want %v", name, got, err, want)
+		testkit.Eventually(t, 10*time.Second, func(context.Context) error {
+			got, err := metric(md, name)
+			return testkit.Check(err == nil && got == want, "%s = %v (err %v), want %v", name, got, err, want)
+		})
 	}
 	wait(map[string]string{"queue": "jobs"}, "queue-backlog", 3)
 	wait(map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "80"}, "gpu-util", 70)
@@ -118,7 +112,9 @@ func TestScalerOnACalloutBus(t *testing.T) {
 	queue(producer, 5, 3)
 	wait(map[string]string{"queue": "jobs"}, "queue-backlog", 5)
 	queue(intruder, 0, 4)
-	time.Sleep(300 * time.Millisecond)
+	// The server has refused both forged reports (it tells the intruder), so neither
+	// reached the scaler.
+	intruderErrs.waitForCount(t, `Permissions Violation for Publish to \"gpuscaler.v1.queue.team-a.jobs.intruder\"`, 2)
 	if got, err := metric(map[string]string{"queue": "jobs"}, "queue-backlog"); err != nil || got != 5 {
 		t.Fatalf("after a forged empty report, backlog = %v (err %v), want 5", got, err)
 	}
@@ -152,12 +148,12 @@ func TestTokenRotationLosesNothing(t *testing.T) {
 				published <- err
 				return
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing: 3,000 reports over about 3 s, across three rotations
 		}
 		published <- producer.Flush()
 	}()
 	for range 3 {
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // pacing: the kubelet rotates the token while reports flow
 		writeToken(t, path, b.token(t, tenantA))
 	}
 	if err := <-published; err != nil {

@@ -21,9 +21,9 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // The sources, the attributors and the pod directories keep the collector's contracts

@@ -33,9 +33,9 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector/nvml"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // openHardwareNVML opens the NVML source as the collector does (OpenSource), logging

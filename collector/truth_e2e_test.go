@@ -15,8 +15,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestGPUTruthThroughScaler runs node-lab layouts end to end: a real pod-resources server

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector/sim"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestCollectorSaysWithinAnIntervalItCannotPublish runs two cycles against a NATS URL

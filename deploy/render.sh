@@ -2,10 +2,10 @@
 # Renders the Helm charts deploy/helm/gpuscaler and deploy/helm/gpuscaler-gateway into
 # the committed plain manifests (deploy/manifests/*.yaml), the inference example's
 # gateway (examples/inference-scale-to-zero/gateway.yaml) and test/manifests' golden
-# files, one per value set in test/manifests/render.go. The renderer is Helm's own
-# library at the version pinned in test/manifests/go.mod (Go fetches it on first use), so
-# no helm binary is needed and the output is what `helm template gpuscaler
-# deploy/helm/gpuscaler -n gpuscaler` prints.
+# files, one per case in deploy/render/render.go. The renderer, deploy/render (a module
+# of its own), is Helm's own library at the version pinned in deploy/render/go.mod (Go
+# fetches it on first use), so no helm binary is needed and the output is what
+# `helm template gpuscaler deploy/helm/gpuscaler -n gpuscaler` prints.
 #
 #   deploy/render.sh           write them
 #   deploy/render.sh --check   fail, naming them, when a committed file is stale
@@ -19,5 +19,5 @@ case "${1:-}" in
   *) echo "usage: deploy/render.sh [--check]" >&2; exit 2 ;;
 esac
 
-cd test/manifests
+cd deploy/render
 go run ./cmd/render "${args[@]}"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/gateway/routes"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // benchBody is a small chat completion request, as a held request would carry.

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/queue"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestCountsReachNATS counts through the real Reporter on an embedded NATS and reads

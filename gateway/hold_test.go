@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/gateway/routes"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestHeldFirstComeFirstServed: with concurrency 1 and one endpoint, held requests go

@@ -2,18 +2,17 @@ package gateway
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // The targets compare the gateway with calling the backend directly, in one run
@@ -51,36 +50,15 @@ func post(client *http.Client, url string) error {
 	return nil
 }
 
-// openLoopP99 sends n requests to url at rate a second, each when its time comes
-// whatever the others are doing (open loop, so a slow answer does not slow the
-// arrivals and hide its own cost), and returns the 99th percentile of their latencies.
+// openLoopP99 sends n requests to url at rate a second, open loop (testkit.OpenLoop), and
+// returns the 99th percentile of their latencies.
 func openLoopP99(b *testing.B, url string, rate, n int) time.Duration {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	defer client.CloseIdleConnections()
-	lat := make([]time.Duration, n)
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	gap := time.Second / time.Duration(rate)
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * gap)); d > 0 {
-			time.Sleep(d) // pacing the arrivals: the load's own clock
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			if err := post(client, url); err != nil {
-				failed.Add(1)
-			}
-			lat[i] = time.Since(t0)
-		}()
+	lat, err := testkit.OpenLoop(b.Context(), rate, n, func(context.Context) error { return post(client, url) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d of %d requests failed", f, n)
-	}
-	slices.Sort(lat)
 	return lat[n*99/100]
 }
 
@@ -89,27 +67,11 @@ func openLoopP99(b *testing.B, url string, rate, n int) time.Duration {
 func mostPerSecond(b *testing.B, url string, workers int, d time.Duration) float64 {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	defer client.CloseIdleConnections()
-	var done, failed atomic.Int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				if err := post(client, url); err != nil {
-					failed.Add(1)
-					return
-				}
-				done.Add(1)
-			}
-		}()
+	rate, err := testkit.ClosedLoop(b.Context(), workers, d, func(context.Context) error { return post(client, url) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d requests failed", f)
-	}
-	return float64(done.Load()) / d.Seconds()
+	return rate
 }
 
 // BenchmarkAddedLatency: p99 at 1,000 requests a second through the gateway and

@@ -210,3 +210,16 @@ func BenchmarkGetMetricsGPU(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkIsActive is one IsActive call of a queue trigger as KEDA makes it, through
+// the same read as BenchmarkGetMetrics.
+func BenchmarkIsActive(b *testing.B) {
+	srv := benchServer(b)
+	r := ref("ml", "svc", map[string]string{"queue": "q-500"})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.IsActive(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

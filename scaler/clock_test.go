@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestClockSkewMeasuredBeforeReady: the scaler reads the NATS server's clock from the

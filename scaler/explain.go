@@ -65,12 +65,9 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 
 	var r Reading
 	if ex.Ready {
-		r = s.readRaw(t)
+		r = s.read(t)
 	}
-	uncapped := r.queue
-	if ex.Ready && t.CapacityAware {
-		s.state.capQueue(t, &r.queue)
-	}
+	uncapped := r.uncapped
 	s.answer(ex, t, r)
 
 	if t.Queue != "" {
@@ -570,15 +567,3 @@ func mostReplicas(ms []*gpuscalerv1.MetricAnswer) (most int64, failed int) {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-// readRaw reads t from every source, before the capacity cap (see read).
-func (s *Server) readRaw(t *Trigger) Reading {
-	r := s.state.Read(t)
-	switch {
-	case t.Stream != "" && s.work == nil:
-		r.queue = metricReading{defined: true, err: fmt.Errorf("%w: this scaler follows no JetStream consumers (stream %q)", ErrUnavailable, t.Stream)}
-	case t.Stream != "":
-		r.queue = s.work.read(t)
-	}
-	return r
-}

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // testScaler is a scaler running in the test, with a gRPC client to it.
@@ -74,8 +74,11 @@ func newScalerLog(t *testing.T, url string, cfg Config, log *slog.Logger) *testS
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
 	nc := natstest.Connect(t, url)
+	if cfg.NATSHealth == nil {
+		cfg.NATSHealth = nc
+	}
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, nc, log, reg)
+	s, err := New(cfg, nc.Conn, log, reg)
 	if err != nil {
 		t.Fatalf("scaler.New: %v", err)
 	}

@@ -1,7 +1,6 @@
 package scaler
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -12,129 +11,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/scaler/demand"
 	"github.com/gpuscaler/gpuscaler/scaler/metadata"
 )
-
-// ErrUnavailable reports that data a trigger needs is absent or stale. The gRPC server
-// answers it with Unavailable: KEDA never scales a workload to zero while a trigger
-// errors, and applies the ScaledObject's fallback if it has one. A silent zero here would
-// scale a production service to nothing.
-var ErrUnavailable = errors.New("data unavailable")
-
-// Reading is what the latest reports say about one trigger. Each metric the trigger gives
-// has a value or an error, never both.
-type Reading struct {
-	queue, gpuUtil, gpuMemory metricReading
-	// gpuActive and gpuActiveErr judge GPU activity: average utilisation above
-	// activationGpuUtil.
-	gpuActive    bool
-	gpuActiveErr error
-	hasGPU       bool
-}
-
-type metricReading struct {
-	defined bool
-	value   float64
-	// active is the queue's activation decision (backlog above activationQueueDepth).
-	active bool
-	// running is what of the backlog is being worked on now (in flight, ack pending):
-	// the capacity cap keeps it.
-	running float64
-	// demand says the value is queue-demand, not queue-backlog.
-	demand bool
-	err    error
-}
-
-// Metric returns the named metric's value. It fails with ErrUnavailable when the data is
-// absent or stale, and with ErrUnknownMetric when the trigger does not give that metric.
-func (r Reading) Metric(name string) (float64, error) {
-	var m metricReading
-	switch name {
-	case MetricQueueBacklog, MetricQueueDemand:
-		m = r.queue
-		if r.queue.defined && (name == MetricQueueDemand) != r.queue.demand {
-			m.defined = false
-		}
-	case MetricGPUUtil:
-		m = r.gpuUtil
-	case MetricGPUMemory:
-		m = r.gpuMemory
-	}
-	if !m.defined {
-		return 0, fmt.Errorf("%w: this trigger gives no metric %q", ErrUnknownMetric, name)
-	}
-	return m.value, m.err
-}
-
-// ErrUnknownMetric reports a metric name the trigger does not give. The gRPC server
-// answers it with NotFound.
-var ErrUnknownMetric = errors.New("unknown metric")
-
-// Active is the trigger's activation decision, which KEDA takes as it is: true when any
-// part is active on fresh data. When no part is active and some part cannot be judged,
-// it fails with that part's error rather than answering false. A trigger with only
-// podSelector (Trigger.GPUOnly) is active whenever its GPUs can be judged, idle or held
-// by no pod: KEDA scales to zero on inactive (scaleToZeroOrIdle), and from zero replicas,
-// holding no GPUs, it could never become active again.
-func (r Reading) Active() (bool, error) {
-	if r.hasGPU && !r.queue.defined {
-		return r.gpuActiveErr == nil, r.gpuActiveErr
-	}
-	if r.queue.defined && r.queue.err == nil && r.queue.active {
-		return true, nil
-	}
-	if r.hasGPU && r.gpuActiveErr == nil && r.gpuActive {
-		return true, nil
-	}
-	var errs []error
-	if r.queue.defined && r.queue.err != nil {
-		errs = append(errs, r.queue.err)
-	}
-	if r.hasGPU && r.gpuActiveErr != nil {
-		errs = append(errs, r.gpuActiveErr)
-	}
-	return false, errors.Join(errs...)
-}
-
-// Read evaluates t's queue and GPU parts against the latest reports. A stream+consumer
-// backlog and the capacity cap come from the server, which composes the sources. A
-// capacityAware trigger's podSelector selects its Jobs' pods for the cap (see capQueue),
-// not a GPU part.
-func (s *State) Read(t *Trigger) Reading {
-	now := s.now()
-	var (
-		r   Reading
-		sel *selection
-		key selKey
-	)
-	gpuPart := t.PodSelector != nil && !t.CapacityAware
-	s.mu.RLock()
-	if t.Queue != "" {
-		r.queue = s.readQueue(t, now)
-	}
-	if gpuPart {
-		r.hasGPU = true
-		r.gpuUtil.defined = t.GPUUtilTarget > 0
-		r.gpuMemory.defined = t.GPUMemoryTarget > 0
-		if err := s.nodesFresh(t, now, ""); err != nil {
-			r.failGPU(err)
-		} else {
-			key = selKey{t.Namespace, t.PodSelector.String()}
-			sel = s.selections[key]
-		}
-	}
-	s.mu.RUnlock()
-	if gpuPart && r.gpuActiveErr == nil {
-		if sel == nil {
-			sel = s.selectionFor(t.Namespace, t.PodSelector, key)
-		}
-		s.judgeGPUs(t, now, s.sumGPUs(t, sel, now), &r)
-	}
-	return r
-}
-
-// failGPU fails every GPU part of r with err.
-func (r *Reading) failGPU(err error) {
-	r.gpuUtil.err, r.gpuMemory.err, r.gpuActiveErr = err, err, err
-}
 
 // nodesFresh fails with ErrUnavailable, its message begun with what, when no node has
 // reported within t's staleAfter: the collectors, or the scaler's view of NATS, are
@@ -503,53 +379,6 @@ func (e *nodeEntry) tolerates(t *Trigger, taint metadata.Taint) bool {
 		}
 	}
 	return false
-}
-
-// sumGPUs sums the GPUs held by the pods sel selects, node by node in name order, so
-// every call and replica sums in the same order and names the same GPU in an error. It
-// takes no lock (see selection): its cost is the nodes holding the selected pods.
-func (s *State) sumGPUs(t *Trigger, sel *selection, now time.Time) gpuSums {
-	<-sel.built
-	sel.lastRead.Store(now.UnixNano())
-	var sum gpuSums
-	slots := sel.parts.load()
-	if testHookReading != nil {
-		testHookReading()
-	}
-	for _, slot := range slots {
-		p := slot.v.Load()
-		if now.Sub(p.e.stored) > t.StaleAfter {
-			sum.stale = culprit{p.e, p.view(p.first)}
-			break // the first by name: nothing else is read from stale data
-		}
-		if p.unknown >= 0 && sum.unknown.e == nil {
-			sum.unknown = culprit{p.e, p.view(p.unknown)}
-		}
-		if p.noUtil >= 0 && sum.noUtil.e == nil {
-			sum.noUtil = culprit{p.e, p.view(p.noUtil)}
-		}
-		if p.noMem >= 0 && sum.noMem.e == nil {
-			sum.noMem = culprit{p.e, p.view(p.noMem)}
-		}
-		sum.gpus += p.gpus
-		sum.pods += int(p.pods)
-		sum.util += p.util
-		sum.mem += p.mem
-	}
-	return sum
-}
-
-// testHookReading, when set by a test, runs in the middle of every podSelector read.
-var testHookReading func()
-
-// gpuSums is what a trigger's selected pods hold, summed over nodes, and the first node
-// (by name) found stale, holding a pod it cannot describe, or missing a figure: every
-// call and replica should name the same one.
-type gpuSums struct {
-	gpus                          float64 // GPUs the selected pods hold: a shared device in part
-	pods                          int
-	util, mem                     float64
-	stale, unknown, noUtil, noMem culprit
 }
 
 // judgeGPUs turns the sums into t's GPU metrics and activity, or the error that stands

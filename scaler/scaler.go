@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,7 +28,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -82,6 +82,10 @@ type Config struct {
 	// so replicas added behind a headless Service get calls within this time; streams
 	// open on the old connection are left to run. Default DefaultMaxConnectionAge.
 	MaxConnectionAge time.Duration
+	// NATSHealth says for how long the NATS connection has been down and why, for
+	// /readyz and for the errors KEDA and the log see. Nil judges the connection by its
+	// status alone (see ConnHealth); gpuscaler's own command passes its connection's.
+	NATSHealth ConnHealth
 	// Now tells time; nil means time.Now. Tests move it forward to make data stale. The
 	// scaler corrects it by the NATS server's clock, which stamps every report.
 	Now func() time.Time
@@ -102,7 +106,8 @@ const DefaultMaxConnectionAge = 5 * time.Minute
 type Scaler struct {
 	cfg      Config
 	js       jetstream.JetStream
-	nc       *natsconn.Conn
+	nc       *nats.Conn
+	health   ConnHealth // never nil
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	clock    *natsClock
@@ -119,9 +124,11 @@ type Scaler struct {
 }
 
 // New builds a scaler that reads NATS through nc, logs to log and registers its metrics
-// on reg. It binds its listeners now, so
-// an address in use fails here and not later.
-func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Registry) (*Scaler, error) {
+// on reg. nc should reconnect forever (nats.MaxReconnects(-1)): the scaler serves from
+// what it has while NATS is down, and its readiness fails after Config.StaleAfter. It
+// binds its listeners now, so an address in use fails here and not later. See the
+// package example.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger, reg *prometheus.Registry) (*Scaler, error) {
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr = ":9090"
 	}
@@ -150,7 +157,10 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	if cfg.streamCheckEvery <= 0 {
 		cfg.streamCheckEvery = 5 * time.Second
 	}
-	js, err := jetstream.New(nc.Conn)
+	if cfg.NATSHealth == nil {
+		cfg.NATSHealth = &connStatus{nc: nc}
+	}
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("JetStream: %w", err)
 	}
@@ -160,15 +170,16 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 	}
 	clock := &natsClock{local: cfg.Now}
 	s := &Scaler{
-		cfg:   cfg,
-		js:    js,
-		nc:    nc,
-		log:   log,
-		reg:   reg,
-		clock: clock,
-		state: NewState(clock.Now),
-		ready: make(chan struct{}),
-		calls: newCallRecorder(cfg.Now, defaultCallRows, defaultCallIdleAfter),
+		cfg:    cfg,
+		js:     js,
+		nc:     nc,
+		health: cfg.NATSHealth,
+		log:    log,
+		reg:    reg,
+		clock:  clock,
+		state:  NewState(clock.Now),
+		ready:  make(chan struct{}),
+		calls:  newCallRecorder(cfg.Now, defaultCallRows, defaultCallIdleAfter),
 	}
 	s.state.SetNodeTombstoneTTL(cfg.Stream.tombstoneTTL)
 	if cfg.MaxQueuesPerNamespace != 0 {
@@ -188,7 +199,7 @@ func New(cfg Config, nc *natsconn.Conn, log *slog.Logger, reg *prometheus.Regist
 		clock:      clock,
 		log:        log.With("component", "follower"),
 		drops:      newLogLimiter(time.Minute),
-		explain:    nc.Explain,
+		explain:    cfg.NATSHealth.Explain,
 		checkEvery: cfg.streamCheckEvery,
 		// Reports the stream keeps past MaxAge are tombstones (see StreamConfig):
 		// turn them into tombstones before the first answer, as every other replica has.
@@ -241,7 +252,7 @@ func (s *Scaler) isReady() bool {
 func (s *Scaler) readiness() error {
 	failure, since := s.follower.failing()
 	if !s.isReady() {
-		if problem := s.nc.Problem(); problem != nil { // the root of any failure
+		if problem := s.health.Problem(); problem != nil { // the root of any failure
 			return fmt.Errorf("%w: %w", errNotReady, problem)
 		}
 		if failure != nil {
@@ -249,9 +260,9 @@ func (s *Scaler) readiness() error {
 		}
 		return errNotReady
 	}
-	if down := s.nc.DownFor(); down > s.cfg.StaleAfter {
+	if down := s.health.DownFor(); down > s.cfg.StaleAfter {
 		err := fmt.Errorf("NATS has been disconnected for %s, longer than %s", down.Round(time.Second), s.cfg.StaleAfter)
-		if problem := s.nc.Problem(); problem != nil {
+		if problem := s.health.Problem(); problem != nil {
 			err = fmt.Errorf("%w: %w", err, problem)
 		}
 		return err
@@ -289,12 +300,12 @@ func (s *Scaler) Run(ctx context.Context) error {
 		opts = append(opts, grpc.Creds(*s.tls))
 	}
 	srv := grpc.NewServer(opts...)
-	work := newWorkQueues(ctx, s.js, s.nc.Conn, workQueueConfig{
+	work := newWorkQueues(ctx, s.js, s.nc, workQueueConfig{
 		refresh:   s.cfg.ConsumerRefresh,
 		max:       s.cfg.MaxFollowedConsumers,
 		idleAfter: s.cfg.consumerIdleAfter,
 		local:     s.cfg.Now,
-		explain:   s.nc.Explain,
+		explain:   s.health.Explain,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
 	keda := &Server{
 		state:    s.state,

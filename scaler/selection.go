@@ -317,6 +317,53 @@ func (x *selectionIndex) candidates(dst []candidate, views []gpuView) []candidat
 	return dst
 }
 
+// sumGPUs sums the GPUs held by the pods sel selects, node by node in name order, so
+// every call and replica sums in the same order and names the same GPU in an error. It
+// takes no lock (see selection): its cost is the nodes holding the selected pods.
+func (s *State) sumGPUs(t *Trigger, sel *selection, now time.Time) gpuSums {
+	<-sel.built
+	sel.lastRead.Store(now.UnixNano())
+	var sum gpuSums
+	slots := sel.parts.load()
+	if testHookReading != nil {
+		testHookReading()
+	}
+	for _, slot := range slots {
+		p := slot.v.Load()
+		if now.Sub(p.e.stored) > t.StaleAfter {
+			sum.stale = culprit{p.e, p.view(p.first)}
+			break // the first by name: nothing else is read from stale data
+		}
+		if p.unknown >= 0 && sum.unknown.e == nil {
+			sum.unknown = culprit{p.e, p.view(p.unknown)}
+		}
+		if p.noUtil >= 0 && sum.noUtil.e == nil {
+			sum.noUtil = culprit{p.e, p.view(p.noUtil)}
+		}
+		if p.noMem >= 0 && sum.noMem.e == nil {
+			sum.noMem = culprit{p.e, p.view(p.noMem)}
+		}
+		sum.gpus += p.gpus
+		sum.pods += int(p.pods)
+		sum.util += p.util
+		sum.mem += p.mem
+	}
+	return sum
+}
+
+// testHookReading, when set by a test, runs in the middle of every podSelector read.
+var testHookReading func()
+
+// gpuSums is what a trigger's selected pods hold, summed over nodes, and the first node
+// (by name) found stale, holding a pod it cannot describe, or missing a figure: every
+// call and replica should name the same one.
+type gpuSums struct {
+	gpus                          float64 // GPUs the selected pods hold: a shared device in part
+	pods                          int
+	util, mem                     float64
+	stale, unknown, noUtil, noMem culprit
+}
+
 // selectionIdleAfter is how long a selection no trigger reads is still kept up to date.
 // KEDA reads every trigger at least every pollingInterval (30 s by default) and the HPA
 // every 15 s; a selection silent this long belongs to a trigger that is gone.

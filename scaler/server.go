@@ -219,15 +219,6 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScale
 	}
 }
 
-// look reads t for StreamIsActive: whether the trigger is active, and whether its GPU
-// part alone is. Unknown counts as inactive: only a true moves KEDA. The stream opens
-// once the state is ready, so readiness needs no check here.
-func (s *Server) look(t *Trigger) (active, gpuActive bool) {
-	r := s.read(t)
-	active, _ = r.Active()
-	return active, r.hasGPU && r.gpuActiveErr == nil && r.gpuActive
-}
-
 // GetMetricSpec returns the trigger's metrics and per-replica targets. It needs no data,
 // so it answers before the state is restored.
 func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
@@ -295,32 +286,6 @@ func (s *Server) trigger(ref *pb.ScaledObjectRef) (*Trigger, callKey, error) {
 	}
 	e := s.triggers.entry(ref.GetNamespace(), ref.GetScalerMetadata(), parse)
 	return e.t, callKey{entry: e, name: ref.GetName()}, e.err
-}
-
-func (s *Server) checkReady() error {
-	select {
-	case <-s.ready:
-		return nil
-	default:
-		return errNotReady
-	}
-}
-
-func (s *Server) active(t *Trigger) (bool, error) {
-	if err := s.checkReady(); err != nil {
-		return false, err
-	}
-	return s.read(t).Active()
-}
-
-// read answers t from every source: the state for queues and GPUs, the followed
-// JetStream consumer for stream triggers, then the capacity cap.
-func (s *Server) read(t *Trigger) Reading {
-	r := s.readRaw(t)
-	if t.CapacityAware {
-		s.state.capQueue(t, &r.queue)
-	}
-	return r
 }
 
 // toInt64 rounds v for the integer fields, saturating where int64 ends.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -795,7 +795,7 @@ func TestNewRejectsBadStaleAfter(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	nc := natstest.Connect(t, ns.ClientURL())
 	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 25 * time.Hour} {
-		if _, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: d}, nc, testkit.Logger(t), nil); err == nil || !strings.Contains(err.Error(), "stale-after") {
+		if _, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: d}, nc.Conn, testkit.Logger(t), nil); err == nil || !strings.Contains(err.Error(), "stale-after") {
 			t.Errorf("New with StaleAfter %s: error %v, want one naming stale-after", d, err)
 		}
 	}
@@ -1000,7 +1000,7 @@ func TestTriggerStaleAfterBeyondStreamMaxAge(t *testing.T) {
 func TestNewRejectsMaxAgeNotAboveStaleAfter(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	nc := natstest.Connect(t, ns.ClientURL())
-	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc, testkit.Logger(t), nil)
+	_, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", StaleAfter: time.Minute, Stream: StreamConfig{MaxAge: time.Minute}}, nc.Conn, testkit.Logger(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "stream-max-age 1m0s: want more than stale-after 1m0s") {
 		t.Fatalf("New with MaxAge = StaleAfter: error %v, want one naming both", err)
 	}

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // browser runs Debian's chromium headless against pages of a scaler in the test.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // get fetches path from the scaler's HTTP port without following redirects.

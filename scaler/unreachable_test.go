@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestUnreachableNATSIsNamed runs a scaler whose NATS URL has nothing listening (a port

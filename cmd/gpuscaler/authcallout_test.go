@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/authcallout"
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 func TestAuthCalloutUsageErrors(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestDemoFlagErrors checks every demo flag whose value cannot mean anything is refused

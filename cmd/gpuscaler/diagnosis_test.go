@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // background runs the command line args until the test ends, and returns its stderr.

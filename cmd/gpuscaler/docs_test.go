@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -64,24 +65,45 @@ func TestMakeHelpListsEveryTarget(t *testing.T) {
 	}
 }
 
-// readmeCommands returns the commands starting with prefix that README.md gives, in
-// backquotes or as lines of a code block.
-func readmeCommands(t *testing.T, prefix string) []string {
+// docPages are the pages whose commands, links and figures the tests below check: the
+// README, CONTRIBUTING.md and every page of docs/ (not docs/figures/, the records they
+// quote).
+func docPages(t *testing.T) []string {
 	t.Helper()
-	var out []string
-	readme := readRepoFile(t, "README.md")
-	for _, m := range regexp.MustCompile("`("+regexp.QuoteMeta(prefix)+"[^`]*)`").FindAllStringSubmatch(readme, -1) {
-		out = append(out, m[1])
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no page in docs/: %v", err)
 	}
-	fenced := false
-	for line := range strings.SplitSeq(readme, "\n") {
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-			continue
+	out := []string{"README.md", "CONTRIBUTING.md"}
+	for _, p := range pages {
+		out = append(out, "docs/"+filepath.Base(p))
+	}
+	return out
+}
+
+// docCommand is a command a page gives.
+type docCommand struct{ page, line string }
+
+// docCommands returns the commands starting with prefix that the pages give, in
+// backquotes or as lines of a code block.
+func docCommands(t *testing.T, prefix string) []docCommand {
+	t.Helper()
+	var out []docCommand
+	for _, page := range docPages(t) {
+		text := readRepoFile(t, page)
+		for _, m := range regexp.MustCompile("`("+regexp.QuoteMeta(prefix)+"[^`]*)`").FindAllStringSubmatch(text, -1) {
+			out = append(out, docCommand{page, m[1]})
 		}
-		if fenced && strings.HasPrefix(line, prefix) {
-			cmd, _, _ := strings.Cut(line, "#")
-			out = append(out, strings.TrimSpace(cmd))
+		fenced := false
+		for line := range strings.SplitSeq(text, "\n") {
+			if strings.HasPrefix(line, "```") {
+				fenced = !fenced
+				continue
+			}
+			if fenced && strings.HasPrefix(line, prefix) {
+				cmd, _, _ := strings.Cut(line, "#")
+				out = append(out, docCommand{page, strings.TrimSpace(cmd)})
+			}
 		}
 	}
 	return out
@@ -125,43 +147,50 @@ func shellWords(t *testing.T, line string) []string {
 	return words
 }
 
-// TestReadmeGoTestCommandsRun: the README gave `go test -bench ./queue`, where
-// -bench takes the path as its pattern and no package is left to test. Every `go test`
-// command that names a package must be one go test accepts, run from the repository
-// root; -n makes go print what it would do, without building or running.
-func TestReadmeGoTestCommandsRun(t *testing.T) {
-	checked := 0
-	for _, line := range readmeCommands(t, "go test ") {
-		if !strings.Contains(line, "./") {
-			continue // a description, such as "go test -race", not a command to copy
+// TestDocGoTestCommandsRun: the README gave `go test -bench ./queue`, where -bench takes
+// the path as its pattern and no package is left to test. Every `go test` command that
+// names a package, in the README, CONTRIBUTING.md or docs/, must be one go test accepts,
+// run from the repository root; -n makes go print what it would do, without building or
+// running.
+func TestDocGoTestCommandsRun(t *testing.T) {
+	checked := map[string]bool{}
+	for _, c := range docCommands(t, "go test ") {
+		if !strings.Contains(c.line, "./") || checked[c.line] {
+			continue // a description, such as "go test -race", not a command to copy; or one already run
 		}
-		checked++
-		t.Run(line, func(t *testing.T) {
+		checked[c.line] = true
+		t.Run(c.line, func(t *testing.T) {
 			t.Parallel()
-			args := shellWords(t, line)[2:]
+			args := shellWords(t, c.line)[2:]
 			cmd := exec.Command("go", append([]string{"test", "-n"}, args...)...)
 			cmd.Dir = repoRoot
 			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Errorf("%s, run from the repository root: %v\n%s", line, err, lastLines(string(out), 5))
+				t.Errorf("%s says %s, which fails run from the repository root: %v\n%s", c.page, c.line, err, lastLines(string(out), 5))
 			}
 		})
 	}
-	if checked == 0 {
-		t.Fatal("found no go test command in README.md")
+	if len(checked) == 0 {
+		t.Fatal("found no go test command in the docs")
 	}
 }
 
-// TestReadmeMakeTargetsExist: every `make X` the README names is a target of the Makefile.
-func TestReadmeMakeTargetsExist(t *testing.T) {
+// TestDocMakeTargetsExist: every `make X` the README, CONTRIBUTING.md or docs/ names is a
+// target of the Makefile.
+func TestDocMakeTargetsExist(t *testing.T) {
 	targets := documentedTargets(t)
-	for _, line := range readmeCommands(t, "make ") {
-		words := shellWords(t, line)
+	checked := 0
+	for _, c := range docCommands(t, "make ") {
+		words := shellWords(t, c.line)
 		if len(words) < 2 || strings.Contains(words[1], "=") {
 			continue
 		}
+		checked++
 		if _, ok := targets[words[1]]; !ok {
-			t.Errorf("README.md says %q; the Makefile has no documented target %q (it has %q)", line, words[1], slices.Sorted(maps.Keys(targets)))
+			t.Errorf("%s says %q; the Makefile has no documented target %q (it has %q)", c.page, c.line, words[1], slices.Sorted(maps.Keys(targets)))
 		}
+	}
+	if checked == 0 {
+		t.Fatal("found no make command in the docs")
 	}
 }
 

@@ -16,9 +16,9 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // explained is one element of explain's JSON output.
@@ -157,9 +157,10 @@ func TestExplainOverMutualTLS(t *testing.T) {
 	clientCert, clientKey := ca.IssueFiles(t, dir, "keda-operator")
 	caFile := testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
 	ns := natstest.Start(t, "", "")
+	nc := natstest.Connect(t, ns.ClientURL())
 	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-",
-		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}},
-		natstest.Connect(t, ns.ClientURL()), testkit.Logger(t), prometheus.NewRegistry())
+		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}, NATSHealth: nc},
+		nc.Conn, testkit.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

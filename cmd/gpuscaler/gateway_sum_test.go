@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestTwoGatewaysOneQueue runs two gpuscaler gateway replicas in front of one backend

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestGatewayCommand runs gpuscaler gateway end to end: embedded NATS, a url route to a

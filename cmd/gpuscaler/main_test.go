@@ -21,7 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 
 	"github.com/gpuscaler/gpuscaler/internal/scalertest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -925,7 +925,7 @@ func TestPublishWaitsForTheStream(t *testing.T) {
 	created := make(chan struct{})
 	go func() {
 		defer close(created)
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the outage under test: no stream for half a second
 		js, err := jetstream.New(nc.Conn)
 		if err == nil {
 			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: gpuscalerv1.StreamName, Subjects: []string{gpuscalerv1.SubjectAll}})

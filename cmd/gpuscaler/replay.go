@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 )
 
 const replayAbout = `
@@ -68,7 +66,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	switch {
-	case format != "gentd26" && format != "azure-llm" && format != "openb":
+	case format != replay.FormatGenTD26 && format != replay.FormatAzureLLM && format != replay.FormatOpenB:
 		return usageError{fmt.Errorf("--format %q: want gentd26, azure-llm or openb", format)}
 	case trace == "":
 		return usageError{fmt.Errorf("--trace: required, the %s trace file", format)}
@@ -82,21 +80,6 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--from %s --to %s: want durations since the trace's start, 0 or more", from, to)}
 	case to != 0 && to <= from:
 		return usageError{fmt.Errorf("--to %s: want after --from %s", to, from)}
-	}
-	// window keeps what arrived within [from, to) of the trace's start, at the given
-	// offsets; then --limit applies.
-	window := func(n int, at func(i int) time.Duration) (lo, hi int) {
-		lo, hi = n, n
-		for i := range n {
-			if at(i) >= from && lo == n {
-				lo = i
-			}
-			if to != 0 && at(i) >= to {
-				hi = i
-				break
-			}
-		}
-		return lo, max(lo, hi)
 	}
 	// Open the outputs before the replay: a typo should not cost the run. A replay that
 	// fails leaves no file it created.
@@ -116,108 +99,23 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	}
 
 	start := time.Now()
+	tr, err := replay.Load(format, trace, replay.LoadOptions{Nodes: nodesPath, LoadLatency: loadPath,
+		From: from, To: to, Limit: limit, Speed: speed, Seed: seed})
+	if err != nil {
+		return err
+	}
 	report := replayReport{Trace: format, Attribution: replay.Attribution[format], Seed: seed}
 	var writeChart func(io.Writer) error
-	switch format {
-	case "openb":
-		pods, err := readTrace(trace, traces.ReadOpenBPods)
-		if err != nil {
-			return err
-		}
-		lo, hi := window(len(pods), func(i int) time.Duration { return pods[i].Created })
-		if pods = pods[lo:hi]; len(pods) == 0 {
-			return fmt.Errorf("no task created within --from %s --to %s", from, to)
-		}
-		nodesFlag := "--nodes"
-		if nodesPath == "" {
-			nodesPath = filepath.Join(filepath.Dir(trace), "openb-gpu-nodes.csv")
-			nodesFlag += " (not given: the file beside --trace)"
-		}
-		nodes, err := readTrace(nodesPath, traces.ReadOpenBNodes)
-		if err != nil {
-			return fmt.Errorf("%s: %w", nodesFlag, err)
-		}
-		res, err := replay.OpenB(ctx, pods, nodes, replay.OpenBConfig{Seed: seed, Limit: limit, Nodes: openbNodes, Progress: progress})
-		if err != nil {
-			return err
-		}
-		report.Jobs, report.Nodes, report.GPUs, report.Policies = res.Jobs, res.Nodes, res.GPUs, res.Policies
-		report.Targets = replay.OpenBTargets(res)
-		if err := replay.WriteOpenBTable(stdout, res, report.Targets); err != nil {
-			return err
-		}
-		title := fmt.Sprintf("openb: %d GPU tasks as Jobs on %d nodes (%d GPUs)", res.Jobs, res.Nodes, res.GPUs)
-		writeChart = func(w io.Writer) error { return replay.WriteOpenBChart(w, title, report.Attribution, res) }
-	default:
-		var (
-			genReqs   []traces.GenTD26Request
-			azureReqs []traces.AzureLLMRequest
-			err       error
-		)
-		if format == "gentd26" {
-			genReqs, err = readTrace(trace, traces.ReadGenTD26)
-		} else {
-			azureReqs, err = readTrace(trace, traces.ReadAzureLLM)
-		}
-		if err != nil {
-			return err
-		}
-		if format == "gentd26" {
-			lo, hi := window(len(genReqs), func(i int) time.Duration { return genReqs[i].At.Sub(genReqs[0].At) })
-			genReqs = genReqs[lo:hi]
-		} else {
-			lo, hi := window(len(azureReqs), func(i int) time.Duration { return azureReqs[i].At.Sub(azureReqs[0].At) })
-			azureReqs = azureReqs[lo:hi]
-		}
-		if len(genReqs)+len(azureReqs) == 0 {
-			return fmt.Errorf("no request arrived within --from %s --to %s", from, to)
-		}
-		loadFlag := "--load-latency"
-		if loadPath == "" {
-			loadPath = filepath.Join(filepath.Dir(trace), "gentd26-basemodel-load-latency-ms.csv")
-			loadFlag += " (not given: the file beside --trace)"
-		}
-		loads, err := readTrace(loadPath, traces.ReadLoadLatency)
-		if err != nil {
-			return fmt.Errorf("%s: %w", loadFlag, err)
-		}
-		load, err := traces.NewDurations(loads)
-		if err != nil {
-			return fmt.Errorf("%s: %w", loadFlag, err)
-		}
-		var sc *replay.Scenario
-		if format == "gentd26" {
-			sc, err = replay.GenTD26(head(genReqs, limit), load, seed)
-		} else {
-			sc, err = replay.AzureLLM(head(azureReqs, limit), replay.DefaultLLMServiceModel, speed, load, seed)
+	if format == replay.FormatOpenB {
+		writeChart, err = replayOpenB(ctx, tr, replay.OpenBConfig{Seed: seed, Limit: limit, Nodes: openbNodes, Progress: progress}, &report, stdout)
+	} else {
+		if format == replay.FormatAzureLLM {
 			report.ServiceSpeed = speed
 		}
-		if err != nil {
-			return err
-		}
-		res, err := replay.RunInference(ctx, sc.Services, sc.Config, sc.Policies, sc.Sweeps, sc.Tail, progress)
-		if err != nil {
-			return err
-		}
-		report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
-		report.Recommends = sc.Recommends
-		report.Targets = replay.InferenceTargets(format, res)
-		fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
-		switch {
-		case res.WarmUp > 0 && res.CutEnd:
-			fmt.Fprintf(stdout, "the trace is cut from a running service: its first %s are run but not measured, and GPU-hours end at its last arrival; %d requests measured\n", res.WarmUp, res.Measured)
-		case res.WarmUp > 0:
-			fmt.Fprintf(stdout, "the first %s are run but not measured (the trace is cut from a running service): %d requests measured\n", res.WarmUp, res.Measured)
-		}
-		fmt.Fprintln(stdout)
-		if err := replay.WriteInferenceTable(stdout, res, report.Targets); err != nil {
-			return err
-		}
-		title := fmt.Sprintf("%s: %d requests to %s", format, res.Requests, services(res.Services))
-		if format == "azure-llm" {
-			title += fmt.Sprintf(", service model ×%g", speed)
-		}
-		writeChart = func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }
+		writeChart, err = replayInference(ctx, tr.Scenario, progress, &report, stdout)
+	}
+	if err != nil {
+		return err
 	}
 	report.Seconds = time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "\n%s\nreplayed in %.1f s (seed %d)\n", report.Attribution, report.Seconds, seed)
@@ -241,6 +139,51 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	return nil
 }
 
+// replayOpenB replays openb's tasks as Jobs, fills report, prints the table and returns
+// the chart's writer.
+func replayOpenB(ctx context.Context, tr *replay.Trace, cfg replay.OpenBConfig, report *replayReport, stdout io.Writer) (func(io.Writer) error, error) {
+	res, err := replay.OpenB(ctx, tr.Pods, tr.Nodes, cfg)
+	if err != nil {
+		return nil, err
+	}
+	report.Jobs, report.Nodes, report.GPUs, report.Policies = res.Jobs, res.Nodes, res.GPUs, res.Policies
+	report.Targets = replay.OpenBTargets(res)
+	if err := replay.WriteOpenBTable(stdout, res, report.Targets); err != nil {
+		return nil, err
+	}
+	title := fmt.Sprintf("openb: %d GPU tasks as Jobs on %d nodes (%d GPUs)", res.Jobs, res.Nodes, res.GPUs)
+	return func(w io.Writer) error { return replay.WriteOpenBChart(w, title, report.Attribution, res) }, nil
+}
+
+// replayInference replays an inference scenario under every policy, fills report,
+// prints what was replayed and the table, and returns the chart's writer.
+func replayInference(ctx context.Context, sc *replay.Scenario, progress inference.Progress, report *replayReport, stdout io.Writer) (func(io.Writer) error, error) {
+	res, err := inference.Run(ctx, sc.Services, sc.Config, sc.Policies, sc.Sweeps, sc.Tail, progress)
+	if err != nil {
+		return nil, err
+	}
+	format := report.Trace
+	report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
+	report.Recommends = sc.Recommends
+	report.Targets = replay.InferenceTargets(format, res)
+	fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
+	switch {
+	case res.WarmUp > 0 && res.CutEnd:
+		fmt.Fprintf(stdout, "the trace is cut from a running service: its first %s are run but not measured, and GPU-hours end at its last arrival; %d requests measured\n", res.WarmUp, res.Measured)
+	case res.WarmUp > 0:
+		fmt.Fprintf(stdout, "the first %s are run but not measured (the trace is cut from a running service): %d requests measured\n", res.WarmUp, res.Measured)
+	}
+	fmt.Fprintln(stdout)
+	if err := replay.WriteInferenceTable(stdout, res, report.Targets); err != nil {
+		return nil, err
+	}
+	title := fmt.Sprintf("%s: %d requests to %s", format, res.Requests, services(res.Services))
+	if report.ServiceSpeed != 0 {
+		title += fmt.Sprintf(", service model ×%g", report.ServiceSpeed)
+	}
+	return func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }, nil
+}
+
 // replayReport is what --json writes: the issue's object, with trace, requests (or
 // jobs), policies and frontiers, and the targets judged.
 type replayReport struct {
@@ -249,16 +192,16 @@ type replayReport struct {
 	Seed         uint64  `json:"seed"`
 	ServiceSpeed float64 `json:"service_speed,omitempty"`
 	// Recommends says what the policy "gpuscaler" is for this trace.
-	Recommends string                            `json:"gpuscaler_is,omitempty"`
-	Requests   int                               `json:"requests,omitempty"`
-	Services   int                               `json:"services,omitempty"`
-	Jobs       int                               `json:"jobs,omitempty"`
-	Nodes      int                               `json:"nodes,omitempty"`
-	GPUs       int                               `json:"gpus,omitempty"`
-	Policies   any                               `json:"policies"`
-	Frontiers  map[string][]replay.FrontierPoint `json:"frontiers"`
-	Targets    []replay.Target                   `json:"targets"`
-	Seconds    float64                           `json:"replay_seconds"`
+	Recommends string                               `json:"gpuscaler_is,omitempty"`
+	Requests   int                                  `json:"requests,omitempty"`
+	Services   int                                  `json:"services,omitempty"`
+	Jobs       int                                  `json:"jobs,omitempty"`
+	Nodes      int                                  `json:"nodes,omitempty"`
+	GPUs       int                                  `json:"gpus,omitempty"`
+	Policies   any                                  `json:"policies"`
+	Frontiers  map[string][]inference.FrontierPoint `json:"frontiers"`
+	Targets    []replay.Target                      `json:"targets"`
+	Seconds    float64                              `json:"replay_seconds"`
 }
 
 func services(n int) string {
@@ -266,28 +209,6 @@ func services(n int) string {
 		return "1 service"
 	}
 	return fmt.Sprintf("%d services", n)
-}
-
-// readTrace opens path and reads it with read, naming the file in any error.
-func readTrace[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out, err := read(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return out, nil
-}
-
-// head returns the first n of s, or all of s when n is 0.
-func head[T any](s []T, n int) []T {
-	if n > 0 && n < len(s) {
-		return s[:n]
-	}
-	return s
 }
 
 // progressPrinter prints "replay: 40% (120/300 runs)" as the replay passes each tenth.

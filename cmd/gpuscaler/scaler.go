@@ -124,7 +124,8 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s, err := scaler.New(cfg, nc, log, reg)
+	cfg.NATSHealth = nc
+	s, err := scaler.New(cfg, nc.Conn, log, reg)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/collector/attribution"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 const thisNode = "gpu-node-1"

@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector/attribution"
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // unimplementedAllocatable is a kubelet from before GetAllocatableResources existed.

@@ -27,8 +27,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/collector/mig"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // openHardware opens the NVML source as the collector does (collector.OpenSource),

@@ -22,7 +22,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/collector/internal/collectortest"
 	"github.com/gpuscaler/gpuscaler/collector/kube"
 	"github.com/gpuscaler/gpuscaler/collector/kubelet"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // clusterPodObj is a pod as the API serves it: bound to node, its containers asking for

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 )

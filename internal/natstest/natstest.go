@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // Start starts an embedded NATS server with JetStream on addr (a random loopback port

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // Start runs a scaler against the NATS at url, with gRPC on a loopback port and no HTTP,
@@ -25,7 +25,8 @@ import (
 // unless Run returned nil.
 func Start(t testing.TB, url string) (*scaler.Scaler, pb.ExternalScalerClient) {
 	t.Helper()
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"}, natstest.Connect(t, url), testkit.Logger(t), prometheus.NewRegistry())
+	nc := natstest.Connect(t, url)
+	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", NATSHealth: nc}, nc.Conn, testkit.Logger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("scaler.New: %v", err)
 	}

@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 const natsAudience = "gpuscaler-nats"
@@ -114,9 +116,10 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 		if out, err := publish(teamA, "jobs", teamAToken, 3); err != nil {
 			t.Fatalf("gpuscaler publish with the producer's token: %v\n%s", err, out)
 		}
-		eventually(t, 10*time.Second, "the scaler sees team-a's backlog", func(ctx context.Context) (bool, string) {
+		// The scaler sees team-a's backlog.
+		testkit.Eventually(t, 10*time.Second, func(ctx context.Context) error {
 			v, err := s.Metric(ctx, teamA, "app", map[string]string{"queue": "jobs"}, "queue-backlog")
-			return err == nil && v == 3, fmt.Sprintf("%v %v", v, err)
+			return testkit.Check(err == nil && v == 3, "%v %v", v, err)
 		})
 	})
 	t.Run("a tenant in a publishes for b", func(t *testing.T) {
@@ -125,9 +128,9 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 			t.Fatalf("team-a's identity published for team-b:\n%s", out)
 		}
 		t.Logf("refused as expected: %s", strings.TrimSpace(out))
-		consistently(t, 2*time.Second, "team-b's queue stays unknown", func(ctx context.Context) (bool, string) {
+		consistently(t, 2*time.Second, "team-b's queue stays unknown", func(ctx context.Context) error {
 			_, err := s.Metric(ctx, teamB, "app", map[string]string{"queue": "jobs"}, "queue-backlog")
-			return err != nil, fmt.Sprint(err)
+			return testkit.Check(err != nil, "%v", err)
 		})
 	})
 	t.Run("a collector publishes its own node and no other", func(t *testing.T) {
@@ -144,9 +147,10 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Stop)
-		eventually(t, 15*time.Second, "the scaler reads the utilisation of team-a's pod from the collector", func(ctx context.Context) (bool, string) {
+		// The scaler reads the utilisation of team-a's pod from the collector.
+		testkit.Eventually(t, 15*time.Second, func(ctx context.Context) error {
 			v, err := s.Metric(ctx, teamA, "app", map[string]string{"podSelector": "app=llm", "gpuUtilTarget": "80"}, "gpu-util")
-			return err == nil && v == 40, fmt.Sprintf("%v %v", v, err)
+			return testkit.Check(err == nil && v == 40, "%v %v", v, err)
 		})
 	})
 	t.Run("a tenant deletes or purges the stream", func(t *testing.T) {
@@ -182,9 +186,10 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 			if err := env.Kube.CoreV1().Pods(teamA).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "the pod is gone", func(ctx context.Context) (bool, string) {
+			// The pod is gone.
+			testkit.Eventually(t, 10*time.Second, func(ctx context.Context) error {
 				_, err := env.Kube.CoreV1().Pods(teamA).Get(ctx, p.Name, metav1.GetOptions{})
-				return err != nil, fmt.Sprint(err)
+				return testkit.Check(err != nil, "%v", err)
 			})
 			return tok
 		}, "rejected"},
@@ -196,10 +201,11 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 			if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 				t.Fatalf("got %v, want an authorization violation", err)
 			}
-			eventually(t, 5*time.Second, "the callout counts the refusal", func(ctx context.Context) (bool, string) {
+			// The callout counts the refusal.
+			testkit.Eventually(t, 5*time.Second, func(ctx context.Context) error {
 				m := metricsText(ctx, "http://"+bus.HTTPAddr+"/metrics")
 				want := fmt.Sprintf(`gpuscaler_auth_callout_decisions_total{reason=%q,result="denied",role="unknown"}`, tc.reason)
-				return strings.Contains(m, want), want
+				return testkit.Check(strings.Contains(m, want), "/metrics has no %s", want)
 			})
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // kwokTolerated is the tolerations of a capacityAware trigger whose Jobs run on the fake
@@ -34,27 +36,33 @@ func TestLoopDrainedNodeLeavesCapacity(t *testing.T) {
 	trigger := loopTrigger("external", "queue", "train", "capacityAware", "true", "gpusPerReplica", "1",
 		"nodeSelector", poolLabel+"="+pool.name, "tolerations", kwokTolerated)
 	startWorkQueue(t, ns, "train", "drain", 10)
-	eventually(t, 60*time.Second, "the scaler counts the node's 8 free GPUs", backlogOn(ns, "drain", trigger.Metadata, 8))
+	// The scaler counts the node's 8 free GPUs.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "drain", trigger.Metadata, 8))
 
 	kwokTaint := fmt.Sprintf(`{"key":%q,"value":"fake","effect":"NoSchedule"}`, cluster.KwokTaintKey)
 	t.Log("the cluster autoscaler taints the node it removes")
 	patchNode(t, node, `{"spec":{"taints":[`+kwokTaint+`,{"key":"ToBeDeletedByClusterAutoscaler","value":"1732700000","effect":"NoSchedule"}]}}`)
-	eventually(t, 60*time.Second, "a node being removed counts no GPU", backlogOn(ns, "drain", trigger.Metadata, 0))
+	// A node being removed counts no GPU.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "drain", trigger.Metadata, 0))
 	patchNode(t, node, `{"spec":{"taints":[`+kwokTaint+`]}}`)
-	eventually(t, 60*time.Second, "the taint gone, 8 GPUs again", backlogOn(ns, "drain", trigger.Metadata, 8))
+	// The taint gone, 8 GPUs again.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "drain", trigger.Metadata, 8))
 
 	t.Log("the node is drained: cordoned, its GPUs free")
 	patchNode(t, node, `{"spec":{"unschedulable":true}}`)
-	eventually(t, 60*time.Second, "a cordoned node counts no GPU", backlogOn(ns, "drain", trigger.Metadata, 0))
+	// A cordoned node counts no GPU.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "drain", trigger.Metadata, 0))
 	createGPUScaledJob(t, ns, "drain", pool.name, 1, trigger)
 	consistently(t, 5*loopPolling*time.Second, "no Job for GPUs on a cordoned node", jobsAtMost(ns, "drain", 0))
 
 	t.Log("the node is uncordoned")
 	patchNode(t, node, `{"spec":{"unschedulable":false}}`)
-	eventually(t, 60*time.Second, "8 Jobs for the 8 GPUs", jobsAre(ns, "drain", 8))
-	eventually(t, 60*time.Second, "all 8 Jobs Ready", func(ctx context.Context) (bool, string) {
+	// 8 Jobs for the 8 GPUs.
+	testkit.Eventually(t, 60*time.Second, jobsAre(ns, "drain", 8))
+	// All 8 Jobs Ready.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		n, _, err := readyPods(ctx, ns, "scaledjob=drain")
-		return err == nil && n == 8, fmt.Sprintf("%d Ready (%v)", n, err)
+		return testkit.Check(err == nil && n == 8, "%d Ready (%v)", n, err)
 	})
 	if p := pw.pending("drain-"); len(p) > 0 {
 		t.Errorf("Jobs left Pending: %v", p)

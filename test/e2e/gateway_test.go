@@ -20,6 +20,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestGatewayScalesAnInferenceServiceFromZero runs two replicas of `gpuscaler gateway`
@@ -93,7 +95,8 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	// Each gateway reports its empty share from its start: KEDA's first polls find data
 	// (a queue never reported fails them, which breaks KEDA's push stream for a while;
 	// see TestWakeAfterProducerOutage).
-	eventually(t, 20*time.Second, "the scaler holds both gateways' empty shares", producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {}, "gw-b": {}}))
+	// The scaler holds both gateways' empty shares.
+	testkit.Eventually(t, 20*time.Second, producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {}, "gw-b": {}}))
 	createScaledObject(t, fastScaleDown(scaledObject(ns, name, name, 0, maxReplicas, testPolling, testCooldown, trigger)))
 	waitCondition(t, ns, name, kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
 	backlog := func(ctx context.Context) (float64, error) {
@@ -127,25 +130,27 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	woke := dw.waitFor(t, name, 1, 30*time.Second)
 	// Until the first answer ends the 20 are waiting or in flight. Each gateway holds
 	// 10: reading 20, the scaler sums both shares.
-	eventually(t, 10*time.Second, "the scaler reads the 20 requests, 10 held by each gateway", func(ctx context.Context) (bool, string) {
+	// The scaler reads the 20 requests, 10 held by each gateway.
+	testkit.Eventually(t, 10*time.Second, func(ctx context.Context) error {
 		v, err := backlog(ctx)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return v == n, fmt.Sprintf("queue-backlog %g", v)
+		return testkit.Check(v == n, "queue-backlog %g", v)
 	})
 	scaled := dw.waitFor(t, name, maxReplicas, 30*time.Second)
 	// What the gateways act on: the EndpointSlice controller's ready endpoints, the
 	// pods' kwok addresses, which nothing dials.
-	eventually(t, 30*time.Second, "the Service's EndpointSlices show a ready endpoint", func(ctx context.Context) (bool, string) {
+	// The Service's EndpointSlices show a ready endpoint.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		eps, err := readyEndpoints(ctx, ns, name)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		if len(eps) > 0 {
 			t.Logf("EndpointSlices of %s: ready %v", name, eps)
 		}
-		return len(eps) > 0, fmt.Sprintf("ready endpoints %v", eps)
+		return testkit.Check(len(eps) > 0, "ready endpoints %v", eps)
 	})
 	wg.Wait()
 	last := time.Now()
@@ -173,9 +178,10 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 
 	zero := dw.waitFor(t, name, 0, 60*time.Second)
 	recordFigure(t, "gateway: last answer → 0 replicas %s (HPA scale-down window 3 s, cooldownPeriod %d s)", zero.Sub(last).Round(time.Millisecond), testCooldown)
-	eventually(t, 30*time.Second, "the pods and their model servers gone", func(context.Context) (bool, string) {
+	// The pods and their model servers gone.
+	testkit.Eventually(t, 30*time.Second, func(context.Context) error {
 		r := servers.running()
-		return r == 0, fmt.Sprintf("%d model servers running", r)
+		return testkit.Check(r == 0, "%d model servers running", r)
 	})
 
 	// 3. The hold timeout's answer, which came long ago.
@@ -211,27 +217,30 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 	// gw-b's streams cannot end before they have been forwarded and generated for
 	// long × tokenEvery: until then its share is 3 for certain.
 	bBusyUntil := bSent.Add(long * tokenEvery)
-	eventually(t, 20*time.Second, "both gateways' streams forwarded, their shares reported", producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {inFlight: 2}, "gw-b": {inFlight: 3}}))
+	// Both gateways' streams forwarded, their shares reported.
+	testkit.Eventually(t, 20*time.Second, producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {inFlight: 2}, "gw-b": {inFlight: 3}}))
 
 	mon := startBacklogMonitor(t, backlog, func() int { return int(outstandingB.Load()) }, func(ctx context.Context) (int32, error) { return replicas(ctx, ns, name) })
 	t.Log("gw-a killed (SIGKILL) with 2 streams in flight; gw-b serves 3")
 	gws[0].Kill()
 	killed := time.Now()
 	var lost time.Time
-	eventually(t, staleAfter+5*time.Second, "the queue loses gw-a's share only: 3", func(ctx context.Context) (bool, string) {
+	// The queue loses gw-a's share only: 3.
+	testkit.Eventually(t, staleAfter+5*time.Second, func(ctx context.Context) error {
 		v, err := backlog(ctx)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		if v == 3 && lost.IsZero() {
 			lost = time.Now()
 		}
-		return v == 3, fmt.Sprintf("queue-backlog %g", v)
+		return testkit.Check(v == 3, "queue-backlog %g", v)
 	})
 	if time.Now().After(bBusyUntil) {
 		t.Fatalf("gw-a's share left after gw-b's streams could have ended (%s after they were sent): lengthen them", time.Since(bSent))
 	}
-	eventually(t, 10*time.Second, "gw-a stale, gw-b's 3 in flight", producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {stale: true}, "gw-b": {inFlight: 3}}))
+	// gw-a stale, gw-b's 3 in flight.
+	testkit.Eventually(t, 10*time.Second, producersAre(ns, trigger.Metadata, map[string]share{"gw-a": {stale: true}, "gw-b": {inFlight: 3}}))
 	recordFigure(t, "gateway: one of two killed (SIGKILL) → its share of the queue gone %s later (staleAfter %s, heartbeat 500ms)", lost.Sub(killed).Round(time.Millisecond), staleAfter)
 
 	bw.Wait()
@@ -322,11 +331,11 @@ type share struct {
 // producersAre polls `gpuscaler explain` until the queue of a trigger has exactly the
 // producers of want, each with its expected report (only stale is checked of a stale
 // one).
-func producersAre(ns string, meta map[string]string, want map[string]share) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func producersAre(ns string, meta map[string]string, want map[string]share) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		got, err := env.G.QueueProducers(ctx, env.Scaler.GRPCAddr, ns, meta)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var parts []string
 		ok := len(got) == len(want)
@@ -341,7 +350,7 @@ func producersAre(ns string, meta map[string]string, want map[string]share) func
 			}
 		}
 		slices.Sort(parts)
-		return ok, "producers " + strings.Join(parts, "; ")
+		return testkit.Check(ok, "%s", "producers "+strings.Join(parts, "; "))
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // (d) A podSelector GPU-utilisation trigger: sim collectors on two nodes report the GPUs
@@ -60,7 +62,8 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	}
 	defer mc.Close()
 	// 80 + 80 + 70 over three GPUs, one GPU per replica: 230.
-	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 230", metricIs(mc, ns, "llm", "s0-gpu-util", 230))
+	// KEDA serves s0-gpu-util = 230.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 230))
 
 	t.Log("load changes on both nodes")
 	simA, simB = busy(40, 10)
@@ -70,7 +73,8 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	if err := colB.SetSim(t.Context(), simB); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 90", metricIs(mc, ns, "llm", "s0-gpu-util", 90))
+	// KEDA serves s0-gpu-util = 90.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 90))
 
 	t.Log("the GPUs idle")
 	simA, simB = busy(2, 1)
@@ -80,7 +84,8 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	if err := colB.SetSim(t.Context(), simB); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 5", metricIs(mc, ns, "llm", "s0-gpu-util", 5))
+	// KEDA serves s0-gpu-util = 5.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 5))
 	// The HPA's ⌈5/50⌉ = 1; KEDA, with minReplicaCount 0, would scale an inactive trigger
 	// to zero after cooldownPeriod (scaleToZeroOrIdle). This one stays active.
 	waitReplicas(t, ns, "llm", 1, 30*time.Second)

@@ -21,6 +21,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // newNamespace creates a namespace for one test. Its ScaledObjects and ScaledJobs are
@@ -99,36 +101,14 @@ func setReplicas(t *testing.T, ns, name string, n int32) {
 	}
 }
 
-// eventually polls cond every 100 ms until it holds, failing the test after timeout with
-// the last reason cond gave.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	last := ""
-	for {
-		ok, why := cond(ctx)
-		if ok {
-			return
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // consistently polls cond every 200 ms for d and fails the test the first time it does
 // not hold. It is how a test shows something does not happen (a scale to zero).
-func consistently(t *testing.T, d time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+func consistently(t *testing.T, d time.Duration, what string, cond func(ctx context.Context) error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		ok, why := cond(t.Context())
-		if !ok {
-			t.Fatalf("%s: broke after %s: %s", what, d-time.Until(deadline).Round(time.Millisecond), why)
+		if err := cond(t.Context()); err != nil {
+			t.Fatalf("%s: broke after %s: %v", what, d-time.Until(deadline).Round(time.Millisecond), err)
 		}
 		select {
 		case <-t.Context().Done():
@@ -140,16 +120,16 @@ func consistently(t *testing.T, d time.Duration, what string, cond func(ctx cont
 
 func waitReplicas(t *testing.T, ns, name string, want int32, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("Deployment %s/%s at %d replicas", ns, name, want), replicasAre(ns, name, want))
+	testkit.Eventually(t, timeout, replicasAre(ns, name, want))
 }
 
-func replicasAre(ns, name string, want int32) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func replicasAre(ns, name string, want int32) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		n, err := replicas(ctx, ns, name)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return n == want, fmt.Sprintf("spec.replicas %d", n)
+		return testkit.Check(n == want, "Deployment %s/%s: spec.replicas %d, want %d", ns, name, n, want)
 	}
 }
 
@@ -180,13 +160,14 @@ func conditionsString(cs kedav1alpha1.Conditions) string {
 func waitCondition(t *testing.T, ns, name string, typ kedav1alpha1.ConditionType, status metav1.ConditionStatus, reason string, timeout time.Duration) kedav1alpha1.Condition {
 	t.Helper()
 	var got kedav1alpha1.Condition
-	eventually(t, timeout, fmt.Sprintf("ScaledObject %s/%s %s=%s %s", ns, name, typ, status, reason), func(ctx context.Context) (bool, string) {
+	testkit.Eventually(t, timeout, func(ctx context.Context) error {
 		c, err := condition(ctx, ns, name, typ)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		got = c
-		return c.Status == status && (reason == "" || c.Reason == reason), fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+		return testkit.Check(c.Status == status && (reason == "" || c.Reason == reason),
+			"ScaledObject %s/%s: %s=%s (%s: %s), want %s %s", ns, name, c.Type, c.Status, c.Reason, c.Message, status, reason)
 	})
 	return got
 }
@@ -199,16 +180,16 @@ func createScaledObject(t *testing.T, so *kedav1alpha1.ScaledObject) *kedav1alph
 		t.Fatalf("create ScaledObject %s/%s: %v", so.Namespace, so.Name, err)
 	}
 	var got *kedav1alpha1.ScaledObject
-	eventually(t, 30*time.Second, fmt.Sprintf("KEDA takes up ScaledObject %s/%s", so.Namespace, so.Name), func(ctx context.Context) (bool, string) {
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		var err error
 		got, err = env.KEDACli.KedaV1alpha1().ScaledObjects(so.Namespace).Get(ctx, so.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		if got.Status.HpaName == "" || len(got.Status.ExternalMetricNames) == 0 {
-			return false, "no HPA or metric names in status yet: " + conditionsString(got.Status.Conditions)
+			return fmt.Errorf("KEDA has not taken up ScaledObject %s/%s: no HPA or metric names in its status yet: %s", so.Namespace, so.Name, conditionsString(got.Status.Conditions))
 		}
-		return true, ""
+		return nil
 	})
 	return got
 }

@@ -16,6 +16,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestWakeLatency measures the time from an event to KEDA setting the Deployment's
@@ -193,12 +195,12 @@ func TestWakeLatency(t *testing.T) {
 // has applied the drained backlog, so a KEDA poll cannot wake the workload again.
 func waitInactive(t *testing.T, ns, so string, meta map[string]string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "gpuscaler says "+so+" is inactive", func(ctx context.Context) (bool, string) {
+	testkit.Eventually(t, 20*time.Second, func(ctx context.Context) error {
 		active, err := scalerFor(meta).IsActive(ctx, ns, so, meta)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return !active, "active"
+		return testkit.Check(!active, "gpuscaler says %s/%s is still active", ns, so)
 	})
 }
 

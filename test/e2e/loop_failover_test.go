@@ -15,6 +15,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // (4) NATS loses a node. While reports flow and a workload runs at 2 replicas, the
@@ -108,16 +110,18 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	dw.waitFor(t, "inference", 3, 60*time.Second) // ⌈12/4⌉ through the remaining servers
 
 	// Every subject's last value is in the stream, read through the remaining servers.
-	eventually(t, 20*time.Second, "the stream holds each subject's last value without the killed server", lastValuesKept(before, map[string]uint64{requestsSubj: 12, wakeSubj: 1}))
+	// The stream holds each subject's last value without the killed server.
+	testkit.Eventually(t, 20*time.Second, lastValuesKept(before, map[string]uint64{requestsSubj: 12, wakeSubj: 1}))
 
 	t.Logf("%s comes back", leader.Name)
 	if err := env.NATSCluster.Restart(t.Context(), leader); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, leader.Name+" holds every subject again", func(ctx context.Context) (bool, string) {
+	// The leader holds every subject again.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		back, err := env.NATSCluster.Stream(ctx, leader, "GPUSCALER")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var others []string
 		same := true
@@ -127,24 +131,27 @@ func TestLoopNATSLosesANode(t *testing.T) {
 			}
 			o, err := env.NATSCluster.Stream(ctx, s, "GPUSCALER")
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			same = same && o.Subjects == back.Subjects
 			others = append(others, fmt.Sprintf("%s %d subjects", s.Name, o.Subjects))
 		}
-		return same && back.Subjects >= len(before), fmt.Sprintf("%s %d subjects; %s", leader.Name, back.Subjects, strings.Join(others, ", "))
+		return testkit.Check(same && back.Subjects >= len(before), "%s %d subjects; %s", leader.Name, back.Subjects, strings.Join(others, ", "))
 	})
-	eventually(t, 20*time.Second, "every subject's last value, with the server back", lastValuesKept(before, map[string]uint64{requestsSubj: 12, wakeSubj: 1}))
+	// Every subject's last value, with the server back.
+	testkit.Eventually(t, 20*time.Second, lastValuesKept(before, map[string]uint64{requestsSubj: 12, wakeSubj: 1}))
 
 	t.Log("both scaler replicas restart, one by one, under load")
 	for i := range env.Scalers.Len() {
 		env.Scalers.Stop(i)
 		requests.Set(cluster.Report{Waiting: 16, Arrivals: 4})
-		eventually(t, 30*time.Second, fmt.Sprintf("replica %d answers alone", 1-i), backlogOn(ns, "inference", inferenceTrigger.Metadata, 16))
+		// The other replica answers alone.
+		testkit.Eventually(t, 30*time.Second, backlogOn(ns, "inference", inferenceTrigger.Metadata, 16))
 		if err := env.Scalers.Start(t.Context(), i); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "both replicas answer the same", sameAnswers(ns, "inference", inferenceTrigger.Metadata))
+		// Both replicas answer the same.
+		testkit.Eventually(t, 30*time.Second, sameAnswers(ns, "inference", inferenceTrigger.Metadata))
 	}
 	dw.waitFor(t, "inference", 4, 60*time.Second)
 	close(stopWatch)
@@ -175,24 +182,26 @@ func TestLoopScalerRollingRestart(t *testing.T) {
 	// streams with a nil error on shutdown) and KEDA opens it again within 2 s, now on
 	// the replica the Service's name still resolves to. This test's is the only push
 	// stream then.
-	eventually(t, 30*time.Second, "KEDA's push stream open on replica 1", func(ctx context.Context) (bool, string) {
+	// KEDA's push stream open on replica 1.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		n, err := env.Scalers.Replica(1).Gauge(ctx, "gpuscaler_scaler_streams_open")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return n >= 1, fmt.Sprintf("%g streams open", n)
+		return testkit.Check(n >= 1, "%g streams open", n)
 	})
 	sent := time.Now()
 	p.Set(cluster.Report{Waiting: 8, Arrivals: 8})
 	woke := dw.waitFor(t, "inference", 1, 25*time.Second)
 	recordFigure(t, "scaler rolling restart: wake from zero with one of two replicas stopped, report stored → 1 replica %s (pushed; pollingInterval 30 s)", woke.Sub(sent).Round(time.Millisecond))
 	dw.waitFor(t, "inference", 2, 60*time.Second)
-	eventually(t, 30*time.Second, "the HPA reads gpuscaler's metric through the remaining replica", func(ctx context.Context) (bool, string) {
+	// The HPA reads gpuscaler's metric through the remaining replica.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		v, conds, err := hpaMetric(ctx, ns, so.Status.HpaName, "s0-queue-backlog")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return v == 4, fmt.Sprintf("s0-queue-backlog %g per pod (%s)", v, conds)
+		return testkit.Check(v == 4, "s0-queue-backlog %g per pod (%s)", v, conds)
 	})
 	waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 10*time.Second)
 
@@ -200,7 +209,8 @@ func TestLoopScalerRollingRestart(t *testing.T) {
 	if err := env.Scalers.Start(t.Context(), 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "both replicas answer the same", sameAnswers(ns, "inference", trigger.Metadata))
+	// Both replicas answer the same.
+	testkit.Eventually(t, 30*time.Second, sameAnswers(ns, "inference", trigger.Metadata))
 	consistently(t, 3*time.Second, "held at 2 replicas", replicasAre(ns, "inference", 2))
 }
 
@@ -246,26 +256,26 @@ func gpuscalerStream(ctx context.Context) (jetstream.Stream, func(), error) {
 
 // lastValuesKept holds when the stream, read through the cluster, has a last message
 // for every one of subjects, and the queue reports in waiting carry those counts.
-func lastValuesKept(subjects []string, waiting map[string]uint64) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func lastValuesKept(subjects []string, waiting map[string]uint64) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		stream, done, err := gpuscalerStream(ctx)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		defer done()
 		for _, subj := range subjects {
 			m, err := stream.GetLastMsgForSubject(ctx, subj)
 			if err != nil {
-				return false, fmt.Sprintf("%s: %v", subj, err)
+				return fmt.Errorf("%s: %v", subj, err)
 			}
 			if want, ok := waiting[subj]; ok {
 				got, err := queueReportWaiting(m.Data)
 				if err != nil || got != want {
-					return false, fmt.Sprintf("%s: waiting %d (%v), want %d", subj, got, err, want)
+					return fmt.Errorf("%s: waiting %d (%v), want %d", subj, got, err, want)
 				}
 			}
 		}
-		return true, ""
+		return nil
 	}
 }
 
@@ -291,24 +301,24 @@ func streamInfo(ctx context.Context, skip string) (cluster.StreamInfo, error) {
 
 // sameAnswers asks every running scaler replica IsActive and queue-backlog for a trigger
 // and holds when all give the same.
-func sameAnswers(ns, name string, meta map[string]string) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func sameAnswers(ns, name string, meta map[string]string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		var answers []string
 		for i := range env.Scalers.Len() {
 			s := env.Scalers.Replica(i)
 			if s == nil {
-				return false, fmt.Sprintf("replica %d not running", i)
+				return fmt.Errorf("replica %d not running", i)
 			}
 			active, err := s.IsActive(ctx, ns, name, meta)
 			if err != nil {
-				return false, fmt.Sprintf("replica %d: %v", i, err)
+				return fmt.Errorf("replica %d: %v", i, err)
 			}
 			v, err := s.Metric(ctx, ns, name, meta, "queue-backlog")
 			if err != nil {
-				return false, fmt.Sprintf("replica %d: %v", i, err)
+				return fmt.Errorf("replica %d: %v", i, err)
 			}
 			answers = append(answers, fmt.Sprintf("active %t, queue-backlog %g", active, v))
 		}
-		return len(slices.Compact(slices.Clone(answers))) == 1, strings.Join(answers, " | ")
+		return testkit.Check(len(slices.Compact(slices.Clone(answers))) == 1, "%s", strings.Join(answers, " | "))
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // loopFigures collects the measured figures of the loop's scenarios, printed once at the
@@ -65,17 +68,19 @@ func TestLoopQueueZeroToNToZero(t *testing.T) {
 	recordFigure(t, "queue 0 → N: report stored → 1 replica (KEDA, pushed) %s; → 5 replicas (HPA, ⌈20/4⌉) %s",
 		woke.Sub(sent).Round(time.Millisecond), scaled.Sub(sent).Round(time.Millisecond))
 
-	eventually(t, 60*time.Second, "5 pods Ready on the pool's nodes", func(ctx context.Context) (bool, string) {
+	// 5 pods Ready on the pool's nodes.
+
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		n, nodes, err := readyPods(ctx, ns, "app=inference")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		for _, node := range nodes {
 			if !strings.HasPrefix(node, pool.name) {
-				return false, "a pod on " + node + ", outside the pool"
+				return errors.New("a pod on " + node + ", outside the pool")
 			}
 		}
-		return n == 5, fmt.Sprintf("%d Ready, on %v", n, nodes)
+		return testkit.Check(n == 5, "%d Ready, on %v", n, nodes)
 	})
 	if first := pw.earliestReady(); !first.IsZero() {
 		recordFigure(t, "queue 0 → N: report stored → first pod Ready %s (model load %s)", first.Sub(sent).Round(time.Millisecond), load)
@@ -91,20 +96,21 @@ func TestLoopQueueZeroToNToZero(t *testing.T) {
 	// The collectors attribute the pods' GPUs: the scaler, asked as KEDA would about a
 	// podSelector over them, sees exactly the five pods, one GPU each, on the pool's
 	// nodes.
-	eventually(t, 30*time.Second, "the scaler sees the 5 pods' GPUs", func(ctx context.Context) (bool, string) {
+	// The scaler sees the 5 pods' GPUs.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		holders, err := env.GCluster.GPUHolders(ctx, env.Scalers.Replica(0).GRPCAddr, ns, map[string]string{"podSelector": "app=inference", "gpuUtilTarget": "80"})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var pods []string
 		for node, hs := range holders {
 			if !strings.HasPrefix(node, pool.name) {
-				return false, "GPUs held on " + node
+				return errors.New("GPUs held on " + node)
 			}
 			pods = append(pods, hs...)
 		}
 		slices.Sort(pods)
-		return len(pods) == 5 && len(slices.Compact(slices.Clone(pods))) == 5, fmt.Sprintf("holders %v", holders)
+		return testkit.Check(len(pods) == 5 && len(slices.Compact(slices.Clone(pods))) == 5, "holders %v", holders)
 	})
 
 	t.Log("40 items: ⌈40/4⌉ = 10, capped at maxReplicaCount 6")
@@ -117,12 +123,13 @@ func TestLoopQueueZeroToNToZero(t *testing.T) {
 	p.Set(cluster.Report{})
 	atZero := dw.waitFor(t, "inference", 0, 90*time.Second)
 	recordFigure(t, "queue N → 0: backlog gone → 0 replicas %s (HPA scale-down window 3 s, cooldownPeriod 5 s)", atZero.Sub(emptied).Round(time.Millisecond))
-	eventually(t, 30*time.Second, "the pods are gone", func(ctx context.Context) (bool, string) {
+	// The pods are gone.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=inference"})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
+		return testkit.Check(len(pods.Items) == 0, "%d pods", len(pods.Items))
 	})
 }
 
@@ -185,16 +192,17 @@ func TestLoopGPUUtilisationOneToNAndBack(t *testing.T) {
 	// once Ready the same work spreads over one more pod.
 	at := dw.waitFor(t, "llm", 5, 60*time.Second)
 	recordFigure(t, "GPU utilisation 1 → N: load 50%% → 250%% of a GPU → 5 replicas (HPA, ⌈250/50⌉) %s", at.Sub(rose).Round(time.Millisecond))
-	eventually(t, 60*time.Second, "5 pods Ready and the HPA showing 250/5 = 50 per pod", func(ctx context.Context) (bool, string) {
+	// 5 pods Ready and the HPA showing 250/5 = 50 per pod.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		n, _, err := readyPods(ctx, ns, "app=llm")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		v, conds, err := hpaMetric(ctx, ns, so.Status.HpaName, "s0-gpu-util")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return n == 5 && v == 50, fmt.Sprintf("%d Ready; HPA s0-gpu-util %g per pod (%s)", n, v, conds)
+		return testkit.Check(n == 5 && v == 50, "%d Ready; HPA s0-gpu-util %g per pod (%s)", n, v, conds)
 	})
 	consistently(t, 5*time.Second, "steady at 5 replicas", replicasAre(ns, "llm", 5))
 
@@ -221,23 +229,27 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	cappedTrigger := loopTrigger("external", "queue", "train", "capacityAware", "true", "gpusPerReplica", "1", "nodeSelector", poolLabel+"="+capped.name, "tolerations", kwokTolerated)
 	startWorkQueue(t, ns, "train", "capped", 10)
 	startWorkQueue(t, ns, "train-plain", "plain", 10)
-	eventually(t, 60*time.Second, "the scaler caps the backlog at the 3 free GPUs", backlogOn(ns, "capped", cappedTrigger.Metadata, 3))
+	// The scaler caps the backlog at the 3 free GPUs.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "capped", cappedTrigger.Metadata, 3))
 
 	createGPUScaledJob(t, ns, "capped", capped.name, 1, cappedTrigger)
 	createGPUScaledJob(t, ns, "plain", plain.name, 1, loopTrigger("external", "queue", "train-plain"))
 
-	eventually(t, 60*time.Second, "the plain ScaledJob creates 10 Jobs", jobsAre(ns, "plain", 10))
-	eventually(t, 60*time.Second, "the capped ScaledJob creates 3 Jobs", jobsAre(ns, "capped", 3))
+	// The plain ScaledJob creates 10 Jobs.
+
+	testkit.Eventually(t, 60*time.Second, jobsAre(ns, "plain", 10))
+	// The capped ScaledJob creates 3 Jobs.
+	testkit.Eventually(t, 60*time.Second, jobsAre(ns, "capped", 3))
 	// Ten polls of each: the capped Jobs all run, the plain ones wait for GPUs.
-	consistently(t, 10*loopPolling*time.Second, "3 capped Jobs, none Pending", func(ctx context.Context) (bool, string) {
+	consistently(t, 10*loopPolling*time.Second, "3 capped Jobs, none Pending", func(ctx context.Context) error {
 		n, err := jobsOf(ctx, ns, "capped")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		if p := pw.pending("capped-"); len(p) > 0 || n > 3 {
-			return false, fmt.Sprintf("%d Jobs; Pending for GPUs: %v", n, p)
+			return fmt.Errorf("%d Jobs; Pending for GPUs: %v", n, p)
 		}
-		return true, ""
+		return nil
 	})
 	plainPending, err := pendingNow(t.Context(), ns, "plain-")
 	if err != nil {
@@ -283,17 +295,19 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	}
 	reported := <-firstReport
 	var followed time.Time
-	eventually(t, 60*time.Second, "the capped ScaledJob creates the 7 more Jobs the new node fits", func(ctx context.Context) (bool, string) {
-		ok, why := jobsAre(ns, "capped", 10)(ctx)
-		if ok && followed.IsZero() {
+	// The capped ScaledJob creates the 7 more Jobs the new node fits.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
+		err := jobsAre(ns, "capped", 10)(ctx)
+		if err == nil && followed.IsZero() {
 			followed = time.Now()
 		}
-		return ok, why
+		return err
 	})
 	recordFigure(t, "capacityAware: a node joins → 7 more Jobs %s after its first NodeReport (pollingInterval %d s)", followed.Sub(reported).Round(time.Millisecond), loopPolling)
-	eventually(t, 60*time.Second, "all 10 capped Jobs Ready", func(ctx context.Context) (bool, string) {
+	// All 10 capped Jobs Ready.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		n, _, err := readyPods(ctx, ns, "scaledjob=capped")
-		return err == nil && n == 10, fmt.Sprintf("%d Ready (%v)", n, err)
+		return testkit.Check(err == nil && n == 10, "%d Ready (%v)", n, err)
 	})
 	if p := pw.pending("capped-"); len(p) > 0 {
 		t.Errorf("capacityAware Jobs left Pending: %v", p)
@@ -305,22 +319,24 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 	bigTrigger := loopTrigger("external", "queue", "train-big", "capacityAware", "true", "gpusPerReplica", "4", "nodeSelector", poolLabel+"="+big.name, "tolerations", kwokTolerated)
 	startWorkQueue(t, ns, "train-big", "big", 10)
 	// 6 GPUs are free, but no node has 4 of them: no Job fits.
-	eventually(t, 60*time.Second, "the scaler caps four-GPU Jobs at 0", backlogOn(ns, "big", bigTrigger.Metadata, 0))
+	// The scaler caps four-GPU Jobs at 0.
+	testkit.Eventually(t, 60*time.Second, backlogOn(ns, "big", bigTrigger.Metadata, 0))
 	createGPUScaledJob(t, ns, "big", big.name, 4, bigTrigger)
 	consistently(t, 5*loopPolling*time.Second, "no four-GPU Job for GPUs spread over nodes", jobsAtMost(ns, "big", 0))
 
 	t.Log("one node's filler goes: 8 GPUs free on it")
 	setReplicas(t, ns, "filler-b", 1)
-	eventually(t, 60*time.Second, "two four-GPU Jobs, Ready on the freed node", func(ctx context.Context) (bool, string) {
+	// Two four-GPU Jobs, Ready on the freed node.
+	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
 		n, nodes, err := readyPods(ctx, ns, "scaledjob=big")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		jobs, err := jobsOf(ctx, ns, "big")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return jobs == 2 && n == 2 && len(nodes) == 1, fmt.Sprintf("%d Jobs, %d Ready on %v", jobs, n, nodes)
+		return testkit.Check(jobs == 2 && n == 2 && len(nodes) == 1, "%d Jobs, %d Ready on %v", jobs, n, nodes)
 	})
 	consistently(t, 5*loopPolling*time.Second, "no third four-GPU Job", jobsAtMost(ns, "big", 2))
 	if p := pw.pending("big-"); len(p) > 0 {
@@ -330,8 +346,8 @@ func TestLoopCapacityAwareScaledJob(t *testing.T) {
 
 // backlogOn polls the queue-backlog gpuscaler's replicas answer for a trigger, as KEDA
 // reads it, until both give want.
-func backlogOn(ns, name string, meta map[string]string, want float64) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func backlogOn(ns, name string, meta map[string]string, want float64) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		var got []string
 		ok := true
 		for i := range env.Scalers.Len() {
@@ -341,11 +357,11 @@ func backlogOn(ns, name string, meta map[string]string, want float64) func(ctx c
 			}
 			v, err := s.Metric(ctx, ns, name, meta, "queue-backlog")
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			ok = ok && v == want
 			got = append(got, fmt.Sprint(v))
 		}
-		return ok, "queue-backlog " + strings.Join(got, ", ")
+		return testkit.Check(ok, "%s", "queue-backlog "+strings.Join(got, ", "))
 	}
 }

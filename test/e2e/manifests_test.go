@@ -32,6 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // manifestsFieldManager owns what TestManifestsApplyServerSideDryRun applies.
@@ -247,12 +249,12 @@ func TestManifestsApplyServerSideDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 30*time.Second, "namespace "+ns+" active", func(ctx context.Context) (bool, string) {
+		testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
 			n, err := env.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return n.Status.Phase == corev1.NamespaceActive, "phase " + string(n.Status.Phase)
+			return testkit.Check(n.Status.Phase == corev1.NamespaceActive, "namespace %s: phase %s", ns, n.Status.Phase)
 		})
 	}
 
@@ -422,8 +424,8 @@ func (w *warningRecorder) take() []string {
 	return msgs
 }
 
-// placeholderPrefix begins the placeholder test/manifests' renderer writes for generated
-// Secret data (test/manifests/render.go, placeholders).
+// placeholderPrefix begins the placeholder the renderer writes for generated Secret data
+// (deploy/render/render.go, placeholders).
 const placeholderPrefix = "generated at install: "
 
 // realTLSData gives a kubernetes.io/tls Secret whose data are placeholders a certificate

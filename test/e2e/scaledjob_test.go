@@ -13,6 +13,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // (e) A capacity-aware ScaledJob creates no more Jobs than free GPUs can place. Ten items
@@ -36,12 +38,16 @@ func TestCapacityAwareScaledJob(t *testing.T) {
 	// earlier tests' nodes report no more: wait until their last reports have aged out
 	// and the scaler counts only this test's nodes.
 	capped := pollTrigger("queue", "train", "capacityAware", "true", "gpusPerReplica", "1", "staleAfter", "3s")
-	eventually(t, 30*time.Second, "the scaler caps the backlog at 3", backlogIs(ns, "train-capped", capped.Metadata, 3))
+	// The scaler caps the backlog at 3.
+	testkit.Eventually(t, 30*time.Second, backlogIs(ns, "train-capped", capped.Metadata, 3))
 	createScaledJob(t, ns, "train-capped", capped)
 	createScaledJob(t, ns, "train-uncapped", pollTrigger("queue", "train"))
 
-	eventually(t, 30*time.Second, "uncapped ScaledJob creates 10 Jobs", jobsAre(ns, "train-uncapped", 10))
-	eventually(t, 30*time.Second, "capped ScaledJob creates 3 Jobs", jobsAre(ns, "train-capped", 3))
+	// Uncapped ScaledJob creates 10 Jobs.
+
+	testkit.Eventually(t, 30*time.Second, jobsAre(ns, "train-uncapped", 10))
+	// Capped ScaledJob creates 3 Jobs.
+	testkit.Eventually(t, 30*time.Second, jobsAre(ns, "train-capped", 3))
 	// KEDA polls every second: five polls that create nothing more.
 	consistently(t, 5*time.Second, "no more than 3 Jobs for 3 free GPUs", jobsAtMost(ns, "train-capped", 3))
 
@@ -49,8 +55,10 @@ func TestCapacityAwareScaledJob(t *testing.T) {
 	if err := colB.SetSim(t.Context(), node(2)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the scaler caps the backlog at 5", backlogIs(ns, "train-capped", capped.Metadata, 5))
-	eventually(t, 30*time.Second, "capped ScaledJob creates 2 more Jobs", jobsAre(ns, "train-capped", 5))
+	// The scaler caps the backlog at 5.
+	testkit.Eventually(t, 30*time.Second, backlogIs(ns, "train-capped", capped.Metadata, 5))
+	// Capped ScaledJob creates 2 more Jobs.
+	testkit.Eventually(t, 30*time.Second, jobsAre(ns, "train-capped", 5))
 	consistently(t, 5*time.Second, "no more than 5 Jobs for 5 free GPUs", jobsAtMost(ns, "train-capped", 5))
 }
 
@@ -78,36 +86,36 @@ func createScaledJob(t *testing.T, ns, name string, trigger kedav1alpha1.ScaleTr
 	}
 }
 
-func jobsAre(ns, sj string, want int) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func jobsAre(ns, sj string, want int) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		n, err := jobsOf(ctx, ns, sj)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		if n > want {
-			return false, fmt.Sprintf("%d Jobs, more than %d", n, want)
+			return fmt.Errorf("%d Jobs, more than %d", n, want)
 		}
-		return n == want, fmt.Sprintf("%d Jobs", n)
+		return testkit.Check(n == want, "%d Jobs", n)
 	}
 }
 
-func jobsAtMost(ns, sj string, limit int) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func jobsAtMost(ns, sj string, limit int) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		n, err := jobsOf(ctx, ns, sj)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return n <= limit, fmt.Sprintf("%d Jobs", n)
+		return testkit.Check(n <= limit, "%d Jobs", n)
 	}
 }
 
 // backlogIs polls gpuscaler's queue-backlog for a trigger, as KEDA would read it.
-func backlogIs(ns, name string, meta map[string]string, want float64) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func backlogIs(ns, name string, meta map[string]string, want float64) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		v, err := env.Scaler.Metric(ctx, ns, name, meta, "queue-backlog")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return v == want, fmt.Sprintf("queue-backlog %g", v)
+		return testkit.Check(v == want, "queue-backlog %g", v)
 	}
 }

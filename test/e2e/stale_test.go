@@ -12,6 +12,8 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // (c) Missing data is never a zero. When the producer of a running workload's queue goes
@@ -32,18 +34,19 @@ func TestStaleQueueNeverScalesToZero(t *testing.T) {
 	stopped := time.Now()
 	c := waitCondition(t, ns, "inference", kedav1alpha1.ConditionReady, metav1.ConditionFalse, "TriggerError", 30*time.Second)
 	t.Logf("%s after the producer stopped: Ready=%s %s: %s", time.Since(stopped).Round(time.Millisecond), c.Status, c.Reason, c.Message)
-	eventually(t, 20*time.Second, "KEDA's KEDAScalerFailed event carries gpuscaler's reason", func(ctx context.Context) (bool, string) {
+	// KEDA's KEDAScalerFailed event carries gpuscaler's reason.
+	testkit.Eventually(t, 20*time.Second, func(ctx context.Context) error {
 		notes, err := eventsFor(ctx, ns, "ScaledObject", "inference", "KEDAScalerFailed")
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		for _, n := range notes {
 			if strings.Contains(n, "queue "+ns+"/requests") && strings.Contains(n, "staleAfter 3s") {
 				t.Logf("KEDA event: %s", n)
-				return true, ""
+				return nil
 			}
 		}
-		return false, fmt.Sprintf("events %q", notes)
+		return fmt.Errorf("events %q", notes)
 	})
 	// Well past cooldownPeriod and staleAfter: still 1 replica.
 	consistently(t, time.Duration(3*testCooldown)*time.Second, "not scaled to zero on stale data", replicasAre(ns, "inference", 1))
@@ -77,7 +80,8 @@ func TestStaleGPUsFallBack(t *testing.T) {
 	}
 	defer mc.Close()
 	// 2 GPUs at 90 %, one GPU per replica: 180, and the HPA asks for ⌈180/60⌉ = 3.
-	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 180", metricIs(mc, ns, "llm", "s0-gpu-util", 180))
+	// KEDA serves s0-gpu-util = 180.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 180))
 	waitReplicas(t, ns, "llm", 3, 30*time.Second)
 
 	t.Logf("collector %s stops", node)
@@ -95,7 +99,8 @@ func TestStaleGPUsFallBack(t *testing.T) {
 	}
 	// fallback.replicas 5 × averageValue target 60: the HPA computes ⌈300/60⌉ = 5, and
 	// sets it.
-	eventually(t, 20*time.Second, "KEDA serves the fallback value 5 × 60", metricIs(mc, ns, "llm", "s0-gpu-util", 300))
+	// KEDA serves the fallback value 5 × 60.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 300))
 	waitReplicas(t, ns, "llm", 5, 30*time.Second)
 	consistently(t, time.Duration(3*testCooldown)*time.Second, "at fallback.replicas, not scaled to zero, on stale GPU data", replicasAre(ns, "llm", 5))
 
@@ -104,19 +109,20 @@ func TestStaleGPUsFallBack(t *testing.T) {
 		{Namespace: ns, Name: "llm-0", Labels: map[string]string{"app": "llm"}, GPUs: []string{"0", "1"}, Util: f64p(30)},
 	}})
 	waitCondition(t, ns, "llm", kedav1alpha1.ConditionFallback, metav1.ConditionFalse, "", 30*time.Second)
-	eventually(t, 20*time.Second, "KEDA serves s0-gpu-util = 60 again", metricIs(mc, ns, "llm", "s0-gpu-util", 60))
+	// KEDA serves s0-gpu-util = 60 again.
+	testkit.Eventually(t, 20*time.Second, metricIs(mc, ns, "llm", "s0-gpu-util", 60))
 }
 
 // metricIs polls KEDA's metrics service for want.
-func metricIs(mc *cluster.MetricsClient, ns, so, metric string, want float64) func(ctx context.Context) (bool, string) {
-	return func(ctx context.Context) (bool, string) {
+func metricIs(mc *cluster.MetricsClient, ns, so, metric string, want float64) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		v, err := mc.Get(ctx, ns, so, metric)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return v == want, fmt.Sprintf("%s = %g", metric, v)
+		return testkit.Check(v == want, "%s = %g", metric, v)
 	}
 }
 

@@ -1,6 +1,8 @@
 package keda
 
 import (
+	"context"
+
 	"cmp"
 	"fmt"
 	"strings"
@@ -8,6 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestErrors checks that bad metadata (InvalidArgument) and missing data (Unavailable)
@@ -172,13 +176,13 @@ func TestStaleQueue(t *testing.T) {
 	tr := trigger{namespace: "shop", metadata: map[string]string{"queue": "orders", "staleAfter": "1s"}}
 	s.publishQueue(t, "shop", "orders", 2, 1)
 	sc := s.external(t, tr)
-	eventually(t, dataTimeout, func() error {
+	testkit.Eventually(t, dataTimeout, func(context.Context) error {
 		_, _, err := metric(t, sc, "s0-queue-backlog")
 		return checkStatus(err, codes.Unavailable, "longer than staleAfter 1s")
 	})
 	// A new report makes it fresh again. Each try publishes one: on a slow machine a
 	// report can go stale again before it is read.
-	eventually(t, dataTimeout, func() error {
+	testkit.Eventually(t, dataTimeout, func(context.Context) error {
 		s.publishQueue(t, "shop", "orders", 2, 1)
 		got, active, err := metric(t, sc, "s0-queue-backlog")
 		if err != nil {

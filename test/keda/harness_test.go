@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	v2 "k8s.io/api/autoscaling/v2"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // The NATS contract (DESIGN.md, "Events"), spelt out here because this module talks to
@@ -141,14 +143,14 @@ func (s *scalerProc) startCollectors(t *testing.T, nodes map[string]simNode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := writeFile(t, dir, name+".json", string(data))
+		file := testkit.WriteFile(t, dir, name+".json", data)
 		startProcess(t, "collector "+name, true, "collector", "--source", "sim", "--sim-config", file,
 			"--node", name, "--collector-id", "keda-conformance-"+name, "--interval", "250ms",
 			"--kubeconfig", "none", "--http-addr", "-", "--nats-url", s.natsURL, "--log-format", "json")
 	}
 	st := s.stream(t)
 	for name := range nodes {
-		eventually(t, startTimeout, func() error {
+		testkit.Eventually(t, startTimeout, func(context.Context) error {
 			_, err := st.GetLastMsgForSubject(t.Context(), nodeSubjectPrefix+name)
 			return err
 		})

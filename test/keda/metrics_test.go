@@ -1,9 +1,13 @@
 package keda
 
 import (
+	"context"
+
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // dataTimeout bounds how long a published report may take to reach the scaler's answers.
@@ -14,7 +18,7 @@ const dataTimeout = 10 * time.Second
 func waitMetric(t *testing.T, s *scalerProc, tr trigger, metricName string, wantMilli int64) {
 	t.Helper()
 	sc := s.external(t, tr)
-	eventually(t, dataTimeout, func() error {
+	testkit.Eventually(t, dataTimeout, func(context.Context) error {
 		got, _, err := metric(t, sc, metricName)
 		if err != nil {
 			return err

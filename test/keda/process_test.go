@@ -1,10 +1,11 @@
 package keda
 
 import (
+	"context"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // process is a gpuscaler command a test started. It runs in its own process group, which
@@ -85,7 +88,7 @@ func (p *process) stop() (killed bool) {
 func (p *process) waitLog(t *testing.T, msg string, timeout time.Duration) map[string]any {
 	t.Helper()
 	var line map[string]any
-	eventually(t, timeout, func() error {
+	testkit.Eventually(t, timeout, func(context.Context) error {
 		select {
 		case <-p.exited:
 			t.Fatalf("%s exited (%v) before logging %q; output:\n%s", p.name, p.waitErr, msg, p.out.String())
@@ -129,27 +132,4 @@ func (b *logBuffer) find(msg string) (map[string]any, bool) {
 		}
 	}
 	return nil, false
-}
-
-// eventually polls cond every 10 ms until it returns nil, and fails the test with cond's
-// last error when timeout passes first.
-func eventually(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("test ended while waiting: %v", errors.Join(err, t.Context().Err()))
-		case <-tick.C:
-		}
-	}
 }

@@ -3,6 +3,8 @@ package keda
 import (
 	"maps"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestMutualTLS runs the scaler with --tls-cert, --tls-key and --tls-client-ca, and gives
@@ -11,20 +13,20 @@ import (
 // metrics and pushes; a client without a certificate, with one the scaler's CA did not
 // sign, or without TLS is refused, and so is a server KEDA cannot verify.
 func TestMutualTLS(t *testing.T) {
-	ca := newCA(t, "gpuscaler test CA")
-	serverCert, serverKey := ca.issue(t, "gpuscaler")
-	clientCert, clientKey := ca.issue(t, "keda-operator")
-	rogue := newCA(t, "another CA")
-	rogueCert, rogueKey := rogue.issue(t, "keda-operator")
+	ca := testkit.NewCA(t, "gpuscaler test CA")
+	serverCert, serverKey := ca.Issue(t, "gpuscaler", 0)
+	clientCert, clientKey := pemStrings(ca.Issue(t, "keda-operator", 0))
+	rogue := testkit.NewCA(t, "another CA")
+	rogueCert, rogueKey := pemStrings(rogue.Issue(t, "keda-operator", 0))
 
 	dir := t.TempDir()
 	s := startScaler(t,
-		"--tls-cert", writeFile(t, dir, "tls.crt", serverCert),
-		"--tls-key", writeFile(t, dir, "tls.key", serverKey),
-		"--tls-client-ca", writeFile(t, dir, "ca.crt", ca.pem))
+		"--tls-cert", testkit.WriteFile(t, dir, "tls.crt", serverCert),
+		"--tls-key", testkit.WriteFile(t, dir, "tls.key", serverKey),
+		"--tls-client-ca", testkit.WriteFile(t, dir, "ca.crt", ca.PEM))
 	s.publishQueue(t, "secure", "jobs", 2, 0)
 
-	good := map[string]string{"caCert": ca.pem, "tlsClientCert": clientCert, "tlsClientKey": clientKey}
+	good := map[string]string{"caCert": string(ca.PEM), "tlsClientCert": clientCert, "tlsClientKey": clientKey}
 	waitMetric(t, s, trigger{namespace: "secure", auth: good, metadata: map[string]string{"queue": "jobs"}}, "s0-queue-backlog", 2000)
 
 	tests := map[string]struct {
@@ -37,13 +39,13 @@ func TestMutualTLS(t *testing.T) {
 			auth: good, metadata: map[string]string{"enableTLS": "true"}, wantOK: true,
 		},
 		"no client certificate": {
-			auth: map[string]string{"caCert": ca.pem},
+			auth: map[string]string{"caCert": string(ca.PEM)},
 		},
 		"client certificate from another CA": {
-			auth: map[string]string{"caCert": ca.pem, "tlsClientCert": rogueCert, "tlsClientKey": rogueKey},
+			auth: map[string]string{"caCert": string(ca.PEM), "tlsClientCert": rogueCert, "tlsClientKey": rogueKey},
 		},
 		"server certificate KEDA does not trust": {
-			auth: map[string]string{"caCert": rogue.pem, "tlsClientCert": clientCert, "tlsClientKey": clientKey},
+			auth: map[string]string{"caCert": string(rogue.PEM), "tlsClientCert": clientCert, "tlsClientKey": clientKey},
 		},
 		"no TLS": {},
 	}
@@ -77,3 +79,6 @@ func TestMutualTLS(t *testing.T) {
 		})
 	}
 }
+
+// pemStrings is a certificate and key as a TriggerAuthentication's auth params hold them.
+func pemStrings(cert, key []byte) (string, string) { return string(cert), string(key) }

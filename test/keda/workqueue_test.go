@@ -1,12 +1,16 @@
 package keda
 
 import (
+	"context"
+
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestJetStreamWorkQueue checks a stream+consumer trigger through KEDA's scalers: the
@@ -39,7 +43,7 @@ func TestJetStreamWorkQueue(t *testing.T) {
 	sc := s.external(t, tr)
 	waitBacklog := func(want int64, wantActive bool) {
 		t.Helper()
-		eventually(t, dataTimeout, func() error {
+		testkit.Eventually(t, dataTimeout, func(context.Context) error {
 			got, active, err := metric(t, sc, "s0-queue-backlog")
 			if err != nil {
 				return err

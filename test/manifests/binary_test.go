@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // TestMain removes the gpuscaler binary built for the tests.
@@ -39,7 +41,7 @@ func gpuscalerBinary(t *testing.T) string {
 			binPath, binErr = filepath.Abs(p)
 			return
 		}
-		r, err := RepoRoot(".")
+		r, err := render.RepoRoot(".")
 		if err != nil {
 			binErr = err
 			return
@@ -143,7 +145,7 @@ func TestChartFlagsExist(t *testing.T) {
 			t.Errorf("got collector --help without %s, which the chart sets for it", v)
 		}
 	}
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			for _, w := range workloads(caseObjects(t, c)) {
 				for _, ctr := range append(slices.Clone(w.pod.Spec.InitContainers), w.pod.Spec.Containers...) {

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // workload is a pod template and what owns it.
@@ -82,7 +84,7 @@ func all[T runtime.Object](objs []Object) []T {
 // profile, CPU and memory requests and a memory limit, and all but init containers have
 // probes; all but the collector run as non-root.
 func TestPodHardening(t *testing.T) {
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			for _, w := range workloads(caseObjects(t, c)) {
 				ps := w.pod.Spec.SecurityContext
@@ -127,7 +129,7 @@ func TestPodHardening(t *testing.T) {
 // TestServicesReachPods: every Service selects the pods of a workload in the release, and
 // each of its target ports names a port those pods declare.
 func TestServicesReachPods(t *testing.T) {
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			ws := workloads(objs)
@@ -167,19 +169,19 @@ func TestServicesReachPods(t *testing.T) {
 
 // TestScalerForKEDA: what KEDA's round-robin gRPC client needs from the scaler.
 func TestScalerForKEDA(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			dep, ok := find[*appsv1.Deployment](objs, Release)
+			dep, ok := find[*appsv1.Deployment](objs, render.Release)
 			if !ok {
-				t.Fatalf("got no Deployment %s", Release)
+				t.Fatalf("got no Deployment %s", render.Release)
 			}
 			if got := deref(dep.Spec.Replicas, 1); got < 2 {
 				t.Errorf("got %d scaler replicas, want at least 2", got)
 			}
-			svc, ok := find[*corev1.Service](objs, Release)
+			svc, ok := find[*corev1.Service](objs, render.Release)
 			if !ok {
-				t.Fatalf("got no Service %s: scalerAddress is %s.%s.svc:<port>", Release, Release, Namespace)
+				t.Fatalf("got no Service %s: scalerAddress is %s.%s.svc:<port>", render.Release, render.Release, render.Namespace)
 			}
 			if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 				t.Errorf("got Service clusterIP %q, want None (headless: KEDA's gRPC DNS resolver sees every replica)", svc.Spec.ClusterIP)
@@ -197,7 +199,7 @@ func TestScalerForKEDA(t *testing.T) {
 			if !grpc {
 				t.Errorf("got Service ports %v, want a port named grpc with appProtocol grpc", svc.Spec.Ports)
 			}
-			pdb, ok := find[*policyv1.PodDisruptionBudget](objs, Release)
+			pdb, ok := find[*policyv1.PodDisruptionBudget](objs, render.Release)
 			if !ok {
 				t.Fatalf("got no PodDisruptionBudget for the scaler")
 			}
@@ -235,7 +237,7 @@ func TestCollectorRBAC(t *testing.T) {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
 	}
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			ds, ok := find[*appsv1.DaemonSet](objs, "")
@@ -244,7 +246,7 @@ func TestCollectorRBAC(t *testing.T) {
 			}
 			pod := ds.Spec.Template.Spec
 			sim := slices.Contains(pod.Containers[0].Args, "--source=sim")
-			role, hasRole := find[*rbacv1.ClusterRole](objs, Release+"-collector")
+			role, hasRole := find[*rbacv1.ClusterRole](objs, render.Release+"-collector")
 			if sim {
 				if hasRole || deref(pod.AutomountServiceAccountToken, true) {
 					t.Errorf("got ClusterRole %v and token %v with the sim source, want neither (it reads no API)", hasRole, pod.AutomountServiceAccountToken)
@@ -257,11 +259,11 @@ func TestCollectorRBAC(t *testing.T) {
 			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
 				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
 			}
-			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, Release+"-collector")
+			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, render.Release+"-collector")
 			if !ok {
 				t.Fatal("got no ClusterRoleBinding")
 			}
-			wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: Namespace}
+			wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: render.Namespace}
 			if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0] != wantSubject {
 				t.Errorf("got binding of %s to %v, want %s to %v", binding.RoleRef.Name, binding.Subjects, role.Name, wantSubject)
 			}
@@ -275,7 +277,7 @@ func TestCollectorRBAC(t *testing.T) {
 // TestCollectorNode: the collector runs on GPU nodes, knows its node and pod from the
 // downward API, and reads the kubelet's pod-resources socket from the host.
 func TestCollectorNode(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			ds, ok := find[*appsv1.DaemonSet](caseObjects(t, c), "")
 			if !ok {
@@ -337,7 +339,7 @@ func flagValue(args []string, name string) string {
 // TestFilesAreMounted: every file a flag names lies under a volume mount, and every mount
 // names a volume of its pod; every ConfigMap a pod mounts is rendered with it.
 func TestFilesAreMounted(t *testing.T) {
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			configMaps := map[string]bool{}
@@ -383,7 +385,7 @@ func TestFilesAreMounted(t *testing.T) {
 // TestOptionalObjects: the ServiceMonitor and the ClusterTriggerAuthentication, where
 // rendered, point at what they should.
 func TestOptionalObjects(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			if sm, ok := find[*monitoringv1.ServiceMonitor](objs, ""); ok {
@@ -405,11 +407,11 @@ func TestOptionalObjects(t *testing.T) {
 					}
 				}
 				slices.Sort(selected)
-				want := []string{Release}
-				if _, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout"); ok {
-					want = append(want, Release+"-auth-callout")
+				want := []string{render.Release}
+				if _, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout"); ok {
+					want = append(want, render.Release+"-auth-callout")
 				}
-				want = append(want, Release+"-collector")
+				want = append(want, render.Release+"-collector")
 				if !slices.Equal(selected, want) {
 					t.Errorf("got ServiceMonitor selecting %v, want %v", selected, want)
 				}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // metricSources are the main module's files that name every gpuscaler_ metric. The test
@@ -62,7 +64,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("got metrics %v from %v, want the scaler's, the collector's and the callout's", exported, metricSources)
 	}
 
-	raw, err := os.ReadFile(filepath.Join(r, ChartDir, "dashboards", "gpuscaler.json"))
+	raw, err := os.ReadFile(filepath.Join(r, render.ChartDir, "dashboards", "gpuscaler.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	// The ConfigMap carries the same dashboard.
-	for _, o := range caseObjects(t, Cases[0]) {
+	for _, o := range caseObjects(t, render.Cases[0]) {
 		cm, ok := o.Obj.(*corev1.ConfigMap)
 		if !ok || !strings.HasSuffix(cm.Name, "-dashboard") {
 			continue
@@ -142,9 +144,9 @@ func TestDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(inMap, inFile) {
-			t.Errorf("got a ConfigMap dashboard different from %s/dashboards/gpuscaler.json", ChartDir)
+			t.Errorf("got a ConfigMap dashboard different from %s/dashboards/gpuscaler.json", render.ChartDir)
 		}
 		return
 	}
-	t.Errorf("got no dashboard ConfigMap in %s, want one by default", Cases[0].Out)
+	t.Errorf("got no dashboard ConfigMap in %s, want one by default", render.Cases[0].Out)
 }

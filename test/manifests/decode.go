@@ -1,3 +1,12 @@
+// Package manifests checks what gpuscaler's Helm charts render (with deploy/render, the
+// renderer deploy/render.sh runs) and what the repository ships beside them: it decodes
+// every rendered object strictly into its Kubernetes type, the examples into KEDA's,
+// checks the committed renderings against fresh ones, and the chart against the
+// gpuscaler binary's flags, Dockerfile and images. README.md says what each test
+// checks and how to run them.
+//
+// It is a module of its own so that KEDA's dependencies stay out of the main module; it
+// reads the main module's files and runs its binary, and never imports it.
 package manifests
 
 import (

@@ -27,10 +27,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // scalerAddress is where the examples' triggers find the chart's scaler Service.
-const scalerAddress = Release + "." + Namespace + ".svc.cluster.local:9090"
+const scalerAddress = render.Release + "." + render.Namespace + ".svc.cluster.local:9090"
 
 // example is one folder of examples/ with its objects decoded strictly.
 type example struct {
@@ -237,7 +240,7 @@ func checkTrigger(t *testing.T, ex example, where, namespace string, tr kedav1al
 // chartCTA is the name of the chart's ClusterTriggerAuthentication with its default values.
 func chartCTA(t *testing.T) string {
 	t.Helper()
-	vals, err := chartutil.ReadValuesFile(filepath.Join(root(t), ChartDir, "values.yaml"))
+	vals, err := chartutil.ReadValuesFile(filepath.Join(root(t), render.ChartDir, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +330,7 @@ func startScaler(t *testing.T) externalscaler.ExternalScalerClient {
 // until it is ready, and returns its gRPC address.
 func startScalerBinary(t *testing.T) string {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	runArgs(t, corev1.Container{Args: []string{"scaler", "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
 		"--embedded-nats-addr=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--log-level=warn"}}, nil, nil)
 	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
@@ -422,8 +425,8 @@ func TestGatewayExample(t *testing.T) {
 			ex = e
 		}
 	}
-	var c Case
-	for _, gc := range GatewayCases {
+	var c render.Case
+	for _, gc := range render.GatewayCases {
 		if filepath.Dir(gc.Out) == dir {
 			c = gc
 		}

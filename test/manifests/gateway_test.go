@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // gatewayRoute is one route of the gateway's routes file, as `gpuscaler gateway
@@ -65,7 +67,7 @@ type gateway struct {
 
 // findGateway finds the gateway's Deployment (named after the release) and reads the
 // routes file from the ConfigMap mounted where --routes points.
-func findGateway(t *testing.T, c Case, objs []Object) gateway {
+func findGateway(t *testing.T, c render.Case, objs []Object) gateway {
 	t.Helper()
 	dep, ok := find[*appsv1.Deployment](objs, c.ReleaseName())
 	if !ok {
@@ -107,10 +109,10 @@ func findGateway(t *testing.T, c Case, objs []Object) gateway {
 // of its pod, and no more rights than it needs.
 func TestGatewayChart(t *testing.T) {
 	mainAudience, mainNATS, producers := mainChartNATS(t)
-	for _, c := range GatewayCases {
+	for _, c := range render.GatewayCases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			vals, err := CaseValues(root(t), c)
+			vals, err := render.CaseValues(root(t), c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +281,7 @@ func TestGatewayChart(t *testing.T) {
 
 // checkGatewayRBAC: the gateway's ServiceAccount is bound to one Role of its namespace
 // that reads EndpointSlices and nothing else; the release makes no cluster-wide object.
-func checkGatewayRBAC(t *testing.T, c Case, objs []Object, pod corev1.PodSpec) {
+func checkGatewayRBAC(t *testing.T, c render.Case, objs []Object, pod corev1.PodSpec) {
 	t.Helper()
 	ns := c.ReleaseNamespace()
 	if n := len(all[*rbacv1.ClusterRole](objs)) + len(all[*rbacv1.ClusterRoleBinding](objs)); n > 0 {
@@ -356,20 +358,20 @@ func avoidsGPUNodes(a *corev1.Affinity) bool {
 // --producer-identities.
 func mainChartNATS(t *testing.T) (audience, url, producers string) {
 	t.Helper()
-	var def Case
-	for _, c := range Cases {
+	var def render.Case
+	for _, c := range render.Cases {
 		if c.Name == "default" {
 			def = c
 		}
 	}
 	objs := caseObjects(t, def)
-	callout, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+	callout, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 	if !ok {
 		t.Fatal("got no auth callout in gpuscaler's chart's defaults")
 	}
 	audience = flagValue(callout.Spec.Template.Spec.Containers[0].Args, "audience")
 	producers = flagValue(callout.Spec.Template.Spec.Containers[0].Args, "producer-identities")
-	svc, ok := find[*corev1.Service](objs, Release+"-nats")
+	svc, ok := find[*corev1.Service](objs, render.Release+"-nats")
 	if !ok {
 		t.Fatal("got no NATS Service in gpuscaler's chart's defaults")
 	}
@@ -399,7 +401,7 @@ func identityAdmitted(patterns, id string) bool {
 // TestGatewayValuesRejected: values the gateway's chart cannot honour fail at render
 // time, by its schema or its checks, naming what is wrong.
 func TestGatewayValuesRejected(t *testing.T) {
-	chart := filepath.Join(root(t), GatewayChartDir)
+	chart := filepath.Join(root(t), render.GatewayChartDir)
 	route := func(edit func(map[string]any)) map[string]any {
 		r := map[string]any{"name": "llm", "service": map[string]any{"name": "llm-server", "port": 8000},
 			"queue": "llm-requests", "holdTimeout": "5m"}
@@ -456,7 +458,7 @@ func TestGatewayValuesRejected(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(cases)) {
 		tc := cases[name]
 		t.Run(name, func(t *testing.T) {
-			_, err := RenderWith(chart, tc.values, Options{Release: "llm-gateway", Namespace: "inference"})
+			_, err := render.RenderWith(chart, tc.values, render.Options{Release: "llm-gateway", Namespace: "inference"})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got error %v, want one mentioning %q", err, tc.want)
 			}
@@ -467,7 +469,7 @@ func TestGatewayValuesRejected(t *testing.T) {
 // TestGatewayValuesAccepted: what the routes format allows renders, so the schema is
 // not stricter than the gateway.
 func TestGatewayValuesAccepted(t *testing.T) {
-	chart := filepath.Join(root(t), GatewayChartDir)
+	chart := filepath.Join(root(t), render.GatewayChartDir)
 	cases := map[string]map[string]any{
 		"an exact host":                 {"host": "llm.example.com"},
 		"a wildcard host":               {"host": "*.example.com"},
@@ -487,7 +489,7 @@ func TestGatewayValuesAccepted(t *testing.T) {
 			r := map[string]any{"name": "llm", "service": map[string]any{"name": "llm-server", "port": 8000},
 				"queue": "llm-requests", "holdTimeout": "5m"}
 			maps.Copy(r, cases[name])
-			if _, err := RenderWith(chart, map[string]any{"routes": []any{r}}, Options{Release: "llm-gateway", Namespace: "inference"}); err != nil {
+			if _, err := render.RenderWith(chart, map[string]any{"routes": []any{r}}, render.Options{Release: "llm-gateway", Namespace: "inference"}); err != nil {
 				t.Errorf("got %v, want it rendered", err)
 			}
 		})
@@ -497,10 +499,10 @@ func TestGatewayValuesAccepted(t *testing.T) {
 // TestGatewayShutdownGraceSeconds: the template's reading of shutdownGrace (whole hours,
 // minutes and seconds) agrees with Go's time.ParseDuration, which the gateway uses.
 func TestGatewayShutdownGraceSeconds(t *testing.T) {
-	chart := filepath.Join(root(t), GatewayChartDir)
+	chart := filepath.Join(root(t), render.GatewayChartDir)
 	for _, grace := range []string{"0s", "45s", "2m", "1m30s", "1h", "1h2m3s", "90s"} {
 		t.Run(grace, func(t *testing.T) {
-			out, err := RenderWith(chart, map[string]any{"shutdownGrace": grace, "preStopSleepSeconds": 0}, Options{Release: "llm-gateway", Namespace: "inference"})
+			out, err := render.RenderWith(chart, map[string]any{"shutdownGrace": grace, "preStopSleepSeconds": 0}, render.Options{Release: "llm-gateway", Namespace: "inference"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -521,7 +523,7 @@ func TestGatewayShutdownGraceSeconds(t *testing.T) {
 // with a value; once the binary has `gpuscaler gateway`, every flag of the contract must
 // be in its --help, so that a rename fails here rather than in a cluster.
 func TestGatewayFlagsExist(t *testing.T) {
-	for _, c := range GatewayCases {
+	for _, c := range render.GatewayCases {
 		objs := caseObjects(t, c)
 		g := findGateway(t, c, objs)
 		_, args := splitCommand(g.ctr.Args)
@@ -573,7 +575,7 @@ func firstLine(s string) string {
 // TestGatewayNotes: what helm install prints names the image, where clients connect and
 // each route's queue, or says that there is no route yet.
 func TestGatewayNotes(t *testing.T) {
-	chrt, err := loader.Load(filepath.Join(root(t), GatewayChartDir))
+	chrt, err := loader.Load(filepath.Join(root(t), render.GatewayChartDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +614,7 @@ func TestGatewayNotes(t *testing.T) {
 // environment (token, user and password stay out of the process list) or a mounted file
 // (nkey, creds), and with it no ServiceAccount token is projected.
 func TestGatewayNATSSecrets(t *testing.T) {
-	chart := filepath.Join(root(t), GatewayChartDir)
+	chart := filepath.Join(root(t), render.GatewayChartDir)
 	for authType, want := range map[string][]string{
 		"token":        {"env GPUSCALER_NATS_TOKEN=nats-id/token"},
 		"userPassword": {"env GPUSCALER_NATS_USER=nats-id/user", "env GPUSCALER_NATS_PASSWORD=nats-id/password"},
@@ -622,7 +624,7 @@ func TestGatewayNATSSecrets(t *testing.T) {
 	} {
 		t.Run(authType, func(t *testing.T) {
 			vals := map[string]any{"nats": map[string]any{"auth": map[string]any{"type": authType, "secretName": "nats-id"}}}
-			out, err := RenderWith(chart, vals, Options{Release: "llm-gateway", Namespace: "inference"})
+			out, err := render.RenderWith(chart, vals, render.Options{Release: "llm-gateway", Namespace: "inference"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,25 +19,28 @@ import (
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // Secrets the chart generates with its default values, by namespace/name.
 var (
-	calloutSecret = Namespace + "/" + Release + "-auth-callout"
-	caSecret      = Namespace + "/" + Release + "-grpc-ca"
-	serverSecret  = Namespace + "/" + Release + "-grpc-tls"
-	clientSecret  = "keda/" + Release + "-keda-client-tls"
+	calloutSecret = render.Namespace + "/" + render.Release + "-auth-callout"
+	caSecret      = render.Namespace + "/" + render.Release + "-grpc-ca"
+	serverSecret  = render.Namespace + "/" + render.Release + "-grpc-tls"
+	clientSecret  = "keda/" + render.Release + "-keda-client-tls"
 )
 
 // install renders the chart as `helm install` or `helm upgrade` would over a cluster
 // holding cluster, and returns the Secrets it renders (all generated), decoded.
 func install(t *testing.T, vals map[string]any, cluster []*unstructured.Unstructured) ([]*unstructured.Unstructured, map[string]map[string][]byte) {
 	t.Helper()
-	out, err := RenderWith(filepath.Join(root(t), ChartDir), vals, Options{Cluster: cluster})
+	out, err := render.RenderWith(filepath.Join(root(t), render.ChartDir), vals, render.Options{Cluster: cluster})
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := generatedSecrets(out)
+	secrets, err := render.GeneratedSecrets(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +125,9 @@ func TestGeneratedSecretsKeptAcrossUpgrades(t *testing.T) {
 			t.Errorf("got a %d-byte %s, want %d at least", got, key, min)
 		}
 	}
-	checkChain(t, data, scalerHost, Release+"."+Namespace+".svc", Release+"."+Namespace, Release)
+	checkChain(t, data, scalerHost, render.Release+"."+render.Namespace+".svc", render.Release+"."+render.Namespace, render.Release)
 	again, _ := install(t, nil, nil)
-	if err := sameSecrets(again, first); err == nil {
+	if err := render.SameSecrets(again, first); err == nil {
 		t.Fatal("got the same Secrets from two fresh installs, want each install its own keys")
 	}
 
@@ -150,7 +153,7 @@ func TestGeneratedSecretsKeptAcrossUpgrades(t *testing.T) {
 		"the CA deleted": {cluster: without(first, caSecret),
 			changed: []string{caSecret, serverSecret, clientSecret}},
 		"another cluster domain": {vals: map[string]any{"clusterDomain": "cluster.example"}, cluster: first,
-			changed: []string{serverSecret}, names: []string{Release + "." + Namespace + ".svc.cluster.example"}},
+			changed: []string{serverSecret}, names: []string{render.Release + "." + render.Namespace + ".svc.cluster.example"}},
 	}
 	for _, name := range slices.Sorted(maps.Keys(cases)) {
 		tc := cases[name]
@@ -159,7 +162,7 @@ func TestGeneratedSecretsKeptAcrossUpgrades(t *testing.T) {
 			if got := changed(data, after); !slices.Equal(got, tc.changed) {
 				t.Errorf("got %v made anew, want %v", got, tc.changed)
 			}
-			checkChain(t, after, append(tc.names, Release+"."+Namespace+".svc")...)
+			checkChain(t, after, append(tc.names, render.Release+"."+render.Namespace+".svc")...)
 		})
 	}
 }
@@ -171,13 +174,13 @@ func TestGeneratedSecretsKeptAcrossUpgrades(t *testing.T) {
 // ClusterTriggerAuthentication's Secret; gRPC takes the server name from the
 // scalerAddress): KEDA gets its answer, a caller without KEDA's certificate nothing.
 func TestGeneratedCertificatesServeMTLS(t *testing.T) {
-	var def Case
-	for _, c := range Cases {
+	var def render.Case
+	for _, c := range render.Cases {
 		if c.Name == "default" {
 			def = c
 		}
 	}
-	scaler, ok := find[*appsv1.Deployment](caseObjects(t, def), Release)
+	scaler, ok := find[*appsv1.Deployment](caseObjects(t, def), render.Release)
 	if !ok {
 		t.Fatal("got no scaler Deployment")
 	}
@@ -200,7 +203,7 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("NATS not ready")
 	}
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	runArgs(t, scaler.Spec.Template.Spec.Containers[0], map[string]string{
 		"nats-url": ns.ClientURL(), "nats-token-file": filepath.Join(dir, "token"),
 		"grpc-addr": grpcAddr, "http-addr": httpAddr,

@@ -6,8 +6,10 @@ go 1.26.0
 // stays there: Helm v3.21.4 and the Prometheus Operator's monitoring API v0.93.1 are the
 // newest that do not raise them. nats-server matches the bundled NATS image's version, and
 // nats.go, jwt and nkeys are at the versions nats-server requires.
-// The main module (k8s.io/* v0.37) is never imported: its binary is built and run.
+// The main module (k8s.io/* v0.37) is never imported: its binary is built and run. The
+// renderer, deploy/render, pins Helm and k8s.io/* as this module does.
 require (
+	github.com/gpuscaler/gpuscaler/deploy/render v0.0.0-00010101000000-000000000000
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -58,6 +60,7 @@ require (
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/gpuscaler/gpuscaler/test/testkit v0.0.0-00010101000000-000000000000
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
@@ -104,3 +107,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+replace github.com/gpuscaler/gpuscaler/test/testkit => ../testkit
+
+replace github.com/gpuscaler/gpuscaler/deploy/render => ../../deploy/render

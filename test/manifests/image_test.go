@@ -9,6 +9,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // chartImages returns the image of every container of the collector DaemonSet and of
@@ -35,7 +37,7 @@ func chartImages(t *testing.T, objs []Object) (collector, others map[string]stri
 // with the repository and tag set, and with the collector's set apart. The static
 // image's collector has no DCGM or NVML source, so a mix-up would fail on GPU nodes.
 func TestChartImages(t *testing.T) {
-	chart := filepath.Join(root(t), ChartDir)
+	chart := filepath.Join(root(t), render.ChartDir)
 	tests := map[string]struct {
 		values                 map[string]any
 		wantStatic, wantCollec string
@@ -61,7 +63,7 @@ func TestChartImages(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			out, err := Render(chart, tc.values)
+			out, err := render.Render(chart, tc.values)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +89,7 @@ func TestChartImages(t *testing.T) {
 	}
 
 	// Every committed rendering keeps the split.
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		collector, others := chartImages(t, caseObjects(t, c))
 		for where, img := range collector {
 			if repo, _, _ := strings.Cut(img, ":"); !strings.HasSuffix(repo, "-collector") {
@@ -105,12 +107,12 @@ func TestChartImages(t *testing.T) {
 // TestNotesNameTheImages: gpuscaler publishes no image, so what helm install prints names
 // the two images the pods will pull and how to make them exist.
 func TestNotesNameTheImages(t *testing.T) {
-	chrt, err := loader.Load(filepath.Join(root(t), ChartDir))
+	chrt, err := loader.Load(filepath.Join(root(t), render.ChartDir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vals := map[string]any{"image": map[string]any{"repository": "registry.example.com/team/gpuscaler", "tag": "v1"}}
-	top, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: Release, Namespace: Namespace, Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
+	top, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: render.Release, Namespace: render.Namespace, Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // TestHelmLint runs `helm lint`'s checks (Helm's library at the pinned version) on each
@@ -13,9 +15,9 @@ import (
 // objects' names and deprecated APIs. Warnings fail as errors do; hints (INFO) do not.
 func TestHelmLint(t *testing.T) {
 	r := root(t)
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
-			vals, err := CaseValues(r, c)
+			vals, err := render.CaseValues(r, c)
 			if err != nil {
 				t.Fatal(err)
 			}

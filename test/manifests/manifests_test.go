@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 var update = flag.Bool("update", false, "rewrite the committed renderings (deploy/manifests, testdata) from the chart")
@@ -19,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the committed renderings (deplo
 // root is the repository root, two folders up.
 func root(t *testing.T) string {
 	t.Helper()
-	r, err := RepoRoot(".")
+	r, err := render.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,13 +39,13 @@ func renderCases(t *testing.T) map[string][]byte {
 	t.Helper()
 	renderOnce.Do(func() {
 		rendered = map[string][]byte{}
-		r, err := RepoRoot(".")
+		r, err := render.RepoRoot(".")
 		if err != nil {
 			renderErr = err
 			return
 		}
-		for _, c := range AllCases() {
-			out, err := RenderCase(r, c)
+		for _, c := range render.AllCases() {
+			out, err := render.RenderCase(r, c)
 			if err != nil {
 				renderErr = err
 				return
@@ -58,7 +60,7 @@ func renderCases(t *testing.T) map[string][]byte {
 }
 
 // caseObjects decodes a case's rendering strictly.
-func caseObjects(t *testing.T, c Case) []Object {
+func caseObjects(t *testing.T, c render.Case) []Object {
 	t.Helper()
 	objs, err := DecodeAll(c.Out, renderCases(t)[c.Name])
 	if err != nil {
@@ -71,7 +73,7 @@ func caseObjects(t *testing.T, c Case) []Object {
 // them (deploy/render.sh does the same).
 func TestGolden(t *testing.T) {
 	r := root(t)
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			got := renderCases(t)[c.Name]
 			path := filepath.Join(r, c.Out)
@@ -114,10 +116,10 @@ func firstDiff(got, want string) string {
 // TestEveryCIValuesFileIsACase keeps each chart's ci/ folder and the cases in step.
 func TestEveryCIValuesFileIsACase(t *testing.T) {
 	var have []string
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		have = append(have, c.Values...)
 	}
-	for _, chart := range []string{ChartDir, GatewayChartDir} {
+	for _, chart := range []string{render.ChartDir, render.GatewayChartDir} {
 		files, err := filepath.Glob(filepath.Join(root(t), chart, "ci", "*-values.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +140,7 @@ func TestEveryCIValuesFileIsACase(t *testing.T) {
 // Prometheus Operator) type with unknown fields failing, and checks that no two objects
 // share a kind, namespace and name.
 func TestStrictDecode(t *testing.T) {
-	for _, c := range AllCases() {
+	for _, c := range render.AllCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			if len(objs) == 0 {

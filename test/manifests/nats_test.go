@@ -1,13 +1,6 @@
 package manifests
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,20 +15,23 @@ import (
 	"github.com/nats-io/nkeys"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestBundledNATSConfig parses the bundled server's rendered configuration with the
 // nats-server library at the version of the chart's image, checks it against the
 // StatefulSet that runs it, and starts the default one to see JetStream come up.
 func TestBundledNATSConfig(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			sts, ok := find[*appsv1.StatefulSet](objs, Release+"-nats")
+			sts, ok := find[*appsv1.StatefulSet](objs, render.Release+"-nats")
 			if !ok {
 				t.Skip("no bundled NATS in this case")
 			}
-			cm, ok := find[*corev1.ConfigMap](objs, Release+"-nats")
+			cm, ok := find[*corev1.ConfigMap](objs, render.Release+"-nats")
 			if !ok {
 				t.Fatal("got no ConfigMap with the NATS configuration")
 			}
@@ -114,7 +110,7 @@ func TestBundledNATSConfig(t *testing.T) {
 				}
 			}
 			for _, r := range opts.Routes {
-				if !strings.Contains(r.Hostname(), "."+sts.Spec.ServiceName+"."+Namespace+".svc.") {
+				if !strings.Contains(r.Hostname(), "."+sts.Spec.ServiceName+"."+render.Namespace+".svc.") {
 					t.Errorf("got route %s, want a name under the StatefulSet's Service %s", r, sts.Spec.ServiceName)
 				}
 			}
@@ -162,7 +158,7 @@ func TestBundledNATSConfig(t *testing.T) {
 }
 
 func scalerArgs(objs []Object) []string {
-	scaler, ok := find[*appsv1.Deployment](objs, Release)
+	scaler, ok := find[*appsv1.Deployment](objs, render.Release)
 	if !ok {
 		return nil
 	}
@@ -192,7 +188,7 @@ func checkAuthCalloutConfig(t *testing.T, objs []Object, sts *appsv1.StatefulSet
 		t.Errorf("got users %v, want callout with $CALLOUT_PASSWORD in account AUTH", opts.Users)
 	}
 
-	dep, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+	dep, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 	if !ok {
 		t.Fatal("got no auth callout Deployment")
 	}
@@ -359,39 +355,9 @@ func checkNATSImage(t *testing.T, image string) {
 // certificate it signed.
 func writeTestCerts(t *testing.T, dir string) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
-		DNSNames:  []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, block := range map[string]*pem.Block{
-		"ca.crt":  {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: der},
-		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ca := testkit.NewCA(t, "test CA")
+	cert, key := ca.Issue(t, "nats", 0)
+	testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
+	testkit.WriteFile(t, dir, "tls.crt", cert)
+	testkit.WriteFile(t, dir, "tls.key", key)
 }

@@ -1,22 +1,23 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // TestSimManifestRuns runs the scaler and a collector with exactly the arguments the
@@ -24,19 +25,19 @@ import (
 // machine: only the NATS URL, the listen addresses and the mounted files' paths are
 // moved here. The collector's simulated GPUs must reach the scaler's state.
 func TestSimManifestRuns(t *testing.T) {
-	var sim Case
-	for _, c := range Cases {
+	var sim render.Case
+	for _, c := range render.Cases {
 		if c.Name == "sim" {
 			sim = c
 		}
 	}
 	objs := caseObjects(t, sim)
-	scaler, _ := find[*appsv1.Deployment](objs, Release)
+	scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 	collector, ok := find[*appsv1.DaemonSet](objs, "")
 	if scaler == nil || !ok {
 		t.Fatal("got no scaler Deployment or collector DaemonSet")
 	}
-	simConfig, ok := find[*corev1.ConfigMap](objs, Release+"-collector-sim")
+	simConfig, ok := find[*corev1.ConfigMap](objs, render.Release+"-collector-sim")
 	if !ok {
 		t.Fatal("got no sim ConfigMap")
 	}
@@ -63,11 +64,11 @@ func TestSimManifestRuns(t *testing.T) {
 	if err := os.WriteFile(tokenPath, []byte("a-projected-serviceaccount-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	scalerHTTP := freeAddr(t)
+	scalerHTTP := testkit.FreeAddr(t)
 	moved := map[string]string{
 		"nats-url":        ns.ClientURL(),
 		"nats-token-file": tokenPath,
-		"grpc-addr":       freeAddr(t),
+		"grpc-addr":       testkit.FreeAddr(t),
 		"http-addr":       scalerHTTP,
 		"sim-config":      confPath,
 		"tls-cert":        filepath.Join(tlsDir, "tls.crt"),
@@ -77,7 +78,7 @@ func TestSimManifestRuns(t *testing.T) {
 	runArgs(t, scaler.Spec.Template.Spec.Containers[0], moved, nil)
 	waitHTTP(t, "http://"+scalerHTTP+"/readyz", func(string) bool { return true })
 
-	collectorHTTP := freeAddr(t)
+	collectorHTTP := testkit.FreeAddr(t)
 	moved["http-addr"] = collectorHTTP
 	runArgs(t, collector.Spec.Template.Spec.Containers[0], moved, []string{"NODE_NAME=kind-worker", "POD_NAME=gpuscaler-collector-abcde"})
 	waitHTTP(t, "http://"+collectorHTTP+"/readyz", func(string) bool { return true })
@@ -100,7 +101,7 @@ func runArgs(t *testing.T, ctr corev1.Container, moved map[string]string, env []
 		}
 		args = append(args, a)
 	}
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, gpuscalerBinary(t), args...)
 	cmd.Env = append(cleanEnv(), env...)
@@ -124,53 +125,20 @@ func runArgs(t *testing.T, ctr corev1.Container, moved map[string]string, env []
 // waitHTTP polls url until it answers 200 with a body ok accepts, for up to 30 s.
 func waitHTTP(t *testing.T, url string, ok func(body string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = resp.Status + "\n" + string(b)
-			if resp.StatusCode == http.StatusOK && ok(string(b)) {
-				return
-			}
-		} else {
-			last = err.Error()
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(last) > 2000 {
-		last = last[:2000]
-	}
-	t.Fatalf("GET %s: not what was awaited in 30s; last answer: %s", url, last)
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the child's output and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !ok(string(b)) {
+			return fmt.Errorf("GET %s: %s\n%.2000s", url, resp.Status, b)
+		}
+		return nil
+	})
 }

@@ -18,6 +18,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // kubernetesAuth says whether a case's clients authenticate to NATS with ServiceAccount
@@ -30,10 +32,10 @@ func kubernetesAuth(objs []Object) bool {
 // (TokenReview) and to nothing else, but for get on pods with --pod-lookup; no other
 // object of the release is bound to anything but the collector's own role.
 func TestAuthCalloutRBAC(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			dep, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+			dep, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 			if !kubernetesAuth(objs) {
 				if ok {
 					t.Errorf("got an auth callout Deployment without nats.auth.type kubernetes")
@@ -44,7 +46,7 @@ func TestAuthCalloutRBAC(t *testing.T) {
 				t.Fatal("got no auth callout Deployment with nats.auth.type kubernetes")
 			}
 			pod := dep.Spec.Template.Spec
-			sa := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: Namespace}
+			sa := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: render.Namespace}
 			if _, ok := find[*corev1.ServiceAccount](objs, sa.Name); !ok {
 				t.Errorf("got serviceAccountName %s, not rendered", sa.Name)
 			}
@@ -76,9 +78,9 @@ func TestAuthCalloutRBAC(t *testing.T) {
 			want := []string{"system:auth-delegator"}
 			podLookup := slices.Contains(pod.Containers[0].Args, "--pod-lookup")
 			if podLookup {
-				want = append(want, Release+"-auth-callout-pods")
+				want = append(want, render.Release+"-auth-callout-pods")
 				wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
-				if r := roles[Release+"-auth-callout-pods"]; fmt.Sprint(r) != fmt.Sprint(wantRules) {
+				if r := roles[render.Release+"-auth-callout-pods"]; fmt.Sprint(r) != fmt.Sprint(wantRules) {
 					t.Errorf("got pod lookup rules %v, want %v", r, wantRules)
 				}
 			}
@@ -88,7 +90,7 @@ func TestAuthCalloutRBAC(t *testing.T) {
 				t.Errorf("got the callout bound to %v, want exactly %v (--pod-lookup %v)", got, want, podLookup)
 			}
 			for name := range roles {
-				if name != Release+"-collector" && !(podLookup && name == Release+"-auth-callout-pods") {
+				if name != render.Release+"-collector" && !(podLookup && name == render.Release+"-auth-callout-pods") {
 					t.Errorf("got ClusterRole %s, want none but the collector's (and the callout's pod lookup)", name)
 				}
 			}
@@ -100,24 +102,24 @@ func TestAuthCalloutRBAC(t *testing.T) {
 // present a projected ServiceAccount token of the audience the callout checks, and the
 // callout counts exactly their ServiceAccounts as scaler and collectors.
 func TestNATSIdentities(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			if !kubernetesAuth(objs) {
 				return
 			}
-			callout, _ := find[*appsv1.Deployment](objs, Release+"-auth-callout")
+			callout, _ := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 			args := callout.Spec.Template.Spec.Containers[0].Args
 			audience := flagValue(args, "audience")
 			if audience == "" {
 				t.Fatalf("got callout args %v, want --audience", args)
 			}
-			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 			clients := []struct {
 				role string
 				pod  corev1.PodSpec
 			}{{"scaler", scaler.Spec.Template.Spec}}
-			if ds, ok := find[*appsv1.DaemonSet](objs, Release+"-collector"); ok {
+			if ds, ok := find[*appsv1.DaemonSet](objs, render.Release+"-collector"); ok {
 				clients = append(clients, struct {
 					role string
 					pod  corev1.PodSpec
@@ -126,7 +128,7 @@ func TestNATSIdentities(t *testing.T) {
 				t.Errorf("got --collector-identities=%s without collectors, want none", got)
 			}
 			for _, cl := range clients {
-				if got, want := flagValue(args, cl.role+"-identities"), Namespace+"/"+cl.pod.ServiceAccountName; got != want {
+				if got, want := flagValue(args, cl.role+"-identities"), render.Namespace+"/"+cl.pod.ServiceAccountName; got != want {
 					t.Errorf("got --%s-identities=%s, want %s, the %s's ServiceAccount", cl.role, got, want, cl.role)
 				}
 				ctr := cl.pod.Containers[0]
@@ -177,7 +179,7 @@ func admits(t *testing.T, policies []*networkingv1.NetworkPolicy, podLabels map[
 		if err != nil {
 			t.Fatal(err)
 		}
-		if np.Namespace != Namespace || !sel.Matches(labels.Set(podLabels)) {
+		if np.Namespace != render.Namespace || !sel.Matches(labels.Set(podLabels)) {
 			continue
 		}
 		selected = true
@@ -272,9 +274,9 @@ func kedaPodLabels(t *testing.T) (operator, metricsServer map[string]string) {
 }
 
 // kedaNamespace is the case's keda.namespace.
-func kedaNamespace(t *testing.T, c Case) string {
+func kedaNamespace(t *testing.T, c render.Case) string {
 	t.Helper()
-	vals, err := CaseValues(root(t), c)
+	vals, err := render.CaseValues(root(t), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +304,7 @@ type reach struct {
 // ports admit whom networkPolicy.metricsFrom names (everyone by default).
 func TestNetworkPolicies(t *testing.T) {
 	operator, metricsServer := kedaPodLabels(t)
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
 			policies := all[*networkingv1.NetworkPolicy](objs)
@@ -311,7 +313,7 @@ func TestNetworkPolicies(t *testing.T) {
 			}
 			kedaNS := kedaNamespace(t, c)
 			tenant := peer{"inference", map[string]string{"app": "llm-gateway"}}
-			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 			grpcPort, httpPort := scaler.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort, scaler.Spec.Template.Spec.Containers[0].Ports[1].ContainerPort
 			monitoring := peer{"monitoring", map[string]string{"app.kubernetes.io/name": "prometheus"}}
 			metricsOpen := admits(t, policies, scaler.Spec.Template.Labels, tenant, httpPort)
@@ -320,19 +322,19 @@ func TestNetworkPolicies(t *testing.T) {
 				{"KEDA's metrics server to the scaler's gRPC", scaler.Spec.Template.Labels, peer{kedaNS, metricsServer}, grpcPort, false},
 				{"a tenant to the scaler's gRPC", scaler.Spec.Template.Labels, tenant, grpcPort, false},
 				{"a tenant wearing the operator's labels to the scaler's gRPC", scaler.Spec.Template.Labels, peer{tenant.namespace, operator}, grpcPort, false},
-				{"a pod of the release's namespace to the scaler's gRPC", scaler.Spec.Template.Labels, peer{Namespace, map[string]string{"app": "debug"}}, grpcPort, false},
+				{"a pod of the release's namespace to the scaler's gRPC", scaler.Spec.Template.Labels, peer{render.Namespace, map[string]string{"app": "debug"}}, grpcPort, false},
 				{"Prometheus to the scaler's /metrics", scaler.Spec.Template.Labels, monitoring, httpPort, true},
 			}
-			if nats, ok := find[*appsv1.StatefulSet](objs, Release+"-nats"); ok {
+			if nats, ok := find[*appsv1.StatefulSet](objs, render.Release+"-nats"); ok {
 				natsPod := nats.Spec.Template.Labels
 				checks = append(checks,
 					reach{"a tenant to NATS's client port", natsPod, tenant, 4222, true},
 					reach{"a tenant to NATS's route port", natsPod, tenant, 6222, false},
-					reach{"a NATS server to another's route port", natsPod, peer{Namespace, natsPod}, 6222, true},
+					reach{"a NATS server to another's route port", natsPod, peer{render.Namespace, natsPod}, 6222, true},
 					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, metricsOpen},
 				)
 			}
-			if callout, ok := find[*appsv1.Deployment](objs, Release+"-auth-callout"); ok {
+			if callout, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout"); ok {
 				pod := callout.Spec.Template.Labels
 				port := callout.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort
 				checks = append(checks,
@@ -365,10 +367,10 @@ func TestNetworkPolicies(t *testing.T) {
 // and the ClusterTriggerAuthentication gives KEDA the Secret made for it, in KEDA's
 // namespace; the scaler's certificate is for the scalerAddress the examples use.
 func TestGRPCCertificatesWiring(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
-			scaler, _ := find[*appsv1.Deployment](objs, Release)
+			scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 			pod := scaler.Spec.Template.Spec
 			ctr := pod.Containers[0]
 			certFile := flagValue(ctr.Args, "tls-cert")
@@ -400,10 +402,10 @@ func TestGRPCCertificatesWiring(t *testing.T) {
 			for _, cert := range all[*Certificate](objs) {
 				certs[cert.Namespace+"/"+cert.Spec.SecretName] = cert
 			}
-			wantNames := []string{scalerHost, Release + "." + Namespace + ".svc", Release + "." + Namespace, Release}
+			wantNames := []string{scalerHost, render.Release + "." + render.Namespace + ".svc", render.Release + "." + render.Namespace, render.Release}
 			switch {
-			case secrets[Namespace+"/"+serverSecret] != nil:
-				s := secrets[Namespace+"/"+serverSecret]
+			case secrets[render.Namespace+"/"+serverSecret] != nil:
+				s := secrets[render.Namespace+"/"+serverSecret]
 				if got := s.Annotations["gpuscaler/dns-names"]; got != strings.Join(wantNames, ",") {
 					t.Errorf("got the generated certificate for %q, want %q", got, strings.Join(wantNames, ","))
 				}
@@ -416,11 +418,11 @@ func TestGRPCCertificatesWiring(t *testing.T) {
 						t.Errorf("got KEDA's ca.crt unlike the scaler's, want one CA")
 					}
 				}
-			case certs[Namespace+"/"+serverSecret] != nil:
-				checkCertManager(t, objs, certs[Namespace+"/"+serverSecret], certs[kedaNS+"/"+clientSecret], hasCTA, wantNames)
+			case certs[render.Namespace+"/"+serverSecret] != nil:
+				checkCertManager(t, objs, certs[render.Namespace+"/"+serverSecret], certs[kedaNS+"/"+clientSecret], hasCTA, wantNames)
 			default:
 				// The user's Secrets (scaler.tls.secretName): nothing to generate.
-				if secrets[Namespace+"/"+Release+"-grpc-ca"] != nil {
+				if secrets[render.Namespace+"/"+render.Release+"-grpc-ca"] != nil {
 					t.Errorf("got a generated CA with scaler.tls.secretName %s", serverSecret)
 				}
 			}

@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 // TestValuesRejected: values the chart cannot honour fail at render time with a message
 // that says what to do, rather than producing manifests that fail in the cluster.
 func TestValuesRejected(t *testing.T) {
-	chart := filepath.Join(root(t), ChartDir)
+	chart := filepath.Join(root(t), render.ChartDir)
 	cases := map[string]struct {
 		values map[string]any
 		want   string
@@ -115,7 +117,7 @@ func TestValuesRejected(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(cases)) {
 		tc := cases[name]
 		t.Run(name, func(t *testing.T) {
-			_, err := Render(chart, tc.values)
+			_, err := render.Render(chart, tc.values)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got error %v, want one mentioning %q", err, tc.want)
 			}

@@ -2,7 +2,7 @@
 // kubelet serving the pod-resources API with fixed answers, the devices and pods it
 // answers with, and a fake host /proc. It imports none of the collector's packages, so
 // that each of them can use it in its own tests. Waiting for something is
-// internal/testkit's.
+// test/testkit's.
 package collectortest
 
 import (

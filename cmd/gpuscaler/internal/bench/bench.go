@@ -276,7 +276,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", Stream: scaler.StreamConfig{Memory: cfg.StreamMemory},
 		// Every queue of the bench is in one namespace, more of them than the default
 		// per-namespace limit allows (--activations plus half --triggers).
-		MaxQueuesPerNamespace: -1}, scalerConn, cfg.Log, prometheus.NewRegistry())
+		MaxQueuesPerNamespace: -1, NATSHealth: scalerConn}, scalerConn.Conn, cfg.Log, prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}

@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/scaler"
 )
 
-// Baseline is one way of scaling the inference service, replayed (internal/replay) on the
-// requests the run served, on a model of the demo's cluster: what it would have cost and
-// made the same requests wait.
+// Baseline is one way of scaling the inference service, replayed on the requests the
+// run served on a model of the demo's cluster (the inference package, which replay runs
+// too): what it would have cost and made the same requests wait.
 type Baseline struct {
 	// Policy is replay's name for it: always-on, seeds-hpa-gpu-util, keda-poll-backlog,
 	// gpuscaler-backlog or gpuscaler.
@@ -44,10 +44,10 @@ type Baseline struct {
 // replayModel is the demo's cluster as replay models it: the inference service's
 // concurrency, minReplicaCount 0 and maxReplicaCount its pool's GPUs, the run's KEDA and
 // HPA clocks and producer heartbeat, and a model load of exactly Timing.Startup.
-func replayModel(cfg Config, maxReplicas int) replay.Inference {
+func replayModel(cfg Config, maxReplicas int) inference.Config {
 	t := cfg.Timing
 	startup := t.Startup
-	return replay.Inference{
+	return inference.Config{
 		Concurrency: concurrency, MinReplicas: 0, MaxReplicas: maxReplicas,
 		PollingInterval: t.PollingInterval, Cooldown: t.Cooldown, HPASync: t.HPASync, ScaleDownWindow: t.ScaleDownWindow,
 		Load:           func(*rand.Rand) time.Duration { return startup },
@@ -61,15 +61,15 @@ func replayModel(cfg Config, maxReplicas int) replay.Inference {
 // their peak; the seeds' HPA on GPU utilisation through Prometheus; a queue-backlog
 // trigger at the demo's former queueTarget, polled as KEDA's own queue scalers are and
 // pushed as gpuscaler's is; and the demo's own queue-demand trigger.
-func replayPolicies() []replay.Policy {
+func replayPolicies() []inference.Policy {
 	backlog := map[string]string{scaler.KeyQueueTarget: strconv.Itoa(backlogQueueTarget)}
 	q := "queueTarget=" + strconv.Itoa(backlogQueueTarget)
-	return []replay.Policy{
-		{Name: replay.PolicyAlwaysOn, Kind: replay.KindAlwaysOn},
-		{Name: replay.PolicySeeds, Kind: replay.KindGPUUtil, Setting: "gpu-util 80%, Prometheus lag 0-60s"},
-		{Name: replay.PolicyKEDAPoll, Kind: replay.KindScaler, Metadata: backlog, Setting: q + ", polled"},
-		{Name: replay.PolicyBacklog, Kind: replay.KindScaler, Metadata: backlog, Push: true, Setting: q + ", pushed"},
-		{Name: replay.PolicyRecommends, Kind: replay.KindScaler, Metadata: demandKeys(), Push: true, Setting: demandSetting()},
+	return []inference.Policy{
+		{Name: inference.PolicyAlwaysOn, Kind: inference.KindAlwaysOn},
+		{Name: inference.PolicySeeds, Kind: inference.KindGPUUtil, Setting: "gpu-util 80%, Prometheus lag 0-60s"},
+		{Name: inference.PolicyKEDAPoll, Kind: inference.KindScaler, Metadata: backlog, Setting: q + ", polled"},
+		{Name: inference.PolicyBacklog, Kind: inference.KindScaler, Metadata: backlog, Push: true, Setting: q + ", pushed"},
+		{Name: inference.PolicyRecommends, Kind: inference.KindScaler, Metadata: demandKeys(), Push: true, Setting: demandSetting()},
 	}
 }
 
@@ -88,32 +88,32 @@ func replayBaselines(ctx context.Context, cfg Config, maxReplicas int, reqs []re
 	if len(reqs) == 0 {
 		return nil, 0, nil
 	}
-	svc := replay.Service{Name: inferenceName}
+	svc := inference.Service{Name: inferenceName}
 	for _, r := range reqs {
-		svc.Requests = append(svc.Requests, replay.Request{At: r.arrived.Sub(start), Service: r.service})
+		svc.Requests = append(svc.Requests, inference.Request{At: r.arrived.Sub(start), Service: r.service})
 	}
 	// The queue is FIFO, so requests start in the order they arrived; replay wants that
 	// order, so keep it whatever the queue does.
-	slices.SortStableFunc(svc.Requests, func(a, b replay.Request) int { return int(a.At - b.At) })
+	slices.SortStableFunc(svc.Requests, func(a, b inference.Request) int { return int(a.At - b.At) })
 	tail := max(elapsed-svc.Requests[len(svc.Requests)-1].At, 0) // the replay ends where the run did
 	model := replayModel(cfg, maxReplicas)
-	res, err := replay.RunInference(ctx, []replay.Service{svc}, model, replayPolicies(), nil, tail, nil)
+	res, err := inference.Run(ctx, []inference.Service{svc}, model, replayPolicies(), nil, tail, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("replay the run's requests: %w", err)
 	}
 	// A static deployment sized for the burst's mean rate: cheaper than the peak, and
 	// requests wait whenever arrivals bunch up.
 	model.MaxReplicas = min(burstReplicas(), maxReplicas)
-	burst, err := replay.RunInference(ctx, []replay.Service{svc}, model,
-		[]replay.Policy{{Name: replay.PolicyAlwaysOn, Kind: replay.KindAlwaysOn}}, nil, tail, nil)
+	burst, err := inference.Run(ctx, []inference.Service{svc}, model,
+		[]inference.Policy{{Name: inference.PolicyAlwaysOn, Kind: inference.KindAlwaysOn}}, nil, tail, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("replay the run's requests: %w", err)
 	}
 	var out []Baseline
 	for i, p := range res.Policies {
 		b := baseline(p)
-		if p.Name == replay.PolicyAlwaysOn {
-			b.PeakNeed = replay.PeakNeed(svc.Requests, model.Concurrency)
+		if p.Name == inference.PolicyAlwaysOn {
+			b.PeakNeed = inference.PeakNeed(svc.Requests, model.Concurrency)
 			b.Setting = fmt.Sprintf("%d replicas, the peak need", b.PeakReplicas)
 			if b.PeakNeed > b.PeakReplicas {
 				b.Setting = fmt.Sprintf("%d replicas, all GPUs; need %d", b.PeakReplicas, b.PeakNeed)
@@ -129,7 +129,7 @@ func replayBaselines(ctx context.Context, cfg Config, maxReplicas int, reqs []re
 	return out, res.Requests, nil
 }
 
-func baseline(p replay.PolicyResult) Baseline {
+func baseline(p inference.PolicyResult) Baseline {
 	// replay counts MaxReplicas where it scales, which always-on never does: its
 	// replicas are in its timeline, the same in every bin.
 	peak := p.MaxReplicas

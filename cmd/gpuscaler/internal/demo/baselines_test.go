@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 )
 
 // baselinePolicies are the rows the summary compares, in order: always on at the peak
 // need and at the burst's mean rate, the seeds' GPU-utilisation HPA, KEDA's polled
 // backlog, gpuscaler's pushed backlog (the demo's former trigger) and its queue-demand
 // (the demo's trigger now).
-var baselinePolicies = []string{replay.PolicyAlwaysOn, replay.PolicyAlwaysOn, replay.PolicySeeds,
-	replay.PolicyKEDAPoll, replay.PolicyBacklog, replay.PolicyRecommends}
+var baselinePolicies = []string{inference.PolicyAlwaysOn, inference.PolicyAlwaysOn, inference.PolicySeeds,
+	inference.PolicyKEDAPoll, inference.PolicyBacklog, inference.PolicyRecommends}
 
 // checkBaselines checks a completed run's comparison: every policy replayed, on exactly
 // the requests the run served, printed in the summary's table beside the live figures.
@@ -57,8 +57,8 @@ func checkBaselines(t *testing.T, sum *Summary, text string) {
 			t.Errorf("summary's table lacks %s (%s)", b.Policy, b.Setting)
 		}
 	}
-	if s := sum.Baselines[5].Setting; !strings.Contains(s, "targetWait="+replay.RecommendedTargetWait.String()) {
-		t.Errorf("gpuscaler's setting %q: want the recommended targetWait %s", s, replay.RecommendedTargetWait)
+	if s := sum.Baselines[5].Setting; !strings.Contains(s, "targetWait="+inference.RecommendedTargetWait.String()) {
+		t.Errorf("gpuscaler's setting %q: want the recommended targetWait %s", s, inference.RecommendedTargetWait)
 	}
 	if s := sum.Baselines[4].Setting; !strings.Contains(s, fmt.Sprintf("queueTarget=%d", backlogQueueTarget)) {
 		t.Errorf("gpuscaler-backlog's setting %q: want the demo's former queueTarget %d", s, backlogQueueTarget)

@@ -26,8 +26,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
 	"github.com/gpuscaler/gpuscaler/collector"
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
@@ -178,7 +178,7 @@ func (c Config) Validate() error {
 // The triggers the demo's ScaledObject and ScaledJob give the scaler.
 //
 // The inference service's is the configuration the README recommends for a service that
-// scales to zero (replay.Recommended): queue-demand, the replicas its arrival rate and
+// scales to zero (inference.Recommended): queue-demand, the replicas its arrival rate and
 // waiting requests need, each replica serving concurrency requests at once. Its GPU
 // utilisation is a second metric, and keeps the service awake while its GPUs work.
 func inferenceTrigger() map[string]string {
@@ -197,7 +197,7 @@ func inferenceTrigger() map[string]string {
 // replay gives its gpuscaler policy too.
 func demandKeys() map[string]string {
 	return map[string]string{
-		scaler.KeyTargetWait:  replay.RecommendedTargetWait.String(),
+		scaler.KeyTargetWait:  inference.RecommendedTargetWait.String(),
 		scaler.KeyConcurrency: strconv.Itoa(concurrency),
 	}
 }
@@ -259,8 +259,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer worldConn.Close()
 
-	s, err := scaler.New(scaler.Config{GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Stream: scaler.StreamConfig{Memory: true}},
-		scalerConn, log.With("component", "scaler"), prometheus.NewRegistry())
+	s, err := scaler.New(scaler.Config{GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Stream: scaler.StreamConfig{Memory: true}, NATSHealth: scalerConn},
+		scalerConn.Conn, log.With("component", "scaler"), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ func printHeader(cfg Config, s *scaler.Scaler, natsURL string, notes []string) {
 		fmt.Fprintf(out, "  note     %s\n", n)
 	}
 	fmt.Fprintf(out, "  inference ScaledObject %s/%s: external-push, queue %q (queue-demand: targetWait %s, concurrency %d) + GPU util of app=%s (target %d%%, active above %d%%), 0..%d replicas of 1 GPU\n",
-		inferenceNS, inferenceName, inferenceQueue, replay.RecommendedTargetWait, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
+		inferenceNS, inferenceName, inferenceQueue, inference.RecommendedTargetWait, concurrency, inferenceName, gpuUtilTarget, activationGPUUtil, inf*cfg.GPUsPerNode)
 	fmt.Fprintf(out, "  training  ScaledJob %s/%s: queue %q, capacityAware, %d GPUs per Job on pool=training, default strategy\n",
 		trainingNS, trainingName, trainingQueue, gpusPerJob)
 	t := cfg.Timing
@@ -359,7 +359,7 @@ type world struct {
 	cfg      Config
 	cluster  *cluster
 	client   pb.ExternalScalerClient
-	inf      *inference
+	inf      *inferenceService
 	train    *training
 	so       kedarules.ScaledObject
 	hpa      kedarules.HPA
@@ -392,7 +392,7 @@ func newWorld(cfg Config, cl *cluster, nc *natsconn.Conn, client pb.ExternalScal
 		cfg:     cfg,
 		cluster: cl,
 		client:  client,
-		inf:     &inference{reporter: infRep, startup: cfg.Timing.Startup, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))},
+		inf:     &inferenceService{reporter: infRep, startup: cfg.Timing.Startup, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))},
 		train:   &training{reporter: trRep, runFor: cfg.Timing.JobRun},
 		so:      kedarules.ScaledObject{Cooldown: cfg.Timing.Cooldown},
 		hpa:     kedarules.HPA{Min: 1, Max: cl.gpus("inference"), ScaleDownWindow: cfg.Timing.ScaleDownWindow},
@@ -727,8 +727,8 @@ type Summary struct {
 	Trigger     string `json:"trigger"`
 	QueueMetric string `json:"queue_metric"`
 	// Baselines are the other ways of scaling the service, and the demo's own trigger,
-	// replayed on the run's requests on a model of its cluster (internal/replay): the
-	// same requests under each. ReplayedRequests are the requests the run started to
+	// replayed on the run's requests on a model of its cluster (the inference package):
+	// the same requests under each. ReplayedRequests are the requests the run started to
 	// serve, whose waits the live figures count: in a run that completed, every request
 	// served; stopped early, also those in flight at the stop. Empty with none.
 	Baselines         []Baseline `json:"baselines"`

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/internal/testkit"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -386,7 +386,7 @@ func TestChartExplainsItself(t *testing.T) {
 func TestServingUtil(t *testing.T) {
 	now := time.Unix(1000, 0)
 	node := &simNode{}
-	w := &inference{}
+	w := &inferenceService{}
 	add := func(readyAt time.Time, util float64) {
 		w.replicas = append(w.replicas, &replica{pod: &pod{gpus: 1, node: node, util: util}, readyAt: readyAt})
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 )
 
 // timeline prints one row per interval: the load, what the scaler says, what KEDA did
@@ -189,8 +189,9 @@ func printBaselines(out io.Writer, s *Summary) {
 		time.Duration(s.StartupSeconds*float64(time.Second)))
 }
 
-// quantile returns the q-quantile of ds in seconds by replay's nearest-rank method, so
-// the live run and its replayed baselines count waits alike; 0 when there are none.
+// quantile returns the q-quantile of ds in seconds by the nearest-rank method the
+// replayed baselines use (inference.Quantile), so the live run and they count waits
+// alike; 0 when there are none.
 func quantile(ds []time.Duration, q float64) float64 {
 	if len(ds) == 0 {
 		return 0
@@ -200,7 +201,7 @@ func quantile(ds []time.Duration, q float64) float64 {
 		s[i] = d.Seconds()
 	}
 	slices.Sort(s)
-	return replay.Quantile(s, q)
+	return inference.Quantile(s, q)
 }
 
 // fmtPercent prints a percentage without its sign, "-" when there is none (negative).

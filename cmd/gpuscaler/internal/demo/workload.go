@@ -113,8 +113,8 @@ func (r *replica) ready(now time.Time) bool {
 	return r.node != nil && !r.readyAt.IsZero() && !now.Before(r.readyAt)
 }
 
-// inference is the scale-to-zero service and its request queue.
-type inference struct {
+// inferenceService is the scale-to-zero service and its request queue.
+type inferenceService struct {
 	reporter *queue.Reporter
 	startup  time.Duration
 	rng      *rand.Rand
@@ -132,7 +132,7 @@ type inference struct {
 }
 
 // backlog is waiting + in flight, what the producer reports.
-func (w *inference) backlog() int {
+func (w *inferenceService) backlog() int {
 	n := len(w.waiting)
 	for _, r := range w.replicas {
 		n += len(r.inflight)
@@ -141,7 +141,7 @@ func (w *inference) backlog() int {
 }
 
 // desired is the replica count KEDA and the HPA set: terminating pods do not count.
-func (w *inference) desired() int {
+func (w *inferenceService) desired() int {
 	n := 0
 	for _, r := range w.replicas {
 		if !r.terminating {
@@ -151,7 +151,7 @@ func (w *inference) desired() int {
 	return n
 }
 
-func (w *inference) readyCount(now time.Time) int {
+func (w *inferenceService) readyCount(now time.Time) int {
 	n := 0
 	for _, r := range w.replicas {
 		if !r.terminating && r.ready(now) {
@@ -163,7 +163,7 @@ func (w *inference) readyCount(now time.Time) int {
 
 // scale sets the Deployment's replicas: new pods are created (and scheduled when a GPU is
 // free); surplus pods, not-ready ones first, stop taking requests and leave once idle.
-func (w *inference) scale(c *cluster, to int) {
+func (w *inferenceService) scale(c *cluster, to int) {
 	for cur := w.desired(); cur < to; cur++ {
 		w.serial++
 		p := &pod{namespace: inferenceNS, name: fmt.Sprintf("%s-%05d", inferenceName, w.serial),
@@ -187,7 +187,7 @@ func (w *inference) scale(c *cluster, to int) {
 
 // step advances the service to now: requests arrive at the phase's rate, replicas start,
 // serve and finish requests, and the producer's Reporter hears of each change.
-func (w *inference) step(c *cluster, now time.Time, dt time.Duration, rate float64) (arrived int) {
+func (w *inferenceService) step(c *cluster, now time.Time, dt time.Duration, rate float64) (arrived int) {
 	arrived = poisson(w.rng, rate*dt.Seconds())
 	for range arrived {
 		w.waiting = append(w.waiting, now)
@@ -246,7 +246,7 @@ func (w *inference) step(c *cluster, now time.Time, dt time.Duration, rate float
 }
 
 // gpusHeld counts the GPUs the service's pods hold, terminating ones included.
-func (w *inference) gpusHeld() int {
+func (w *inferenceService) gpusHeld() int {
 	n := 0
 	for _, r := range w.replicas {
 		if r.node != nil {
@@ -260,7 +260,7 @@ func (w *inference) gpusHeld() int {
 // loaded, draining ones included while they finish their requests. Replicas still loading
 // are left out: their GPUs idle by design, and averaging them in makes a busy service
 // look idle the moment the HPA adds replicas. ok is false when none serves.
-func (w *inference) servingUtil(now time.Time) (util float64, ok bool) {
+func (w *inferenceService) servingUtil(now time.Time) (util float64, ok bool) {
 	sum, n := 0.0, 0
 	for _, r := range w.replicas {
 		if r.ready(now) {

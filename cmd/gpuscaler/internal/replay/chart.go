@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/svgchart"
 )
@@ -24,7 +25,7 @@ import (
 // policy's GPU-hours and p99 wait. title heads the chart; attribution, the trace's
 // source and licence, is drawn under it after "Data: " and must not be empty: the
 // traces are published under CC BY 4.0, which asks for it wherever results are shown.
-func WriteInferenceChart(w io.Writer, title, attribution string, res *InferenceResult) error {
+func WriteInferenceChart(w io.Writer, title, attribution string, res *inference.Result) error {
 	c, err := buildInferenceChart(title, attribution, res)
 	if err != nil {
 		return err
@@ -195,11 +196,11 @@ func (sr replaySeries) peak() float64 {
 // policyColors gives each policy the colour it has in every chart; a name not here, or
 // one seen twice, takes the next of extraColors.
 var policyColors = map[string]string{
-	PolicyAlwaysOn:   "#8c8c8c",
-	PolicySeeds:      "#9467bd",
-	PolicyKEDAPoll:   "#ff7f0e",
-	PolicyBacklog:    "#1f77b4",
-	PolicyRecommends: "#2ca02c",
+	inference.PolicyAlwaysOn:   "#8c8c8c",
+	inference.PolicySeeds:      "#9467bd",
+	inference.PolicyKEDAPoll:   "#ff7f0e",
+	inference.PolicyBacklog:    "#1f77b4",
+	inference.PolicyRecommends: "#2ca02c",
 }
 
 var extraColors = []string{"#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79"}
@@ -240,7 +241,7 @@ func dataLine(attribution string) string {
 	return "Data: " + attribution
 }
 
-func buildInferenceChart(title, attribution string, res *InferenceResult) (replayChart, error) {
+func buildInferenceChart(title, attribution string, res *inference.Result) (replayChart, error) {
 	if err := checkHeader(attribution); err != nil {
 		return replayChart{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 )
 
@@ -21,15 +22,15 @@ const chartAttribution = `Azure LLM inference trace 2023 (conversation): Azure/A
 
 // handInference is three policies over a minute in six bins of 10 s: always-on holds 100
 // replicas, the two others 0 to 3, so a linear replicas axis would crush them.
-func handInference() *InferenceResult {
-	return &InferenceResult{Requests: 12, Services: 2, Span: time.Minute, Policies: []PolicyResult{{
-		Name: PolicyAlwaysOn, GPUHours: 1.67, Timeline: Timeline{Bin: 10 * time.Second,
+func handInference() *inference.Result {
+	return &inference.Result{Requests: 12, Services: 2, Span: time.Minute, Policies: []inference.PolicyResult{{
+		Name: inference.PolicyAlwaysOn, GPUHours: 1.67, Timeline: inference.Timeline{Bin: 10 * time.Second,
 			Replicas: []float64{100, 100, 100, 100, 100, 100}, Backlog: []int{0, 1, 0, 0, 2, 0}, Wait: []float64{0, 0, 0, 0, 0, 0}},
 	}, {
-		Name: PolicyKEDAPoll, Setting: "queueTarget=1", GPUHours: 0.02, WaitP99: 61, Timeline: Timeline{Bin: 10 * time.Second,
+		Name: inference.PolicyKEDAPoll, Setting: "queueTarget=1", GPUHours: 0.02, WaitP99: 61, Timeline: inference.Timeline{Bin: 10 * time.Second,
 			Replicas: []float64{0, 1, 2, 3, 0.5, 0}, Backlog: []int{3, 4, 2, 0, 7, 0}, Wait: []float64{61, 30, 0, 0, 45, 0}},
 	}, {
-		Name: PolicyRecommends, Setting: "targetWait=30s", GPUHours: 0.02, WaitP99: 44.5, Timeline: Timeline{Bin: 10 * time.Second,
+		Name: inference.PolicyRecommends, Setting: "targetWait=30s", GPUHours: 0.02, WaitP99: 44.5, Timeline: inference.Timeline{Bin: 10 * time.Second,
 			Replicas: []float64{0, 2, 2, 1, 1, 0}, Backlog: []int{3, 2, 1, 0, 6, 0}, Wait: []float64{44.5, 12, 0, 0, 20, 0}},
 	}}}
 }
@@ -124,7 +125,7 @@ func TestInferenceChartRealReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Config.WarmUp = 0 // 300 requests are a minute: measure them all
-	res, err := RunInference(context.Background(), sc.Services, sc.Config, sc.Policies, nil, sc.Tail, nil)
+	res, err := inference.Run(context.Background(), sc.Services, sc.Config, sc.Policies, nil, sc.Tail, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +221,8 @@ func TestOpenBChartHand(t *testing.T) {
 func TestOpenBChartLaterStart(t *testing.T) {
 	day := 24 * time.Hour
 	res := &OpenBResult{Span: 5 * day, Policies: []OpenBPolicy{
-		{Name: PolicyBacklog, PendingJobsMax: 3, Timeline: []OpenBPoint{{At: 2 * day, Waiting: 1}, {At: 3 * day, Waiting: 4, Running: 2, Pending: 3}, {At: 6 * day}}},
-		{Name: PolicyRecommends, CapacityAware: true, Timeline: []OpenBPoint{{At: 2 * day, Waiting: 1}, {At: 3 * day, Waiting: 4, Running: 2}, {At: 6 * day}}},
+		{Name: inference.PolicyBacklog, PendingJobsMax: 3, Timeline: []OpenBPoint{{At: 2 * day, Waiting: 1}, {At: 3 * day, Waiting: 4, Running: 2, Pending: 3}, {At: 6 * day}}},
+		{Name: inference.PolicyRecommends, CapacityAware: true, Timeline: []OpenBPoint{{At: 2 * day, Waiting: 1}, {At: 3 * day, Waiting: 4, Running: 2}, {At: 6 * day}}},
 	}}
 	c, err := buildOpenBChart("later", chartAttribution, res)
 	if err != nil {
@@ -255,8 +256,8 @@ func TestChartSameCourse(t *testing.T) {
 	}
 	// A dashed plain ScaledJob over a solid capacityAware one is not hidden.
 	o := &OpenBResult{Span: time.Hour, Policies: []OpenBPolicy{
-		{Name: PolicyBacklog, Timeline: []OpenBPoint{{At: 0, Waiting: 1}}},
-		{Name: PolicyRecommends, CapacityAware: true, Timeline: []OpenBPoint{{At: 0, Waiting: 1}}},
+		{Name: inference.PolicyBacklog, Timeline: []OpenBPoint{{At: 0, Waiting: 1}}},
+		{Name: inference.PolicyRecommends, CapacityAware: true, Timeline: []OpenBPoint{{At: 0, Waiting: 1}}},
 	}}
 	oc, err := buildOpenBChart("same", chartAttribution, o)
 	if err != nil {
@@ -272,13 +273,13 @@ func TestChartErrors(t *testing.T) {
 	broken.Policies[2].Timeline.Wait = broken.Policies[2].Timeline.Wait[:3]
 	for name, tc := range map[string]struct {
 		attribution string
-		res         *InferenceResult
+		res         *inference.Result
 		want        string
 	}{
 		"no attribution":     {"  ", handInference(), "CC BY 4.0"},
 		"no result":          {chartAttribution, nil, "no policies"},
-		"no policies":        {chartAttribution, &InferenceResult{Span: time.Minute}, "no policies"},
-		"no span":            {chartAttribution, &InferenceResult{Policies: handInference().Policies}, "span 0s"},
+		"no policies":        {chartAttribution, &inference.Result{Span: time.Minute}, "no policies"},
+		"no span":            {chartAttribution, &inference.Result{Policies: handInference().Policies}, "span 0s"},
 		"timelines disagree": {chartAttribution, broken, "policy gpuscaler: timeline of 6 replicas, 6 backlogs and 3 waits"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -330,8 +331,8 @@ func TestTimeAxis(t *testing.T) {
 }
 
 func TestColorsFor(t *testing.T) {
-	got := colorsFor([]string{PolicyRecommends, "mine", PolicyRecommends, PolicyAlwaysOn})
-	want := []string{policyColors[PolicyRecommends], extraColors[0], extraColors[1], policyColors[PolicyAlwaysOn]}
+	got := colorsFor([]string{inference.PolicyRecommends, "mine", inference.PolicyRecommends, inference.PolicyAlwaysOn})
+	want := []string{policyColors[inference.PolicyRecommends], extraColors[0], extraColors[1], policyColors[inference.PolicyAlwaysOn]}
 	if !slices.Equal(got, want) {
 		t.Errorf("colorsFor = %v, want %v: a policy's own colour, then unused extra ones", got, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 	"github.com/gpuscaler/gpuscaler/collector"
@@ -987,9 +988,9 @@ func (r *openBRun) summary(name string, gpus int, span time.Duration) OpenBPolic
 		CapacityAware:   r.capacityAware,
 		Jobs:            len(r.rec.jobs),
 		EmptyJobs:       r.emptyJobs,
-		JobWaitP50:      Quantile(waits, 0.5),
-		JobWaitP99:      Quantile(waits, 0.99),
-		JobWaitMean:     mean(waits),
+		JobWaitP50:      inference.Quantile(waits, 0.5),
+		JobWaitP99:      inference.Quantile(waits, 0.99),
+		JobWaitMean:     inference.Mean(waits),
 		PendingJobsMax:  r.pendingMost,
 		PendingGPUHours: r.pendingGPUs / 3600,
 		GPUHours:        r.gpuSeconds / 3600,

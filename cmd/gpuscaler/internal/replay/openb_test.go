@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 	"github.com/gpuscaler/gpuscaler/scaler"
 )
@@ -349,9 +350,9 @@ func checkRecord(t *testing.T, in *openBInput, rec *openBRecord, p OpenBPolicy) 
 		t.Errorf("GPU-hours %f; from the Jobs %f, integral of GPUs held %f", p.GPUHours, gpuSeconds/3600, rec.heldGPUSeconds/3600)
 	}
 	slices.Sort(waits)
-	if p.JobWaitP50 != Quantile(waits, 0.5) || p.JobWaitP99 != Quantile(waits, 0.99) || len(waits) != len(in.tasks) || waits[0] < 0 {
+	if p.JobWaitP50 != inference.Quantile(waits, 0.5) || p.JobWaitP99 != inference.Quantile(waits, 0.99) || len(waits) != len(in.tasks) || waits[0] < 0 {
 		t.Errorf("waits p50 %v, p99 %v over %d tasks; want %v, %v over %d, none negative", p.JobWaitP50, p.JobWaitP99, len(waits),
-			Quantile(waits, 0.5), Quantile(waits, 0.99), len(in.tasks))
+			inference.Quantile(waits, 0.5), inference.Quantile(waits, 0.99), len(in.tasks))
 	}
 	if p.Jobs != len(rec.jobs) || p.EmptyJobs != 0 {
 		t.Errorf("%d Jobs, %d empty; record %d Jobs, want none empty with queueTarget 1", p.Jobs, p.EmptyJobs, len(rec.jobs))

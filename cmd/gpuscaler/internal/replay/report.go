@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 )
 
 // Attribution is the line every output of a replay carries: the traces are published
@@ -26,15 +28,15 @@ type Target struct {
 
 // InferenceTargets judges the scale-to-zero targets (GenTD26) or the scale-out ones
 // (Azure LLM) on res.
-func InferenceTargets(trace string, res *InferenceResult) []Target {
-	by := map[string]PolicyResult{}
+func InferenceTargets(trace string, res *inference.Result) []Target {
+	by := map[string]inference.PolicyResult{}
 	for _, p := range res.Policies {
 		by[p.Name] = p
 	}
 	var out []Target
 	switch trace {
 	case "gentd26":
-		rec, on, poll := by[PolicyRecommends], by[PolicyAlwaysOn], by[PolicyKEDAPoll]
+		rec, on, poll := by[inference.PolicyRecommends], by[inference.PolicyAlwaysOn], by[inference.PolicyKEDAPoll]
 		share := rec.GPUHours / on.GPUHours
 		out = append(out, Target{Name: "gpuscaler spends ≤ 10% of the GPU-hours of always-on",
 			Measured: fmt.Sprintf("%.1f%% (%.0f of %.0f GPU-hours)", 100*share, rec.GPUHours, on.GPUHours), Met: share <= 0.10})
@@ -42,7 +44,7 @@ func InferenceTargets(trace string, res *InferenceResult) []Target {
 		out = append(out, Target{Name: "gpuscaler's p99 wait ≥ 25% below keda-poll-backlog's, at no more GPU-hours",
 			Measured: fmt.Sprintf("p99 %.1f s against %.1f s (%.0f%% below), %.0f against %.0f GPU-hours", rec.WaitP99, poll.WaitP99, 100*cut, rec.GPUHours, poll.GPUHours),
 			Met:      cut >= 0.25 && rec.GPUHours <= poll.GPUHours})
-		pts := res.Frontiers[PolicyRecommends]
+		pts := res.Frontiers[inference.PolicyRecommends]
 		onFrontier := true
 		for _, p := range pts {
 			if p.GPUHours <= rec.GPUHours && p.ColdStartFraction <= rec.ColdStartFraction &&
@@ -53,7 +55,7 @@ func InferenceTargets(trace string, res *InferenceResult) []Target {
 		out = append(out, Target{Name: "the recommended cooldown sits on the cooldownPeriod frontier (GPU-hours against cold-start fraction)",
 			Measured: fmt.Sprintf("%s: %.0f GPU-hours, cold-start fraction %.3f", rec.Setting, rec.GPUHours, rec.ColdStartFraction), Met: onFrontier})
 	case "azure-llm":
-		backlog, demand := res.Frontiers[PolicyBacklog], res.Frontiers[PolicyRecommends]
+		backlog, demand := res.Frontiers[inference.PolicyBacklog], res.Frontiers[inference.PolicyRecommends]
 		var missed []string
 		best, bestAt := 0.0, ""
 		for _, b := range backlog {
@@ -106,7 +108,7 @@ func OpenBTargets(res *OpenBResult) []Target {
 }
 
 // WriteInferenceTable prints the policies, the frontiers and the targets.
-func WriteInferenceTable(w io.Writer, res *InferenceResult, targets []Target) error {
+func WriteInferenceTable(w io.Writer, res *inference.Result, targets []Target) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\tsetting\tGPU-hours\twait p50\tp99\tmean\tcold starts\tmax replicas")
 	for _, p := range res.Policies {
@@ -116,7 +118,7 @@ func WriteInferenceTable(w io.Writer, res *InferenceResult, targets []Target) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, name := range []string{PolicyBacklog, PolicyRecommends, PolicyDemandSweep} {
+	for _, name := range []string{inference.PolicyBacklog, inference.PolicyRecommends, PolicyDemandSweep} {
 		pts := res.Frontiers[name]
 		if len(pts) == 0 {
 			continue

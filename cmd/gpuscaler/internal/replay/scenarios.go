@@ -5,35 +5,10 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
-	"github.com/gpuscaler/gpuscaler/scaler"
-)
-
-// The policy names, as the output spells them.
-const (
-	PolicyAlwaysOn   = "always-on"
-	PolicySeeds      = "seeds-hpa-gpu-util"
-	PolicyKEDAPoll   = "keda-poll-backlog"
-	PolicyBacklog    = "gpuscaler-backlog"
-	PolicyRecommends = "gpuscaler"
-)
-
-// The configurations the README recommends, which replay measures as the policy
-// "gpuscaler", with pushed activation (external-push) and KEDA's default cooldownPeriod,
-// 300s, the baselines' own:
-//   - a service that stays up and scales out (Azure LLM): queue-demand, targetWait
-//     RecommendedTargetWait, the p99 wait its users accept once warm;
-//   - a service that scales to zero on sparse traffic (GenTD26): queue-backlog with
-//     queueTarget the replica's concurrency. There the model load sets the p99 whatever
-//     the metric, and queue-demand, which provisions for the rate a burst shows, holds
-//     more replicas than the burst's items (replay shows it in the frontier
-//     "gpuscaler-demand").
-const (
-	RecommendedTargetWait = 10 * time.Second
-	RecommendedCooldown   = 300 * time.Second
 )
 
 // PolicyDemandSweep names the frontier of queue-demand's targetWait in a scenario where
@@ -45,10 +20,10 @@ type Scenario struct {
 	Trace string
 	// Recommends says what the policy "gpuscaler" is in this scenario.
 	Recommends string
-	Services   []Service
-	Config     Inference
-	Policies   []Policy
-	Sweeps     []Policy
+	Services   []inference.Service
+	Config     inference.Config
+	Policies   []inference.Policy
+	Sweeps     []inference.Policy
 	// Tail is how long the replay goes on after the last request, for every policy to
 	// scale down.
 	Tail time.Duration
@@ -56,8 +31,8 @@ type Scenario struct {
 
 // kedaDefaults is a ScaledObject left at KEDA's defaults, with the HPA
 // kube-controller-manager runs by default.
-func kedaDefaults(load *traces.Durations, seed uint64) Inference {
-	return Inference{
+func kedaDefaults(load *traces.Durations, seed uint64) inference.Config {
+	return inference.Config{
 		MinReplicas:     0,
 		PollingInterval: 30 * time.Second,
 		Cooldown:        300 * time.Second,
@@ -67,22 +42,6 @@ func kedaDefaults(load *traces.Durations, seed uint64) Inference {
 		Load:            func(r *rand.Rand) time.Duration { return load.Sample(r) },
 		Seed:            seed,
 	}
-}
-
-// backlogPolicy is queue-backlog at queueTarget q; push says whether activation is
-// pushed (gpuscaler) or polled (KEDA's own queue scalers).
-func backlogPolicy(name string, q int, push bool) Policy {
-	return Policy{Name: name, Setting: "queueTarget=" + strconv.Itoa(q), Kind: KindScaler, Push: push,
-		Metadata: map[string]string{scaler.KeyQueueTarget: strconv.Itoa(q)}}
-}
-
-// demandPolicy is queue-demand at targetWait w, pushed.
-func demandPolicy(w time.Duration, concurrency int, cooldown time.Duration, setting string) Policy {
-	md := map[string]string{scaler.KeyTargetWait: w.String()}
-	if concurrency > 1 {
-		md[scaler.KeyConcurrency] = strconv.Itoa(concurrency)
-	}
-	return Policy{Name: PolicyRecommends, Setting: setting, Kind: KindScaler, Push: true, Cooldown: cooldown, Metadata: md}
 }
 
 // GenTD26 is the scale-to-zero scenario: one Deployment per model checkpoint, each at
@@ -96,35 +55,35 @@ func GenTD26(reqs []traces.GenTD26Request, load *traces.Durations, seed uint64) 
 		return nil, fmt.Errorf("GenTD26: no requests")
 	}
 	start := reqs[0].At
-	byCkpt := map[string][]Request{}
+	byCkpt := map[string][]inference.Request{}
 	for _, r := range reqs {
-		byCkpt[r.Checkpoint] = append(byCkpt[r.Checkpoint], Request{At: r.At.Sub(start), Service: r.Exec})
+		byCkpt[r.Checkpoint] = append(byCkpt[r.Checkpoint], inference.Request{At: r.At.Sub(start), Service: r.Exec})
 	}
-	var services []Service
+	var services []inference.Service
 	for _, name := range slices.Sorted(maps.Keys(byCkpt)) {
-		services = append(services, Service{Name: name, Requests: byCkpt[name]})
+		services = append(services, inference.Service{Name: name, Requests: byCkpt[name]})
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = 1, 8
 	sc := &Scenario{Trace: "gentd26", Services: services, Config: cfg, Tail: time.Hour,
 		Recommends: "queue-backlog, queueTarget 1 (the replica's concurrency), pushed activation"}
-	rec := backlogPolicy(PolicyRecommends, 1, true)
-	rec.Setting = "cooldownPeriod=" + RecommendedCooldown.String()
-	sc.Policies = []Policy{
-		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
-		{Name: PolicySeeds, Kind: KindGPUUtil},
-		backlogPolicy(PolicyKEDAPoll, 1, false),
-		backlogPolicy(PolicyBacklog, 1, true),
+	rec := inference.BacklogPolicy(inference.PolicyRecommends, 1, true)
+	rec.Setting = "cooldownPeriod=" + inference.RecommendedCooldown.String()
+	sc.Policies = []inference.Policy{
+		{Name: inference.PolicyAlwaysOn, Kind: inference.KindAlwaysOn},
+		{Name: inference.PolicySeeds, Kind: inference.KindGPUUtil},
+		inference.BacklogPolicy(inference.PolicyKEDAPoll, 1, false),
+		inference.BacklogPolicy(inference.PolicyBacklog, 1, true),
 		rec,
 	}
 	for _, c := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour} {
-		p := backlogPolicy(PolicyRecommends, 1, true)
+		p := inference.BacklogPolicy(inference.PolicyRecommends, 1, true)
 		p.Setting, p.Cooldown = "cooldownPeriod="+c.String(), c
 		sc.Sweeps = append(sc.Sweeps, p)
 	}
 	// queue-demand over its knob, at the default cooldown, so its frontier compares.
 	for _, w := range []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour} {
-		p := demandPolicy(w, 1, 0, "targetWait="+w.String())
+		p := inference.DemandPolicy(w, 1, 0, "targetWait="+w.String())
 		p.Name = PolicyDemandSweep
 		sc.Sweeps = append(sc.Sweeps, p)
 	}
@@ -167,9 +126,9 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 		return nil, fmt.Errorf("--service-speed %g: want above 0", speed)
 	}
 	start := reqs[0].At
-	svc := Service{Name: "llm"}
+	svc := inference.Service{Name: "llm"}
 	for _, r := range reqs {
-		svc.Requests = append(svc.Requests, Request{At: r.At.Sub(start), Service: model.Service(r.ContextTokens, r.GeneratedTokens, speed)})
+		svc.Requests = append(svc.Requests, inference.Request{At: r.At.Sub(start), Service: model.Service(r.ContextTokens, r.GeneratedTokens, speed)})
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
@@ -178,21 +137,21 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	// measured, and so is the scale-down from the stop at its end, which the service
 	// never saw: GPU-hours run to the last request's arrival.
 	cfg.WarmUp, cfg.CutEnd = 5*time.Minute, true
-	sc := &Scenario{Trace: "azure-llm", Services: []Service{svc}, Config: cfg, Tail: 15 * time.Minute,
-		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", RecommendedTargetWait, model.Concurrency)}
+	sc := &Scenario{Trace: "azure-llm", Services: []inference.Service{svc}, Config: cfg, Tail: 15 * time.Minute,
+		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", inference.RecommendedTargetWait, model.Concurrency)}
 	c := model.Concurrency
-	sc.Policies = []Policy{
-		{Name: PolicyAlwaysOn, Kind: KindAlwaysOn},
-		{Name: PolicySeeds, Kind: KindGPUUtil},
-		backlogPolicy(PolicyKEDAPoll, c, false),
-		backlogPolicy(PolicyBacklog, c, true),
-		demandPolicy(RecommendedTargetWait, c, 0, "targetWait="+RecommendedTargetWait.String()),
+	sc.Policies = []inference.Policy{
+		{Name: inference.PolicyAlwaysOn, Kind: inference.KindAlwaysOn},
+		{Name: inference.PolicySeeds, Kind: inference.KindGPUUtil},
+		inference.BacklogPolicy(inference.PolicyKEDAPoll, c, false),
+		inference.BacklogPolicy(inference.PolicyBacklog, c, true),
+		inference.DemandPolicy(inference.RecommendedTargetWait, c, 0, "targetWait="+inference.RecommendedTargetWait.String()),
 	}
 	for _, q := range []int{4, 8, 16, 32, 64} {
-		sc.Sweeps = append(sc.Sweeps, backlogPolicy(PolicyBacklog, q, true))
+		sc.Sweeps = append(sc.Sweeps, inference.BacklogPolicy(inference.PolicyBacklog, q, true))
 	}
 	for _, w := range TargetWaitSweep() {
-		sc.Sweeps = append(sc.Sweeps, demandPolicy(w, c, 0, "targetWait="+w.String()))
+		sc.Sweeps = append(sc.Sweeps, inference.DemandPolicy(w, c, 0, "targetWait="+w.String()))
 	}
 	return sc, nil
 }

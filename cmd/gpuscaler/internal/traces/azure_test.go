@@ -87,10 +87,7 @@ func TestReadAzureLLMFormats(t *testing.T) {
 }
 
 func TestReadAzureLLMErrors(t *testing.T) {
-	for name, tc := range map[string]struct {
-		in   string
-		want []string
-	}{
+	wantReadErrors(t, ReadAzureLLM, badInputs{
 		"8 fractional digits": {azureHeader + azureRows + "2023-11-16 18:15:51.39101701,91,16\n",
 			[]string{"Azure LLM requests", "line 5", "column TIMESTAMP", `"2023-11-16 18:15:51.39101701"`}},
 		"point without digits": {azureHeader + "2023-11-16 18:15:51.,91,16\n",
@@ -118,15 +115,7 @@ func TestReadAzureLLMErrors(t *testing.T) {
 			[]string{"Azure LLM requests", "lacks column(s) GeneratedTokens"}},
 		"header only": {azureHeader, []string{"Azure LLM requests", errNoRecords.Error()}},
 		"empty file":  {"", []string{"Azure LLM requests", "empty file"}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			reqs, err := ReadAzureLLM(strings.NewReader(tc.in))
-			wantErrNaming(t, err, tc.want...)
-			if reqs != nil {
-				t.Errorf("got %d requests with the error, want none", len(reqs))
-			}
-		})
-	}
+	})
 }
 
 func FuzzAzureLLM(f *testing.F) {
@@ -136,14 +125,5 @@ func FuzzAzureLLM(f *testing.F) {
 	f.Add(azureHeader + "2023-11-16 18:15:51.39101701,-91,16\n")
 	f.Add(azureHeader + "2023-13-16 18:15:51.,91,+16\n")
 	f.Add("GeneratedTokens,TIMESTAMP,ContextTokens\n10000000,\"2023-11-16 18:15:51.3\",0\n")
-	f.Fuzz(func(t *testing.T, in string) {
-		reqs, err := ReadAzureLLM(strings.NewReader(in))
-		if err != nil {
-			if reqs != nil || !strings.HasPrefix(err.Error(), "Azure LLM requests: ") {
-				t.Fatalf("got %d requests and error %q, want none and an error naming the format", len(reqs), err)
-			}
-			return
-		}
-		checkAzureLLM(t, reqs)
-	})
+	fuzzRead(f, "Azure LLM requests", ReadAzureLLM, checkAzureLLM)
 }

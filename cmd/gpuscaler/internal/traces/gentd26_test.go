@@ -121,10 +121,7 @@ func TestReadGenTD26Pending(t *testing.T) {
 
 func TestReadGenTD26Errors(t *testing.T) {
 	const good = "2024-11-15 16:57:50,TXT_2_IMG,SUCCEED,32.0,G0000,63.0,26.0,1.0,30.0,M0000,0\n"
-	for name, tc := range map[string]struct {
-		in   string
-		want []string
-	}{
+	wantReadErrors(t, ReadGenTD26, badInputs{
 		"T between date and time": {genTD26Header + good + "2024-11-15T16:57:50,TXT_2_IMG,SUCCEED,32.0,G0000,,,,,M0000,0\n",
 			[]string{"GenTD26 requests", "line 3", "column gmt_create", `"2024-11-15T16:57:50"`}},
 		"one-digit hour": {genTD26Header + "2024-11-15 6:57:50,TXT_2_IMG,SUCCEED,32.0,G0000,,,,,M0000,0\n",
@@ -171,15 +168,7 @@ func TestReadGenTD26Errors(t *testing.T) {
 		"header only": {genTD26Header, []string{"GenTD26 requests", errNoRecords.Error()}},
 		"only pending requests without checkpoint": {genTD26Header + "2024-11-26 22:50:35,TXT_2_IMG,PENDING,0.0,G0325,,,,,,0\n",
 			[]string{"GenTD26 requests", errNoRecords.Error()}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			reqs, err := ReadGenTD26(strings.NewReader(tc.in))
-			wantErrNaming(t, err, tc.want...)
-			if reqs != nil {
-				t.Errorf("got %d requests with the error, want none", len(reqs))
-			}
-		})
-	}
+	})
 }
 
 func TestReadGenTD26NoRecords(t *testing.T) {
@@ -217,10 +206,7 @@ func TestReadLoadLatencyRealTrace(t *testing.T) {
 }
 
 func TestReadLoadLatencyErrors(t *testing.T) {
-	for name, tc := range map[string]struct {
-		in   string
-		want []string
-	}{
+	wantReadErrors(t, ReadLoadLatency, badInputs{
 		"negative": {loadLatencyHeader + loadLatencyRows + "1662859290.0,-1.0,ab\n",
 			[]string{"GenTD26 load latencies", "line 4", "column value", `"-1.0"`}},
 		"NaN":          {loadLatencyHeader + "1662859290.0,NaN,ab\n", []string{"line 2", "column value", `"NaN"`}},
@@ -233,15 +219,7 @@ func TestReadLoadLatencyErrors(t *testing.T) {
 			[]string{"GenTD26 load latencies", "lacks column(s) value"}},
 		"header only": {loadLatencyHeader, []string{"GenTD26 load latencies", errNoRecords.Error()}},
 		"empty file":  {"", []string{"GenTD26 load latencies", "empty file"}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			ds, err := ReadLoadLatency(strings.NewReader(tc.in))
-			wantErrNaming(t, err, tc.want...)
-			if ds != nil {
-				t.Errorf("got %d latencies with the error, want none", len(ds))
-			}
-		})
-	}
+	})
 }
 
 func FuzzGenTD26(f *testing.F) {
@@ -251,16 +229,7 @@ func FuzzGenTD26(f *testing.F) {
 	f.Add(genTD26Header + "2024-11-15T16:57:50,TXT_2_IMG,SUCCEED,-1,G0000,,,,,,0\n")
 	f.Add(genTD26Header + "2024-02-30 16:57:50,TXT_2_IMG,SUCCEED,NaN,,,,,,M0000,0\n")
 	f.Add("gmt_create,predict_type,predict_status,exec_time_seconds,groupId,checkpoint_model_version_id\n\"2024-11-15 16:57:50\",a,b,1e3,\"g\",\"m\"\"\"\n")
-	f.Fuzz(func(t *testing.T, in string) {
-		reqs, err := ReadGenTD26(strings.NewReader(in))
-		if err != nil {
-			if reqs != nil || !strings.HasPrefix(err.Error(), "GenTD26 requests: ") {
-				t.Fatalf("got %d requests and error %q, want none and an error naming the format", len(reqs), err)
-			}
-			return
-		}
-		checkGenTD26(t, reqs)
-	})
+	fuzzRead(f, "GenTD26 requests", ReadGenTD26, checkGenTD26)
 }
 
 func FuzzLoadLatency(f *testing.F) {
@@ -269,14 +238,7 @@ func FuzzLoadLatency(f *testing.F) {
 	f.Add(loadLatencyHeader + "1662859290.0,-0.0,ab\n1,3600000,c\n")
 	f.Add(loadLatencyHeader + "1662859290.0,NaN,ab\n")
 	f.Add("value\n0x1p-2\n1e3\n")
-	f.Fuzz(func(t *testing.T, in string) {
-		ds, err := ReadLoadLatency(strings.NewReader(in))
-		if err != nil {
-			if ds != nil || !strings.HasPrefix(err.Error(), "GenTD26 load latencies: ") {
-				t.Fatalf("got %d latencies and error %q, want none and an error naming the format", len(ds), err)
-			}
-			return
-		}
+	fuzzRead(f, "GenTD26 load latencies", ReadLoadLatency, func(t *testing.T, ds []time.Duration) {
 		if len(ds) == 0 {
 			t.Fatal("got no latencies and no error")
 		}

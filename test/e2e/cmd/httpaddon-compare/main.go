@@ -37,7 +37,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,6 +56,8 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // The addresses the namespace this runs in must give it (hack/httpaddon-compare.sh).
@@ -328,7 +329,9 @@ func startBackend() (*backend, error) {
 	be.srv = &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if d := time.Duration(be.serve.Load()); d > 0 {
-			time.Sleep(d) // the model's work
+			// The model's work: a service time both proxies hold the request through, not
+			// a wait for anything, so a sleep.
+			time.Sleep(d)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`))
@@ -582,6 +585,9 @@ func (s *side) wakeOnce(ctx context.Context, kube kubernetes.Interface) (time.Du
 	}); err != nil {
 		return 0, err
 	}
+	// Pacing, not a wait for a state (inactive is awaited above with a deadline): the
+	// request goes at a random phase of a poller's period, so the wakes sample every
+	// phase rather than line up with the polls.
 	time.Sleep(200*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))))
 	for len(s.actives) > 0 {
 		<-s.actives
@@ -683,65 +689,20 @@ func (p *path) post(ctx context.Context) error {
 
 type latency struct{ p50, p99 time.Duration }
 
-// openLoop sends n requests at rate a second, each when its time comes whatever the
-// others are doing (a slow answer does not slow the arrivals and hide its own cost), and
-// returns the percentiles of their latencies.
+// openLoop sends n requests at rate a second, open loop (testkit.OpenLoop), and returns
+// the percentiles of their latencies.
 func openLoop(ctx context.Context, p *path, rate, n int) (latency, error) {
-	lat := make([]time.Duration, n)
-	var failed atomic.Int64
-	var first atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	gap := time.Second / time.Duration(rate)
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * gap)); d > 0 {
-			time.Sleep(d) // the arrivals' own clock
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			if err := p.post(ctx); err != nil {
-				if failed.Add(1) == 1 {
-					first.Store(err)
-				}
-			}
-			lat[i] = time.Since(t0)
-		}()
+	lat, err := testkit.OpenLoop(ctx, rate, n, p.post)
+	if err != nil {
+		return latency{}, fmt.Errorf("%s: %w", p.name, err)
 	}
-	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		return latency{}, fmt.Errorf("%s: %d of %d requests failed, the first: %v", p.name, f, n, first.Load())
-	}
-	slices.Sort(lat)
 	return latency{p50: lat[n/2], p99: lat[n*99/100]}, nil
 }
 
 // mostPerSecond runs workers closed-loop clients for d and returns the requests answered
 // a second.
 func mostPerSecond(ctx context.Context, p *path, workers int, d time.Duration) (float64, error) {
-	var done atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				if err := p.post(ctx); err != nil {
-					failed.Store(err)
-					return
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return 0, err
-	}
-	return float64(done.Load()) / d.Seconds(), nil
+	return testkit.ClosedLoop(ctx, workers, d, p.post)
 }
 
 // loadSet is what the load phase measured with the backend taking serve.

@@ -1,12 +1,15 @@
-// Package replay runs real production traces through gpuscaler's own decision code on a
-// virtual clock: the scaler's state, metadata parsing, policies and metrics, fed events
-// built as producers and collectors build them and asked exactly what KEDA asks; KEDA's
-// and the HPA's published rules (internal/kedarules) acting on the answers; and a model
-// of the cluster, where a new replica loads its model for a time drawn from a real
-// load-latency distribution and then serves FIFO at the concurrency the workload allows.
-// Every policy a user would compare runs on the same trace in the same replay, and the
-// output is the same for the same seed. `gpuscaler replay` runs it.
-package replay
+// Package inference models inference services scaled by a policy on a virtual clock:
+// requests arrive, replicas load their model for a drawn time and then serve FIFO at
+// the concurrency the workload allows, while the scaler's own state, metadata parsing,
+// policies and metrics answer what KEDA asks, and KEDA's and the HPA's published rules
+// (kedarules) act on the answers. Run plays services under each policy on the same
+// requests and returns what each cost in GPU-hours and how long it made requests wait;
+// the same seed gives the same result.
+//
+// replay feeds it real production traces, and demo its own run's requests, to compare
+// gpuscaler with the baselines (always-on, the HPA on GPU utilisation, KEDA's polled
+// queue scalers) on the same arrivals.
+package inference
 
 import (
 	"context"
@@ -26,7 +29,7 @@ type PolicyResult struct {
 	// GPUHours is the GPU time the replicas held, loading or serving, from the start
 	// of the replay to its end (or the last request served, if later); where the trace
 	// is cut from a running service, from the end of the warm-up to the last request's
-	// arrival (Inference.WarmUp and CutEnd).
+	// arrival (Config.WarmUp and CutEnd).
 	GPUHours float64 `json:"gpu_hours"`
 	// Waits are from a request's arrival to the start of its service, cold starts
 	// included, in seconds.
@@ -51,14 +54,14 @@ type FrontierPoint struct {
 	ColdStartFraction float64 `json:"cold_start_fraction"`
 }
 
-// InferenceResult is one replay of inference services.
-type InferenceResult struct {
+// Result is one replay of inference services.
+type Result struct {
 	Requests int `json:"requests"`
-	// Measured is the requests that arrived after the warm-up (Inference.WarmUp), whose
+	// Measured is the requests that arrived after the warm-up (Config.WarmUp), whose
 	// waits the results count.
 	Measured int           `json:"measured_requests"`
 	WarmUp   time.Duration `json:"-"`
-	CutEnd   bool          `json:"-"` // GPU-hours end at the last arrival (Inference.CutEnd)
+	CutEnd   bool          `json:"-"` // GPU-hours end at the last arrival (Config.CutEnd)
 	// LastArrival is when the replay's last request arrived, from its first.
 	LastArrival time.Duration `json:"-"`
 	Services    int           `json:"services"`
@@ -73,12 +76,12 @@ type InferenceResult struct {
 // are done.
 type Progress func(done, total int)
 
-// RunInference replays services under each of policies, then under each setting of
+// Run replays services under each of policies, then under each setting of
 // sweeps (policies of one name with the settings of their knob), and returns each
 // policy's results and each swept policy's frontier. A setting in both runs once. tail
 // is how long the replay goes on after the last request arrives, for the policies to
 // scale down: the same for all, so GPU-hours compare.
-func RunInference(ctx context.Context, services []Service, cfg Inference, policies, sweeps []Policy, tail time.Duration, progress Progress) (*InferenceResult, error) {
+func Run(ctx context.Context, services []Service, cfg Config, policies, sweeps []Policy, tail time.Duration, progress Progress) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -143,12 +146,12 @@ func RunInference(ctx context.Context, services []Service, cfg Inference, polici
 	}
 	err := g.Wait()
 	close(progressCh)
-	<-progressDone // the last progress is told before RunInference returns
+	<-progressDone // the last progress is told before Run returns
 	if err != nil {
 		return nil, err
 	}
 
-	out := &InferenceResult{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, CutEnd: cfg.CutEnd, LastArrival: last, Frontiers: map[string][]FrontierPoint{}}
+	out := &Result{Requests: requests, Services: len(services), Span: end, WarmUp: cfg.WarmUp, CutEnd: cfg.CutEnd, LastArrival: last, Frontiers: map[string][]FrontierPoint{}}
 	for _, run := range results[0] {
 		out.Measured += run.measured
 	}
@@ -180,7 +183,7 @@ func summarize(p Policy, runs []serviceRun, end time.Duration) PolicyResult {
 		tl.add(run.timeline)
 	}
 	slices.Sort(waits)
-	r.WaitP50, r.WaitP99, r.WaitMean = Quantile(waits, 0.5), Quantile(waits, 0.99), mean(waits)
+	r.WaitP50, r.WaitP99, r.WaitMean = Quantile(waits, 0.5), Quantile(waits, 0.99), Mean(waits)
 	if len(waits) > 0 {
 		r.ColdStartFraction = float64(cold) / float64(len(waits))
 	}
@@ -188,7 +191,7 @@ func summarize(p Policy, runs []serviceRun, end time.Duration) PolicyResult {
 	return r
 }
 
-func (c Inference) validate() error {
+func (c Config) validate() error {
 	switch {
 	case c.Concurrency < 1:
 		return fmt.Errorf("replay: concurrency %d: want at least 1", c.Concurrency)

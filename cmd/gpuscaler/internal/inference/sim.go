@@ -1,4 +1,4 @@
-package replay
+package inference
 
 import (
 	"container/heap"
@@ -33,8 +33,8 @@ type Service struct {
 	Requests []Request
 }
 
-// Inference is the cluster and KEDA configuration every service of a scenario shares.
-type Inference struct {
+// Config is the cluster and KEDA configuration every service of a scenario shares.
+type Config struct {
 	// Concurrency is the requests one replica serves at once.
 	Concurrency int
 	// MinReplicas and MaxReplicas are the ScaledObject's minReplicaCount and
@@ -67,44 +67,12 @@ type Inference struct {
 
 // paidTo is when GPU time stops counting in a replay whose last request arrives at
 // last: then where the trace is cut (CutEnd), else never.
-func (c Inference) paidTo(last time.Duration) time.Duration {
+func (c Config) paidTo(last time.Duration) time.Duration {
 	if c.CutEnd {
 		return last
 	}
 	return math.MaxInt64
 }
-
-// Policy is one way of scaling a service.
-type Policy struct {
-	// Name is the policy's name in the output (always-on, seeds-hpa-gpu-util,
-	// keda-poll-backlog, gpuscaler-backlog, gpuscaler).
-	Name string
-	// Setting is the knob's value this run uses, for frontiers ("queueTarget=16").
-	Setting string
-	// Kind says who decides the replicas.
-	Kind PolicyKind
-	// Metadata is the gpuscaler trigger's metadata (KindScaler), without the queue,
-	// which the replay sets per service.
-	Metadata map[string]string
-	// Push activates from zero on the report that shows work, as StreamIsActive does;
-	// otherwise only at KEDA's polls.
-	Push bool
-	// Cooldown, when not zero, replaces the scenario's cooldownPeriod.
-	Cooldown time.Duration
-}
-
-// PolicyKind says who decides a policy's replicas.
-type PolicyKind int
-
-const (
-	// KindScaler: KEDA and the HPA on the gpuscaler trigger's answers.
-	KindScaler PolicyKind = iota
-	// KindAlwaysOn: a fixed number of replicas, the peak the service needs.
-	KindAlwaysOn
-	// KindGPUUtil: the HPA on average GPU utilisation through dcgm-exporter,
-	// Prometheus and prometheus-adapter (see gpuUtilLag).
-	KindGPUUtil
-)
 
 // The lag of the seeds' Prometheus path: dcgm-exporter samples the GPUs every 30s (its
 // default collect interval, -c 30000), and Prometheus scrapes it every 30s (a common
@@ -173,12 +141,12 @@ func (c *completions) Pop() any {
 
 // sim replays one service under one policy.
 type sim struct {
-	cfg    Inference
+	cfg    Config
 	pol    Policy
 	svc    Service
 	rng    *rand.Rand
 	end    time.Duration
-	paidTo time.Duration // GPU time after it counts in no GPU-hours (Inference.CutEnd)
+	paidTo time.Duration // GPU time after it counts in no GPU-hours (Config.CutEnd)
 	now    time.Duration
 	epoch  time.Time // the scaler's clock reads epoch + now
 	reqIdx int       // next request to arrive
@@ -215,7 +183,7 @@ type sim struct {
 
 const namespace = "replay"
 
-func newSim(cfg Inference, pol Policy, svc Service, end, paidTo time.Duration, tl *timeline) *sim {
+func newSim(cfg Config, pol Policy, svc Service, end, paidTo time.Duration, tl *timeline) *sim {
 	h := fnv.New64a()
 	h.Write([]byte(svc.Name))
 	s := &sim{cfg: cfg, pol: pol, svc: svc, end: end, paidTo: paidTo,

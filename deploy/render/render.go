@@ -1,13 +1,15 @@
-// Package manifests renders gpuscaler's Helm charts (deploy/helm/gpuscaler and
-// deploy/helm/gpuscaler-gateway) the way `helm template` does, with the Helm library pinned in this module's go.mod, and holds
-// the cases whose output is committed: the plain manifests in deploy/manifests and the
-// golden files in testdata. Its tests decode every rendered object strictly into its
-// Kubernetes type, the examples into KEDA's, and check the chart against the gpuscaler
-// binary's flags.
+// Package render renders gpuscaler's Helm charts (deploy/helm/gpuscaler and
+// deploy/helm/gpuscaler-gateway) the way `helm template` does, with the Helm library
+// pinned in this module's go.mod, and holds the cases whose output is committed: the
+// plain manifests in deploy/manifests, the inference example's gateway and the golden
+// files in test/manifests/testdata. Its command, cmd/render, writes them or checks
+// they are current (deploy/render.sh runs it); test/manifests decodes every rendering
+// strictly into its Kubernetes and KEDA types and checks the chart against the
+// gpuscaler binary.
 //
-// It is a module of its own so that KEDA's and Helm's dependencies stay out of the main
-// module; it reads the main module's files and runs its binary, and never imports it.
-package manifests
+// It is a module of its own so that Helm's dependencies stay out of the main module; it
+// reads the repository's charts and values files, and never imports the main module.
+package render
 
 import (
 	"bytes"
@@ -172,18 +174,18 @@ func RenderCase(root string, c Case) ([]byte, error) {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
 	}
 	body := first
-	if secrets, err := generatedSecrets(first); err != nil {
+	if secrets, err := GeneratedSecrets(first); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
 	} else if len(secrets) > 0 {
 		opts.Cluster = placeholders(secrets)
 		if body, err = RenderWith(dir, vals, opts); err != nil {
 			return nil, fmt.Errorf("case %s, upgrade: %w", c.Name, err)
 		}
-		kept, err := generatedSecrets(body)
+		kept, err := GeneratedSecrets(body)
 		if err != nil {
 			return nil, fmt.Errorf("case %s, upgrade: %w", c.Name, err)
 		}
-		if err := sameSecrets(kept, opts.Cluster); err != nil {
+		if err := SameSecrets(kept, opts.Cluster); err != nil {
 			return nil, fmt.Errorf("case %s: an upgrade does not keep what the install generated: %w", c.Name, err)
 		}
 	}
@@ -297,9 +299,9 @@ func (s secretsOnly) GetClientFor(apiVersion, kind string) (dynamic.Namespaceabl
 	return client.Resource(gvr), true, nil
 }
 
-// generatedSecrets returns the Secrets in a rendering: every Secret the chart renders is
+// GeneratedSecrets returns the Secrets in a rendering: every Secret the chart renders is
 // one it generated (Secrets of the user's are only named).
-func generatedSecrets(rendered string) ([]*unstructured.Unstructured, error) {
+func GeneratedSecrets(rendered string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for doc := range strings.SplitSeq(rendered, "\n---\n") {
 		var m map[string]any
@@ -338,8 +340,9 @@ func placeholders(secrets []*unstructured.Unstructured) []*unstructured.Unstruct
 	return out
 }
 
-// sameSecrets says whether got holds exactly want's Secrets with want's data.
-func sameSecrets(got, want []*unstructured.Unstructured) error {
+// SameSecrets says whether got holds exactly want's Secrets with want's data: nil if
+// it does, else what differs.
+func SameSecrets(got, want []*unstructured.Unstructured) error {
 	key := func(s *unstructured.Unstructured) string { return s.GetNamespace() + "/" + s.GetName() }
 	have := map[string]map[string]any{}
 	for _, s := range got {

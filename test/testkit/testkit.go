@@ -1,6 +1,9 @@
-// Package testkit holds the helpers gpuscaler's tests share: polling a condition with a
-// deadline (never sleeping a fixed time and hoping), and a buffer a command may write
-// while a test reads it. Only tests import it.
+// Package testkit holds the helpers every gpuscaler test suite shares, in the main module
+// and in the test modules: waiting for a condition with a deadline and a reason (never
+// sleeping a fixed time and hoping), running a server until it is ready and stopping it
+// cleanly, a test CA, and a buffer a command may write while a test reads it. It is a
+// module of its own that needs the standard library only, so requiring it lifts no
+// dependency. Only tests import it.
 package testkit
 
 import (
@@ -8,21 +11,7 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 )
-
-// Eventually polls cond every 5 ms until it holds, and fails the test if it does not hold
-// within timeout.
-func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers and readers.
 type SyncBuffer struct {

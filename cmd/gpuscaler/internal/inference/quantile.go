@@ -1,4 +1,4 @@
-package replay
+package inference
 
 import "math"
 
@@ -17,7 +17,7 @@ func Quantile(sorted []float64, q float64) float64 {
 }
 
 // mean returns the arithmetic mean of values, NaN with none.
-func mean(values []float64) float64 {
+func Mean(values []float64) float64 {
 	if len(values) == 0 {
 		return math.NaN()
 	}

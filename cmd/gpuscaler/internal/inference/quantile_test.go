@@ -1,4 +1,4 @@
-package replay
+package inference
 
 import (
 	"math"
@@ -59,10 +59,10 @@ func TestQuantileEveryRank(t *testing.T) {
 }
 
 func TestMean(t *testing.T) {
-	if got := mean([]float64{1, 2, 3, 10}); got != 4 {
-		t.Errorf("mean = %v, want 4", got)
+	if got := Mean([]float64{1, 2, 3, 10}); got != 4 {
+		t.Errorf("Mean = %v, want 4", got)
 	}
-	if got := mean(nil); !math.IsNaN(got) {
-		t.Errorf("mean of nothing = %v, want NaN", got)
+	if got := Mean(nil); !math.IsNaN(got) {
+		t.Errorf("Mean of nothing = %v, want NaN", got)
 	}
 }

@@ -1,5 +1,5 @@
 // Command render writes every committed rendering of gpuscaler's Helm charts
-// (manifests.AllCases: deploy/manifests/*.yaml, test/manifests/testdata/*.yaml and the
+// (render.AllCases: deploy/manifests/*.yaml, test/manifests/testdata/*.yaml and the
 // inference example's gateway.yaml), or with -check fails when one differs from a fresh
 // rendering. deploy/render.sh runs it.
 package main
@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpuscaler/gpuscaler/test/manifests"
+	"github.com/gpuscaler/gpuscaler/deploy/render"
 )
 
 func main() {
@@ -25,13 +25,13 @@ func main() {
 }
 
 func run(dir string, check bool) error {
-	root, err := manifests.RepoRoot(dir)
+	root, err := render.RepoRoot(dir)
 	if err != nil {
 		return err
 	}
 	var stale []string
-	for _, c := range manifests.AllCases() {
-		got, err := manifests.RenderCase(root, c)
+	for _, c := range render.AllCases() {
+		got, err := render.RenderCase(root, c)
 		if err != nil {
 			return err
 		}

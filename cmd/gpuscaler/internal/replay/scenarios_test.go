@@ -1,0 +1,27 @@
+package replay
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestTargetWaitSweep: the sweep runs from 10 ms to 10 min, twelve settings a decade
+// from 100 ms, each the last times 1.1 to 1.25 (E12's steps), written as the trigger
+// key takes them.
+func TestTargetWaitSweep(t *testing.T) {
+	ws := TargetWaitSweep()
+	if ws[0] != 10*time.Millisecond || ws[1] != 100*time.Millisecond || ws[len(ws)-1] != 10*time.Minute {
+		t.Fatalf("sweep %v: want 10ms, 100ms … 10m0s", ws)
+	}
+	for i := 2; i < len(ws)-1; i++ {
+		if r := float64(ws[i]) / float64(ws[i-1]); r < 1.09 || r > 1.25 {
+			t.Errorf("%s after %s: a step of %.3f, want E12's 1.1 to 1.22", ws[i], ws[i-1], r)
+		}
+	}
+	for _, want := range []time.Duration{1200 * time.Millisecond, 4700 * time.Millisecond, 82 * time.Second, 560 * time.Second} {
+		if !slices.Contains(ws, want) {
+			t.Errorf("sweep %v lacks %s", ws, want)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package testkit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// StopTimeout is how long a server started by Start has to return once its context ends.
+const StopTimeout = 10 * time.Second
+
+// Start runs a server the way its binary would: run(ctx) in a goroutine until ctx ends.
+// It waits until ready is closed, failing the test if run returns first or ready does not
+// close within timeout. The returned stop (also called at cleanup; calling it again does
+// nothing) ends ctx and fails the test unless run returns nil within StopTimeout: a
+// server that stops dirty or hangs on a clean stop is a defect worth a failure.
+func Start(t testing.TB, name string, timeout time.Duration, ready <-chan struct{}, run func(ctx context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	stopped := false
+	stop = func() {
+		t.Helper()
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s returned %v, want nil on a clean stop", name, err)
+			}
+		case <-time.After(StopTimeout):
+			t.Errorf("%s did not stop within %s", name, StopTimeout)
+		}
+	}
+	t.Cleanup(stop)
+	select {
+	case <-ready:
+		return stop
+	case err := <-done:
+		stopped = true
+		cancel()
+		t.Fatalf("%s stopped before it was ready: %v", name, err)
+	case <-time.After(timeout):
+		t.Fatalf("%s not ready within %s", name, timeout)
+	}
+	return stop
+}
