@@ -152,22 +152,7 @@ func startBus(t testing.TB, o busOptions) *bus {
 		t.Fatalf("callout cannot log in: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.svc.Run(ctx, nc) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-b.svc.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("callout not ready within 10s")
-	}
+	testkit.Start(t, "auth callout", 10*time.Second, b.svc.Ready(), func(ctx context.Context) error { return b.svc.Run(ctx, nc) })
 	return b
 }
 

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -18,6 +15,7 @@ import (
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
@@ -47,27 +45,8 @@ func TestScalerOnACalloutBus(t *testing.T) {
 		return p
 	}
 	scalerConn, _ := b.mustConnect(t, natsconn.Options{Name: "scaler", TokenFile: file("scaler", scalerSA)})
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", NATSHealth: scalerConn}, scalerConn.Conn, testkit.Logger(t), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		t.Fatalf("scaler stopped before ready on the callout bus (its permissions?): %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("scaler not ready within 15s on the callout bus (its permissions?)")
-	}
-	conn, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	keda := pb.NewExternalScalerClient(conn)
+	// A scaler that is never ready here lacks a permission on the callout bus.
+	keda := scalertest.Client(t, scalertest.Run(t, scaler.Config{}, scalerConn))
 
 	producer, _ := b.mustConnect(t, natsconn.Options{Name: "producer", TokenFile: file("producer", tenantA)})
 	collector, _ := b.mustConnect(t, natsconn.Options{Name: "collector", TokenFile: file("collector", collectorA)})

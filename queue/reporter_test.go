@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 

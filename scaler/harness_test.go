@@ -1,12 +1,10 @@
 package scaler
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,35 +35,25 @@ type testScaler struct {
 // it is ready. It stops at cleanup if the test has not stopped it.
 func startScaler(t *testing.T, url string, cfg Config) *testScaler {
 	t.Helper()
-	ts := newScaler(t, url, cfg)
-	select {
-	case <-ts.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("scaler not ready within 10s")
-	}
-	return ts
+	return runScaler(t, url, cfg, testkit.Logger(t), true)
 }
 
 // startScalerLogging is startScaler with the scaler's log lines kept in the returned buffer.
 func startScalerLogging(t *testing.T, url string, cfg Config) (*testScaler, *testkit.SyncBuffer) {
 	t.Helper()
 	log, buf := testkit.BufferLogger()
-	ts := newScalerLog(t, url, cfg, log)
-	select {
-	case <-ts.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("scaler not ready within 10s")
-	}
-	return ts, buf
+	return runScaler(t, url, cfg, log, true), buf
 }
 
 // newScaler is startScaler without waiting for readiness.
 func newScaler(t *testing.T, url string, cfg Config) *testScaler {
 	t.Helper()
-	return newScalerLog(t, url, cfg, testkit.Logger(t))
+	return runScaler(t, url, cfg, testkit.Logger(t), false)
 }
 
-func newScalerLog(t *testing.T, url string, cfg Config, log *slog.Logger) *testScaler {
+// runScaler builds a scaler with cfg (loopback ports where it names none) on a
+// connection to url, and runs it with testkit.Start, until ready when waitReady.
+func runScaler(t *testing.T, url string, cfg Config, log *slog.Logger, waitReady bool) *testScaler {
 	t.Helper()
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr = "127.0.0.1:0"
@@ -82,26 +70,12 @@ func newScalerLog(t *testing.T, url string, cfg Config, log *slog.Logger) *testS
 	if err != nil {
 		t.Fatalf("scaler.New: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var stopped atomic.Bool
-	ts := &testScaler{Scaler: s, reg: reg}
-	ts.stop = func() {
-		if !stopped.CompareAndSwap(false, true) {
-			return
-		}
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("scaler Run returned %v, want nil on a clean stop", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("scaler did not stop within 10s")
-		}
+	var ready <-chan struct{}
+	if waitReady {
+		ready = s.Ready()
 	}
-	t.Cleanup(ts.stop)
+	ts := &testScaler{Scaler: s, reg: reg}
+	ts.stop = testkit.Start(t, "scaler", 10*time.Second, ready, s.Run)
 	ts.conn = dial(t, s.GRPCAddr().String())
 	ts.client = pb.NewExternalScalerClient(ts.conn)
 	return ts

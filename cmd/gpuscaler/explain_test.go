@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -11,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
@@ -158,17 +156,7 @@ func TestExplainOverMutualTLS(t *testing.T) {
 	caFile := testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
 	ns := natstest.Start(t, "", "")
 	nc := natstest.Connect(t, ns.ClientURL())
-	s, err := scaler.New(scaler.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "-",
-		TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}, NATSHealth: nc},
-		nc.Conn, testkit.Logger(t), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-s.Ready()
+	s := scalertest.Run(t, scaler.Config{TLS: scaler.TLSConfig{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}}, nc)
 	_, port, _ := net.SplitHostPort(s.GRPCAddr().String())
 
 	base := []string{"explain", "--metadata", "queue=jobs", "--namespace", "ml", "--timeout", "3s"}

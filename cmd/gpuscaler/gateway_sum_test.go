@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
-	"github.com/gpuscaler/gpuscaler/internal/scalertest"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 
-	"github.com/gpuscaler/gpuscaler/internal/scalertest"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 
 	"github.com/nats-io/nats.go/jetstream"

@@ -11,7 +11,8 @@ const StopTimeout = 10 * time.Second
 
 // Start runs a server the way its binary would: run(ctx) in a goroutine until ctx ends.
 // It waits until ready is closed, failing the test if run returns first or ready does not
-// close within timeout. The returned stop (also called at cleanup; calling it again does
+// close within timeout; with a nil ready (a server the test expects never to be ready,
+// say without its NATS) it returns at once. The returned stop (also called at cleanup; calling it again does
 // nothing) ends ctx and fails the test unless run returns nil within StopTimeout: a
 // server that stops dirty or hangs on a clean stop is a defect worth a failure.
 func Start(t testing.TB, name string, timeout time.Duration, ready <-chan struct{}, run func(ctx context.Context) error) (stop func()) {
@@ -37,6 +38,9 @@ func Start(t testing.TB, name string, timeout time.Duration, ready <-chan struct
 		}
 	}
 	t.Cleanup(stop)
+	if ready == nil {
+		return stop
+	}
 	select {
 	case <-ready:
 		return stop
