@@ -22,7 +22,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
 	"github.com/gpuscaler/gpuscaler/collector"
-	collectorsim "github.com/gpuscaler/gpuscaler/collector/sim"
+	"github.com/gpuscaler/gpuscaler/collector/sim"
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
@@ -511,8 +511,8 @@ type openBNode struct {
 	model   int // index in openBInput.models
 	holders []*openBJob
 	nFree   int
-	sim     *collectorsim.Node
-	simCfg  collectorsim.Config
+	sim     *sim.Node
+	simCfg  sim.Config
 	col     *collector.Collector
 	subject string
 	last    gpuscalerv1.Event // the last report applied
@@ -558,8 +558,8 @@ func newOpenBRun(ctx context.Context, in *openBInput, capacityAware bool, p *pro
 	for i, n := range in.nodes {
 		model, _ := slices.BinarySearch(in.models, n.Model)
 		labels := map[string]string{openBModelLabel: n.Model}
-		cfg := collectorsim.Config{GPUs: n.GPUs, Model: n.Model, NodeLabels: labels}
-		simNode, err := collectorsim.New(n.Name, cfg)
+		cfg := sim.Config{GPUs: n.GPUs, Model: n.Model, NodeLabels: labels}
+		simNode, err := sim.New(n.Name, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
@@ -907,14 +907,14 @@ func (r *openBRun) flush(ctx context.Context) error {
 // applyNode hands the node's Pods to its simulator, has its collector build a report,
 // and applies it as the scaler's NATS follower would: encoded, decoded, validated.
 func (r *openBRun) applyNode(ctx context.Context, n *openBNode) error {
-	var pods []collectorsim.Pod
+	var pods []sim.Pod
 	for i, j := range n.holders {
 		if j == nil {
 			continue
 		}
-		k := slices.IndexFunc(pods, func(p collectorsim.Pod) bool { return p.Name == j.name })
+		k := slices.IndexFunc(pods, func(p sim.Pod) bool { return p.Name == j.name })
 		if k < 0 {
-			pods = append(pods, collectorsim.Pod{Namespace: openBNamespace, Name: j.name, OwnerKind: "Job", OwnerName: j.name,
+			pods = append(pods, sim.Pod{Namespace: openBNamespace, Name: j.name, OwnerKind: "Job", OwnerName: j.name,
 				Labels: map[string]string{"scaledjob.keda.sh/name": r.groups[j.group].spec.name}})
 			k = len(pods) - 1
 		}
