@@ -434,7 +434,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				if demand.Fluid(t.TargetWait, q.ServiceSeconds) {
 					model = "the fluid model, as targetWait is a service time or more"
 				}
-				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see the README).",
+				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see docs/triggers.md).",
 					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait, model)
 			}
 		}

@@ -33,7 +33,7 @@ Formats (--format), from shared/testdata/traces:
 Policies: always-on (fixed at the peak the trace needs), seeds-hpa-gpu-util (the HPA on
 GPU utilisation through dcgm-exporter, Prometheus and prometheus-adapter, 30-60s late),
 keda-poll-backlog (KEDA's polled queue scalers), gpuscaler-backlog (queue-backlog,
-pushed activation) and gpuscaler (the configuration the README recommends).
+pushed activation) and gpuscaler (the configuration docs/triggers.md recommends).
 
 It prints a table, the frontiers of the swept knobs and the targets of issue 14, met or
 missed; --json and --chart write the same for tools and people. The traces are CC BY 4.0:

@@ -1,6 +1,6 @@
 // Package demand estimates a queue's traffic from its producer's reports (arrival rate,
 // service time by Little's law) and turns it into the replicas that traffic needs: the
-// queue-demand metric (README, "Scaling on demand"). It is pure arithmetic, apart
+// queue-demand metric (docs/triggers.md, "Scaling on demand"). It is pure arithmetic, apart
 // from the scaler, so its fuzz target runs fast and replay can check it by hand.
 package demand
 
@@ -22,7 +22,7 @@ const Window = time.Minute
 // The metric takes the larger of the two: a burst raises the rate within seconds,
 // where the minute-long estimate would see a third of it after 20 s, and its end is
 // forgotten over the minute. Replay chose it: 10 s asked too often for replicas that
-// came after the burst, 30 s came late (see the README's replay section).
+// came after the burst, 30 s came late (see docs/replay.md).
 const BurstWindow = 20 * time.Second
 
 // Estimate is what a queue's reports say of its traffic, folded in report by report as
@@ -94,7 +94,7 @@ func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 
 // Replicas is the queue-demand metric: the replicas, each serving c = concurrency items
 // at once, that the queue's traffic needs for its items to start within targetWait
-// (README, "Scaling on demand"). Which of two models answers depends on how
+// (docs/triggers.md, "Scaling on demand"). Which of two models answers depends on how
 // targetWait compares with the service time S:
 //
 //   - Erlang, while targetWait is shorter than S: serving plus draining. Serving is the

@@ -1,7 +1,7 @@
 // Package bench measures a whole scaler in one process: an embedded NATS server, the
 // scaler with its gRPC server on loopback, simulated GPU nodes publishing NodeReports in
 // the background, queue producers and a gRPC client, all as in production but on one
-// machine. `gpuscaler bench` runs it and the README's performance section quotes it.
+// machine. `gpuscaler bench` runs it and docs/performance.md quotes its recorded runs.
 //
 // It measures what a user feels: the time from a QueueReport's publication to
 // StreamIsActive delivering true to the client, GetMetrics latency across many triggers,

@@ -177,9 +177,9 @@ func (c Config) Validate() error {
 
 // The triggers the demo's ScaledObject and ScaledJob give the scaler.
 //
-// The inference service's is the configuration the README recommends for a service that
-// scales to zero (inference.Recommended): queue-demand, the replicas its arrival rate and
-// waiting requests need, each replica serving concurrency requests at once. Its GPU
+// The inference service's is the configuration docs/triggers.md recommends for a service
+// that scales to zero (inference.Recommended): queue-demand, the replicas its arrival rate
+// and waiting requests need, each replica serving concurrency requests at once. Its GPU
 // utilisation is a second metric, and keeps the service awake while its GPUs work.
 func inferenceTrigger() map[string]string {
 	md := demandKeys()

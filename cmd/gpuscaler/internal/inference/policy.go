@@ -16,7 +16,7 @@ const (
 	PolicyRecommends = "gpuscaler"
 )
 
-// The configurations the README recommends, which replay measures as the policy
+// The configurations docs/triggers.md recommends, which replay measures as the policy
 // "gpuscaler", with pushed activation (external-push) and KEDA's default cooldownPeriod,
 // 300s, the baselines' own:
 //   - a service that stays up and scales out (Azure LLM): queue-demand, targetWait
