@@ -78,7 +78,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 		if errors.Is(dcgmErr, ErrNoCgo) && errors.Is(nvmlErr, ErrNoCgo) {
 			// One reason for both: saying it twice would hide the way out.
 			return nil, fmt.Errorf("%w: %w: it has neither the DCGM nor the NVML source (go-dcgm and go-nvml call the "+
-				"NVIDIA libraries through C); build gpuscaler with a C compiler and CGO_ENABLED=1 (README, Two commands), "+
+				"NVIDIA libraries through C); build gpuscaler with a C compiler and CGO_ENABLED=1 (CONTRIBUTING.md, Building), "+
 				"or use %s", ErrNoGPUSource, ErrNoCgo, sourceerr.NoGPULibraryHint)
 		}
 		return nil, fmt.Errorf("%w: tried DCGM (%s) and NVML (%s); on a node without the NVIDIA libraries use %s",

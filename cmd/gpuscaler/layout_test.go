@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -71,6 +74,74 @@ func TestLayoutImportsRunOneWay(t *testing.T) {
 	for _, r := range importRules {
 		if checked[r.under] == 0 {
 			t.Errorf("no package under %s/: the rule checks nothing (a folder renamed?)", r.under)
+		}
+	}
+}
+
+// layoutTable returns the folders CONTRIBUTING.md's layout table names in its first
+// column, in backquotes.
+func layoutTable(t *testing.T) []string {
+	t.Helper()
+	doc := readRepoFile(t, "CONTRIBUTING.md")
+	_, section, ok := strings.Cut(doc, "\n## Layout\n")
+	if !ok {
+		t.Fatal(`CONTRIBUTING.md has no "## Layout" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var folders []string
+	for line := range strings.SplitSeq(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
+			folders = append(folders, strings.TrimSuffix(m[1], "/"))
+		}
+	}
+	if len(folders) == 0 {
+		t.Fatal("CONTRIBUTING.md's layout table names no folder")
+	}
+	return folders
+}
+
+// TestLayoutTableNamesEveryFolder: the layout table is the map a newcomer reads, so it
+// names only folders that exist, every top-level folder (itself or folders in it), every
+// package folder (itself or a folder above it), and, one by one, every package directly
+// under collector/ and cmd/gpuscaler/internal/ (the GPU sources and the applications).
+func TestLayoutTableNamesEveryFolder(t *testing.T) {
+	named := layoutTable(t)
+	for _, f := range named {
+		if st, err := os.Stat(filepath.Join(repoRoot, f)); err != nil || !st.IsDir() {
+			t.Errorf("CONTRIBUTING.md's layout table names %s, which is not a folder here", f)
+		}
+	}
+	entries, err := os.ReadDir(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracked, err := exec.CommandContext(t.Context(), "git", "-C", repoRoot, "ls-files").Output()
+	if err != nil {
+		t.Skip("not a git checkout:", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && strings.Contains("\n"+string(tracked), "\n"+e.Name()+"/") &&
+			!slices.ContainsFunc(named, func(f string) bool { return under(f, e.Name()) }) {
+			t.Errorf("the top-level folder %s is not in CONTRIBUTING.md's layout table", e.Name())
+		}
+	}
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-f", "{{.ImportPath}}", repoRoot+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		pkg := strings.TrimPrefix(line, modulePath)
+		if !slices.ContainsFunc(named, func(f string) bool { return under(pkg, f) }) {
+			t.Errorf("package folder %s is not in CONTRIBUTING.md's layout table, nor a folder above it", pkg)
+		}
+		for _, parent := range []string{"collector/", "cmd/gpuscaler/internal/"} {
+			if rest, ok := strings.CutPrefix(pkg, parent); ok && !strings.Contains(rest, "/") && !slices.Contains(named, pkg) {
+				t.Errorf("%s is not named in CONTRIBUTING.md's layout table: every package directly under %s is", pkg, parent)
+			}
 		}
 	}
 }

@@ -25,5 +25,5 @@ const NoGPULibraryHint = "--source exporter to read an existing dcgm-exporter, o
 // it wraps ErrNoCgo, names the source and why it needs C, and says what to do.
 func NoCgo(source, why string) error {
 	return fmt.Errorf("%w: the %s source needs cgo (%s); build gpuscaler with a C compiler and CGO_ENABLED=1 "+
-		"(README, Two commands), or use %s", ErrNoCgo, source, why, NoGPULibraryHint)
+		"(CONTRIBUTING.md, Building), or use %s", ErrNoCgo, source, why, NoGPULibraryHint)
 }

@@ -118,7 +118,7 @@ func (s *scalerProc) stream(t *testing.T) jetstream.Stream {
 }
 
 // simNode is a simulated GPU node for `gpuscaler collector --source sim`, in the form of
-// its --sim-config file (collectors.SimConfig).
+// its --sim-config file (collector/sim.Config).
 type simNode struct {
 	GPUs   int      `json:"gpus"`
 	Pods   []simPod `json:"pods,omitempty"`

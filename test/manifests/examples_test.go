@@ -46,7 +46,7 @@ func isManifest(d fs.DirEntry) bool {
 	if d.IsDir() || !(strings.HasSuffix(d.Name(), ".yaml") || strings.HasSuffix(d.Name(), ".yml")) {
 		return false
 	}
-	// A collector's --sim-config holds no Kubernetes objects: collector/simconfig_test.go
+	// A collector's --sim-config holds no Kubernetes objects: collector/sim/config_test.go
 	// checks it. Helm values (the gateway's) are rendered and checked by the cases that
 	// name them (render.go, TestGatewayExample).
 	return d.Name() != "sim-config.yaml" && !strings.HasSuffix(d.Name(), "-values.yaml")

@@ -105,7 +105,7 @@ func (g *Gpuscaler) startScalerAt(ctx context.Context, name string, flags []stri
 	return s, nil
 }
 
-// SimNode describes a simulated GPU node (gpuscaler's --sim-config, see collectors.SimConfig).
+// SimNode describes a simulated GPU node (gpuscaler's --sim-config, see collector/sim.Config).
 type SimNode struct {
 	GPUs   int      `json:"gpus"`
 	Pods   []SimPod `json:"pods,omitempty"`
