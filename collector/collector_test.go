@@ -75,15 +75,7 @@ func runCollector(t *testing.T, cfg Config, src Source, attrib Attributor, pods 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector Run: %v", err)
-		}
-	})
+	testkit.Start(t, "collector", 0, nil, c.Run)
 	return c, reg
 }
 

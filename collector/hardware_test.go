@@ -226,7 +226,7 @@ func TestHardwareSharedGPUPerPod(t *testing.T) {
 	// span of them, logging each report's figures (the NVML source's own tests,
 	// collector/nvml/hardware_test.go, log its per-process samples).
 	for end := time.Now().Add(nvml.PodUsageSpan + time.Second); time.Now().Before(end); {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // one report interval between the figures logged
 		l, b := own()
 		t.Logf("own use of the GPU in the last report: llm-0 %v, batch-0 %v; pids llm-0 %d, batch-0 %d", fmtUtil(l), fmtUtil(b), llm.pid, batch.pid)
 	}

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -71,10 +70,7 @@ func TestNodeWatch(t *testing.T) {
 	if n.Scheduling() != nil || n.Labels() != nil {
 		t.Fatalf("before Run: scheduling %v, labels %v; want none: unknown, not schedulable", n.Scheduling(), n.Labels())
 	}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(t.Context())
-	go func() { done <- n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer testkit.Start(t, "node watch", 0, nil, n.Run)()
 
 	want := &gpuscalerv1.NodeScheduling{Taints: []*gpuscalerv1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}
 	testkit.Eventually(t, 5*time.Second, func() bool { return proto.Equal(n.Scheduling(), want) })
@@ -107,14 +103,11 @@ func TestNodeWatchForbidden(t *testing.T) {
 	forbid(client, "nodes")
 	log, out := testkit.BufferLogger()
 	n := NewNodeWatch(client, "gpu-1", log)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	stop := testkit.Start(t, "node watch", 0, nil, n.Run)
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		return testkit.CountLines(out.String(), "cannot read this node from the Kubernetes API") >= 1
 	})
-	cancel()
-	<-done
+	stop()
 	if n.Labels() != nil || n.Scheduling() != nil {
 		t.Fatalf("without access: labels %v, scheduling %v; want none (unknown)", n.Labels(), n.Scheduling())
 	}
@@ -205,10 +198,7 @@ func TestNodeWatchAllocatable(t *testing.T) {
 	if _, _, ok := n.Allocatable(); ok {
 		t.Fatal("before Run: allocatable known, want unknown")
 	}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(t.Context())
-	go func() { done <- n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer testkit.Start(t, "node watch", 0, nil, n.Run)()
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		cpu, mem, ok := n.Allocatable()
 		return ok && cpu == 191_500 && mem == 2113455012*1024

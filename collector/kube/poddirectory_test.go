@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -139,15 +138,7 @@ func podsIn(c *metadatafake.FakeMetadataClient, namespace string) metadatafake.M
 // Run then returns nil.
 func runDirectory(t *testing.T, d *PodDirectory) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: got %v, want nil", err)
-		}
-	})
+	testkit.Start(t, "pod directory", 0, nil, d.Run)
 }
 
 // countActions counts the client's calls with verb on resource.

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -151,10 +150,7 @@ func TestPodRequestsWatch(t *testing.T) {
 	if _, _, ok := w.Requested(); ok {
 		t.Fatal("before Run: requests known, want unknown")
 	}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(t.Context())
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer testkit.Start(t, "pod requests", 0, nil, w.Run)()
 	want := func(cpu, mem int64, ok bool) func() bool {
 		return func() bool {
 			c, m, known := w.Requested()
@@ -187,14 +183,11 @@ func TestPodRequestsForbidden(t *testing.T) {
 	forbid(client, "pods")
 	log, out := testkit.BufferLogger()
 	w := NewPodRequests(client, "gpu-1", log)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := testkit.Start(t, "pod requests", 0, nil, w.Run)
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		return testkit.CountLines(out.String(), "cannot read this node's pods' requests") >= 1
 	})
-	cancel()
-	<-done
+	stop()
 	if _, _, ok := w.Requested(); ok {
 		t.Fatal("without access: requests known, want unknown")
 	}

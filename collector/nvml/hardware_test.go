@@ -115,7 +115,7 @@ func TestHardwareBusyGPU(t *testing.T) {
 	)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && (maxUtil < 50 || maxProc == 0) {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // a sampling window: NVML averages utilisation over it
 		samples, err := src.Collect(t.Context())
 		if err != nil {
 			t.Fatalf("Collect: %v", err)
@@ -245,7 +245,7 @@ func TestHardwareProcessSamples(t *testing.T) {
 	}
 	var since uint64
 	for i := range 8 {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a sampling window between reads of the process samples
 		samples, ret := dev.GetProcessUtilization(since)
 		util, _ := dev.GetUtilizationRates()
 		t.Logf("read %d (since %d): %v, %d samples; GPU util %d%%", i, since, ret, len(samples), util.Gpu)

@@ -80,15 +80,7 @@ func runSimCluster(t *testing.T, node string, cfg Config, objs ...runtime.Object
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Start(t, "simulated kubelet", 0, nil, sc.Run)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -116,15 +108,10 @@ func holdersOf(t *testing.T, pr *kubelet.PodResources) (map[string]string, int) 
 
 func waitHolders(t *testing.T, pr *kubelet.PodResources, want map[string]string) {
 	t.Helper()
-	var got map[string]string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if got, _ = holdersOf(t, pr); maps.Equal(got, want) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("holders through the pod-resources socket:\n got %v\nwant %v", got, want)
+	testkit.Eventually(t, 10*time.Second, func(context.Context) error {
+		got, _ := holdersOf(t, pr)
+		return testkit.Check(maps.Equal(got, want), "holders through the pod-resources socket:\n got %v\nwant %v", got, want)
+	})
 }
 
 func TestClusterHandsOutDevicesAsTheKubelet(t *testing.T) {
