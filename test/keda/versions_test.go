@@ -27,8 +27,10 @@ func TestKEDAsOwnVersions(t *testing.T) {
 		if len(f) == 0 {
 			continue
 		}
-		if len(f) > 2 {
-			t.Errorf("%s %s is replaced by %s: this module has no replace directives", f[0], f[1], f[2])
+		// Our own test helpers (test/testkit, the standard library only) are the one
+		// replacement: they come from this checkout, and lift no dependency.
+		if len(f) > 2 && !strings.HasPrefix(f[0], "github.com/gpuscaler/gpuscaler/") {
+			t.Errorf("%s %s is replaced by %s: this module replaces only its own helpers", f[0], f[1], f[2])
 		}
 		if len(f) > 1 {
 			linked[f[0]] = f[1]
