@@ -183,6 +183,15 @@ func TestGatewayScalesAnInferenceServiceFromZero(t *testing.T) {
 		r := servers.running()
 		return testkit.Check(r == 0, "%d model servers running", r)
 	})
+	// The Service's EndpointSlices list no ready endpoint, so the gateways hold what comes
+	// next rather than forward it to a model server that is gone.
+	testkit.Eventually(t, 30*time.Second, func(ctx context.Context) error {
+		eps, err := readyEndpoints(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		return testkit.Check(len(eps) == 0, "ready endpoints %v", eps)
+	})
 
 	// 3. The hold timeout's answer, which came long ago.
 	select {
