@@ -52,7 +52,7 @@ require (
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/gpuscaler/gpuscaler/test/testkit v0.0.0-00010101000000-000000000000
+	github.com/gpuscaler/gpuscaler/test/testkit v0.1.0
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
@@ -83,4 +83,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
+// The main module's tests use test/testkit, a module of its own (the standard library
+// only) that the test modules share. Here it comes from this checkout; a module that
+// requires gpuscaler (the producer API, the scaler) resolves v0.1.0 by the tag
+// test/testkit/v0.1.0, which a change to test/testkit's API moves to a new version.
 replace github.com/gpuscaler/gpuscaler/test/testkit => ./test/testkit

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -90,7 +91,7 @@ func OpenSource(cfg SourceConfig) (Source, error) {
 	case "exporter":
 		return opened(exporter.New(cfg.ExporterURL, nil, max(cfg.Every, time.Second)))
 	case "sim":
-		if cfg.Sim == nil {
+		if isNil(cfg.Sim) {
 			return nil, errors.New("the sim source needs a simulated node")
 		}
 		return cfg.Sim, nil
@@ -113,4 +114,14 @@ func opened[S Source](src S, err error) (Source, error) {
 		return nil, err
 	}
 	return src, nil
+}
+
+// isNil reports whether s is nil, or an interface holding a nil pointer (a *sim.Node
+// never made), which a caller's == nil would miss.
+func isNil(s Source) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -40,6 +40,10 @@ func TestOpenSourceKinds(t *testing.T) {
 	if _, err := OpenSource(SourceConfig{Kind: "sim"}); err == nil {
 		t.Fatal("sim without a simulated node succeeded")
 	}
+	var never *sim.Node // a node never made, in the Source interface: not nil to == nil
+	if src, err := OpenSource(SourceConfig{Kind: "sim", Sim: never}); err == nil {
+		t.Fatalf("sim with a nil *sim.Node gave %#v, want an error", src)
+	}
 	if src, err := OpenSource(SourceConfig{Kind: "exporter", ExporterURL: "http://localhost:9400/metrics"}); err != nil || src.Name() != "exporter" {
 		t.Fatalf("exporter: %v, %v", src, err)
 	}

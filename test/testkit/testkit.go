@@ -3,7 +3,7 @@
 // sleeping a fixed time and hoping), running a server until it is ready and stopping it
 // cleanly, a test CA, and a buffer a command may write while a test reads it. It is a
 // module of its own that needs the standard library only, so requiring it lifts no
-// dependency. Only tests import it.
+// dependency. Only tests, and test helpers such as scaler/scalertest, import it.
 package testkit
 
 import (

@@ -25,7 +25,11 @@ type Condition interface {
 func Eventually[C Condition](t testing.TB, timeout time.Duration, cond C) {
 	t.Helper()
 	check := conditionFunc(cond)
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	parent := t.Context()
+	if parent.Err() != nil {
+		parent = context.Background() // in a t.Cleanup, where the test's context has ended
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var last error
 	for interval := 5 * time.Millisecond; ; interval = min(2*interval, 100*time.Millisecond) {
@@ -63,8 +67,9 @@ func conditionFunc[C Condition](cond C) func(context.Context) error {
 	panic("unreachable: Condition has two types")
 }
 
-// caller describes the source line skip frames up: file:line and the call itself, up to
-// where its parentheses close (three lines at most), so a failure says what it waited for.
+// caller describes the source line skip frames up: file:line, the comment lines just
+// above the call (where a wait says what it is for), and the call itself up to where its
+// parentheses close (three lines at most), so a failure says what it waited for.
 func caller(skip int) string {
 	_, file, line, ok := runtime.Caller(skip)
 	if !ok {
@@ -78,6 +83,13 @@ func caller(skip int) string {
 	lines := strings.Split(string(src), "\n")
 	if line > len(lines) {
 		return where
+	}
+	var intent []string
+	for i := line - 2; i >= 0 && strings.HasPrefix(strings.TrimSpace(lines[i]), "//"); i-- {
+		intent = append([]string{strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[i]), "//"))}, intent...)
+	}
+	if len(intent) > 0 {
+		where += " (" + strings.Join(intent, " ") + ")"
 	}
 	var call strings.Builder
 	depth := 0

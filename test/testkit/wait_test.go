@@ -50,11 +50,12 @@ func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 	}
 }
 
-// TestEventuallySaysWhatAndWhy: a failure names the wait by its source line and gives the
-// condition's last reason; the reason a call cut off by the deadline gives (context
+// TestEventuallySaysWhatAndWhy: a failure names the wait by its source line and the
+// comment above it, and gives the condition's last reason; the reason a call cut off by the deadline gives (context
 // deadline exceeded) does not hide the one before it.
 func TestEventuallySaysWhatAndWhy(t *testing.T) {
 	msg := catch(t, func(tb testing.TB) {
+		// The backlog reaches 8.
 		Eventually(tb, 50*time.Millisecond, func(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
@@ -64,7 +65,7 @@ func TestEventuallySaysWhatAndWhy(t *testing.T) {
 			}
 		})
 	})
-	for _, want := range []string{"waited 50ms for wait_test.go:", "Eventually(tb, 50*time.Millisecond, func(ctx context.Context) error {", "last: backlog 3, want 8"} {
+	for _, want := range []string{"waited 50ms for wait_test.go:", "(The backlog reaches 8.): Eventually(tb, 50*time.Millisecond, func(ctx context.Context) error {", "last: backlog 3, want 8"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("failure %q does not contain %q", msg, want)
 		}
@@ -120,4 +121,15 @@ func TestCheck(t *testing.T) {
 	if err := Check(false, "%d Jobs", 3); err == nil || err.Error() != "3 Jobs" {
 		t.Errorf("Check(false) = %v, want the reason 3 Jobs", err)
 	}
+}
+
+// TestEventuallyInCleanup: in a t.Cleanup the test's context has ended; a wait there
+// still waits rather than fail at once.
+func TestEventuallyInCleanup(t *testing.T) {
+	t.Run("sub", func(t *testing.T) {
+		var n atomic.Int32
+		t.Cleanup(func() {
+			Eventually(t, 5*time.Second, func() bool { return n.Add(1) == 3 })
+		})
+	})
 }
