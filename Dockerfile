@@ -8,7 +8,7 @@
 #              time, and NVML comes from the NVIDIA container toolkit, so the image needs
 #              glibc but carries no NVIDIA library of its own.
 #
-#   args="--build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse --short HEAD)"
+#   args="--build-arg VERSION=$(git describe --tags --match 'v[0-9]*' --always --dirty) --build-arg COMMIT=$(git rev-parse --short HEAD)"
 #   docker build $args --target scaler -t gpuscaler:TAG .
 #   docker build $args --target collector -t gpuscaler-collector:TAG .
 #

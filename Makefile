@@ -6,7 +6,7 @@ SHELL := /usr/bin/env bash
 
 GO       ?= go
 BIN      := $(CURDIR)/.bin
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X github.com/gpuscaler/gpuscaler/internal/version.Version=$(VERSION) \
             -X github.com/gpuscaler/gpuscaler/internal/version.Commit=$(COMMIT)
