@@ -4,12 +4,10 @@ import (
 	"context"
 
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,23 +101,9 @@ func (p *process) waitLog(t *testing.T, msg string, timeout time.Duration) map[s
 	return line
 }
 
-// logBuffer collects a process's output. It is safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// logBuffer collects a process's output (testkit.SyncBuffer: safe for concurrent use)
+// and finds its JSON log lines.
+type logBuffer struct{ testkit.SyncBuffer }
 
 // find returns the first complete JSON log line whose msg is msg.
 func (b *logBuffer) find(msg string) (map[string]any, bool) {
