@@ -608,6 +608,17 @@ func (f *follower) refuse(namespace, kind string, err error) {
 	}
 }
 
+// claimDropped counts a pod a node's report named that the Kubernetes API does not
+// place on that node, and logs it at most once a minute per node. The metric has no node
+// or namespace label: a compromised node picks the names at will.
+func (f *follower) claimDropped(d DroppedClaim) {
+	f.metrics.claimsDropped.WithLabelValues(d.Reason).Inc()
+	if f.drops.allow("claim " + d.Node) { // no subject has a space: keys of their own
+		f.log.Warn("dropped a pod from a node's report: the Kubernetes API does not place it on that node (logged once a minute per node)",
+			"node", d.Node, "namespace", d.Namespace, "pod", d.Pod, "reason", d.Reason, "apiNode", d.APINode)
+	}
+}
+
 // producerLeft counts a producer that no longer counts in its queue's reading, and logs
 // it: at once for one that stopped cleanly, at most once a minute per queue for one that
 // fell silent. The metric has no namespace or queue label: each would be a time series.

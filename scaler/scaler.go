@@ -82,6 +82,13 @@ type Config struct {
 	// so replicas added behind a headless Service get calls within this time; streams
 	// open on the old connection are left to run. Default DefaultMaxConnectionAge.
 	MaxConnectionAge time.Duration
+	// Pods, when set, is what the Kubernetes API says of pods (scaler/kube): a node's
+	// report is then believed only of the pods the API places on that node, and
+	// podSelectors match the labels the API holds, not those the node reports; a pod
+	// dropped is counted and logged. Until it has synced, the triggers that read pods are
+	// Unavailable. Nil believes the nodes' reports as they come: any node can then speak
+	// for any pod of any namespace.
+	Pods PodDirectory
 	// NATSHealth says for how long the NATS connection has been down and why, for
 	// /readyz and for the errors KEDA and the log see. Nil judges the connection by its
 	// status alone (see ConnHealth); gpuscaler's own command passes its connection's.
@@ -208,6 +215,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, reg *prometheus.Registry) 
 	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
 	s.follower.metrics = s.metrics
 	s.state.SetProducerLeftHook(s.follower.producerLeft)
+	if cfg.Pods != nil {
+		s.state.SetPodDirectory(cfg.Pods, s.follower.claimDropped)
+	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
