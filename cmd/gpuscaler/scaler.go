@@ -8,10 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/apipods"
 )
 
 const scalerAbout = `
@@ -40,6 +42,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		maxConsumers         = scaler.DefaultMaxFollowedConsumers
 		maxQueuesPerNS       = scaler.DefaultMaxQueuesPerNamespace
 		maxProducers         = scaler.DefaultMaxProducersPerQueue
+		kubeconfig           = kubeconfigNone
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
@@ -59,6 +62,9 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
 	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
 	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
+	fs.StringVar(&kubeconfig, "kubeconfig", kubeconfig, `the Kubernetes API the scaler checks node reports against: "in-cluster" (the pod's service account; RBAC list and watch on pods) or a kubeconfig file. `+
+		`A node is then believed only of the pods the API places on it, and podSelector matches the API's labels; until the pods are listed, triggers that read pods are Unavailable. `+
+		`"none" believes every node's report of which pods hold its GPUs, for development`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
 	fs.StringVar(&embeddedAddr, "embedded-nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens for collectors and producers")
 	fs.StringVar(&dataDir, "data-dir", "", "JetStream store of the embedded NATS server; empty means a temporary directory")
@@ -125,6 +131,18 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.NATSHealth = nc
+	var pods *apipods.Directory
+	if kubeconfig != kubeconfigNone {
+		client, err := apipods.NewClient(kubeconfig)
+		if err != nil {
+			return err
+		}
+		pods = apipods.New(client, log.With("component", "pods"))
+		cfg.Pods = pods
+	} else {
+		log.Warn("no Kubernetes API (--kubeconfig none): every node's report of which pods hold its GPUs, and their labels, is believed as it comes, " +
+			"so whoever may publish a node's reports can speak for any namespace's pods; see the threat model in deploy/README.md")
+	}
 	s, err := scaler.New(cfg, nc.Conn, log, reg)
 	if err != nil {
 		return err
@@ -137,8 +155,17 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		case <-ctx.Done():
 		}
 	}()
-	return s.Run(ctx)
+	if pods == nil {
+		return s.Run(ctx)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return pods.Run(ctx) })
+	g.Go(func() error { return s.Run(ctx) })
+	return g.Wait()
 }
+
+// kubeconfigNone is the scaler's --kubeconfig that gives it no Kubernetes API.
+const kubeconfigNone = "none"
 
 // openBusWarning is logged once when the scaler starts the embedded NATS server.
 const openBusWarning = "the embedded NATS server is an open bus, for development only: any client that can reach its address " +

@@ -1,0 +1,76 @@
+package apipods
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
+)
+
+// apiPod is a pod as the API server serves it, with a spec the directory must not keep.
+func apiPod(ns, name, uid, node string, labels map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"spec": map[string]any{"nodeName": node, "containers": []any{map[string]any{
+			"name": "app", "image": "x", "env": []any{map[string]any{"name": "TOKEN", "value": "secret"}},
+		}}},
+	}}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID(ktypes.UID(uid))
+	u.SetLabels(labels)
+	return u
+}
+
+// TestDirectory: the directory places each pod on its node with its uid and labels,
+// follows moves, relabels and deletions, and keeps nothing of a pod's spec but its node.
+func TestDirectory(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{PodsResource: "PodList"},
+		apiPod("a", "train-0", "u1", "gpu-1", map[string]string{"app": "train"}),
+		apiPod("b", "serve-0", "u2", "gpu-2", map[string]string{"app": "serve"}),
+	)
+	d := New(client, testkit.Logger(t))
+	if d.Synced() {
+		t.Fatal("synced before Run")
+	}
+	defer testkit.Start(t, "pod directory", 0, nil, d.Run)()
+	testkit.Eventually(t, 5*time.Second, d.Synced)
+	want := func(ns, name string, want scaler.APIPod, found bool) func() bool {
+		return func() bool {
+			got, ok := d.Pod(ns, name)
+			return ok == found && got.UID == want.UID && got.Node == want.Node && maps.Equal(got.Labels, want.Labels)
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, want("a", "train-0", scaler.APIPod{UID: "u1", Node: "gpu-1", Labels: map[string]string{"app": "train"}}, true))
+	testkit.Eventually(t, 5*time.Second, want("b", "serve-0", scaler.APIPod{UID: "u2", Node: "gpu-2", Labels: map[string]string{"app": "serve"}}, true))
+	if _, ok := d.Pod("a", "serve-0"); ok {
+		t.Fatal("a/serve-0 found: the namespace is part of the key")
+	}
+	if obj, _, _ := d.informer.GetIndexer().GetByKey("a/train-0"); obj.(*pod).Annotations != nil || obj.(*pod).ManagedFields != nil {
+		t.Fatalf("kept %+v, want name, namespace, uid, labels and node only", obj)
+	}
+
+	pods := client.Resource(PodsResource)
+	if _, err := pods.Namespace("b").Update(t.Context(), apiPod("b", "serve-0", "u2", "gpu-2", map[string]string{"app": "serve", "tier": "gold"}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, want("b", "serve-0", scaler.APIPod{UID: "u2", Node: "gpu-2", Labels: map[string]string{"app": "serve", "tier": "gold"}}, true))
+	if err := pods.Namespace("a").Delete(t.Context(), "train-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, want("a", "train-0", scaler.APIPod{}, false))
+	if _, err := pods.Namespace("a").Create(t.Context(), apiPod("a", "train-0", "u3", "gpu-3", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, want("a", "train-0", scaler.APIPod{UID: "u3", Node: "gpu-3"}, true))
+}
