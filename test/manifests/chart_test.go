@@ -211,10 +211,11 @@ func TestScalerForKEDA(t *testing.T) {
 				t.Errorf("got PDB minAvailable %v with %d replicas, want fewer than the replicas (or drains block)", pdb.Spec.MinAvailable, deref(dep.Spec.Replicas, 1))
 			}
 			pod := dep.Spec.Template.Spec
-			if deref(pod.AutomountServiceAccountToken, true) {
-				t.Errorf("got the scaler's API token mounted, want none: the scaler needs no Kubernetes API")
-			}
 			ctr := pod.Containers[0]
+			api := flagValue(ctr.Args, "kubeconfig") == "in-cluster"
+			if got := deref(pod.AutomountServiceAccountToken, true); got != api {
+				t.Errorf("got the scaler's API token mounted %v with --kubeconfig=%s, want it mounted only for in-cluster (it watches pods)", got, flagValue(ctr.Args, "kubeconfig"))
+			}
 			if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 				t.Errorf("got readiness probe %v, want GET /readyz", p)
 			}
@@ -223,6 +224,44 @@ func TestScalerForKEDA(t *testing.T) {
 			}
 			if args := strings.Join(ctr.Args, " "); !strings.Contains(args, "--nats-url=") {
 				t.Errorf("got args %q, want --nats-url: without it every replica would start its own embedded NATS", args)
+			}
+		})
+	}
+}
+
+// TestScalerRBAC: with --kubeconfig=in-cluster the scaler may list and watch pods and
+// nothing else (it believes a node only of the pods the API places on that node); with
+// the sim source, whose pods are made up, it reads no API and has no role.
+func TestScalerRBAC(t *testing.T) {
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}}
+	for _, c := range render.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			dep, ok := find[*appsv1.Deployment](objs, render.Release)
+			if !ok {
+				t.Fatal("got no scaler Deployment")
+			}
+			pod := dep.Spec.Template.Spec
+			ds, _ := find[*appsv1.DaemonSet](objs, "")
+			sim := ds != nil && slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--source=sim")
+			kubeconfig := flagValue(pod.Containers[0].Args, "kubeconfig")
+			role, hasRole := find[*rbacv1.ClusterRole](objs, render.Release)
+			if sim {
+				if hasRole || kubeconfig != "none" {
+					t.Errorf("got ClusterRole %v and --kubeconfig=%s with the sim source, want neither (its pods are in no API)", hasRole, kubeconfig)
+				}
+				return
+			}
+			if !hasRole || kubeconfig != "in-cluster" {
+				t.Fatalf("got ClusterRole %v and --kubeconfig=%s, want the scaler to check node reports against the API", hasRole, kubeconfig)
+			}
+			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
+				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
+			}
+			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, render.Release)
+			wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: render.Namespace}
+			if !ok || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0] != wantSubject {
+				t.Errorf("got binding %v, want %s bound to %v", binding, role.Name, wantSubject)
 			}
 		})
 	}

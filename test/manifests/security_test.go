@@ -90,8 +90,8 @@ func TestAuthCalloutRBAC(t *testing.T) {
 				t.Errorf("got the callout bound to %v, want exactly %v (--pod-lookup %v)", got, want, podLookup)
 			}
 			for name := range roles {
-				if name != render.Release+"-collector" && !(podLookup && name == render.Release+"-auth-callout-pods") {
-					t.Errorf("got ClusterRole %s, want none but the collector's (and the callout's pod lookup)", name)
+				if name != render.Release+"-collector" && name != render.Release && !(podLookup && name == render.Release+"-auth-callout-pods") {
+					t.Errorf("got ClusterRole %s, want none but the collector's, the scaler's (and the callout's pod lookup)", name)
 				}
 			}
 		})

@@ -19,6 +19,9 @@
 {{- end }}
 
 {{- define "gpuscaler.scaler.name" -}}{{ include "gpuscaler.fullname" . }}{{- end }}
+{{- /* Whether the scaler checks node reports against the pods of the Kubernetes API:
+scaler.kubernetesAPI, except with collector.source sim, whose pods are made up. */ -}}
+{{- define "gpuscaler.scaler.kubernetesAPI" -}}{{ and .Values.scaler.kubernetesAPI (ne .Values.collector.source "sim") }}{{- end }}
 {{- define "gpuscaler.collector.name" -}}{{ include "gpuscaler.fullname" . | trunc 53 | trimSuffix "-" }}-collector{{- end }}
 {{- define "gpuscaler.nats.name" -}}{{ include "gpuscaler.fullname" . | trunc 58 | trimSuffix "-" }}-nats{{- end }}
 {{- define "gpuscaler.authCallout.name" -}}{{ include "gpuscaler.fullname" . | trunc 50 | trimSuffix "-" }}-auth-callout{{- end }}
