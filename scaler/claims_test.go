@@ -188,3 +188,57 @@ func TestNodeClaimsDroppedCountedAndLogged(t *testing.T) {
 		t.Fatalf("ChecksPodClaims() = %v, %v; want true, true", checks, synced)
 	}
 }
+
+// TestNodeClaimOfAnUnattributedDevice: a node saying another node's pod holds a device it
+// cannot match to a GPU would make that pod's triggers Unavailable; the claim is dropped,
+// and the device stays unattributed, held by no pod.
+func TestNodeClaimOfAnUnattributedDevice(t *testing.T) {
+	for _, checked := range []bool{false, true} {
+		s := NewState(newFakeClock(t0).Now)
+		if checked {
+			s.SetPodDirectory(clusterPods(true), nil)
+		}
+		evil := nodeEvent("n1", gpu("GPU-1", "a", "llm-0", llm, 10, 10, 80))
+		evil.Node.Unattributed = []*gpuscalerv1.UnattributedDevice{{Id: "MIG-x", Resource: "nvidia.com/mig-1g.10gb", Pod: podRef("b", "serve-0", serveLabels), Reason: "unknown id"}}
+		s.Apply(evil, t0)
+		s.Apply(nodeEvent("n2", gpu("GPU-5", "b", "serve-0", serveLabels, 30, 20, 80), gpu("GPU-6", "b", "serve-1", serveLabels, 30, 20, 80)), t0)
+		v, err := read(t, s, mustTrigger(t, "b", serveTrigger)).Metric(MetricGPUUtil)
+		if !checked {
+			wantUnavailable(t, err, "MIG-x")
+			continue
+		}
+		if err != nil || v != 60 {
+			t.Fatalf("checked: gpu-util = %v, %v; want 60", v, err)
+		}
+		if u := s.nodes["n1"].report.GetUnattributed(); len(u) != 1 || u[0].GetPod() != nil {
+			t.Fatalf("checked: n1 keeps unattributed %v, want MIG-x held by no pod", u)
+		}
+	}
+}
+
+// TestExplainSaysWhomItBelieves: explain tells an operator, for a podSelector trigger,
+// whether the pods nodes report are checked against the API, and the attack's effect.
+func TestExplainSaysWhomItBelieves(t *testing.T) {
+	md := map[string]string{"podSelector": "app=serve", "gpuUtilTarget": "50"}
+	for name, tc := range map[string]struct {
+		dir  PodDirectory
+		want []string
+	}{
+		"no API":     {nil, []string{"--kubeconfig none", "IsActive fails"}},
+		"not synced": {clusterPods(false), []string{"has not yet listed them", "IsActive fails"}},
+		"checked":    {clusterPods(true), []string{"believed only of the pods the API places on it", "gpu-util is 60"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := NewState(newFakeClock(t0).Now)
+			if tc.dir != nil {
+				s.SetPodDirectory(tc.dir, nil)
+			}
+			attack(s)
+			ex, err := readyServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "b", Metadata: md})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantReason(t, ex, tc.want...)
+		})
+	}
+}

@@ -5,12 +5,15 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuscaler/gpuscaler/scaler"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
@@ -73,4 +76,27 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, want("a", "train-0", scaler.APIPod{UID: "u3", Node: "gpu-3"}, true))
+}
+
+// TestDirectoryForbidden: without RBAC the directory never syncs, knows no pod, and says
+// why once.
+func TestDirectoryForbidden(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{PodsResource: "PodList"})
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", nil)
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, forbidden })
+	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, forbidden })
+	log, out := testkit.BufferLogger()
+	d := New(client, log)
+	stop := testkit.Start(t, "pod directory", 0, nil, d.Run)
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return testkit.CountLines(out.String(), "cannot list or watch pods") >= 1
+	})
+	stop()
+	if d.Synced() {
+		t.Fatal("synced without access")
+	}
+	if n := testkit.CountLines(out.String(), "cannot list or watch pods"); n != 1 {
+		t.Fatalf("said so %d times, want once", n)
+	}
 }
