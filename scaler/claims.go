@@ -14,8 +14,9 @@ import (
 // kubelet: only of the pods the Kubernetes API places on that node. Every pod a report
 // names is looked up; one the API does not place there (or whose uid differs) is dropped
 // from the report and counted, and the labels podSelectors match are the API's, not the
-// node's. Without one (development, the demo, a scaler given no API access), reports are
-// believed as they come.
+// node's. A node's CPU and memory, which capacity weighs, are the API's too where it
+// knows them. Without one (development, the demo, a scaler given no API access),
+// reports are believed as they come.
 
 // PodDirectory is what the Kubernetes API says of pods, kept up to date by a watch
 // (scaler/kube). Its methods are called for every pod of every node report, and must
@@ -27,6 +28,10 @@ type PodDirectory interface {
 	// Pod returns what the API holds of pod namespace/name, and false when it holds no
 	// such pod.
 	Pod(namespace, name string) (APIPod, bool)
+	// NodeResources returns node's allocatable CPU and memory and the requests of its
+	// pods that have not finished, as the scheduler counts them; false while unknown,
+	// and then the node's own report counts.
+	NodeResources(node string) (*gpuscalerv1.NodeResources, bool)
 }
 
 // APIPod is what the scaler takes from the Kubernetes API of a pod.

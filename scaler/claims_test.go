@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -25,6 +26,8 @@ type apiPods struct {
 	synced atomic.Bool
 	mu     sync.Mutex
 	pods   map[string]APIPod // by namespace/name
+	// resources are the nodes' CPU and memory, by node name.
+	resources map[string]*gpuscalerv1.NodeResources
 }
 
 func newAPIPods(synced bool) *apiPods {
@@ -40,6 +43,13 @@ func (d *apiPods) put(ns, name, uid, node string, labels map[string]string) {
 }
 
 func (d *apiPods) Synced() bool { return d.synced.Load() }
+
+func (d *apiPods) NodeResources(node string) (*gpuscalerv1.NodeResources, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.resources[node]
+	return r, ok
+}
 
 func (d *apiPods) Pod(ns, name string) (APIPod, bool) {
 	d.mu.Lock()
@@ -240,5 +250,27 @@ func TestExplainSaysWhomItBelieves(t *testing.T) {
 			}
 			wantReason(t, ex, tc.want...)
 		})
+	}
+}
+
+// TestNodeResourcesFromTheAPI: where the API knows a node's CPU and memory, they count
+// rather than what the node reports; where it does not, the node's report stands.
+func TestNodeResourcesFromTheAPI(t *testing.T) {
+	s := NewState(newFakeClock(t0).Now)
+	pods := clusterPods(true)
+	api := &gpuscalerv1.NodeResources{CpuAllocatableMillis: 8000, MemoryAllocatableBytes: 64 << 30, CpuRequestedMillis: 6000, MemoryRequestedBytes: 48 << 30}
+	pods.resources = map[string]*gpuscalerv1.NodeResources{"n1": api}
+	s.SetPodDirectory(pods, nil)
+	claimed := &gpuscalerv1.NodeResources{CpuAllocatableMillis: 64000, MemoryAllocatableBytes: 512 << 30}
+	for _, node := range []string{"n1", "n2"} {
+		ev := nodeEvent(node)
+		ev.Node.Resources = claimed
+		s.Apply(ev, t0)
+	}
+	if got := s.nodes["n1"].report.GetResources(); !proto.Equal(got, api) {
+		t.Errorf("n1: resources %v, want the API's %v", got, api)
+	}
+	if got := s.nodes["n2"].report.GetResources(); !proto.Equal(got, claimed) {
+		t.Errorf("n2, unknown to the API: resources %v, want the node's %v", got, claimed)
 	}
 }

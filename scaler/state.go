@@ -263,6 +263,15 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 		claims.synced = claims.pods.Synced()
 	}
 	e := &nodeEntry{report: keepReport(r, prev), stored: stored}
+	if claims.synced {
+		if res, ok := claims.pods.NodeResources(claims.node); ok {
+			var was *gpuscalerv1.NodeResources
+			if prev != nil {
+				was = prev.report.GetResources()
+			}
+			e.report.Resources = keepResources(res, was)
+		}
+	}
 	e.indexNamespaces(r, prev, &claims)
 	e.countFree(r, prev)
 	if onDropped != nil {

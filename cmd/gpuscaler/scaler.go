@@ -62,8 +62,8 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
 	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
 	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
-	fs.StringVar(&kubeconfig, "kubeconfig", kubeconfig, `the Kubernetes API the scaler checks node reports against: "in-cluster" (the pod's service account; RBAC list and watch on pods) or a kubeconfig file. `+
-		`A node is then believed only of the pods the API places on it, and podSelector matches the API's labels; until the pods are listed, triggers that read pods are Unavailable. `+
+	fs.StringVar(&kubeconfig, "kubeconfig", kubeconfig, `the Kubernetes API the scaler checks node reports against: "in-cluster" (the pod's service account; RBAC list and watch on pods and nodes) or a kubeconfig file. `+
+		`A node is then believed only of the pods the API places on it, podSelector matches the API's labels, and a node's CPU and memory are the API's; until the pods are listed, triggers that read pods are Unavailable. `+
 		`"none" believes every node's report of which pods hold its GPUs, for development`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
 	fs.StringVar(&embeddedAddr, "embedded-nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens for collectors and producers")

@@ -230,10 +230,11 @@ func TestScalerForKEDA(t *testing.T) {
 }
 
 // TestScalerRBAC: with --kubeconfig=in-cluster the scaler may list and watch pods and
-// nothing else (it believes a node only of the pods the API places on that node); with
+// Nodes and nothing else (it believes a node only of the pods the API places on that
+// node, and takes nodes' CPU and memory from the API); with
 // the sim source, whose pods are made up, it reads no API and has no role.
 func TestScalerRBAC(t *testing.T) {
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"list", "watch"}}}
 	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
