@@ -231,8 +231,8 @@ func TestScalerForKEDA(t *testing.T) {
 
 // TestScalerRBAC: with --kubeconfig=in-cluster the scaler may list and watch pods and
 // Nodes and nothing else (it believes a node only of the pods the API places on that
-// node, and takes nodes' CPU and memory from the API); with
-// the sim source, whose pods are made up, it reads no API and has no role.
+// node, and takes nodes' CPU and memory from the API); with --kubeconfig=none (always
+// with the sim source, whose pods are made up) it reads no API and has no role.
 func TestScalerRBAC(t *testing.T) {
 	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"list", "watch"}}}
 	for _, c := range render.Cases {
@@ -247,9 +247,12 @@ func TestScalerRBAC(t *testing.T) {
 			sim := ds != nil && slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--source=sim")
 			kubeconfig := flagValue(pod.Containers[0].Args, "kubeconfig")
 			role, hasRole := find[*rbacv1.ClusterRole](objs, render.Release)
-			if sim {
-				if hasRole || kubeconfig != "none" {
-					t.Errorf("got ClusterRole %v and --kubeconfig=%s with the sim source, want neither (its pods are in no API)", hasRole, kubeconfig)
+			if sim && kubeconfig != "none" {
+				t.Errorf("got --kubeconfig=%s with the sim source, want none (its pods are in no API)", kubeconfig)
+			}
+			if kubeconfig == "none" {
+				if hasRole {
+					t.Errorf("got ClusterRole %s with --kubeconfig=none, want none", role.Name)
 				}
 				return
 			}
@@ -271,12 +274,15 @@ func TestScalerRBAC(t *testing.T) {
 // TestCollectorRBAC: the collector's ClusterRole grants exactly the reads it makes, bound
 // to the DaemonSet's service account; without API access there is no role and no token.
 func TestCollectorRBAC(t *testing.T) {
-	want := []rbacv1.PolicyRule{
+	// What a collector reads of its own pods: labels, owners and requests.
+	podReads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
 	}
+	// Its Node alone, when the scaler reads pods from the API itself.
+	nodeOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}
 	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
@@ -296,8 +302,15 @@ func TestCollectorRBAC(t *testing.T) {
 			if !hasRole {
 				t.Fatal("got no ClusterRole for the collector")
 			}
+			want, readPods := podReads, "true"
+			if dep, ok := find[*appsv1.Deployment](objs, render.Release); ok && flagValue(dep.Spec.Template.Spec.Containers[0].Args, "kubeconfig") == "in-cluster" {
+				want, readPods = nodeOnly, "false"
+			}
 			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
 				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
+			}
+			if got := flagValue(pod.Containers[0].Args, "read-pods"); got != readPods && !(got == "" && readPods == "true") {
+				t.Errorf("got --read-pods=%q, want %s: the collector reads pods exactly when the scaler does not", got, readPods)
 			}
 			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, render.Release+"-collector")
 			if !ok {
