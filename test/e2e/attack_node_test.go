@@ -31,6 +31,10 @@ import (
 // 360 and then make the trigger Unavailable: the attack is real, and the check is what
 // stops it.
 //
+// Last, the honest node's collector stops reading pods (--read-pods=false, as the chart
+// runs collectors beside a scaler on the API, granting them no pod): the checked scaler
+// still reads b's pods, with the API's labels.
+//
 // The test runs on a NATS server of its own, so its attacker's reports reach no other
 // test's scaler.
 func TestAttackNodeClaim(t *testing.T) {
@@ -136,6 +140,29 @@ func TestAttackNodeClaim(t *testing.T) {
 	if log := checked.Tail(400); !strings.Contains(log, "dropped a pod from a node's report") || !strings.Contains(log, evil) {
 		t.Errorf("the checked scaler's log does not name the node whose claims it dropped:\n%s", log)
 	}
+
+	t.Log("the honest node's collector reads no pod (--read-pods=false), as the chart runs it beside a checked scaler")
+	col.Stop()
+	col, err = g.StartCollector(ctx, honest, cluster.SimNode{GPUs: 2, Util: 30, Jitter: 0}, time.Second,
+		"--sim-from-cluster", "--kubeconfig="+env.CP.Kubeconfig,
+		"--pod-resources-socket="+filepath.Join(dir, "kubelet-"+honest, "kubelet.sock"), "--read-pods=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Stop)
+	// Its reports name b's pods without labels: the checked scaler matches the API's. Its
+	// first reports may hold no pod yet, while it learns the node's pods from the API as
+	// the kubelet would.
+	checkedReads60 := func(ctx context.Context) error {
+		v, err := checked.Metric(ctx, ns, "checked", trigger(checked), "gpu-util")
+		if err != nil {
+			return err
+		}
+		return testkit.Check(v == 60, "gpu-util %g", v)
+	}
+	testkit.Eventually(t, 30*time.Second, checkedReads60)
+	consistently(t, 5*time.Second, "the checked scaler reads b's pods with the API's labels", checkedReads60)
+	testkit.Eventually(t, 30*time.Second, metricIs(mc, ns, "checked", "s0-gpu-util", 60))
 }
 
 // podsOn returns the names of the Ready pods of ns that selector selects, bound to node.
