@@ -393,7 +393,8 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry, 
 		v.labelsUnknown = c.unknown
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
-	var believed []claim // the pods of one device claims believes; reused
+	var room [4]claim
+	believed := room[:0] // the pods of one device claims believes; reused
 	e.gpus = make([]gpuInfo, len(r.GetGpus()))
 	for gi, g := range r.GetGpus() {
 		var was gpuInfo
