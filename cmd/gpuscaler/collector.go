@@ -126,7 +126,8 @@ func parseCollectorFlags(args []string, env envFunc, stdout, stderr io.Writer) (
 	fs.StringVar(&f.resources, "resources", strings.Join(kubelet.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
 	fs.BoolVar(&f.readPods, "read-pods", true, "read this node's pods from the Kubernetes API: their labels and owners, and their CPU and memory requests (RBAC: get, list, watch on pods, get on replicasets and jobs). "+
-		"false when the scaler runs with --kubeconfig, which takes labels and requests from its own watch: the collector then reads no pod, only its Node")
+		"false when the scaler runs with --kubeconfig, which takes labels and requests from its own watch: the collector then reads no pod, only its Node; "+
+		"but then it knows no pod's UID, so the NVML source's per-pod use of a shared GPU (--proc-root) goes unused and the GPU's figures are split evenly among its pods")
 	fs.StringVar(&f.httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &f.nats, "comma-separated NATS URLs")
 	newLogger := logFlags(fs, stderr, "info")

@@ -302,8 +302,11 @@ func TestCollectorRBAC(t *testing.T) {
 			if !hasRole {
 				t.Fatal("got no ClusterRole for the collector")
 			}
+			// It reads pods unless the scaler does, or unless it measures each pod's own
+			// use of a shared GPU (the host's /proc), which needs the pods' UIDs.
 			want, readPods := podReads, "true"
-			if dep, ok := find[*appsv1.Deployment](objs, render.Release); ok && flagValue(dep.Spec.Template.Spec.Containers[0].Args, "kubeconfig") == "in-cluster" {
+			hostProc := flagValue(pod.Containers[0].Args, "proc-root") == "/host/proc"
+			if dep, ok := find[*appsv1.Deployment](objs, render.Release); ok && !hostProc && flagValue(dep.Spec.Template.Spec.Containers[0].Args, "kubeconfig") == "in-cluster" {
 				want, readPods = nodeOnly, "false"
 			}
 			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {

@@ -22,6 +22,14 @@
 {{- /* Whether the scaler checks node reports against the pods of the Kubernetes API:
 scaler.kubernetesAPI, except with collector.source sim, whose pods are made up. */ -}}
 {{- define "gpuscaler.scaler.kubernetesAPI" -}}{{ and .Values.scaler.kubernetesAPI (ne .Values.collector.source "sim") }}{{- end }}
+{{- /* Whether the collector reads its node's pods from the API ("true" or "false"):
+not when the scaler takes pods' labels and requests from its own watch, unless the NVML
+source measures each pod's own use of a shared GPU (collector.hostProc), which needs
+the pods' UIDs. */ -}}
+{{- define "gpuscaler.collector.readPods" -}}
+{{- $hostProc := and .Values.collector.hostProc (has .Values.collector.source (list "auto" "nvml")) -}}
+{{- or (ne (include "gpuscaler.scaler.kubernetesAPI" .) "true") $hostProc -}}
+{{- end }}
 {{- define "gpuscaler.collector.name" -}}{{ include "gpuscaler.fullname" . | trunc 53 | trimSuffix "-" }}-collector{{- end }}
 {{- define "gpuscaler.nats.name" -}}{{ include "gpuscaler.fullname" . | trunc 58 | trimSuffix "-" }}-nats{{- end }}
 {{- define "gpuscaler.authCallout.name" -}}{{ include "gpuscaler.fullname" . | trunc 50 | trimSuffix "-" }}-auth-callout{{- end }}
