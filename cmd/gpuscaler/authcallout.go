@@ -59,7 +59,9 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	)
 	fs := newFlagSet("auth-callout", "auth-callout [flags] | issuer-key | hash-password", authCalloutAbout, stdout)
 	fs.StringVar(&seedFile, "issuer-seed-file", "", "secret the issued users are signed with: an NKey account seed (SA…), or a random secret of at least 32 bytes the key is derived from (required)")
-	fs.StringVar(&cfg.Account, "account", authcallout.DefaultAccount, "NATS account the issued users join")
+	fs.StringVar(&cfg.Accounts.Scaler, "scaler-account", authcallout.DefaultAccounts.Scaler, "NATS account scalers join: it holds the GPUSCALER stream and exports the report subjects")
+	fs.StringVar(&cfg.Accounts.Collector, "collector-account", authcallout.DefaultAccounts.Collector, "NATS account collectors join: it imports the node report subjects from the scaler's")
+	fs.StringVar(&cfg.Accounts.Producer, "producer-account", authcallout.DefaultAccounts.Producer, "NATS account producers join: it imports the queue report subjects from the scaler's")
 	fs.StringVar(&cfg.Audience, "audience", authcallout.DefaultAudience, "audience the ServiceAccount tokens must carry (the projected volume's serviceAccountToken.audience)")
 	fs.StringVar(&cfg.Scalers, "scaler-identities", "", "ServiceAccounts that are scalers: comma-separated namespace/name")
 	fs.StringVar(&cfg.Collectors, "collector-identities", "", "ServiceAccounts that are collectors: comma-separated namespace/name")
@@ -104,7 +106,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	if err != nil {
 		return err
 	}
-	log.Info("auth callout", "issuer", svc.IssuerPublicKey(), "account", cfg.Account, "audience", cfg.Audience,
+	log.Info("auth callout", "issuer", svc.IssuerPublicKey(), "accounts", cfg.Accounts, "audience", cfg.Audience,
 		"scalers", cfg.Scalers, "collectors", cfg.Collectors, "producers", cfg.Producers, "staticUsers", len(cfg.StaticUsers),
 		"kubernetes", cfg.Kube != nil)
 

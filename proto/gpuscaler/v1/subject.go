@@ -24,6 +24,8 @@ const (
 	StreamName = "GPUSCALER"
 	// QueueSubjectPrefix begins every queue report's subject.
 	QueueSubjectPrefix = SubjectPrefix + "." + queueKind + "."
+	// NodeSubjectPrefix begins every node report's subject.
+	NodeSubjectPrefix = SubjectPrefix + "." + nodeKind + "."
 
 	nodeKind  = "node"
 	queueKind = "queue"
