@@ -154,6 +154,8 @@ func TestAttackTenantCertificate(t *testing.T) {
 				// Certificate's namespace, where the chart made none.
 				if _, err := dyn.Resource(cmIssuersGVR).Namespace(tenantNS).Get(ctx, iss.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					t.Errorf("Issuer %s/%s: got %v, want NotFound: the chart's Issuers live in %s only", tenantNS, iss.GetName(), err, iss.GetNamespace())
+				} else {
+					t.Logf("tenant: Certificate %s/%s naming Issuer %s: stored, but it names an Issuer of %s, where there is none; the chart's is in %s", tenantNS, c.GetName(), iss.GetName(), tenantNS, iss.GetNamespace())
 				}
 			}
 		}
