@@ -212,3 +212,63 @@ func signLeaf(t *testing.T, ca tls.Certificate, cn string, dnsNames, usages []st
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
+
+// TestCertManagerNeverAClusterIssuer renders the cert-manager path with the values that
+// change what it makes (true rather than auto, no ClusterTriggerAuthentication, KEDA in
+// the release's own namespace, another release name): never a ClusterIssuer, and every
+// Issuer and Certificate in the release's namespace or KEDA's, each Certificate naming an
+// Issuer of its own namespace (the only kind cert-manager resolves there).
+func TestCertManagerNeverAClusterIssuer(t *testing.T) {
+	certManager := func(extra map[string]any) map[string]any {
+		vals := map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": true}}}}
+		for k, v := range extra {
+			vals[k] = v
+		}
+		return vals
+	}
+	cases := map[string]struct {
+		vals    map[string]any
+		release string
+		kedaNS  string
+	}{
+		"enabled true":                    {vals: certManager(nil), kedaNS: "keda"},
+		"no ClusterTriggerAuthentication": {vals: certManager(map[string]any{"keda": map[string]any{"clusterTriggerAuthentication": map[string]any{"enabled": false}}}), kedaNS: "keda"},
+		"KEDA in the release's namespace": {vals: certManager(map[string]any{"keda": map[string]any{"namespace": render.Namespace}}), kedaNS: render.Namespace},
+		"another release, KEDA elsewhere": {vals: certManager(map[string]any{"keda": map[string]any{"namespace": "autoscaling"}}), release: "gpu", kedaNS: "autoscaling"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := render.RenderWith(filepath.Join(root(t), render.ChartDir), tc.vals, render.Options{Release: tc.release})
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := DecodeAll(name, []byte(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ci := range all[*ClusterIssuer](objs) {
+				t.Errorf("got ClusterIssuer %s", ci.Name)
+			}
+			home := map[string]bool{render.Namespace: true, tc.kedaNS: true}
+			issuers := map[string]bool{}
+			for _, i := range all[*Issuer](objs) {
+				if !home[i.Namespace] {
+					t.Errorf("got Issuer %s/%s, want it in %s or %s", i.Namespace, i.Name, render.Namespace, tc.kedaNS)
+				}
+				issuers[i.Namespace+"/"+i.Name] = true
+			}
+			if len(issuers) != 2 {
+				t.Errorf("got Issuers %v, want two: the server CA's and the client CA's", issuers)
+			}
+			certs := all[*Certificate](objs)
+			if len(certs) == 0 {
+				t.Fatal("got no Certificate: the cert-manager path was not rendered")
+			}
+			for _, c := range certs {
+				if !home[c.Namespace] || c.Spec.IssuerRef.Kind != "Issuer" || !issuers[c.Namespace+"/"+c.Spec.IssuerRef.Name] {
+					t.Errorf("got Certificate %s/%s from %+v, want an Issuer of the chart in its own namespace", c.Namespace, c.Name, c.Spec.IssuerRef)
+				}
+			}
+		})
+	}
+}
