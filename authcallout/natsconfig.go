@@ -10,9 +10,11 @@ import (
 
 // NATSConfig says how to configure a nats-server for the callout.
 type NATSConfig struct {
-	// Issuer is the callout's issuer public key (Service.IssuerPublicKey).
+	// Issuer is the callout's issuer public key (Service.IssuerPublicKey), or a
+	// $VARIABLE holding it.
 	Issuer string
-	// CalloutPassword is the password of user "callout", the callout's own login.
+	// CalloutPassword is the password of user "callout", the callout's own login; a
+	// $VARIABLE is written as a reference, which nats-server reads from its environment.
 	CalloutPassword string
 	// StoreDir is JetStream's store; empty leaves it to the server's options.
 	StoreDir string
@@ -59,7 +61,7 @@ func (c NATSConfig) String() string {
 	}
 	queues, nodes := strconv.Quote(gpuscalerv1.QueueSubjectPrefix+">"), strconv.Quote(gpuscalerv1.NodeSubjectPrefix+">")
 	authUsers := []string{"callout"}
-	fmt.Fprintf(&b, "accounts {\n  AUTH {\n    users: [ { user: callout, password: %s } ]\n  }\n", strconv.Quote(c.CalloutPassword))
+	fmt.Fprintf(&b, "accounts {\n  AUTH {\n    users: [ { user: callout, password: %s } ]\n  }\n", value(c.CalloutPassword))
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n", a.Scaler)
 	fmt.Fprintf(&b, "    exports: [\n      { service: %s, accounts: [ %s ] }\n      { service: %s, accounts: [ %s ] }\n    ]\n",
 		queues, a.Producer, nodes, a.Collector)
@@ -87,4 +89,12 @@ func (c NATSConfig) String() string {
 	fmt.Fprintf(&b, "  SYS { }\n}\nsystem_account: SYS\nauthorization {\n  auth_callout {\n    issuer: %s\n    auth_users: [ %s ]\n    account: AUTH\n  }\n}\n",
 		c.Issuer, strings.Join(authUsers, ", "))
 	return b.String()
+}
+
+// value writes s as a configuration value: quoted, unless it is a $VARIABLE reference.
+func value(s string) string {
+	if strings.HasPrefix(s, "$") {
+		return s
+	}
+	return strconv.Quote(s)
 }
