@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -102,5 +104,43 @@ func TestAttackAckOverwrite(t *testing.T) {
 	}
 	if v, err := s2.Metric(ctx, b.teamB, "app", map[string]string{"queue": "jobs"}, "queue-backlog"); err != nil || v != 7 {
 		t.Errorf("after the attack a new replica reads team-b's backlog %v (%v), want 7", v, err)
+	}
+}
+
+// TestAttackAccountLimits: a producer that opens subscriptions past its need or sends
+// messages far larger than a queue report meets the limits of the producers' account,
+// which the server applies to users the callout issues (limits inside an issued user it
+// ignores in config mode: nats-server#5002). Both limits come from the chart's own
+// configuration.
+func TestAttackAccountLimits(t *testing.T) {
+	b := startCalloutBus(t)
+	token := nats.Token(tokenFor(t, b.teamA, "inference", natsAudience, b.producerPod))
+
+	nc, errs := connect(t, b.NATS.URL, token)
+	for i := range 17 {
+		if _, err := nc.SubscribeSync(fmt.Sprintf("_INBOX.gpuscaler.%s.%d", b.teamA, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	waitErr(t, errs, "maximum subscriptions exceeded")
+
+	// The server tells an admitted client its account's bound (nats.go then refuses a
+	// larger message itself); a client that ignores it is disconnected.
+	big, _ := connect(t, b.NATS.URL, token)
+	testkit.Eventually(t, 5*time.Second, func() bool { return big.MaxPayload() == 4096 })
+	raw, err := net.Dial("tcp", strings.TrimPrefix(b.NATS.URL, "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	// A client speaking the protocol by hand, which no client library's check stops.
+	connectLine := fmt.Sprintf("CONNECT {\"auth_token\":%q,\"verbose\":false,\"pedantic\":false,\"protocol\":1}\r\nPING\r\n", tokenFor(t, b.teamA, "inference", natsAudience, b.producerPod))
+	payload := make([]byte, 8192)
+	fmt.Fprintf(raw, "%sPUB gpuscaler.v1.queue.%s.jobs.raw %d\r\n%s\r\n", connectLine, b.teamA, len(payload), payload)
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reply, _ := io.ReadAll(raw)
+	if !strings.Contains(string(reply), "Maximum Payload Violation") {
+		t.Fatalf("the server answered an 8 KiB message with %q, want a maximum payload violation", reply)
 	}
 }
