@@ -199,7 +199,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	scalerFlags := map[string]string{
 		"grpc-addr":                `(default ":9090")`,
 		"http-addr":                `(default ":8080")`,
-		"status-page":              "(default true)",
+		"status-page":              "",
 		"tls-cert":                 "",
 		"tls-key":                  "",
 		"tls-client-ca":            "",
