@@ -253,6 +253,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	}
 	calloutFlags := map[string]string{
 		"issuer-seed-file":     "",
+		"issuer-key-configmap": "",
 		"account":              `(default "GPUSCALER")`,
 		"audience":             `(default "gpuscaler-nats")`,
 		"scaler-identities":    "",
