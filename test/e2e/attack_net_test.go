@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,7 +19,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
 )
@@ -439,4 +450,189 @@ func randomPassword(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.NewReplacer("+", "", "/", "", "=", "").Replace(base64.StdEncoding.EncodeToString(b))
+}
+
+// chartDefaultGolden is the chart's rendering with its default values.
+const chartDefaultGolden = "test/manifests/testdata/default.yaml"
+
+// TestIssuerKeyPublishedWithTheChartsRole: the bundled NATS servers read the callout
+// issuer's public key from a ConfigMap the callout writes, so that no NATS container
+// mounts the seed (test/manifests TestAttackNATSReadsIssuerSeed). Here the callout runs
+// as its ServiceAccount with exactly the RBAC the chart renders for it (its Role and
+// RoleBinding, applied to this API server): it writes the key the seed gives, and its
+// token can do nothing else with ConfigMaps or Secrets there.
+func TestIssuerKeyPublishedWithTheChartsRole(t *testing.T) {
+	e := suiteEnv(t)
+	ctx := t.Context()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	docs, _ := readManifestDocs(t, root, chartDefaultGolden)
+	const ns = "attack-issuer"
+	var (
+		sa        corev1.ServiceAccount
+		cm        corev1.ConfigMap
+		role      rbacv1.Role
+		binding   rbacv1.RoleBinding
+		calloutCM string
+	)
+	found := map[string]bool{}
+	for _, d := range docs {
+		var into any
+		switch {
+		case d.gvk.Kind == "ServiceAccount" && strings.HasSuffix(d.obj.GetName(), "-auth-callout"):
+			into = &sa
+		case d.gvk.Kind == "ConfigMap" && strings.HasSuffix(d.obj.GetName(), "-auth-callout-issuer"):
+			into = &cm
+		case d.gvk.Kind == "Role" && strings.HasSuffix(d.obj.GetName(), "-auth-callout-issuer"):
+			into = &role
+		case d.gvk.Kind == "RoleBinding" && strings.HasSuffix(d.obj.GetName(), "-auth-callout-issuer"):
+			into = &binding
+		case d.gvk.Kind == "Deployment" && strings.HasSuffix(d.obj.GetName(), "-auth-callout"):
+			ctrs, _, _ := unstructured.NestedSlice(d.obj.Object, "spec", "template", "spec", "containers")
+			args, _ := ctrs[0].(map[string]any)["args"].([]any)
+			for _, a := range args {
+				if v, ok := strings.CutPrefix(fmt.Sprint(a), "--issuer-key-configmap="); ok {
+					calloutCM = v
+				}
+			}
+			continue
+		default:
+			continue
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.obj.Object, into); err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		found[d.gvk.Kind] = true
+	}
+	if len(found) != 4 || calloutCM == "" {
+		t.Fatalf("%s: got %v and --issuer-key-configmap=%q, want the callout's ServiceAccount, issuer ConfigMap, Role, RoleBinding and the flag", chartDefaultGolden, found, calloutCM)
+	}
+	if calloutCM != cm.Namespace+"/"+cm.Name {
+		t.Fatalf("%s: the callout writes %s, the chart renders ConfigMap %s/%s", chartDefaultGolden, calloutCM, cm.Namespace, cm.Name)
+	}
+
+	// The release's objects, moved to a namespace of this test's own.
+	kube := e.Kube
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	for _, m := range []*metav1.ObjectMeta{&sa.ObjectMeta, &cm.ObjectMeta, &role.ObjectMeta, &binding.ObjectMeta} {
+		m.Namespace = ns
+	}
+	for i := range binding.Subjects {
+		binding.Subjects[i].Namespace = ns
+	}
+	steps := []func() error{
+		func() error {
+			_, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &sa, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &cm, metav1.CreateOptions{})
+			return err
+		},
+		func() error { _, err := kube.RbacV1().Roles(ns).Create(ctx, &role, metav1.CreateOptions{}); return err },
+		func() error {
+			_, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &binding, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "seed"}, StringData: map[string]string{"issuer-seed": "x"}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The callout's credentials: a token of its ServiceAccount.
+	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: e.CP.Host, CertificateAuthorityData: e.CP.CA.CertPEM}
+	kc.AuthInfos["callout"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "callout", Namespace: ns}
+	kc.CurrentContext = "e2e"
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	seed := filepath.Join(dir, "issuer-seed")
+	if err := os.WriteFile(seed, []byte(randomPassword(t)+randomPassword(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, err := exec.CommandContext(ctx, e.G.Bin, "auth-callout", "issuer-key", "--issuer-seed-file", seed).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The callout, pointed at a NATS that is not there (it writes the key before it
+	// connects, and then keeps retrying).
+	nobody, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Procs.Start("attack-issuer-callout", e.G.Bin, []string{"auth-callout",
+		"--issuer-seed-file", seed, "--issuer-key-configmap", ns + "/" + cm.Name, "--kubeconfig", kubeconfig,
+		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", nobody), "--nats-user", "callout", "--http-addr", "-"},
+		"GPUSCALER_NATS_PASSWORD=unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	err = cluster.Eventually(ctx, 30*time.Second, 100*time.Millisecond, "the issuer's key in ConfigMap "+cm.Name, p, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if got.Data["issuer.pub"] != strings.TrimSpace(string(want)) {
+			return false, cluster.Retry(fmt.Errorf("got data %v, want issuer.pub %s", got.Data, want))
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\ncallout's log:\n%s", err, p.Tail(20))
+	}
+
+	// Its token can do nothing else there.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"data":{"issuer.pub":"forged"}}`)
+	for what, try := range map[string]func() error{
+		"patch another ConfigMap": func() error {
+			_, err := as.CoreV1().ConfigMaps(ns).Patch(ctx, "other", types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		},
+		"read the issuer ConfigMap": func() error { _, err := as.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{}); return err },
+		"delete the issuer ConfigMap": func() error {
+			return as.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		},
+		"read a Secret": func() error { _, err := as.CoreV1().Secrets(ns).Get(ctx, "seed", metav1.GetOptions{}); return err },
+	} {
+		if err := try(); !apierrors.IsForbidden(err) {
+			t.Errorf("the callout's token: %s: got %v, want Forbidden", what, err)
+		}
+	}
 }
