@@ -204,6 +204,26 @@ func TestAttackPasswordsWithoutTLS(t *testing.T) {
 	if _, err := render.Render(chart, nil); err != nil {
 		t.Errorf("the defaults (ServiceAccount tokens through the callout): got %v", err)
 	}
+	// Nor does the gateway's chart send one in the clear.
+	gateway := filepath.Join(root(t), render.GatewayChartDir)
+	opts := render.Options{Release: "llm-gateway", Namespace: "inference"}
+	for _, typ := range []string{"token", "userPassword"} {
+		t.Run("gateway "+typ, func(t *testing.T) {
+			auth := map[string]any{"type": typ, "secretName": "s"}
+			_, err := render.RenderWith(gateway, map[string]any{"nats": map[string]any{"auth": auth}}, opts)
+			if err == nil || !strings.Contains(err.Error(), "in the clear") {
+				t.Errorf("without TLS: got %v, want a refusal", err)
+			}
+			tls := map[string]any{"enabled": true, "secretName": "nats-ca"}
+			if _, err := render.RenderWith(gateway, map[string]any{"nats": map[string]any{"auth": auth, "tls": tls}}, opts); err != nil {
+				t.Errorf("with TLS: got %v, want it rendered", err)
+			}
+			auth["insecureAllowPasswordsWithoutTLS"] = true
+			if _, err := render.RenderWith(gateway, map[string]any{"nats": map[string]any{"auth": auth}}, opts); err != nil {
+				t.Errorf("with the opt-out: got %v, want it rendered", err)
+			}
+		})
+	}
 }
 
 // TestAttackNATSMonitoring: NATS's monitoring port lists every client (/connz: names,
