@@ -1,11 +1,19 @@
 package manifests
 
 import (
+	"fmt"
 	"maps"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/gpuscaler/gpuscaler/deploy/render"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 // The attacks of issue 28 that the chart's defaults close (items 4 and 7); the route
@@ -297,5 +306,143 @@ func TestAttackCollectorPort(t *testing.T) {
 				t.Errorf("got /metrics open to a tenant with metricsFrom set")
 			}
 		})
+	}
+}
+
+// TestAttackRouteTLS: with route TLS (the cert-manager case names nats.cluster.tlsSecretName),
+// the rendered cluster forms over TLS with certificates of the routes' CA, and a server
+// that has the route password but a certificate of another CA is refused: each server
+// verifies the other's certificate, both ways. (test/e2e TestAttackRoute runs the
+// password alone against real nats-server processes.)
+func TestAttackRouteTLS(t *testing.T) {
+	var c render.Case
+	for _, k := range render.Cases {
+		if k.Name == "cert-manager" {
+			c = k
+		}
+	}
+	objs := caseObjects(t, c)
+	sts, _ := find[*appsv1.StatefulSet](objs, render.Release+"-nats")
+	cm, _ := find[*corev1.ConfigMap](objs, render.Release+"-nats")
+	conf := cm.Data["nats.conf"]
+	if sts == nil || !strings.Contains(conf, "/etc/nats/route-tls/") {
+		t.Fatalf("case %s: got no route TLS in the rendered configuration:\n%s", c.Name, conf)
+	}
+	ctr := sts.Spec.Template.Spec.Containers[0]
+	replicas := int(deref(sts.Spec.Replicas, 1))
+
+	// The routes' CA and another, each with a certificate for 127.0.0.1, for server and
+	// client authentication.
+	certs := func(name string) string {
+		dir := t.TempDir()
+		ca := testkit.NewCA(t, name)
+		cert, key := ca.Issue(t, "nats", 0)
+		testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
+		testkit.WriteFile(t, dir, "tls.crt", cert)
+		testkit.WriteFile(t, dir, "tls.key", key)
+		return dir
+	}
+	routesCA, otherCA := certs("routes CA"), certs("another CA")
+	clientTLS := certs("clients CA")
+	ports := make([]int, replicas)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuerPub, _ := issuer.PublicKey()
+	t.Setenv("CALLOUT_ISSUER", issuerPub)
+	t.Setenv("CALLOUT_PASSWORD", "callout-secret")
+	t.Setenv("NATS_ROUTE_PASSWORD", "route-secret")
+
+	// start runs server pod with the rendered configuration, its route certificates from
+	// certDir, its cluster port clusterPort (0: any), its routes to the servers' ports.
+	start := func(pod, certDir string, clusterPort int) *server.Server {
+		t.Helper()
+		conf := strings.ReplaceAll(conf, "/etc/nats/route-tls/", certDir+"/")
+		conf = strings.ReplaceAll(conf, "/etc/nats/tls/", clientTLS+"/")
+		path := filepath.Join(t.TempDir(), "nats.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("POD_NAME", pod)
+		for _, e := range ctr.Env {
+			if n, ok := strings.CutPrefix(e.Name, "NATS_ROUTE_"); ok && e.ValueFrom == nil {
+				i, err := strconv.Atoi(n)
+				if err != nil {
+					t.Fatalf("got variable %s, want NATS_ROUTE_<ordinal>", e.Name)
+				}
+				u := strings.ReplaceAll(e.Value, "$(NATS_ROUTE_PASSWORD)", "route-secret")
+				host := u[strings.LastIndex(u, "@")+1:]
+				t.Setenv(e.Name, strings.Replace(u, host, "127.0.0.1:"+strconv.Itoa(ports[i]), 1))
+			}
+		}
+		opts, err := server.ProcessConfigFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.StoreDir, opts.PidFile = t.TempDir(), filepath.Join(t.TempDir(), "nats.pid")
+		opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", clusterPort
+		if clusterPort == 0 {
+			opts.Cluster.Port = -1
+		}
+		opts.NoSigs = true
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(s.Shutdown)
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("%s did not start", pod)
+		}
+		return s
+	}
+	var servers []*server.Server
+	for i := range replicas {
+		servers = append(servers, start(fmt.Sprintf("%s-%d", sts.Name, i), routesCA, ports[i]))
+	}
+	routedTo := func(s *server.Server) []string {
+		rz, err := s.Routez(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range rz.Routes {
+			names = append(names, r.RemoteName)
+		}
+		return names
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		for _, s := range servers {
+			for _, o := range servers {
+				if o != s && !slices.Contains(routedTo(s), o.Name()) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	intruder := start("intruder", otherCA, 0)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if names := routedTo(intruder); len(names) > 0 {
+			t.Fatalf("a server with the password and another CA's certificate got routes to %v", names)
+		}
+		for _, s := range servers {
+			if slices.Contains(routedTo(s), intruder.Name()) {
+				t.Fatalf("%s: got a route to the intruder", s.Name())
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
