@@ -199,7 +199,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	scalerFlags := map[string]string{
 		"grpc-addr":                `(default ":9090")`,
 		"http-addr":                `(default ":8080")`,
-		"status-page":              "(default true)",
+		"status-page":              "",
 		"tls-cert":                 "",
 		"tls-key":                  "",
 		"tls-client-ca":            "",
@@ -253,6 +253,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	}
 	calloutFlags := map[string]string{
 		"issuer-seed-file":     "",
+		"issuer-key-configmap": "",
 		"scaler-account":       `(default "GPUSCALER")`,
 		"collector-account":    `(default "GPUSCALER_COLLECTORS")`,
 		"producer-account":     `(default "GPUSCALER_PRODUCERS")`,

@@ -44,7 +44,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", `address of /metrics, /healthz, /readyz and /status; "-" turns HTTP off`)
-	statusPage := fs.Bool("status-page", true, "serve the status page, /status on --http-addr: the triggers KEDA asked about with their answers, every queue, node and GPU and the pods holding them, to whoever reaches --http-addr")
+	statusPage := fs.Bool("status-page", false, "serve the status page, /status on --http-addr: the triggers KEDA asked about with their answers, every queue, node and GPU and the pods holding them, to whoever reaches --http-addr (so keep that port private)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of the gRPC server (TLS when set)")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
