@@ -544,3 +544,59 @@ func TestDocPathsExist(t *testing.T) {
 		t.Fatal("found no repository path in the docs")
 	}
 }
+
+// TestSecurityDocListsEveryAttack: docs/security.md's table of attack tests names every
+// TestAttack… function of the repository, with the folders that hold it, and nothing
+// that does not exist: the threat model says which test holds each rule, so a new
+// attack test is documented and a removed one is not promised.
+func TestSecurityDocListsEveryAttack(t *testing.T) {
+	attackFunc := regexp.MustCompile(`(?m)^func (TestAttack\w+)\(t \*testing\.T\)`)
+	found := map[string][]string{}
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range attackFunc.FindAllStringSubmatch(string(data), -1) {
+			found[m[1]] = append(found[m[1]], path.Dir(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) == 0 {
+		t.Fatal("found no TestAttack function in the repository")
+	}
+	row := regexp.MustCompile("(?m)^\\| `(TestAttack\\w+)` \\| ([^|]+) \\|")
+	listed := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(readRepoFile(t, "docs/security.md"), -1) {
+		name := m[1]
+		listed[name] = true
+		var where []string
+		for _, w := range strings.Split(m[2], ",") {
+			where = append(where, strings.Trim(strings.TrimSpace(w), "`"))
+		}
+		slices.Sort(where)
+		got := slices.Compact(slices.Sorted(slices.Values(found[name])))
+		if !slices.Equal(where, got) {
+			t.Errorf("docs/security.md: %s is in %v, the repository has it in %v", name, where, got)
+		}
+	}
+	for name, dirs := range found {
+		if !listed[name] {
+			t.Errorf("docs/security.md does not list %s (in %v) among the attack tests", name, dirs)
+		}
+	}
+}

@@ -264,7 +264,9 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	}
 	calloutFlags := map[string]string{
 		"issuer-seed-file":     "",
-		"account":              `(default "GPUSCALER")`,
+		"scaler-account":       `(default "GPUSCALER")`,
+		"collector-account":    `(default "GPUSCALER_COLLECTORS")`,
+		"producer-account":     `(default "GPUSCALER_PRODUCERS")`,
 		"audience":             `(default "gpuscaler-nats")`,
 		"scaler-identities":    "",
 		"collector-identities": "",

@@ -2,7 +2,9 @@ package manifests
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -360,4 +363,37 @@ func writeTestCerts(t *testing.T, dir string) {
 	testkit.WriteFile(t, dir, "ca.crt", ca.PEM)
 	testkit.WriteFile(t, dir, "tls.crt", cert)
 	testkit.WriteFile(t, dir, "tls.key", key)
+}
+
+// TestBundledNATSAccountsMatchTheCallout: the accounts, imports, exports and limits of the
+// chart's default NATS configuration are the ones the callout's own `gpuscaler
+// auth-callout nats-config` prints (authcallout.NATSConfig, what its tests run), so the
+// accounts the callout places users in exist, with the imports that keep replies in the
+// sender's account and the limits documented for them.
+func TestBundledNATSAccountsMatchTheCallout(t *testing.T) {
+	objs := caseObjects(t, render.Cases[0])
+	cm, ok := find[*corev1.ConfigMap](objs, render.Release+"-nats")
+	if !ok {
+		t.Fatal("got no ConfigMap with the NATS configuration")
+	}
+	out, err := exec.Command(gpuscalerBinary(t), "auth-callout", "nats-config").Output()
+	if err != nil {
+		t.Fatalf("gpuscaler auth-callout nats-config: %v", err)
+	}
+	t.Setenv("POD_NAME", "nats-0")
+	t.Setenv("CALLOUT_ISSUER", "issuer")
+	t.Setenv("CALLOUT_PASSWORD", "password")
+	chart, err := conf.Parse(cm.Data["nats.conf"])
+	if err != nil {
+		t.Fatalf("chart's nats.conf: %v", err)
+	}
+	callout, err := conf.Parse(string(out))
+	if err != nil {
+		t.Fatalf("nats-config's output: %v", err)
+	}
+	for _, key := range []string{"accounts", "system_account", "authorization"} {
+		if !reflect.DeepEqual(chart[key], callout[key]) {
+			t.Errorf("%s: the chart renders\n%v\nthe callout expects\n%v", key, chart[key], callout[key])
+		}
+	}
 }

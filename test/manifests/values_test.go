@@ -101,6 +101,10 @@ func TestValuesRejected(t *testing.T) {
 			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}},
 			want:   "enabled",
 		},
+		"cert-manager's cluster resource namespace, gone with the ClusterIssuers (issue 28)": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"clusterResourceNamespace": "cert-manager"}}}},
+			want:   "clusterResourceNamespace",
+		},
 		"unknown source": {
 			values: map[string]any{"collector": map[string]any{"source": "rocm"}},
 			want:   "source",

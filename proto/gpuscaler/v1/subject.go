@@ -29,8 +29,10 @@ const (
 	// invent, their reports fill this stream and never evict a node's report from
 	// StreamName.
 	QueueStreamName = "GPUSCALER_QUEUES"
+	// NodeSubjectPrefix begins every node report's subject.
+	NodeSubjectPrefix = SubjectPrefix + "." + nodeKind + "."
 	// NodeSubjects matches every node report's subject: stream StreamName captures it.
-	NodeSubjects = SubjectPrefix + "." + nodeKind + ".>"
+	NodeSubjects = NodeSubjectPrefix + ">"
 	// QueueSubjectPrefix begins every queue report's subject.
 	QueueSubjectPrefix = SubjectPrefix + "." + queueKind + "."
 	// QueueSubjects matches every queue report's subject: stream QueueStreamName

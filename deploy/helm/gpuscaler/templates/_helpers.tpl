@@ -242,6 +242,38 @@ generated
 {{ .Values.keda.clusterTriggerAuthentication.secretName | default (printf "%s-keda-client-tls" (include "gpuscaler.fullname" .)) }}
 {{- end }}
 
+{{/* With cert-manager (gpuscaler.grpcTLSSource certManager): the server CA's key pair,
+in the release's namespace, and its certificate alone in keda.namespace; the client CA's
+key pair, in keda.namespace, and its certificate alone in the release's namespace. */}}
+{{- define "gpuscaler.grpcServerCA" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-server-ca
+{{- end }}
+{{- define "gpuscaler.grpcServerCACert" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-server-ca-cert
+{{- end }}
+{{- define "gpuscaler.grpcClientCA" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-client-ca
+{{- end }}
+{{- define "gpuscaler.grpcClientCACert" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-client-ca-cert
+{{- end }}
+
+{{/* A CA key pair kept across upgrades, as JSON {"crt", "key"} (base64 PEM): the one in
+Secret (list $ namespace name commonName) if it holds both, else a new one (genCA,
+scaler.tls.validityDays). */}}
+{{- define "gpuscaler.keptCA" -}}
+{{- $ := index . 0 }}
+{{- $data := (lookup "v1" "Secret" (index . 1) (index . 2)).data | default dict }}
+{{- $crt := index $data "tls.crt" | default "" }}
+{{- $key := index $data "tls.key" | default "" }}
+{{- if not (and $crt $key) }}
+{{- $ca := genCA (index . 3) (int $.Values.scaler.tls.validityDays) }}
+{{- $crt = $ca.Cert | b64enc }}
+{{- $key = $ca.Key | b64enc }}
+{{- end }}
+{{- dict "crt" $crt "key" $key | toJson }}
+{{- end }}
+
 {{/* Values that no schema can check: combinations. */}}
 {{- define "gpuscaler.validate" -}}
 {{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}

@@ -43,11 +43,17 @@ authorization {
   password: $NATS_PASSWORD
 }
 {{- else if eq .Values.nats.auth.type "kubernetes" }}
+{{- $limits := .Values.nats.auth.kubernetes.limits }}
 # Every client but the callout is authenticated by the auth callout: the server sends it
 # the client's connect options (its ServiceAccount token), and admits the client as the
 # user the callout answers with, which must be signed by the issuer. $CALLOUT_ISSUER is
 # the issuer's public key, derived from the seed at start; $CALLOUT_PASSWORD is the
 # callout's own login.
+# Each role has an account of its own (authcallout.NATSConfig writes the same): the
+# scaler's holds the GPUSCALER stream and exports the report subjects as services, the
+# collectors' and the producers' import theirs. A reply a client names then routes back
+# to its own account only, so the stream's ack can never be stored over another
+# subject's report.
 accounts {
   # The callout's own account: it may only answer auth requests.
   AUTH {
@@ -55,9 +61,25 @@ accounts {
       { user: callout, password: $CALLOUT_PASSWORD }
     ]
   }
-  # Every issued user joins this account: the reports and the GPUSCALER stream.
+  # The scaler: the reports and the GPUSCALER stream.
   GPUSCALER {
     jetstream: enabled
+    exports: [
+      { service: "gpuscaler.v1.queue.>", accounts: [ GPUSCALER_PRODUCERS ] }
+      { service: "gpuscaler.v1.node.>", accounts: [ GPUSCALER_COLLECTORS ] }
+    ]
+  }
+  GPUSCALER_PRODUCERS {
+    imports: [ { service: { account: GPUSCALER, subject: "gpuscaler.v1.queue.>" } } ]
+    {{- with $limits.producers }}
+    limits { max_connections: {{ int .maxConnections }}, max_subscriptions: {{ int .maxSubscriptions }}, max_payload: {{ int .maxPayload }} }
+    {{- end }}
+  }
+  GPUSCALER_COLLECTORS {
+    imports: [ { service: { account: GPUSCALER, subject: "gpuscaler.v1.node.>" } } ]
+    {{- with $limits.collectors }}
+    limits { max_connections: {{ int .maxConnections }}, max_subscriptions: {{ int .maxSubscriptions }}, max_payload: {{ int .maxPayload }} }
+    {{- end }}
   }
   SYS {}
 }
