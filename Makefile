@@ -176,7 +176,10 @@ test-manifests: build ## check the chart, manifests, examples and Dockerfile (st
 test-keda: build ## KEDA v2.21.0's own client (external, external-push) against bin/gpuscaler (test/keda; a cold first run compiles KEDA, ~13 min)
 	GPUSCALER_BIN=$(CURDIR)/bin/gpuscaler ./test/keda/run.sh
 
-.PHONY: e2e
+.PHONY: e2e attacks
+attacks: ## the e2e suite's attack tests alone (TestAttack*): what a tenant, a node or the network tries, refused
+	./test/e2e/run.sh -run TestAttack
+
 e2e: ## end-to-end on loopback: etcd, kube-apiserver, controller manager, scheduler, KEDA and its adapter, kwok GPU nodes, a NATS cluster (builds and caches them: ~21 min cold, ~6 warm)
 	./test/e2e/run.sh
 

@@ -3,6 +3,7 @@ package authcallout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
 var (
@@ -364,5 +366,117 @@ func TestReconnectStorm(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("a client of the storm was refused: %v", err)
 		}
+	}
+}
+
+// TestAttackAckOverwrite: a producer may publish its own queue subjects and name any
+// reply subject. JetStream publishes its ack ({"stream":"GPUSCALER","seq":N}) to that
+// reply; were the reply delivered in the stream's account, the stream, which captures
+// gpuscaler.v1.>, would store the ack over the subject it names: another node's
+// report, another namespace's queue. Each role has an account of its own
+// (NATSConfig), so the ack returns to the producer's account only; the stream keeps
+// what the collector and the other tenant published.
+func TestAttackAckOverwrite(t *testing.T) {
+	b := startBus(t, busOptions{})
+	scaler, _ := b.mustConnect(t, natsconn.Options{Name: "scaler", Token: b.token(t, scalerSA)})
+	js, _ := jetstream.New(scaler.Conn)
+	stream, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: gpuscalerv1.StreamName, Subjects: []string{gpuscalerv1.SubjectAll}, MaxMsgsPerSubject: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The victims' reports, stored. A collector publishes without waiting for an ack (it
+	// may read nothing), so the wait is for the stream to hold its report.
+	const nodeSubject, victimQueue = "gpuscaler.v1.node.node-a", "gpuscaler.v1.queue.team-b.jobs.p"
+	collector, _ := b.mustConnect(t, natsconn.Options{Name: "collector", Token: b.token(t, collectorA)})
+	if err := collector.Publish(nodeSubject, []byte("node report")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func(ctx context.Context) error {
+		_, err := stream.GetLastMsgForSubject(ctx, nodeSubject)
+		return err
+	})
+	teamB, _ := b.mustConnect(t, natsconn.Options{Name: "team-b", Token: b.token(t, tenantB), InboxPrefix: gpuscalerv1.InboxPrefix("team-b")})
+	bjs, _ := jetstream.New(teamB.Conn)
+	if _, err := bjs.Publish(t.Context(), victimQueue, []byte("team-b's queue")); err != nil {
+		t.Fatal(err)
+	}
+
+	attacker, attackerErrs := b.mustConnect(t, natsconn.Options{Name: "team-a", Token: b.token(t, tenantA), InboxPrefix: gpuscalerv1.InboxPrefix("team-a")})
+	for _, target := range []string{nodeSubject, victimQueue} {
+		if err := attacker.PublishMsg(&nats.Msg{Subject: "gpuscaler.v1.queue.team-a.jobs.p", Reply: target, Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A collector may name a reply as well: its own node's report, acked onto a queue.
+	if err := collector.PublishMsg(&nats.Msg{Subject: nodeSubject, Reply: victimQueue, Data: []byte("node report")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := collector.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The attacker's own report is stored: the stream has seen both attacks, and acked
+	// them (the third message), before the checks below.
+	if err := attacker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func(ctx context.Context) error {
+		_, err := stream.GetLastMsgForSubject(ctx, "gpuscaler.v1.queue.team-a.jobs.p")
+		return err
+	})
+	for subject, want := range map[string]string{nodeSubject: "node report", victimQueue: "team-b's queue"} {
+		m, err := stream.GetLastMsgForSubject(t.Context(), subject)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		if string(m.Data) != want {
+			t.Errorf("%s holds %q, want %q: a producer's reply subject wrote into the stream", subject, m.Data, want)
+		}
+	}
+	if testkit.CountLines(attackerErrs.String(), "Violation") != 0 {
+		t.Errorf("the attacker's publish was refused (%s): the attack was not tried", attackerErrs)
+	}
+}
+
+// TestAccountLimitsHold: the limits a producer's account sets are applied by the server
+// to clients the callout admits, where limits in the issued user are not
+// (nats-server#5002): a message larger than a queue report, a subscription past the
+// bound, a connection past the account's.
+func TestAccountLimitsHold(t *testing.T) {
+	b := startBus(t, busOptions{producerLimits: Limits{MaxConnections: 2, MaxSubscriptions: 3, MaxPayload: 1024}})
+	opts := natsconn.Options{Name: "team-a", Token: b.token(t, tenantA), InboxPrefix: gpuscalerv1.InboxPrefix("team-a")}
+
+	nc, errs := b.mustConnect(t, opts)
+	for i := range 4 {
+		if _, err := nc.SubscribeSync(fmt.Sprintf("%s.%d", gpuscalerv1.InboxPrefix("team-a"), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	errs.waitFor(t, "maximum subscriptions exceeded")
+
+	// The server tells the client its account's bound once it is admitted (nats.go
+	// then refuses larger messages itself); a client that sends one anyway is
+	// disconnected (client.go, processPub, against the limit applyAccountLimits set).
+	big, bigErrs := b.mustConnect(t, opts)
+	if err := big.Publish("gpuscaler.v1.queue.team-a.jobs.p", make([]byte, 1025)); errors.Is(err, nats.ErrMaxPayload) {
+		if got := big.MaxPayload(); got != 1024 {
+			t.Fatalf("the client refused the message at max payload %d, want the account's 1024", got)
+		}
+		big.Close()
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		big.Flush()
+		bigErrs.waitFor(t, "Maximum Payload Violation")
+		testkit.Eventually(t, 5*time.Second, func() bool { return big.IsClosed() })
+	}
+
+	// That connection is closed; a second joins beside the first, and a third is
+	// refused.
+	b.mustConnect(t, opts)
+	if _, _, err := b.connect(t, opts); err == nil {
+		t.Fatal("a third connection joined an account limited to two")
+	} else if !strings.Contains(strings.ToLower(err.Error()), "maximum") {
+		t.Fatalf("third connection: %v, want the account's maximum connections", err)
 	}
 }

@@ -122,6 +122,8 @@ type busOptions struct {
 	// reviewDelay is how long each TokenReview takes, as a slow or distant API
 	// server's would.
 	reviewDelay time.Duration
+	// producerLimits bound the producers' account; the defaults where zero.
+	producerLimits Limits
 }
 
 // startBus starts NATS with auth callout configured as the chart configures it, and the
@@ -133,7 +135,7 @@ func startBus(t testing.TB, o busOptions) *bus {
 		t.Fatal(err)
 	}
 	pub, _ := issuer.PublicKey()
-	ns := natstest.StartConfig(t, NATSConfig{Issuer: pub, CalloutPassword: calloutPassword}.String())
+	ns := natstest.StartConfig(t, NATSConfig{Issuer: pub, CalloutPassword: calloutPassword, ProducerLimits: o.producerLimits}.String())
 	b := &bus{url: ns.ClientURL(), api: &apiserver{tokens: map[string]authenticationv1.UserInfo{}}}
 	b.kube = fake.NewClientset()
 	b.kube.PrependReactor("create", "tokenreviews", b.api.react)

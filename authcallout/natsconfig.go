@@ -4,17 +4,26 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // NATSConfig says how to configure a nats-server for the callout.
 type NATSConfig struct {
-	// Issuer is the callout's issuer public key (Service.IssuerPublicKey).
+	// Issuer is the callout's issuer public key (Service.IssuerPublicKey), or a
+	// $VARIABLE holding it.
 	Issuer string
-	// CalloutPassword is the password of user "callout", the callout's own login.
+	// CalloutPassword is the password of user "callout", the callout's own login; a
+	// $VARIABLE is written as a reference, which nats-server reads from its environment.
 	CalloutPassword string
 	// StoreDir is JetStream's store; empty leaves it to the server's options.
 	StoreDir string
-	// Trusted are users of account DefaultAccount that bypass the callout, with
+	// Accounts name the roles' accounts; DefaultAccounts where empty.
+	Accounts Accounts
+	// ProducerLimits and CollectorLimits bound those accounts' clients; the defaults
+	// where zero.
+	ProducerLimits, CollectorLimits Limits
+	// Trusted are users of the scaler's account that bypass the callout, with
 	// permissions of their own. For tools only (the bench's simulated nodes): every part
 	// of gpuscaler authenticates through the callout.
 	Trusted []TrustedUser
@@ -28,16 +37,34 @@ type TrustedUser struct {
 }
 
 // String returns the configuration text: every client but user "callout" goes to the
-// callout, signed by Issuer, and admitted users are placed in account DefaultAccount.
-// It is what the chart's bundled NATS runs (deploy/helm/gpuscaler/templates/_nats.tpl,
+// callout, signed by Issuer, and admitted users are placed in their role's account. It
+// is what the chart's bundled NATS runs (deploy/helm/gpuscaler/templates/_nats.tpl,
 // where the values come from the environment), and what tests and the bench start.
+//
+// The scaler's account keeps the stream and exports the report subjects as services:
+// the queue subjects to the producers' account, the node subjects to the collectors'.
+// A service import maps a request's reply subject to one of its own (_R_.…), which
+// routes the response back to the requester's account; so the stream's ack to a report
+// reaches its sender wherever it names, and never the stream.
 func (c NATSConfig) String() string {
+	a := c.Accounts.withDefaults()
+	pl, cl := c.ProducerLimits, c.CollectorLimits
+	if pl == (Limits{}) {
+		pl = DefaultProducerLimits
+	}
+	if cl == (Limits{}) {
+		cl = DefaultCollectorLimits
+	}
 	var b strings.Builder
 	if c.StoreDir != "" {
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", strconv.Quote(c.StoreDir))
 	}
+	queues, nodes := strconv.Quote(gpuscalerv1.QueueSubjectPrefix+">"), strconv.Quote(gpuscalerv1.NodeSubjectPrefix+">")
 	authUsers := []string{"callout"}
-	fmt.Fprintf(&b, "accounts {\n  AUTH {\n    users: [ { user: callout, password: %s } ]\n  }\n  %s {\n    jetstream: enabled\n", strconv.Quote(c.CalloutPassword), DefaultAccount)
+	fmt.Fprintf(&b, "accounts {\n  AUTH {\n    users: [ { user: callout, password: %s } ]\n  }\n", value(c.CalloutPassword))
+	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n", a.Scaler)
+	fmt.Fprintf(&b, "    exports: [\n      { service: %s, accounts: [ %s ] }\n      { service: %s, accounts: [ %s ] }\n    ]\n",
+		queues, a.Producer, nodes, a.Collector)
 	if len(c.Trusted) > 0 {
 		b.WriteString("    users: [\n")
 		for _, u := range c.Trusted {
@@ -51,7 +78,23 @@ func (c NATSConfig) String() string {
 		}
 		b.WriteString("    ]\n")
 	}
-	fmt.Fprintf(&b, "  }\n  SYS { }\n}\nsystem_account: SYS\nauthorization {\n  auth_callout {\n    issuer: %s\n    auth_users: [ %s ]\n    account: AUTH\n  }\n}\n",
+	b.WriteString("  }\n")
+	for _, imp := range []struct {
+		account, subject string
+		limits           Limits
+	}{{a.Producer, queues, pl}, {a.Collector, nodes, cl}} {
+		fmt.Fprintf(&b, "  %s {\n    imports: [ { service: { account: %s, subject: %s } } ]\n    %s\n  }\n",
+			imp.account, a.Scaler, imp.subject, imp.limits)
+	}
+	fmt.Fprintf(&b, "  SYS { }\n}\nsystem_account: SYS\nauthorization {\n  auth_callout {\n    issuer: %s\n    auth_users: [ %s ]\n    account: AUTH\n  }\n}\n",
 		c.Issuer, strings.Join(authUsers, ", "))
 	return b.String()
+}
+
+// value writes s as a configuration value: quoted, unless it is a $VARIABLE reference.
+func value(s string) string {
+	if strings.HasPrefix(s, "$") {
+		return s
+	}
+	return strconv.Quote(s)
 }

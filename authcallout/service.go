@@ -32,7 +32,6 @@ const queueGroup = "gpuscaler-auth-callout"
 
 // Defaults of Config.
 const (
-	DefaultAccount  = "GPUSCALER"
 	DefaultAudience = "gpuscaler-nats"
 	DefaultMaxTTL   = time.Hour
 )
@@ -42,8 +41,9 @@ type Config struct {
 	// Issuer signs the users the callout issues; the NATS server's auth_callout.issuer is
 	// its public key.
 	Issuer nkeys.KeyPair
-	// Account is the NATS account issued users join. Empty means DefaultAccount.
-	Account string
+	// Accounts are the NATS accounts issued users join, one per role (DefaultAccounts
+	// where empty).
+	Accounts Accounts
 	// Audience is the audience ServiceAccount tokens must carry. Empty means DefaultAudience.
 	Audience string
 	// Scalers, Collectors and Producers list the ServiceAccounts of each role as
@@ -74,7 +74,7 @@ type Config struct {
 type Service struct {
 	issuer    nkeys.KeyPair
 	issuerPub string
-	account   string
+	accounts  Accounts
 	maxTTL    time.Duration
 	static    StaticUsers
 	dummy     []byte    // compared against for an unknown static user
@@ -103,14 +103,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("auth callout: issuer key has no seed to sign with: %w", err)
 	}
 	s := &Service{
-		issuer: cfg.Issuer, issuerPub: pub, account: cfg.Account, maxTTL: cfg.MaxTTL,
+		issuer: cfg.Issuer, issuerPub: pub, accounts: cfg.Accounts.withDefaults(), maxTTL: cfg.MaxTTL,
 		static: cfg.StaticUsers, log: cfg.Log, now: cfg.Now, up: make(chan struct{}),
 	}
 	if len(s.static) > 0 {
 		s.dummy = dummyHashFor(s.static)
-	}
-	if s.account == "" {
-		s.account = DefaultAccount
 	}
 	if s.maxTTL <= 0 {
 		s.maxTTL = DefaultMaxTTL
@@ -215,7 +212,8 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn) error {
 		}
 	}
 	s.ready.Do(func() { close(s.up) })
-	s.log.Info("answering NATS authorization requests", "subject", Subject, "issuer", s.issuerPub, "account", s.account)
+	s.log.Info("answering NATS authorization requests", "subject", Subject, "issuer", s.issuerPub,
+		"scalerAccount", s.accounts.Scaler, "collectorAccount", s.accounts.Collector, "producerAccount", s.accounts.Producer)
 	<-ctx.Done()
 	return nil
 }
@@ -274,8 +272,8 @@ func (s *Service) issue(req *jwt.AuthorizationRequestClaims, id Identity, now ti
 	}
 	uc := jwt.NewUserClaims(req.UserNkey)
 	uc.Name = id.Name
-	// Outside operator mode the audience places the user in an account.
-	uc.Audience = s.account
+	// Outside operator mode the audience places the user in an account: its role's.
+	uc.Audience = s.accounts.of(id.Role)
 	uc.IssuedAt = now.Unix()
 	exp := now.Add(s.maxTTL)
 	if !id.Expires.IsZero() && id.Expires.Before(exp) {
@@ -284,8 +282,12 @@ func (s *Service) issue(req *jwt.AuthorizationRequestClaims, id Identity, now ti
 	uc.Expires = exp.Unix()
 	uc.Permissions = perms
 	// Only the scaler holds subscriptions worth counting; the others need at most one.
+	// A server in config mode ignores limits in the users an auth callout issues
+	// (nats-server#5002: client.applyAccountLimits reads the client's own JWT, not the
+	// issued one), so the accounts' limits in NATSConfig are what hold there; this one
+	// holds in operator mode.
 	if id.Role != RoleScaler {
-		uc.Limits.Subs = 16
+		uc.Limits.Subs = producerMaxSubs
 	}
 	vr := jwt.CreateValidationResults()
 	uc.Validate(vr)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuscaler/gpuscaler/authcallout/parse"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 func TestPermissions(t *testing.T) {
@@ -72,6 +73,18 @@ func TestPermissions(t *testing.T) {
 		}
 		if s == ">" || s == "$JS.>" || s == "$JS.API.>" {
 			t.Errorf("scaler may publish %q", s)
+		}
+	}
+	// It keeps both its streams: the node stream and the queue stream.
+	for _, stream := range []string{gpuscalerv1.StreamName, gpuscalerv1.QueueStreamName} {
+		for _, api := range []string{"$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.", "$JS.API.STREAM.MSG.GET.", "$JS.API.CONSUMER.CREATE.", "$JS.FC."} {
+			want := api + stream
+			if api == "$JS.FC." {
+				want += ".>"
+			}
+			if !slices.Contains(p.Pub.Allow, want) {
+				t.Errorf("scaler may not publish %q", want)
+			}
 		}
 	}
 }

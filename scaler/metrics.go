@@ -105,7 +105,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}, func() float64 { return boolFloat(ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_stream_following",
-			Help: "1 while the scaler follows the GPUSCALER stream; 0 while it sets it up again.",
+			Help: "1 while the scaler follows both its streams, GPUSCALER and GPUSCALER_QUEUES; 0 while it sets one up again.",
 		}, func() float64 { return boolFloat(following()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_clock_skew_seconds",

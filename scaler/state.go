@@ -14,8 +14,8 @@ import (
 )
 
 // State is the scaler's picture of the cluster: the latest report of every node and every
-// queue, and when NATS stored it. One goroutine applies events (the NATS follower); any
-// number read. Readers see each report whole: a report is replaced, never edited.
+// queue, and when NATS stored it. The NATS followers' shards apply events, each subject's
+// on one shard, in order; any number read. Readers see each report whole: a report is replaced, never edited.
 type State struct {
 	now     func() time.Time
 	started time.Time

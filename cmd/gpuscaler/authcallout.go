@@ -39,7 +39,9 @@ Subcommands:
   gpuscaler auth-callout issuer-key --issuer-seed-file FILE [--out FILE]
       print the issuer's public key, the NATS server's auth_callout.issuer
   gpuscaler auth-callout hash-password
-      read a password on stdin and print its bcrypt hash, for --static-users`
+      read a password on stdin and print its bcrypt hash, for --static-users
+  gpuscaler auth-callout nats-config
+      print the accounts and auth_callout configuration a nats-server needs for it`
 
 func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -48,6 +50,8 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 			return runIssuerKey(args[1:], env, stdout)
 		case "hash-password":
 			return runHashPassword(args[1:], env, os.Stdin, stdout)
+		case "nats-config":
+			return runNATSConfig(args[1:], env, stdout)
 		}
 	}
 	natsOpts := natsconn.Options{URLs: natsconn.DefaultURL}
@@ -56,10 +60,13 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 		seedFile, users string
 		kubeconfig      string
 		httpAddr        string
+		issuerConfigMap string
 	)
 	fs := newFlagSet("auth-callout", "auth-callout [flags] | issuer-key | hash-password", authCalloutAbout, stdout)
 	fs.StringVar(&seedFile, "issuer-seed-file", "", "secret the issued users are signed with: an NKey account seed (SA…), or a random secret of at least 32 bytes the key is derived from (required)")
-	fs.StringVar(&cfg.Account, "account", authcallout.DefaultAccount, "NATS account the issued users join")
+	fs.StringVar(&cfg.Accounts.Scaler, "scaler-account", authcallout.DefaultAccounts.Scaler, "NATS account scalers join: it holds the GPUSCALER stream and exports the report subjects")
+	fs.StringVar(&cfg.Accounts.Collector, "collector-account", authcallout.DefaultAccounts.Collector, "NATS account collectors join: it imports the node report subjects from the scaler's")
+	fs.StringVar(&cfg.Accounts.Producer, "producer-account", authcallout.DefaultAccounts.Producer, "NATS account producers join: it imports the queue report subjects from the scaler's")
 	fs.StringVar(&cfg.Audience, "audience", authcallout.DefaultAudience, "audience the ServiceAccount tokens must carry (the projected volume's serviceAccountToken.audience)")
 	fs.StringVar(&cfg.Scalers, "scaler-identities", "", "ServiceAccounts that are scalers: comma-separated namespace/name")
 	fs.StringVar(&cfg.Collectors, "collector-identities", "", "ServiceAccounts that are collectors: comma-separated namespace/name")
@@ -67,6 +74,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	fs.StringVar(&users, "static-users", "", "YAML file of clients outside the cluster: users: [{user, passwordHash (bcrypt), role, namespace (producer) | node (collector)}]")
 	fs.DurationVar(&cfg.MaxTTL, "user-max-ttl", authcallout.DefaultMaxTTL, "longest an issued NATS user lives; it never outlives the token it was issued for")
 	fs.BoolVar(&cfg.PodLookup, "pod-lookup", false, "when a collector's token carries no node claim (Kubernetes before 1.30), read the node from the pod it is bound to (needs get on pods)")
+	fs.StringVar(&issuerConfigMap, "issuer-key-configmap", "", "namespace/name of a ConfigMap to write the issuer's public key to at start (key "+authcallout.IssuerKeyName+"; needs patch on it), for NATS servers to read without the seed")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the TokenReview API; empty uses the in-cluster config, "none" admits static users only`)
 	fs.StringVar(&httpAddr, "http-addr", ":8082", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; log in as one of the server's auth_callout auth_users")
@@ -97,6 +105,20 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 			return err
 		}
 	}
+	if issuerConfigMap != "" {
+		if kubeconfig == "none" {
+			return usageError{errors.New("--issuer-key-configmap needs the Kubernetes API: not with --kubeconfig none")}
+		}
+		// Before connecting: the NATS servers start only once they can read the key.
+		pub, err := cfg.Issuer.PublicKey()
+		if err != nil {
+			return err
+		}
+		if err := authcallout.PublishIssuerKey(ctx, kubeconfig, issuerConfigMap, pub); err != nil {
+			return err
+		}
+		log.Info("published the issuer's public key", "configMap", issuerConfigMap, "key", authcallout.IssuerKeyName)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Log, cfg.Registry = log.With("component", "auth-callout"), reg
@@ -104,7 +126,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	if err != nil {
 		return err
 	}
-	log.Info("auth callout", "issuer", svc.IssuerPublicKey(), "account", cfg.Account, "audience", cfg.Audience,
+	log.Info("auth callout", "issuer", svc.IssuerPublicKey(), "accounts", cfg.Accounts, "audience", cfg.Audience,
 		"scalers", cfg.Scalers, "collectors", cfg.Collectors, "producers", cfg.Producers, "staticUsers", len(cfg.StaticUsers),
 		"kubernetes", cfg.Kube != nil)
 
@@ -165,6 +187,22 @@ func runIssuerKey(args []string, env envFunc, stdout io.Writer) error {
 		return err
 	}
 	return os.WriteFile(out, []byte(pub+"\n"), 0o644)
+}
+
+// runNATSConfig prints the configuration a NATS server needs for the callout, with
+// the issuer's public key and the callout's password as variables: what the chart's
+// bundled NATS runs, and what your own servers need.
+func runNATSConfig(args []string, env envFunc, stdout io.Writer) error {
+	fs := newFlagSet("auth-callout nats-config", "auth-callout nats-config",
+		`Prints the accounts and auth_callout blocks of a nats-server configuration for the callout
+with its default accounts and limits: $CALLOUT_ISSUER is the issuer's public key (issuer-key
+prints it), $CALLOUT_PASSWORD the callout's password; nats-server reads both from its
+environment.`, stdout)
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
+	}
+	_, err := io.WriteString(stdout, authcallout.NATSConfig{Issuer: "$CALLOUT_ISSUER", CalloutPassword: "$CALLOUT_PASSWORD"}.String())
+	return err
 }
 
 // runHashPassword prints the bcrypt hash of the password on stdin.

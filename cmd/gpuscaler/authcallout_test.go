@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpuscaler/gpuscaler/authcallout"
@@ -132,5 +133,28 @@ func TestAuthCalloutCommand(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `reason=bad_password`) {
 		t.Fatalf("the refusal is not in the log:\n%s", stderr.String())
+	}
+}
+
+// TestNATSConfigCommand: `gpuscaler auth-callout nats-config` prints a configuration
+// nats-server accepts once its variables are set, and deploy/README.md shows exactly
+// that output for your own NATS.
+func TestNATSConfigCommand(t *testing.T) {
+	r := runCLI(t.Context(), nil, "auth-callout", "nats-config")
+	if r.code != 0 {
+		t.Fatalf("nats-config: %s", r)
+	}
+	kp, _ := nkeys.CreateAccount()
+	pub, _ := kp.PublicKey()
+	t.Setenv("CALLOUT_ISSUER", pub)
+	t.Setenv("CALLOUT_PASSWORD", "pw")
+	natstest.StartConfig(t, r.stdout)
+
+	readme, err := os.ReadFile("../../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "as `gpuscaler auth-callout nats-config` prints them:\n\n```\n"+r.stdout+"```\n") {
+		t.Errorf("deploy/README.md (Your own NATS) does not show what `gpuscaler auth-callout nats-config` prints:\n%s", r.stdout)
 	}
 }

@@ -124,21 +124,13 @@ func TestDocLinksResolve(t *testing.T) {
 	for _, p := range docPages(t) {
 		own[p] = true
 	}
-	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repoRoot, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(rel, ".md") || own[rel] || strings.HasPrefix(rel, figuresDir) {
-			return nil
+	for rel, p := range repoFiles(t, ".md") {
+		if own[rel] || strings.HasPrefix(rel, figuresDir) {
+			continue
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(withoutCode(string(data)), -1) {
 			file, anchor, _ := strings.Cut(m[1], "#")
@@ -157,10 +149,6 @@ func TestDocLinksResolve(t *testing.T) {
 				t.Errorf("%s links %s: %s has no heading whose anchor is #%s", rel, m[1], name, anchor)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -543,4 +531,71 @@ func TestDocPathsExist(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("found no repository path in the docs")
 	}
+}
+
+// TestSecurityDocListsEveryAttack: docs/security.md's table of attack tests names every
+// TestAttack… function of the repository, with the folders that hold it, and nothing
+// that does not exist: the threat model says which test holds each rule, so a new
+// attack test is documented and a removed one is not promised.
+func TestSecurityDocListsEveryAttack(t *testing.T) {
+	attackFunc := regexp.MustCompile(`(?m)^func (TestAttack\w+)\(t \*testing\.T\)`)
+	found := map[string][]string{}
+	for rel, p := range repoFiles(t, "_test.go") {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range attackFunc.FindAllStringSubmatch(string(data), -1) {
+			found[m[1]] = append(found[m[1]], path.Dir(rel))
+		}
+	}
+	if len(found) == 0 {
+		t.Fatal("found no TestAttack function in the repository")
+	}
+	row := regexp.MustCompile("(?m)^\\| `(TestAttack\\w+)` \\| ([^|]+) \\|")
+	listed := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(readRepoFile(t, "docs/security.md"), -1) {
+		name := m[1]
+		listed[name] = true
+		var where []string
+		for _, w := range strings.Split(m[2], ",") {
+			where = append(where, strings.Trim(strings.TrimSpace(w), "`"))
+		}
+		slices.Sort(where)
+		got := slices.Compact(slices.Sorted(slices.Values(found[name])))
+		if !slices.Equal(where, got) {
+			t.Errorf("docs/security.md: %s is in %v, the repository has it in %v", name, where, got)
+		}
+	}
+	for name, dirs := range found {
+		if !listed[name] {
+			t.Errorf("docs/security.md does not list %s (in %v) among the attack tests", name, dirs)
+		}
+	}
+}
+
+// repoFiles returns the repository's files whose names end in suffix, by path relative to
+// the root (slash-separated) to path from here, leaving out hidden folders (build
+// caches, worktrees), testdata and node_modules.
+func repoFiles(t *testing.T, suffix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(rel, suffix) {
+			out[rel] = p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

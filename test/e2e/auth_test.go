@@ -27,13 +27,31 @@ import (
 
 const natsAudience = "gpuscaler-nats"
 
-// TestTenantIsolationOnTheBus runs the bus as the chart installs it: nats-server with
-// auth callout, `gpuscaler auth-callout` reviewing tokens with the real kube-apiserver
-// under its own ServiceAccount (bound to system:auth-delegator and nothing else), and
-// the scaler, a producer and a collector authenticating with projected ServiceAccount
-// tokens the apiserver issued through the TokenRequest API, bound to pods on nodes.
-// Legitimate traffic flows; every attack of issue 10 is refused.
-func TestTenantIsolationOnTheBus(t *testing.T) {
+// calloutBus is the bus as the chart installs it, for one test: namespaces with their
+// ServiceAccounts, nats-server running the chart's configuration, the auth callout
+// reviewing tokens with the real kube-apiserver, a node, and pods on it whose
+// ServiceAccounts' tokens the clients present.
+type calloutBus struct {
+	*cluster.CalloutBus
+	sys, teamA, teamB, teamC string
+	dir, node                string
+	// Tokens for the NATS audience, bound to pods on node; the files hold them.
+	scalerToken, collectorToken, teamAToken string
+	producerPod                             *corev1.Pod
+}
+
+// writeToken writes tok to a file of b's folder and returns its path.
+func (b *calloutBus) writeToken(t *testing.T, name, tok string) string {
+	t.Helper()
+	p := filepath.Join(b.dir, name+".token")
+	if err := os.WriteFile(p, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startCalloutBus(t *testing.T) *calloutBus {
+	t.Helper()
 	ctx := t.Context()
 	sys := newNamespace(t, "gpuscaler-sys")
 	teamA, teamB, teamC := newNamespace(t, "team-a"), newNamespace(t, "team-b"), newNamespace(t, "team-c")
@@ -66,7 +84,7 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	bus, err := cluster.StartCalloutBus(ctx, env.Procs, cluster.CalloutOptions{
-		NATSBin: natsBin(t), GpuscalerBin: env.G.Bin, Dir: dir, Kubeconfig: kubeconfig,
+		NATSBin: natsBin(t), GpuscalerBin: env.G.Bin, Dir: dir, RepoRoot: env.RepoRoot, Kubeconfig: kubeconfig,
 		Flags: []string{
 			"--scaler-identities=" + sys + "/scaler",
 			"--collector-identities=" + sys + "/collector",
@@ -88,17 +106,27 @@ func TestTenantIsolationOnTheBus(t *testing.T) {
 	scalerPod := createPod(t, sys, "scaler-0", "scaler", node)
 	producerPod := createPod(t, teamA, "inference-0", "inference", node)
 
-	writeToken := func(name, tok string) string {
-		p := filepath.Join(dir, name+".token")
-		if err := os.WriteFile(p, []byte(tok), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	scalerToken := writeToken("scaler", tokenFor(t, sys, "scaler", natsAudience, scalerPod))
-	collectorToken := tokenFor(t, sys, "collector", natsAudience, collectorPod)
-	teamAToken := writeToken("team-a", tokenFor(t, teamA, "inference", natsAudience, producerPod))
+	b := &calloutBus{CalloutBus: bus, sys: sys, teamA: teamA, teamB: teamB, teamC: teamC, dir: dir, node: node, producerPod: producerPod}
+	b.scalerToken = b.writeToken(t, "scaler", tokenFor(t, sys, "scaler", natsAudience, scalerPod))
+	b.collectorToken = tokenFor(t, sys, "collector", natsAudience, collectorPod)
+	b.teamAToken = b.writeToken(t, "team-a", tokenFor(t, teamA, "inference", natsAudience, producerPod))
+	return b
 
+}
+
+// TestTenantIsolationOnTheBus runs the bus as the chart installs it: nats-server with
+// auth callout, `gpuscaler auth-callout` reviewing tokens with the real kube-apiserver
+// under its own ServiceAccount (bound to system:auth-delegator and nothing else), and
+// the scaler, a producer and a collector authenticating with projected ServiceAccount
+// tokens the apiserver issued through the TokenRequest API, bound to pods on nodes.
+// Legitimate traffic flows; every attack of issue 10 is refused.
+func TestTenantIsolationOnTheBus(t *testing.T) {
+	ctx := t.Context()
+	b := startCalloutBus(t)
+	bus, dir, node := b.CalloutBus, b.dir, b.node
+	teamA, teamB, teamC := b.teamA, b.teamB, b.teamC
+	scalerToken, collectorToken, teamAToken, producerPod := b.scalerToken, b.collectorToken, b.teamAToken, b.producerPod
+	writeToken := func(name, tok string) string { return b.writeToken(t, name, tok) }
 	g := cluster.NewGpuscaler(env.Procs, env.G.Bin, bus.NATS.URL, dir)
 	s, err := g.StartScaler(ctx, "--nats-token-file="+scalerToken)
 	if err != nil {

@@ -46,7 +46,7 @@ const manifestsFieldManager = "gpuscaler-e2e-manifests"
 var optionalKinds = map[schema.GroupKind]string{
 	{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}: "the chart's serviceMonitor.enabled, false by default (deploy/README.md: optional); its CRD is the Prometheus Operator's, which this suite does not install",
 	{Group: "cert-manager.io", Kind: "Certificate"}:          certManagerWhy,
-	{Group: "cert-manager.io", Kind: "ClusterIssuer"}:        certManagerWhy,
+	{Group: "cert-manager.io", Kind: "Issuer"}:               certManagerWhy,
 }
 
 // certManagerWhy: the chart uses cert-manager for gRPC certificates only where the

@@ -53,8 +53,41 @@ func TestAuthCalloutRBAC(t *testing.T) {
 			if !deref(pod.AutomountServiceAccountToken, true) {
 				t.Errorf("got no API token in the callout's pods, want one (TokenReview)")
 			}
-			if n := len(all[*rbacv1.Role](objs)) + len(all[*rbacv1.RoleBinding](objs)); n > 0 {
-				t.Errorf("got %d Roles and RoleBindings, want none", n)
+			// With the bundled NATS, the callout writes its issuer's public key to one
+			// ConfigMap (--issuer-key-configmap): patch on that one, nothing else.
+			issuerCM := flagValue(pod.Containers[0].Args, "issuer-key-configmap")
+			var wantRoles []string
+			if issuerCM != "" {
+				ns, name, _ := strings.Cut(issuerCM, "/")
+				if ns != render.Namespace {
+					t.Errorf("got --issuer-key-configmap=%s, want a ConfigMap in %s", issuerCM, render.Namespace)
+				}
+				if _, ok := find[*corev1.ConfigMap](objs, name); !ok {
+					t.Errorf("got --issuer-key-configmap=%s, a ConfigMap the release does not render", issuerCM)
+				}
+				wantRoles = []string{fmt.Sprint([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name}, Verbs: []string{"patch"}}})}
+			}
+			var gotRoles []string
+			for _, r := range all[*rbacv1.Role](objs) {
+				gotRoles = append(gotRoles, fmt.Sprint(r.Rules))
+				bound := false
+				for _, b := range all[*rbacv1.RoleBinding](objs) {
+					if b.RoleRef.Kind == "Role" && b.RoleRef.Name == r.Name {
+						bound = true
+						if !slices.Equal(b.Subjects, []rbacv1.Subject{sa}) {
+							t.Errorf("RoleBinding %s: got subjects %v, want the callout alone", b.Name, b.Subjects)
+						}
+					}
+				}
+				if !bound {
+					t.Errorf("Role %s: bound to nobody", r.Name)
+				}
+			}
+			if !slices.Equal(gotRoles, wantRoles) {
+				t.Errorf("got Roles with rules %v, want %v", gotRoles, wantRoles)
+			}
+			if n, want := len(all[*rbacv1.RoleBinding](objs)), len(wantRoles); n != want {
+				t.Errorf("got %d RoleBindings, want %d", n, want)
 			}
 			roles := map[string][]rbacv1.PolicyRule{}
 			for _, r := range all[*rbacv1.ClusterRole](objs) {
@@ -300,8 +333,9 @@ type reach struct {
 // TestNetworkPolicies: who may reach what, asked of the rendered policies as a CNI
 // would: the scaler's gRPC port admits KEDA's operator in KEDA's namespace and nobody
 // else (not KEDA's metrics server, not a tenant pod wearing the operator's labels); NATS
-// clients connect from anywhere but the route port admits only NATS servers; the HTTP
-// ports admit whom networkPolicy.metricsFrom names (everyone by default).
+// clients connect from anywhere but the route port admits only NATS servers, and its
+// monitoring port no tenant; the HTTP ports admit whom networkPolicy.metricsFrom names
+// (everyone by default).
 func TestNetworkPolicies(t *testing.T) {
 	operator, metricsServer := kedaPodLabels(t)
 	for _, c := range render.Cases {
@@ -331,7 +365,7 @@ func TestNetworkPolicies(t *testing.T) {
 					reach{"a tenant to NATS's client port", natsPod, tenant, 4222, true},
 					reach{"a tenant to NATS's route port", natsPod, tenant, 6222, false},
 					reach{"a NATS server to another's route port", natsPod, peer{render.Namespace, natsPod}, 6222, true},
-					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, metricsOpen},
+					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, false},
 				)
 			}
 			if callout, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout"); ok {
@@ -378,20 +412,35 @@ func TestGRPCCertificatesWiring(t *testing.T) {
 				t.Fatalf("got scaler args %v, want --tls-cert: gRPC TLS is on by default in every case", ctr.Args)
 			}
 			serverSecret := strings.Split(secretFile(t, pod, ctr, certFile), "/")[0]
-			for _, f := range []string{"tls-key", "tls-client-ca"} {
-				if got := strings.Split(secretFile(t, pod, ctr, flagValue(ctr.Args, f)), "/")[0]; got != serverSecret {
-					t.Errorf("got --%s from Secret %q, want %q with --tls-cert", f, got, serverSecret)
-				}
+			if got := strings.Split(secretFile(t, pod, ctr, flagValue(ctr.Args, "tls-key")), "/")[0]; got != serverSecret {
+				t.Errorf("got --tls-key from Secret %q, want %q with --tls-cert", got, serverSecret)
 			}
+			clientCA := secretFile(t, pod, ctr, flagValue(ctr.Args, "tls-client-ca"))
 			kedaNS := kedaNamespace(t, c)
 			cta, hasCTA := find[*kedav1alpha1.ClusterTriggerAuthentication](objs, "")
-			clientSecret := ""
+			clientSecret, ctaCA := "", ""
 			if hasCTA {
 				for _, r := range cta.Spec.SecretTargetRef {
+					if r.Parameter == "caCert" {
+						ctaCA = r.Name + "/" + r.Key
+						continue
+					}
 					if clientSecret != "" && r.Name != clientSecret {
-						t.Errorf("got ClusterTriggerAuthentication Secrets %s and %s, want one", clientSecret, r.Name)
+						t.Errorf("got ClusterTriggerAuthentication client certificate Secrets %s and %s, want one", clientSecret, r.Name)
 					}
 					clientSecret = r.Name
+				}
+			}
+			for _, ci := range all[*ClusterIssuer](objs) {
+				t.Errorf("got ClusterIssuer %s: a ClusterIssuer signs for every namespace's Certificates, so any tenant could mint a certificate the scaler or KEDA trusts", ci.Name)
+			}
+			if certs := all[*Certificate](objs); len(certs) == 0 {
+				// Without cert-manager: one CA on both sides, in the Secrets below.
+				if clientCA != serverSecret+"/ca.crt" {
+					t.Errorf("got --tls-client-ca from %s, want %s/ca.crt with --tls-cert", clientCA, serverSecret)
+				}
+				if hasCTA && ctaCA != clientSecret+"/ca.crt" {
+					t.Errorf("got the ClusterTriggerAuthentication's caCert from %s, want %s/ca.crt", ctaCA, clientSecret)
 				}
 			}
 			secrets := map[string]*corev1.Secret{}
@@ -419,7 +468,10 @@ func TestGRPCCertificatesWiring(t *testing.T) {
 					}
 				}
 			case certs[render.Namespace+"/"+serverSecret] != nil:
-				checkCertManager(t, objs, certs[render.Namespace+"/"+serverSecret], certs[kedaNS+"/"+clientSecret], hasCTA, wantNames)
+				checkCertManager(t, objs, kedaNS, certManagerWiring{
+					server: certs[render.Namespace+"/"+serverSecret], client: certs[kedaNS+"/"+clientSecret],
+					withClient: hasCTA, clientCA: clientCA, ctaCA: ctaCA,
+				}, wantNames)
 			default:
 				// The user's Secrets (scaler.tls.secretName): nothing to generate.
 				if secrets[render.Namespace+"/"+render.Release+"-grpc-ca"] != nil {
@@ -433,42 +485,121 @@ func TestGRPCCertificatesWiring(t *testing.T) {
 // scalerHost is the host of the examples' scalerAddress.
 var scalerHost, _, _ = strings.Cut(scalerAddress, ":")
 
-// checkCertManager: cert-manager's chain as the chart writes it: a self-signed
-// ClusterIssuer makes the CA in the cluster resource namespace, a CA ClusterIssuer reads
-// it there and issues the scaler's certificate (server auth, every name of its Service)
-// and KEDA's (client auth, in KEDA's namespace).
-func checkCertManager(t *testing.T, objs []Object, server, client *Certificate, withClient bool, wantNames []string) {
+// certManagerWiring is what the scaler and KEDA read, with cert-manager: the Certificates
+// of the scaler's Secret and of the ClusterTriggerAuthentication's (withClient), and the
+// Secret/key the scaler's --tls-client-ca and the ClusterTriggerAuthentication's caCert
+// come from.
+type certManagerWiring struct {
+	server, client  *Certificate
+	withClient      bool
+	clientCA, ctaCA string
+}
+
+// checkCertManager: cert-manager's chain as the chart writes it, with namespaced Issuers
+// only (issue 28): a server CA whose Issuer, in the release's namespace, issues the
+// scaler's certificate there (server auth, every name of its Service); a client CA whose
+// Issuer, in KEDA's namespace, issues KEDA's certificate there (client auth). cert-manager
+// resolves an issuerRef of kind Issuer in the Certificate's namespace and reads a CA
+// Issuer's key pair from the Issuer's namespace (pkg/issuer/helper.go GetGenericIssuer,
+// pkg/controller/helper.go ResourceNamespace): so each CA is usable from its one
+// namespace, which tenants cannot write to. Each side verifies the other with the other
+// CA's certificate, copied without its key; the two CAs differ, and neither key leaves
+// its namespace.
+func checkCertManager(t *testing.T, objs []Object, kedaNS string, w certManagerWiring, wantNames []string) {
 	t.Helper()
-	issuers := map[string]*ClusterIssuer{}
-	for _, i := range all[*ClusterIssuer](objs) {
-		issuers[i.Name] = i
+	issuers := map[string]*Issuer{}
+	for _, i := range all[*Issuer](objs) {
+		if i.Namespace != render.Namespace && i.Namespace != kedaNS {
+			t.Errorf("got Issuer %s/%s, want Issuers in %s and %s only", i.Namespace, i.Name, render.Namespace, kedaNS)
+		}
+		issuers[i.Namespace+"/"+i.Name] = i
 	}
-	ca := issuers[server.Spec.IssuerRef.Name]
-	if server.Spec.IssuerRef.Kind != "ClusterIssuer" || ca == nil || ca.Spec.CA == nil {
-		t.Fatalf("got the scaler's certificate from %+v, want a CA ClusterIssuer of the release", server.Spec.IssuerRef)
+	secrets := map[string]*corev1.Secret{}
+	for _, s := range all[*corev1.Secret](objs) {
+		secrets[s.Namespace+"/"+s.Name] = s
 	}
-	var caCert *Certificate
 	for _, cert := range all[*Certificate](objs) {
-		if cert.Spec.IsCA && cert.Spec.SecretName == ca.Spec.CA.SecretName {
-			caCert = cert
+		if cert.Namespace != render.Namespace && cert.Namespace != kedaNS {
+			t.Errorf("got Certificate %s/%s, want Certificates in %s and %s only", cert.Namespace, cert.Name, render.Namespace, kedaNS)
 		}
 	}
-	if caCert == nil {
-		t.Fatalf("got no CA Certificate for Secret %s", ca.Spec.CA.SecretName)
+	// caOf returns the CA key pair's Secret behind a Certificate: its Issuer's, which
+	// must be a CA Issuer in the Certificate's namespace.
+	caOf := func(who string, cert *Certificate, ns string) *corev1.Secret {
+		t.Helper()
+		ref := cert.Spec.IssuerRef
+		if cert.Namespace != ns || ref.Kind != "Issuer" || ref.Group != "cert-manager.io" {
+			t.Fatalf("got %s's certificate %s/%s from %+v, want an Issuer in %s", who, cert.Namespace, cert.Name, ref, ns)
+		}
+		iss := issuers[ns+"/"+ref.Name]
+		if iss == nil || iss.Spec.CA == nil {
+			t.Fatalf("got %s's certificate from Issuer %s/%s, want a CA Issuer of the release there", who, ns, ref.Name)
+		}
+		ca := secrets[ns+"/"+iss.Spec.CA.SecretName]
+		if ca == nil || len(ca.Data["tls.crt"]) == 0 || len(ca.Data["tls.key"]) == 0 {
+			t.Fatalf("Issuer %s/%s: got no key pair in Secret %s/%s", ns, iss.Name, ns, iss.Spec.CA.SecretName)
+		}
+		return ca
 	}
-	if root := issuers[caCert.Spec.IssuerRef.Name]; root == nil || root.Spec.SelfSigned == nil {
-		t.Errorf("got the CA issued by %+v, want the release's self-signed ClusterIssuer", caCert.Spec.IssuerRef)
-	}
+	server := w.server
 	if !slices.Equal(server.Spec.DNSNames, wantNames) || !slices.Equal(server.Spec.Usages, []string{"server auth"}) {
 		t.Errorf("got the scaler's certificate for %v usages %v, want %v, server auth", server.Spec.DNSNames, server.Spec.Usages, wantNames)
 	}
-	if !withClient {
-		return
+	serverCA := caOf("the scaler", server, render.Namespace)
+	// The client CA is rendered whether or not the chart issues KEDA's certificate: the
+	// scaler needs it either way.
+	var clientCA *corev1.Secret
+	for _, iss := range issuers {
+		if iss.Namespace == kedaNS && iss.Spec.CA != nil {
+			clientCA = secrets[kedaNS+"/"+iss.Spec.CA.SecretName]
+		}
 	}
-	if client == nil {
-		t.Fatal("got no Certificate for the ClusterTriggerAuthentication's Secret in KEDA's namespace")
+	if clientCA == nil {
+		t.Fatalf("got no CA Issuer with its key pair in KEDA's namespace %s", kedaNS)
 	}
-	if client.Spec.IssuerRef != server.Spec.IssuerRef || !slices.Equal(client.Spec.Usages, []string{"client auth"}) {
-		t.Errorf("got KEDA's certificate from %+v with usages %v, want the scaler's issuer and client auth", client.Spec.IssuerRef, client.Spec.Usages)
+	if w.withClient {
+		if w.client == nil {
+			t.Fatal("got no Certificate for the ClusterTriggerAuthentication's Secret in KEDA's namespace")
+		}
+		if !slices.Equal(w.client.Spec.Usages, []string{"client auth"}) {
+			t.Errorf("got KEDA's certificate with usages %v, want client auth", w.client.Spec.Usages)
+		}
+		if got := caOf("KEDA", w.client, kedaNS); got != clientCA {
+			t.Errorf("got KEDA's certificate from the CA in %s/%s, want %s/%s", got.Namespace, got.Name, clientCA.Namespace, clientCA.Name)
+		}
+	}
+	if string(serverCA.Data["tls.crt"]) == string(clientCA.Data["tls.crt"]) {
+		t.Error("got one CA for the scaler's and KEDA's certificates, want two: a certificate issued in either namespace would then pass on both sides")
+	}
+	// The scaler verifies KEDA with the client CA's certificate, KEDA the scaler with the
+	// server CA's: copies in their own namespaces, without keys.
+	for _, chk := range []struct {
+		who, file, ns string
+		want          *corev1.Secret
+		skip          bool
+	}{
+		{"the scaler's --tls-client-ca", w.clientCA, render.Namespace, clientCA, false},
+		{"the ClusterTriggerAuthentication's caCert", w.ctaCA, kedaNS, serverCA, !w.withClient},
+	} {
+		if chk.skip {
+			continue
+		}
+		name, key, _ := strings.Cut(chk.file, "/")
+		got := secrets[chk.ns+"/"+name]
+		if got == nil || key != "ca.crt" || string(got.Data[key]) != string(chk.want.Data["tls.crt"]) {
+			t.Errorf("got %s from %s/%s, want ca.crt holding the certificate of %s/%s", chk.who, chk.ns, chk.file, chk.want.Namespace, chk.want.Name)
+			continue
+		}
+		if len(got.Data["tls.key"]) > 0 {
+			t.Errorf("Secret %s/%s: got a key beside the CA certificate %s reads", chk.ns, name, chk.who)
+		}
+	}
+	// Neither CA's key leaves its namespace.
+	for _, s := range secrets {
+		for ca, home := range map[*corev1.Secret]string{serverCA: render.Namespace, clientCA: kedaNS} {
+			if s.Namespace != home && len(s.Data["tls.key"]) > 0 && string(s.Data["tls.key"]) == string(ca.Data["tls.key"]) {
+				t.Errorf("Secret %s/%s holds the key of CA %s/%s", s.Namespace, s.Name, ca.Namespace, ca.Name)
+			}
+		}
 	}
 }

@@ -31,7 +31,7 @@ func TestValuesRejected(t *testing.T) {
 			want:   "operator-mode NATS",
 		},
 		"auth without its Secret": {
-			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token"}}},
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token", "insecureAllowPasswordsWithoutTLS": true}}},
 			want:   "nats.auth.secretName is required",
 		},
 		"a collector identity with the bundled NATS": {
@@ -100,6 +100,10 @@ func TestValuesRejected(t *testing.T) {
 		"cert-manager neither auto, true nor false": {
 			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}},
 			want:   "enabled",
+		},
+		"cert-manager's cluster resource namespace, gone with the ClusterIssuers (issue 28)": {
+			values: map[string]any{"scaler": map[string]any{"tls": map[string]any{"certManager": map[string]any{"clusterResourceNamespace": "cert-manager"}}}},
+			want:   "clusterResourceNamespace",
 		},
 		"unknown source": {
 			values: map[string]any{"collector": map[string]any{"source": "rocm"}},

@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
-// CalloutBus is a nats-server whose clients gpuscaler's auth callout admits, configured
-// as the chart configures its bundled NATS (deploy/helm/gpuscaler/templates/_nats.tpl):
-// the issuer's public key from `gpuscaler auth-callout issuer-key`, the callout's own
-// user in account AUTH, admitted clients in account GPUSCALER.
+// CalloutBus is a nats-server whose clients gpuscaler's auth callout admits, running the
+// configuration the chart renders for its bundled NATS (ChartNATSConfig): the issuer's
+// public key from `gpuscaler auth-callout issuer-key`, the callout's own user in account
+// AUTH, admitted clients in their role's account.
 type CalloutBus struct {
 	NATS    *NATS
 	Callout *Process
@@ -28,6 +30,9 @@ type CalloutOptions struct {
 	NATSBin, GpuscalerBin string
 	// Dir holds the configuration, the issuer seed and the store.
 	Dir string
+	// RepoRoot is the repository, whose committed rendering of the chart
+	// (deploy/manifests/gpuscaler.yaml) holds the NATS configuration.
+	RepoRoot string
 	// Kubeconfig is the callout's own credentials for TokenReview.
 	Kubeconfig string
 	// Flags are more flags for gpuscaler auth-callout (identities, audience).
@@ -65,30 +70,26 @@ func StartCalloutBus(ctx context.Context, ps *Procs, o CalloutOptions) (*Callout
 	if err != nil {
 		return nil, err
 	}
+	chartConf, err := ChartNATSConfig(o.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	// The chart's configuration, then what differs on loopback: the same keys again,
+	// which nats-server's parser lets the later one win.
 	conf := filepath.Join(o.Dir, "nats.conf")
-	err = os.WriteFile(conf, []byte(fmt.Sprintf(`listen: 127.0.0.1:%d
-http: 127.0.0.1:%d
-server_name: e2e-callout
+	err = os.WriteFile(conf, []byte(chartConf+fmt.Sprintf(`
+# e2e: on loopback, in the run's folder.
+host: 127.0.0.1
+port: %d
+http_port: %d
+pid_file: %q
 jetstream { store_dir: %q }
-accounts {
-  AUTH { users: [ { user: callout, password: $CALLOUT_PASSWORD } ] }
-  GPUSCALER { jetstream: enabled }
-  SYS { }
-}
-system_account: SYS
-authorization {
-  auth_callout {
-    issuer: $CALLOUT_ISSUER
-    auth_users: [ callout ]
-    account: AUTH
-  }
-}
-`, port, mon, filepath.Join(o.Dir, "store"))), 0o600)
+`, port, mon, filepath.Join(o.Dir, "nats.pid"), filepath.Join(o.Dir, "store"))), 0o600)
 	if err != nil {
 		return nil, err
 	}
 	b := &CalloutBus{NATS: &NATS{URL: "nats://127.0.0.1:" + strconv.Itoa(port), MonitorAddr: "127.0.0.1:" + strconv.Itoa(mon)}}
-	b.NATS.Server, err = ps.Start("nats-server-callout", o.NATSBin, []string{"-c", conf},
+	b.NATS.Server, err = ps.Start("nats-server-callout", o.NATSBin, []string{"-c", conf}, "POD_NAME=e2e-callout",
 		"CALLOUT_ISSUER="+strings.TrimSpace(string(issuer)), "CALLOUT_PASSWORD="+password)
 	if err != nil {
 		return nil, err
@@ -120,4 +121,29 @@ authorization {
 // authenticates with token: a ServiceAccount's own credentials.
 func WriteTokenKubeconfig(path string, cp *ControlPlane, token string) error {
 	return writeKubeconfig(path, cp.Host, cp.CA.CertPEM, token)
+}
+
+// ChartNATSConfig returns the bundled NATS server's configuration as the chart renders it
+// by default: the nats.conf of ConfigMap gpuscaler-nats in deploy/manifests/gpuscaler.yaml,
+// which deploy/render.sh --check keeps current with the chart.
+func ChartNATSConfig(repoRoot string) (string, error) {
+	path := filepath.Join(repoRoot, "deploy", "manifests", "gpuscaler.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Data     map[string]string
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if obj.Kind == "ConfigMap" && obj.Metadata.Name == "gpuscaler-nats" && obj.Data["nats.conf"] != "" {
+			return obj.Data["nats.conf"], nil
+		}
+	}
+	return "", fmt.Errorf("%s: no ConfigMap gpuscaler-nats with a nats.conf", path)
 }

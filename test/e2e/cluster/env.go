@@ -26,9 +26,11 @@ import (
 // Env is the whole running system.
 type Env struct {
 	Procs *Procs
-	CP    *ControlPlane
-	KEDA  *KEDA
-	NATS  *NATS
+	// RepoRoot is the gpuscaler repository (its committed renderings of the chart).
+	RepoRoot string
+	CP       *ControlPlane
+	KEDA     *KEDA
+	NATS     *NATS
 	// G runs gpuscaler's binary against NATS; Scaler is the scaler most triggers point at.
 	G      *Gpuscaler
 	Scaler *Scaler
@@ -107,7 +109,7 @@ func Build(ctx context.Context, o Options) (Binaries, error) {
 // Start starts everything, in order, and returns once each part is ready. On an error
 // the parts already started are left to the caller's Procs.StopAll.
 func Start(ctx context.Context, ps *Procs, bins Binaries, o Options) (*Env, error) {
-	e := &Env{Procs: ps, Dir: o.Dir, NATSBin: bins.NATSServer}
+	e := &Env{Procs: ps, Dir: o.Dir, RepoRoot: o.RepoRoot, NATSBin: bins.NATSServer}
 	step := func(what string, f func() error) error {
 		start := time.Now()
 		if err := f(); err != nil {

@@ -59,7 +59,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
-{{/* The static image: scaler, auth callout, NATS's issuer-key init container. */}}
+{{/* The static image: scaler, auth callout. */}}
 {{- define "gpuscaler.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
@@ -216,6 +216,24 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{ .Values.nats.auth.kubernetes.secretName | default (include "gpuscaler.authCallout.name" .) }}
 {{- end }}
 
+{{/* The Secret with the bundled NATS cluster's route password (key route-password): yours, or the chart's. */}}
+{{- define "gpuscaler.nats.routeSecretName" -}}
+{{ .Values.nats.cluster.secretName | default (printf "%s-routes" (include "gpuscaler.nats.name" .)) }}
+{{- end }}
+
+{{/* The Secret with the routes' TLS certificate (tls.crt, tls.key, ca.crt); empty: plain routes. */}}
+{{- define "gpuscaler.nats.routeTLSSecret" -}}
+{{- if .Values.nats.cluster.tlsSecretName -}}
+{{ .Values.nats.cluster.tlsSecretName }}
+{{- else if .Values.nats.tls.enabled -}}
+{{ .Values.nats.tls.serverSecretName }}
+{{- end -}}
+{{- end }}
+
+{{/* The ConfigMap the callout writes its issuer's public key to (key issuer.pub), which the
+bundled NATS servers read: they never see the seed. */}}
+{{- define "gpuscaler.authCallout.issuerConfigMap" -}}{{ include "gpuscaler.authCallout.name" . }}-issuer{{- end }}
+
 {{/* The ServiceAccounts the callout treats as the scaler and as collectors: namespace/name. */}}
 {{- define "gpuscaler.scalerIdentity" -}}{{ .Release.Namespace }}/{{ include "gpuscaler.scaler.name" . }}{{- end }}
 {{- define "gpuscaler.collectorIdentity" -}}
@@ -253,6 +271,55 @@ generated
 {{ .Values.keda.clusterTriggerAuthentication.secretName | default (printf "%s-keda-client-tls" (include "gpuscaler.fullname" .)) }}
 {{- end }}
 
+{{/* With cert-manager (gpuscaler.grpcTLSSource certManager): the server CA's key pair,
+in the release's namespace, and its certificate alone in keda.namespace; the client CA's
+key pair, in keda.namespace, and its certificate alone in the release's namespace. */}}
+{{- define "gpuscaler.grpcServerCA" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-server-ca
+{{- end }}
+{{- define "gpuscaler.grpcServerCACert" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-server-ca-cert
+{{- end }}
+{{- define "gpuscaler.grpcClientCA" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-client-ca
+{{- end }}
+{{- define "gpuscaler.grpcClientCACert" -}}
+{{ include "gpuscaler.fullname" . }}-grpc-client-ca-cert
+{{- end }}
+
+{{/* A CA key pair kept across upgrades, as JSON {"crt", "key"} (base64 PEM): the one in
+Secret (list $ namespace name commonName) if it holds both, else a new one (genCA,
+scaler.tls.validityDays). */}}
+{{- define "gpuscaler.keptCA" -}}
+{{- $ := index . 0 }}
+{{- $data := (lookup "v1" "Secret" (index . 1) (index . 2)).data | default dict }}
+{{- $crt := index $data "tls.crt" | default "" }}
+{{- $key := index $data "tls.key" | default "" }}
+{{- if not (and $crt $key) }}
+{{- $ca := genCA (index . 3) (int $.Values.scaler.tls.validityDays) }}
+{{- $crt = $ca.Cert | b64enc }}
+{{- $key = $ca.Key | b64enc }}
+{{- end }}
+{{- dict "crt" $crt "key" $key | toJson }}
+{{- end }}
+
+{{/* A control-plane pod's affinity: include "gpuscaler.controlPlaneAffinity" (list .
+$affinity). The component's own affinity, with, unless it sets nodeAffinity itself, a
+required rule keeping the pod off the nodes avoidGPUNodes names. */}}
+{{- define "gpuscaler.controlPlaneAffinity" -}}
+{{- $top := index . 0 -}}
+{{- $aff := deepCopy (index . 1 | default dict) -}}
+{{- $avoid := $top.Values.avoidGPUNodes -}}
+{{- if and $avoid.key (not (hasKey $aff "nodeAffinity")) -}}
+{{- $expr := dict "key" $avoid.key "operator" "NotIn" "values" $avoid.values -}}
+{{- $_ := set $aff "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" (list (dict "matchExpressions" (list $expr))))) -}}
+{{- end -}}
+{{- with $aff -}}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end }}
+
 {{/* Values that no schema can check: combinations. */}}
 {{- define "gpuscaler.validate" -}}
 {{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}
@@ -272,6 +339,16 @@ generated
 {{- end }}
 {{- if and .Values.scaler.statusPage (not (and .Values.networkPolicy.enabled .Values.networkPolicy.metricsFrom)) }}
 {{- fail "scaler.statusPage shows every namespace's triggers, queues and pods to whoever reaches scaler.httpPort: it needs networkPolicy.enabled with networkPolicy.metricsFrom naming who may (kubectl port-forward reaches it whatever the policy)" }}
+{{- end }}
+{{- $auth := .Values.nats.auth }}
+{{- $passwords := "" }}
+{{- if has $auth.type (list "token" "userPassword") }}
+{{- $passwords = printf "nats.auth.type %s sends its secret" $auth.type }}
+{{- else if and (eq $auth.type "kubernetes") $auth.kubernetes.staticUsersSecretName }}
+{{- $passwords = "nats.auth.kubernetes.staticUsersSecretName's users send their passwords" }}
+{{- end }}
+{{- if and $passwords (not .Values.nats.tls.enabled) (not $auth.insecureAllowPasswordsWithoutTLS) }}
+{{- fail (printf "%s to NATS in the clear, where anyone on the path reads it and becomes that user: set nats.tls.enabled (deploy/README.md), or accept that with nats.auth.insecureAllowPasswordsWithoutTLS=true" $passwords) }}
 {{- end }}
 {{- if and .Values.nats.enabled (eq (int .Values.nats.replicas) 2) }}
 {{- fail "nats.replicas 2 cannot survive losing one server (JetStream needs a majority): use 1, 3 or 5" }}
