@@ -125,6 +125,7 @@ func TestTenantJetStream(t *testing.T) {
 			api + ".CONSUMER.INFO.TRAINING.trainers",
 			"training.jobs",
 			"_INBOX.x",
+			"_R_.x.y", // where a service import's replies are mapped
 			"$SYS.REQ.USER.AUTH",
 			"gpuscaler.v1.queue.team-a.jobs.p", // its own queue: this one arrives
 		}
@@ -151,6 +152,33 @@ func TestTenantJetStream(t *testing.T) {
 		}
 		if s := aErrs.String(); testkit.CountLines(s, "Violation") != 0 {
 			t.Fatalf("team-a was refused inside its own account: %s", s)
+		}
+	})
+	t.Run("a tenant answering the scaler's requests answers for itself alone", func(t *testing.T) {
+		// Team a may subscribe to its own account's JetStream API and answer the
+		// scaler's consumer info requests there itself: its own triggers then read what
+		// it says, as they read what it publishes. The answers go back to the request
+		// alone; team b's consumer info is still its own account's.
+		forged, err := a.Subscribe("$JS.API.CONSUMER.INFO.>", func(m *nats.Msg) {
+			m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"TRAINING","name":"trainers","num_pending":1000000}`))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forged.Unsubscribe()
+		if err := a.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := consumerInfo(t, "team-b"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Fatalf("got %v through team-b's prefix while team-a answers its own, want stream not found", err)
+		}
+		// (Team b sees the scaler's requests to its own account, not team a's.)
+		others := subscribeAll(t, bConn.Conn)
+		if _, err := consumerInfo(t, "team-a"); err != nil {
+			t.Fatalf("consumer info through team-a's prefix: %v", err)
+		}
+		if m, err := next(others, 300*time.Millisecond); err == nil {
+			t.Fatalf("team-b's account got %s while team-a answered the scaler", m.Subject)
 		}
 	})
 	t.Run("a namespace not listed has no JetStream", func(t *testing.T) {
