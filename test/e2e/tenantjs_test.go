@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ import (
 // token, answers team-a's stream+consumer trigger with the consumer's backlog through the
 // consumer info it imports from that account. Team b (also listed) and team c (not)
 // name the same stream and get no data, as for a stream that does not exist; team b's
-// workload does not see it.
+// workload does not see it. Team a's queue reports still reach the scaler from its
+// account, and are acked.
 func TestTenantJetStream(t *testing.T) {
 	ctx := t.Context()
 	b := startCalloutBusWith(t, true)
@@ -76,6 +78,19 @@ func TestTenantJetStream(t *testing.T) {
 		}
 		backlog(t, 3)
 	})
+	t.Run("its queue reports still reach the scaler", func(t *testing.T) {
+		// gpuscaler publish waits for the stream's ack: the report crosses to the
+		// scaler's account through the namespace's import, and the ack comes back.
+		out, err := exec.CommandContext(ctx, env.G.Bin, "publish", "queue", "--nats-url="+b.NATS.URL, "--nats-token-file="+b.teamAToken,
+			"--namespace="+b.teamA, "--queue=jobs", "--waiting=2", "--timeout=5s").CombinedOutput()
+		if err != nil {
+			t.Fatalf("gpuscaler publish from team-a's account: %v\n%s", err, out)
+		}
+		testkit.Eventually(t, 10*time.Second, func(ctx context.Context) error {
+			v, err := s.Metric(ctx, b.teamA, "app", map[string]string{"queue": "jobs"}, "queue-backlog")
+			return testkit.Check(err == nil && v == 2, "team-a's queue: %v %v, want 2", v, err)
+		})
+	})
 	t.Run("another namespace naming the same stream gets no data", func(t *testing.T) {
 		for _, ns := range []string{b.teamB, b.teamC} {
 			v, err := s.Metric(ctx, ns, "trainer", trigger, "queue-backlog")
@@ -97,13 +112,13 @@ func TestTenantJetStream(t *testing.T) {
 			t.Fatalf("team-b deleted team-a's stream: %v, want not found", err)
 		}
 		// Its own queue subjects go to the scaler; team-a's do not leave its account.
-		if err := other.Publish("gpuscaler.v1.queue."+b.teamA+".jobs.p", []byte("forged")); err != nil {
+		if err := other.Publish("gpuscaler.v1.queue."+b.teamA+".forged.p", []byte("forged")); err != nil {
 			t.Fatal(err)
 		}
 		other.Flush()
 		backlog(t, 3)
-		consistently(t, 2*time.Second, "team-a's queue stays unknown", func(ctx context.Context) error {
-			_, err := s.Metric(ctx, b.teamA, "app", map[string]string{"queue": "jobs"}, "queue-backlog")
+		consistently(t, 2*time.Second, "team-a's queue forged stays unknown", func(ctx context.Context) error {
+			_, err := s.Metric(ctx, b.teamA, "app", map[string]string{"queue": "forged"}, "queue-backlog")
 			return testkit.Check(err != nil, "%v", err)
 		})
 	})
