@@ -3,6 +3,7 @@ package authcallout
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,6 +180,24 @@ func TestTenantJetStream(t *testing.T) {
 		}
 		if m, err := next(others, 300*time.Millisecond); err == nil {
 			t.Fatalf("team-b's account got %s while team-a answered the scaler", m.Subject)
+		}
+	})
+	t.Run("the server's monitoring answers it about its own account alone", func(t *testing.T) {
+		// An account may ask the server about its own connections (nats-server imports
+		// these into every account); the answer lists team-a's connection and no other.
+		for _, subject := range []string{"$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"} {
+			m, err := a.Request(subject, []byte(`{}`), 2*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", subject, err)
+			}
+			if !strings.Contains(string(m.Data), `"name":"team-a"`) {
+				t.Errorf("%s: got no team-a connection in\n%s", subject, m.Data)
+			}
+			for _, other := range []string{`"name":"scaler"`, `"name":"team-b"`, "GPUSCALER_NS_team-b", `"account":"GPUSCALER"`} {
+				if strings.Contains(string(m.Data), other) {
+					t.Errorf("%s answered team-a with %s:\n%s", subject, other, m.Data)
+				}
+			}
 		}
 	})
 	t.Run("a namespace not listed has no JetStream", func(t *testing.T) {
