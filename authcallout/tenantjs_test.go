@@ -3,6 +3,7 @@ package authcallout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,24 @@ func TestTenantJetStream(t *testing.T) {
 					t.Errorf("%s answered team-a with %s:\n%s", subject, other, m.Data)
 				}
 			}
+		}
+	})
+	t.Run("its JetStream is bounded by the account's limits", func(t *testing.T) {
+		bjs, err := jetstream.New(bConn.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := DefaultTenantJetStream.MaxStreams
+		for i := range n {
+			if _, err := bjs.CreateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("S%d", i), Subjects: []string{fmt.Sprintf("s.%d", i)}}); err != nil {
+				t.Fatalf("stream %d of %d: %v", i+1, n, err)
+			}
+		}
+		if _, err := bjs.CreateStream(ctx, jetstream.StreamConfig{Name: "ONE_MORE", Subjects: []string{"s.more"}}); err == nil || !strings.Contains(err.Error(), "maximum number of streams") {
+			t.Fatalf("stream %d: %v, want the account's maximum number of streams", n+1, err)
+		}
+		if _, err := bjs.CreateStream(ctx, jetstream.StreamConfig{Name: "S0", Subjects: []string{"s.0"}, MaxBytes: 2 * DefaultTenantJetStream.MaxFile}); err == nil {
+			t.Fatal("a stream larger than the account's store")
 		}
 	})
 	t.Run("a namespace not listed has no JetStream", func(t *testing.T) {
