@@ -97,7 +97,7 @@ type Limits struct {
 // with room to spare; a flood past them refuses that role's new connections rather than
 // exhausting the server's.
 var (
-	DefaultProducerLimits  = Limits{MaxConnections: 10000, MaxSubscriptions: producerMaxSubs, MaxPayload: maxQueueReportBytes}
+	DefaultProducerLimits  = Limits{MaxConnections: 10000, MaxSubscriptions: producerMaxSubs, MaxPayload: gpuscalerv1.MaxQueueReportBytes}
 	DefaultCollectorLimits = Limits{MaxConnections: 10000, MaxSubscriptions: producerMaxSubs, MaxPayload: gpuscalerv1.MaxEventBytes}
 )
 
@@ -124,10 +124,6 @@ func (l JetStreamLimits) String() string {
 	return fmt.Sprintf("jetstream { max_memory: %d, max_file: %d, max_streams: %d, max_consumers: %d }",
 		l.MaxMemory, l.MaxFile, l.MaxStreams, l.MaxConsumers)
 }
-
-// maxQueueReportBytes bounds a queue report: a QueueReport's names are at most 253
-// bytes each and the rest a handful of numbers, under 1 KiB in all.
-const maxQueueReportBytes = 4 << 10
 
 // producerMaxSubs bounds the subscriptions of a producer or collector connection.
 const producerMaxSubs = 16

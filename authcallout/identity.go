@@ -8,7 +8,8 @@
 //     (gpuscaler.v1.queue.<ns>.*.*) and nothing else;
 //   - a collector publishes its own node's subject, the node taken from the token's
 //     bound-pod claims as the apiserver reports them, never from what the client says;
-//   - the scaler reads everything and uses the JetStream API of the GPUSCALER stream;
+//   - the scaler reads everything and uses the JetStream API of the GPUSCALER and
+//     GPUSCALER_QUEUES streams;
 //   - nobody else reads, and nobody else touches the JetStream API;
 //   - but a producer of a namespace listed in Accounts.JetStreamNamespaces joins that
 //     namespace's own account, where it may do anything, JetStream included: the
@@ -37,7 +38,7 @@ const (
 	RoleProducer Role = iota + 1
 	// RoleCollector publishes the NodeReports of its own node.
 	RoleCollector
-	// RoleScaler reads every report and keeps the GPUSCALER stream.
+	// RoleScaler reads every report and keeps the GPUSCALER and GPUSCALER_QUEUES streams.
 	RoleScaler
 )
 
@@ -116,7 +117,7 @@ func (id Identity) permissions(jetStream bool) (jwt.Permissions, error) {
 		// subjects of the work queues its triggers name (to wake on their first message),
 		// so it may subscribe to anything; what it may publish is the JetStream API of its
 		// own stream, and read-only consumer and stream info for the work queues.
-		p.Pub.Allow.Add(scalerJetStreamAPI(gpuscalerv1.StreamName)...)
+		p.Pub.Allow.Add(scalerJetStreamAPI(gpuscalerv1.StreamName, gpuscalerv1.QueueStreamName)...)
 	default:
 		return p, fmt.Errorf("no permissions for role %s", id.Role)
 	}
@@ -124,27 +125,33 @@ func (id Identity) permissions(jetStream bool) (jwt.Permissions, error) {
 }
 
 // scalerJetStreamAPI lists the JetStream API subjects the scaler publishes to: creating,
-// updating and reading its stream, its ordered consumer on that stream (create, pull,
-// flow control, delete), and the info of any stream and consumer, which is read-only,
-// its own account's and, through the imports of NATSConfig, each JetStream namespace's.
-// Deleting or purging a stream, and every other stream's consumers, are not on the list.
-func scalerJetStreamAPI(stream string) []string {
-	return []string{
+// updating and reading its streams (the node stream and the queue stream), its ordered
+// consumer on each (create, pull, flow control, delete), and the info of any stream and
+// consumer, which is read-only: its own account's and, through the imports of
+// NATSConfig, each JetStream namespace's. Deleting or purging a stream, and every other
+// stream's consumers, are not on the list.
+func scalerJetStreamAPI(streams ...string) []string {
+	api := []string{
 		"$JS.API.INFO",
-		"$JS.API.STREAM.CREATE." + stream,
-		"$JS.API.STREAM.UPDATE." + stream,
 		"$JS.API.STREAM.INFO.*",
-		"$JS.API.STREAM.MSG.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream + ".>",
-		"$JS.API.CONSUMER.CREATE." + stream,
-		"$JS.API.CONSUMER.CREATE." + stream + ".>",
-		"$JS.API.CONSUMER.DELETE." + stream + ".*",
-		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
 		"$JS.API.CONSUMER.INFO.*.*",
 		gpuscalerv1.TenantConsumerInfoAll,
-		"$JS.FC." + stream + ".>",
 	}
+	for _, stream := range streams {
+		api = append(api,
+			"$JS.API.STREAM.CREATE."+stream,
+			"$JS.API.STREAM.UPDATE."+stream,
+			"$JS.API.STREAM.MSG.GET."+stream,
+			"$JS.API.DIRECT.GET."+stream,
+			"$JS.API.DIRECT.GET."+stream+".>",
+			"$JS.API.CONSUMER.CREATE."+stream,
+			"$JS.API.CONSUMER.CREATE."+stream+".>",
+			"$JS.API.CONSUMER.DELETE."+stream+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+stream+".*",
+			"$JS.FC."+stream+".>",
+		)
+	}
+	return api
 }
 
 // A pattern names ServiceAccounts: namespace/name, where either part may be "*".

@@ -50,6 +50,10 @@ type UserInfo struct {
 // NewKube returns a Kube for the API server of a kubeconfig file, or of the in-cluster
 // configuration when kubeconfig is empty.
 func NewKube(kubeconfig string) (Kube, error) {
+	return newRESTKube(kubeconfig)
+}
+
+func newRESTKube(kubeconfig string) (*restKube, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -117,6 +121,11 @@ func (k *restKube) Pod(ctx context.Context, namespace, name string) (string, str
 // ErrPodNotFound (the callout reads nothing else by name); another status is an error
 // with the API server's message.
 func (k *restKube) do(ctx context.Context, method, path string, body []byte, out any) error {
+	return k.send(ctx, method, path, "application/json", body, out)
+}
+
+// send is do with the body's content type.
+func (k *restKube) send(ctx context.Context, method, path, contentType string, body []byte, out any) error {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
@@ -127,7 +136,7 @@ func (k *restKube) do(ctx context.Context, method, path string, body []byte, out
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := k.client.Do(req)
 	if err != nil {

@@ -84,6 +84,18 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("scaler may publish %q", s)
 		}
 	}
+	// It keeps both its streams: the node stream and the queue stream.
+	for _, stream := range []string{gpuscalerv1.StreamName, gpuscalerv1.QueueStreamName} {
+		for _, api := range []string{"$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.", "$JS.API.STREAM.MSG.GET.", "$JS.API.CONSUMER.CREATE.", "$JS.FC."} {
+			want := api + stream
+			if api == "$JS.FC." {
+				want += ".>"
+			}
+			if !slices.Contains(p.Pub.Allow, want) {
+				t.Errorf("scaler may not publish %q", want)
+			}
+		}
+	}
 }
 
 func TestParsePatterns(t *testing.T) {

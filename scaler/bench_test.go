@@ -223,3 +223,24 @@ func BenchmarkIsActive(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkApplyNodeChecked is BenchmarkApplyNode with every pod the report names looked
+// up in a PodDirectory (claims.go), as a scaler with --kubeconfig does.
+func BenchmarkApplyNodeChecked(b *testing.B) {
+	s := benchState(b)
+	r := benchNodeReport(1)
+	pods := newAPIPods(true)
+	for _, g := range r.GetGpus() {
+		for i := range g.NumPods() {
+			p := g.PodAt(i)
+			pods.put(p.GetNamespace(), p.GetName(), "", r.GetNode(), p.GetLabels())
+		}
+	}
+	s.SetPodDirectory(pods, nil)
+	ev := gpuscalerv1.Event{Node: r}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Apply(ev, now)
+	}
+}

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -73,11 +74,14 @@ func TestClockSkewMeasuredBeforeReady(t *testing.T) {
 	})
 }
 
-// createStream creates the GPUSCALER stream as a scaler with default settings would.
+// createStream creates the node and queue streams as a scaler with default settings would.
 func createStream(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	if _, err := js.CreateStream(t.Context(), StreamConfig{}.withDefaults().jetStreamConfig()); err != nil {
-		t.Fatalf("create stream: %v", err)
+	cfg := StreamConfig{}.withDefaults()
+	for _, stream := range []jetstream.StreamConfig{cfg.nodeStream(), cfg.queueStream()} {
+		if _, err := js.CreateStream(t.Context(), stream); err != nil {
+			t.Fatalf("create stream %s: %v", stream.Name, err)
+		}
 	}
 }
 
@@ -85,7 +89,11 @@ func createStream(t *testing.T, js jetstream.JetStream) {
 // report.
 func serverAge(t *testing.T, js jetstream.JetStream, subject string) time.Duration {
 	t.Helper()
-	s, err := js.Stream(t.Context(), gpuscalerv1.StreamName)
+	stream := gpuscalerv1.StreamName
+	if strings.HasPrefix(subject, gpuscalerv1.QueueSubjectPrefix) {
+		stream = gpuscalerv1.QueueStreamName
+	}
+	s, err := js.Stream(t.Context(), stream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,21 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 		}
 	}
 	ex.Reasons = reasons(ex, t, r)
+	if t.PodSelector != nil && ex.Ready {
+		ex.Reasons = append(ex.Reasons, podClaimsReason(s.state.ChecksPodClaims()))
+	}
 	return ex, nil
+}
+
+// podClaimsReason says whom the scaler believes of which pods hold a node's GPUs.
+func podClaimsReason(checks, synced bool) string {
+	switch {
+	case !checks:
+		return "This scaler has no Kubernetes API access (--kubeconfig none): it believes every node's report of which pods hold its GPUs, and with what labels, so any node, or anyone who may publish a node's reports, can speak for this namespace's pods. Give it --kubeconfig (the chart does) to believe a node only of the pods the API places on it."
+	case !synced:
+		return "This scaler checks the pods each node reports against the Kubernetes API, and has not yet listed them: triggers that read pods are Unavailable until it has."
+	}
+	return "The pods each node reports are checked against the Kubernetes API: a node is believed only of the pods the API places on it, and podSelector matches the labels the API holds."
 }
 
 // answer fills ex.Answer with what IsActive, GetMetricSpec and GetMetrics answer for t

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,19 +15,28 @@ import (
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
-// StreamConfig shapes the GPUSCALER stream the scaler creates or updates at start.
+// StreamConfig shapes the two streams the scaler creates or updates at start: GPUSCALER,
+// which keeps the nodes' reports, and GPUSCALER_QUEUES, which keeps the queues'. Each has
+// limits of its own, so that the reports of queues, which any producer may invent, never
+// evict a node's report or tombstone.
 type StreamConfig struct {
 	// MaxAge is how long a report is kept after its last update: a node or queue silent
 	// that long is forgotten, by the stream and by the scaler, with the pods it held.
 	// It must exceed every trigger's staleAfter. Default 15m.
 	MaxAge time.Duration
-	// MaxBytes bounds the stream's size; past it the oldest reports (those of the nodes
-	// and queues silent longest) are dropped first. Default 1 GiB.
+	// MaxBytes bounds the node stream's size; past it the oldest reports (those of the
+	// nodes silent longest) are dropped first. Only collectors publish there. Default
+	// 1 GiB.
 	MaxBytes int64
-	// Replicas of the stream in a clustered NATS. Default 1.
+	// QueueMaxBytes bounds the queue stream's size; past it the reports of the queue
+	// producers silent longest are dropped first. Each is at most
+	// gpuscalerv1.MaxQueueReportBytes, so a producer inventing queues must store about
+	// QueueMaxBytes/1.5 KiB reports to evict another's. Default 1 GiB.
+	QueueMaxBytes int64
+	// Replicas of the streams in a clustered NATS. Default 1.
 	Replicas int
-	// Memory keeps the stream in memory instead of on disk: faster, lost when NATS restarts
-	// (the scaler then creates it again).
+	// Memory keeps the streams in memory instead of on disk: faster, lost when NATS
+	// restarts (the scaler then creates them again).
 	Memory bool
 
 	// tombstoneTTL is how much longer than MaxAge the stream keeps a report: the scaler
@@ -42,8 +49,9 @@ type StreamConfig struct {
 
 // Defaults of StreamConfig.
 const (
-	DefaultStreamMaxAge   = 15 * time.Minute
-	DefaultStreamMaxBytes = 1 << 30
+	DefaultStreamMaxAge        = 15 * time.Minute
+	DefaultStreamMaxBytes      = 1 << 30
+	DefaultQueueStreamMaxBytes = 1 << 30
 )
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -53,58 +61,88 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = DefaultStreamMaxBytes
 	}
+	if c.QueueMaxBytes <= 0 {
+		c.QueueMaxBytes = DefaultQueueStreamMaxBytes
+	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
 	return c
 }
 
-// jetStreamConfig is the stream as DESIGN.md fixes it: every gpuscaler subject, only the
-// latest message per subject, expiring after MaxAge and the tombstone TTL.
-func (c StreamConfig) jetStreamConfig() jetstream.StreamConfig {
+// nodeStream is the node stream as DESIGN.md fixes it: every node's subject, only the
+// latest message per subject, expiring after MaxAge and the tombstone TTL (a forgotten
+// node's last report is its tombstone).
+func (c StreamConfig) nodeStream() jetstream.StreamConfig {
+	return c.stream(gpuscalerv1.StreamName, "gpuscaler: the latest report of every GPU node",
+		gpuscalerv1.NodeSubjects, c.MaxAge+c.tombstoneTTL, c.MaxBytes, gpuscalerv1.MaxEventBytes)
+}
+
+// queueStream is the queue stream: every queue producer's subject, only the latest
+// message per subject, expiring after MaxAge (a forgotten queue leaves nothing behind),
+// no message larger than a queue report needs.
+func (c StreamConfig) queueStream() jetstream.StreamConfig {
+	return c.stream(gpuscalerv1.QueueStreamName, "gpuscaler: the latest report of every queue producer",
+		gpuscalerv1.QueueSubjects, c.MaxAge, c.QueueMaxBytes, gpuscalerv1.MaxQueueReportBytes)
+}
+
+func (c StreamConfig) stream(name, description, subjects string, maxAge time.Duration, maxBytes int64, maxMsgSize int32) jetstream.StreamConfig {
 	storage := jetstream.FileStorage
 	if c.Memory {
 		storage = jetstream.MemoryStorage
 	}
 	return jetstream.StreamConfig{
-		Name:              gpuscalerv1.StreamName,
-		Description:       "gpuscaler: the latest report of every GPU node and queue",
-		Subjects:          []string{gpuscalerv1.SubjectAll},
+		Name:              name,
+		Description:       description,
+		Subjects:          []string{subjects},
 		MaxMsgsPerSubject: 1,
-		MaxAge:            c.MaxAge + c.tombstoneTTL,
-		MaxBytes:          c.MaxBytes,
-		MaxMsgSize:        gpuscalerv1.MaxEventBytes,
-		Discard:           jetstream.DiscardOld,
-		Storage:           storage,
-		Replicas:          c.Replicas,
+		MaxAge:            maxAge,
+		MaxBytes:          maxBytes,
+		// Headers and payload together: nats-server refuses a message whose header and
+		// data lengths add up to more (processJetStreamMsg, server/stream.go).
+		MaxMsgSize: maxMsgSize,
+		Discard:    jetstream.DiscardOld,
+		Storage:    storage,
+		Replicas:   c.Replicas,
 		// No publisher sets message ids; the window must not exceed MaxAge.
 		Duplicates: min(c.MaxAge, 2*time.Minute),
 	}
 }
 
-// follower keeps a State in step with the GPUSCALER stream: it reads the last message of
-// every subject, then follows new ones as they are stored, through one ordered consumer
-// (so there is neither a gap nor an overlap between the replay and the live part). A
-// watchdog checks the stream every few seconds: when it is gone or was created anew (NATS
-// restarted with a memory stream, an operator deleted it) the follower sets the stream up
-// again and replays. Setting the stream up reads the NATS server's clock, before the
-// replay, and so does every check.
+// follower keeps a State in step with one stream: it reads the last message of every
+// subject the stream captures, then follows new ones as they are stored, through one
+// ordered consumer (so there is neither a gap nor an overlap between the replay and the
+// live part). A watchdog checks the stream every few seconds: when it is gone or was
+// created anew (NATS restarted with a memory stream, an operator deleted it) the follower
+// sets the stream up again and replays. Setting the stream up reads the NATS server's
+// clock, before the replay, and so does every check. The scaler runs one follower per
+// stream, all applying to one State.
 type follower struct {
-	js      jetstream.JetStream
-	stream  StreamConfig
-	state   *State
-	clock   *natsClock
-	metrics *metrics
-	log     *slog.Logger
-	drops   *logLimiter
+	js jetstream.JetStream
+	// stream is the stream this follower creates or updates and follows. Its consumer
+	// reads stream.Subjects only: a stream made by an earlier release also holds
+	// messages of other subjects, from before it was narrowed, which are not current.
+	stream jetstream.StreamConfig
+	// makeRoom, when set, is called when the stream cannot be created because its
+	// subjects overlap another stream's: it narrows that stream (the queue follower's
+	// narrows the node stream, which earlier releases made capture every subject).
+	makeRoom func(context.Context) error
+	// shardCount is how many shards decode and apply this stream's messages; 1 at least.
+	shardCount int
+	state      *State
+	clock      *natsClock
+	metrics    *metrics
+	log        *slog.Logger
+	drops      *logLimiter
 	// explain adds to an error that ran out of time while NATS was down where NATS is
 	// and why it cannot be reached (natsconn.Conn.Explain); nil adds nothing.
 	explain func(error) error
 	// checkEvery is the watchdog's period.
 	checkEvery time.Duration
 
-	// ready is called once, when the first replay has been applied.
-	ready     func()
+	// ready is called once, when the first replay has been applied, with the number of
+	// messages it read and how long it took from run's start.
+	ready     func(replayed uint64, took time.Duration)
 	replaying atomic.Bool
 	// lastStreamSeq is the stream sequence of the last message handed to the shards;
 	// stream sequences, unlike consumer ones, survive a reset of the ordered consumer.
@@ -206,7 +244,7 @@ func (f *follower) run(ctx context.Context) error {
 	f.replayStart = time.Now()
 	f.runCtx = ctx
 	f.setFailure(errors.New("connecting to the stream"))
-	f.startShards(ctx, runtime.GOMAXPROCS(0))
+	f.startShards(ctx, f.shardCount)
 	wait := time.Second
 	for {
 		started := time.Now()
@@ -222,7 +260,7 @@ func (f *follower) run(ctx context.Context) error {
 			f.metrics.consumerStalls.Inc()
 			wait = 0 // the stream answers: no reason to wait
 		}
-		f.log.Warn("not following the stream; setting it up again", "stream", gpuscalerv1.StreamName, "err", err, "retryIn", wait)
+		f.log.Warn("not following the stream; setting it up again", "err", err, "retryIn", wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -247,7 +285,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{gpuscalerv1.SubjectAll},
+		FilterSubjects: f.stream.Subjects,
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	}
 	if read := f.lastStreamSeq.Load(); f.resumeIn.Equal(created) && read > 0 {
@@ -256,9 +294,9 @@ func (f *follower) follow(ctx context.Context) (err error) {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read+1
 	}
 	f.resumeIn = time.Time{}
-	cons, err := f.js.OrderedConsumer(setupCtx, gpuscalerv1.StreamName, cfg)
+	cons, err := f.js.OrderedConsumer(setupCtx, f.stream.Name, cfg)
 	if err != nil {
-		return fmt.Errorf("create consumer on stream %s: %w", gpuscalerv1.StreamName, err)
+		return fmt.Errorf("create consumer on stream %s: %w", f.stream.Name, err)
 	}
 	// A stalled consumer is left to stop in the background (below), and nats.go may yet
 	// deliver from it while the next one runs: only the newest consumer's messages are
@@ -275,7 +313,7 @@ func (f *follower) follow(ctx context.Context) (err error) {
 			f.log.Debug("consumer", "err", err) // the ordered consumer recovers; the watchdog judges
 		}))
 	if err != nil {
-		return fmt.Errorf("consume stream %s: %w", gpuscalerv1.StreamName, err)
+		return fmt.Errorf("consume stream %s: %w", f.stream.Name, err)
 	}
 	defer func() {
 		if !errors.Is(err, errConsumerStalled) {
@@ -325,33 +363,51 @@ func (f *follower) follow(ctx context.Context) (err error) {
 			if stall.progressed(f.lastStreamSeq.Load()) {
 				continue
 			}
-			state, err := f.checkStream(ctx, created)
+			stream, err := f.checkStream(ctx, created)
 			if errors.Is(err, errStreamChanged) {
 				return err
 			}
+			var state jetstream.StreamState
+			if err == nil {
+				state = stream.CachedInfo().State
+				if state.LastSeq > stall.read {
+					state.LastSeq, err = f.lastFollowed(ctx, stream)
+				}
+			}
 			if err != nil || state.LastSeq > stall.read {
-				f.log.Debug("nothing read for a second: asked the stream", "stream", gpuscalerv1.StreamName,
+				f.log.Debug("nothing read for a second: asked the stream",
 					"read", stall.read, "lastSeq", state.LastSeq, "msgs", state.Msgs, "err", err)
 			}
 			if err == nil && stall.stalled(time.Now(), state.Msgs, state.LastSeq) {
 				f.resumeIn = created
 				return fmt.Errorf("%w: stream %s has held messages up to %d for %s, none read since %d",
-					errConsumerStalled, gpuscalerv1.StreamName, state.LastSeq, consumerStallAfter, stall.read)
+					errConsumerStalled, f.stream.Name, state.LastSeq, consumerStallAfter, stall.read)
 			}
 		}
 	}
 }
 
-// ensureStream creates or updates the stream and returns when it was created. A stream
-// that exists with other settings an update may not change (its storage, say) is used as
-// it is, with a warning, provided it captures every gpuscaler subject: replicas started
-// with other flags must not fight over it.
+// ensureStream creates or updates the stream and returns when it was created. Where its
+// subjects overlap another stream's (the node stream of an earlier release, which
+// captured every gpuscaler subject), makeRoom narrows that one first. A stream that
+// exists with a storage or a number of replicas an update may not change is updated with
+// its own, with a warning: replicas started with other flags must not fight over it. One
+// that cannot be updated even so is used as it is, with a warning, provided it captures
+// the follower's subjects.
 func (f *follower) ensureStream(ctx context.Context) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	want := f.stream.jetStreamConfig()
+	want := f.stream
 	sent := f.clock.local()
 	s, err := f.js.CreateOrUpdateStream(ctx, want)
+	if isSubjectOverlap(err) && f.makeRoom != nil {
+		if roomErr := f.makeRoom(ctx); roomErr != nil {
+			return time.Time{}, fmt.Errorf("create stream %s: its subjects %v overlap another stream's, which could not be narrowed: %w",
+				want.Name, want.Subjects, roomErr)
+		}
+		sent = f.clock.local()
+		s, err = f.js.CreateOrUpdateStream(ctx, want)
+	}
 	if err == nil {
 		info := s.CachedInfo()
 		f.observeClock(info.TimeStamp, sent)
@@ -360,18 +416,48 @@ func (f *follower) ensureStream(ctx context.Context) (time.Time, error) {
 	sent = f.clock.local()
 	existing, getErr := f.js.Stream(ctx, want.Name)
 	if getErr != nil {
+		if isSubjectOverlap(err) {
+			return time.Time{}, fmt.Errorf("create or update stream %s: another stream captures some of its subjects %v: %w", want.Name, want.Subjects, err)
+		}
 		return time.Time{}, fmt.Errorf("create or update stream %s: %w", want.Name, err)
 	}
 	info := existing.CachedInfo()
 	f.observeClock(info.TimeStamp, sent)
-	if !slices.Contains(info.Config.Subjects, gpuscalerv1.SubjectAll) && !slices.Contains(info.Config.Subjects, ">") {
+	if kept := info.Config; kept.Storage != want.Storage || kept.Replicas != want.Replicas {
+		want.Storage, want.Replicas = kept.Storage, kept.Replicas
+		sent = f.clock.local()
+		if s, updateErr := f.js.UpdateStream(ctx, want); updateErr == nil {
+			info := s.CachedInfo()
+			f.observeClock(info.TimeStamp, sent)
+			f.log.Warn("updated the existing stream keeping its storage and replicas: this scaler's differ and cannot be applied",
+				"err", err, "storage", kept.Storage.String(), "replicas", kept.Replicas)
+			return info.Created, nil
+		}
+	}
+	if !captures(info.Config.Subjects, f.stream.Subjects[0]) {
 		return time.Time{}, fmt.Errorf("stream %s exists with subjects %v, which do not capture %s, and cannot be updated: %w",
-			want.Name, info.Config.Subjects, gpuscalerv1.SubjectAll, err)
+			want.Name, info.Config.Subjects, f.stream.Subjects[0], err)
 	}
 	f.log.Warn("using the existing stream as it is: its settings differ from this scaler's and cannot be updated",
-		"stream", want.Name, "err", err, "storage", info.Config.Storage.String(), "replicas", info.Config.Replicas,
+		"err", err, "subjects", info.Config.Subjects, "storage", info.Config.Storage.String(), "replicas", info.Config.Replicas,
 		"maxAge", info.Config.MaxAge, "maxMsgsPerSubject", info.Config.MaxMsgsPerSubject)
 	return info.Created, nil
+}
+
+// jsErrSubjectOverlap is nats-server's JSStreamSubjectOverlapErr, "subjects overlap with
+// an existing stream" (server/errors.json), which nats.go has no error value for.
+const jsErrSubjectOverlap jetstream.ErrorCode = 10065
+
+func isSubjectOverlap(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrSubjectOverlap
+}
+
+// captures reports whether a stream of the given subjects stores every message of
+// subject, a gpuscaler wildcard (gpuscaler.v1.node.>): it names it, or a wildcard above
+// it.
+func captures(subjects []string, subject string) bool {
+	return slices.Contains(subjects, subject) || slices.Contains(subjects, gpuscalerv1.SubjectAll) || slices.Contains(subjects, ">")
 }
 
 // observeClock reads the server's clock from the stream info of a request sent at sent,
@@ -390,8 +476,7 @@ func (f *follower) observeClock(server, sent time.Time) {
 		return
 	}
 	if f.clock.unstamped.CompareAndSwap(false, true) {
-		f.log.Warn("the NATS server does not send its time (nats-server before 2.10): reports' ages are judged on this machine's clock, which must then agree with the server's",
-			"stream", gpuscalerv1.StreamName)
+		f.log.Warn("the NATS server does not send its time (nats-server before 2.10): reports' ages are judged on this machine's clock, which must then agree with the server's")
 	}
 }
 
@@ -404,24 +489,41 @@ const streamCheckTimeout = time.Second
 
 // checkStream is the watchdog: it fails with errStreamChanged when the stream is gone or
 // is not the one being followed, and reads the server's clock on the way. It returns
-// the stream's state, waiting at most streamCheckTimeout for it.
-func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.StreamState, error) {
+// the stream, its info as fetched, waiting at most streamCheckTimeout for it.
+func (f *follower) checkStream(ctx context.Context, created time.Time) (jetstream.Stream, error) {
 	ctx, cancel := context.WithTimeout(ctx, streamCheckTimeout)
 	defer cancel()
 	sent := f.clock.local()
-	s, err := f.js.Stream(ctx, gpuscalerv1.StreamName)
+	s, err := f.js.Stream(ctx, f.stream.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return jetstream.StreamState{}, fmt.Errorf("%w: stream %s is gone", errStreamChanged, gpuscalerv1.StreamName)
+		return nil, fmt.Errorf("%w: stream %s is gone", errStreamChanged, f.stream.Name)
 	case err != nil:
-		return jetstream.StreamState{}, err // NATS unreachable: the connection reconnects, and readiness watches it
+		return nil, err // NATS unreachable: the connection reconnects, and readiness watches it
 	}
 	info := s.CachedInfo()
 	f.observeClock(info.TimeStamp, sent)
 	if !info.Created.Equal(created) {
-		return jetstream.StreamState{}, fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, gpuscalerv1.StreamName, stamp(info.Created))
+		return nil, fmt.Errorf("%w: stream %s was created anew at %s", errStreamChanged, f.stream.Name, stamp(info.Created))
 	}
-	return info.State, nil
+	return s, nil
+}
+
+// lastFollowed returns the sequence of stream's last message on the subjects the
+// follower reads, 0 when it holds none, waiting at most streamCheckTimeout. The stream's
+// own last sequence may be that of a message the consumer never delivers: one a stream
+// of an earlier release stored on a subject it no longer captures.
+func (f *follower) lastFollowed(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, streamCheckTimeout)
+	defer cancel()
+	msg, err := stream.GetLastMsgForSubject(ctx, f.stream.Subjects[0])
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return msg.Sequence, nil
 }
 
 // checkReplay covers what handle cannot see: an empty stream, or a replay whose last
@@ -458,27 +560,24 @@ func (f *follower) handle(msg jetstream.Msg) {
 	}
 }
 
-// shardFor returns the shard that applies subject's reports: the last shard takes every
-// queue's, the others the nodes', by subject. A QueueReport is what wakes a workload at
-// zero and takes a microsecond to apply, so it must not wait behind node reports, which
-// take tens: with 10,000 nodes reporting, a queue report sharing their shards waited
-// milliseconds in them.
+// shardFor returns the shard that applies subject's reports. Every message of a subject
+// goes to the same shard, so each node's and queue's reports are applied in the order
+// NATS stored them.
 func (f *follower) shardFor(subject string) int {
-	if strings.HasPrefix(subject, gpuscalerv1.QueueSubjectPrefix) {
-		return len(f.shards) - 1
-	}
-	return shardOf(subject, len(f.shards)-1)
+	return shardOf(subject, len(f.shards))
 }
 
-// startShards starts n goroutines for node reports and one for queue reports (see
-// shardFor), which decode and apply messages until ctx ends. Each decodes node reports
-// into memory it reuses (gpuscalerv1.NodeDecoder): decoding into fresh messages was two
-// thirds of a report's cost, most of it allocation. Every message of a subject goes to
-// the same shard, so each node's and queue's reports are applied in the order NATS
-// stored them. Each shard buffers at most
-// 256 messages of at most MaxEventBytes.
+// startShards starts n goroutines (one at least) which decode and apply messages until
+// ctx ends. Each decodes node reports into memory it reuses (gpuscalerv1.NodeDecoder):
+// decoding into fresh messages was two thirds of a report's cost, most of it allocation.
+// Each shard buffers at most 256 messages of at most MaxEventBytes.
+//
+// The scaler gives the node stream's follower as many shards as it has CPUs, and the
+// queue stream's one: a QueueReport is what wakes a workload at zero and takes a
+// microsecond to apply, so it must not wait behind node reports, which take tens (with
+// 10,000 nodes reporting, a queue report sharing their shards waited milliseconds).
 func (f *follower) startShards(ctx context.Context, n int) {
-	f.shards = make([]chan shardItem, max(n, 1)+1)
+	f.shards = make([]chan shardItem, max(n, 1))
 	for i := range f.shards {
 		ch := make(chan shardItem, 256)
 		f.shards[i] = ch
@@ -557,12 +656,8 @@ func (f *follower) replayDone(ctx context.Context) {
 		return
 	}
 	took := time.Since(f.replayStart)
-	f.metrics.replayDuration.Set(took.Seconds())
-	f.metrics.replayMessages.Set(float64(f.replayed.Load()))
-	nodes, gpus, queues := f.state.Size()
-	f.log.Info("state restored from NATS", "messages", f.replayed.Load(), "took", took.Round(time.Millisecond),
-		"nodes", nodes, "gpus", gpus, "queues", queues)
-	f.ready()
+	f.log.Debug("stream replayed", "messages", f.replayed.Load(), "took", took.Round(time.Millisecond))
+	f.ready(f.replayed.Load(), took)
 }
 
 func (f *follower) setFailure(err error) {
@@ -605,6 +700,17 @@ func (f *follower) refuse(namespace, kind string, err error) {
 	f.metrics.eventsDropped.WithLabelValues(kind, reason).Inc()
 	if f.drops.allow(reason + " " + namespace) { // no subject has a space: keys of their own
 		f.log.Warn(what, "namespace", namespace, "err", err)
+	}
+}
+
+// claimDropped counts a pod a node's report named that the Kubernetes API does not
+// place on that node, and logs it at most once a minute per node. The metric has no node
+// or namespace label: a compromised node picks the names at will.
+func (f *follower) claimDropped(d DroppedClaim) {
+	f.metrics.claimsDropped.WithLabelValues(d.Reason).Inc()
+	if f.drops.allow("claim " + d.Node) { // no subject has a space: keys of their own
+		f.log.Warn("dropped a pod from a node's report: the Kubernetes API does not place it on that node (logged once a minute per node)",
+			"node", d.Node, "namespace", d.Namespace, "pod", d.Pod, "reason", d.Reason, "apiNode", d.APINode)
 	}
 }
 

@@ -26,6 +26,7 @@ type metrics struct {
 	consumersRefused  prometheus.Counter
 	producersLeft     *prometheus.CounterVec
 	consumerStalls    prometheus.Counter
+	claimsDropped     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, following func() bool, skew func() time.Duration) *metrics {
@@ -79,13 +80,20 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 			Name: "gpuscaler_scaler_stream_consumer_stalls_total",
 			Help: "Times the stream held messages newer than the last one read for 2 s while nothing was read (a consumer lost with its NATS server, or stuck recreating itself): the scaler then makes a new consumer, resuming after the last message read.",
 		}),
+		claimsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_scaler_pod_claims_dropped_total",
+			Help: "Pods named in node reports and dropped from them because the Kubernetes API does not place them on that node (--kubeconfig set), by reason: unknown_pod (no such pod), other_node (bound to another node, or to none), other_uid (another pod of that name). Logged once a minute per node.",
+		}, []string{"reason"}),
+	}
+	for _, reason := range []string{ClaimUnknownPod, ClaimOtherNode, ClaimOtherUID} {
+		m.claimsDropped.WithLabelValues(reason)
 	}
 	for _, k := range []gpuscalerv1.SubjectKind{gpuscalerv1.KindNode, gpuscalerv1.KindQueue} {
 		m.eventsReceived.WithLabelValues(k.String())
 	}
 	reg.MustRegister(m.eventsReceived, m.eventsDropped, m.streamsOpen, m.activationsPushed, m.activationsHeld,
 		m.rpcDuration, m.replayDuration, m.replayMessages, m.consumersFollowed, m.consumersRefused,
-		m.producersLeft, m.consumerStalls,
+		m.producersLeft, m.consumerStalls, m.claimsDropped,
 		stateCollector{state},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_connected",
@@ -97,7 +105,7 @@ func newMetrics(reg prometheus.Registerer, state *State, natsConnected, ready, f
 		}, func() float64 { return boolFloat(ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_stream_following",
-			Help: "1 while the scaler follows the GPUSCALER stream; 0 while it sets it up again.",
+			Help: "1 while the scaler follows both its streams, GPUSCALER and GPUSCALER_QUEUES; 0 while it sets one up again.",
 		}, func() float64 { return boolFloat(following()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpuscaler_scaler_nats_clock_skew_seconds",

@@ -122,7 +122,11 @@ func (s *State) jobsHoldingDevices(t *Trigger) (int, error) {
 	key := selKey{t.Namespace, t.PodSelector.String()}
 	s.mu.RLock()
 	sel := s.selections[key]
+	err := s.podsKnown("the running Jobs are counted from their pods, and ")
 	s.mu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
 	if sel == nil {
 		sel = s.selectionFor(t.Namespace, t.PodSelector, key)
 	}

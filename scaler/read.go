@@ -86,7 +86,11 @@ func (s *State) Read(t *Trigger) Reading {
 		r.hasGPU = true
 		r.gpuUtil.defined = t.GPUUtilTarget > 0
 		r.gpuMemory.defined = t.GPUMemoryTarget > 0
-		if err := s.nodesFresh(t, now, ""); err != nil {
+		err := s.podsKnown("")
+		if err == nil {
+			err = s.nodesFresh(t, now, "")
+		}
+		if err != nil {
 			r.failGPU(err)
 		} else {
 			key = selKey{t.Namespace, t.PodSelector.String()}

@@ -1,6 +1,6 @@
 // Package scaler is gpuscaler's KEDA external scaler. It keeps the latest report of every
-// GPU node and queue, read from the GPUSCALER JetStream stream (the last value of every
-// subject first, then live), and answers KEDA's ExternalScaler gRPC calls from that state:
+// GPU node and queue, read from the GPUSCALER and GPUSCALER_QUEUES JetStream streams (the
+// last value of every subject first, then live), and answers KEDA's ExternalScaler gRPC calls from that state:
 // queue backlog, GPU utilisation and framebuffer use of a workload's pods, activation,
 // and activation pushed over StreamIsActive the moment a report makes a trigger active.
 //
@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +49,7 @@ type Config struct {
 	NoStatusPage bool
 	// TLS for the gRPC server.
 	TLS TLSConfig
-	// Stream shapes the GPUSCALER stream.
+	// Stream shapes the GPUSCALER and GPUSCALER_QUEUES streams.
 	Stream StreamConfig
 	// StaleAfter is staleAfter for triggers that give none, and how long the NATS
 	// connection may be down before /readyz fails. Default DefaultStaleAfter.
@@ -89,6 +91,13 @@ type Config struct {
 	// so replicas added behind a headless Service get calls within this time; streams
 	// open on the old connection are left to run. Default DefaultMaxConnectionAge.
 	MaxConnectionAge time.Duration
+	// Pods, when set, is what the Kubernetes API says of pods (scaler/kube): a node's
+	// report is then believed only of the pods the API places on that node, and
+	// podSelectors match the labels the API holds, not those the node reports; a pod
+	// dropped is counted and logged. Until it has synced, the triggers that read pods are
+	// Unavailable. Nil believes the nodes' reports as they come: any node can then speak
+	// for any pod of any namespace.
+	Pods PodDirectory
 	// NATSHealth says for how long the NATS connection has been down and why, for
 	// /readyz and for the errors KEDA and the log see. Nil judges the connection by its
 	// status alone (see ConnHealth); gpuscaler's own command passes its connection's.
@@ -111,17 +120,18 @@ const DefaultMaxConnectionAge = 5 * time.Minute
 
 // Scaler is a configured scaler with its listeners bound. Run serves it.
 type Scaler struct {
-	cfg      Config
-	js       jetstream.JetStream
-	nc       *nats.Conn
-	health   ConnHealth // never nil
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	clock    *natsClock
-	state    *State
-	metrics  *metrics
-	follower *follower
-	ready    chan struct{}
+	cfg     Config
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	health  ConnHealth // never nil
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	clock   *natsClock
+	state   *State
+	metrics *metrics
+	// followers follow the node stream and the queue stream, in that order.
+	followers []*follower
+	ready     chan struct{}
 	// calls records KEDA's calls for the status page; the gRPC server writes it.
 	calls *callRecorder
 
@@ -204,22 +214,36 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, reg *prometheus.Registry) 
 		creds := credentials.NewTLS(tlsCfg)
 		s.tls = &creds
 	}
-	s.follower = &follower{
-		js:         js,
-		stream:     cfg.Stream,
-		state:      s.state,
-		clock:      clock,
-		log:        log.With("component", "follower"),
-		drops:      newLogLimiter(time.Minute),
-		explain:    cfg.NATSHealth.Explain,
-		checkEvery: cfg.streamCheckEvery,
-		// Reports the stream keeps past MaxAge are tombstones (see StreamConfig):
-		// turn them into tombstones before the first answer, as every other replica has.
-		ready: func() { s.forget(); close(s.ready) },
-	}
 	s.metrics = newMetrics(reg, s.state, nc.IsConnected, s.isReady, s.isFollowing, clock.Skew)
-	s.follower.metrics = s.metrics
-	s.state.SetProducerLeftHook(s.follower.producerLeft)
+	drops := newLogLimiter(time.Minute)
+	ready := s.readyWhenReplayed(2)
+	follow := func(stream jetstream.StreamConfig, shards int) *follower {
+		return &follower{
+			js:         js,
+			stream:     stream,
+			shardCount: shards,
+			state:      s.state,
+			clock:      clock,
+			metrics:    s.metrics,
+			log:        log.With("component", "follower", "stream", stream.Name),
+			drops:      drops,
+			explain:    cfg.NATSHealth.Explain,
+			checkEvery: cfg.streamCheckEvery,
+			ready:      ready,
+		}
+	}
+	// Node reports take tens of microseconds each to apply, on as many shards as there are
+	// CPUs; queue reports one, on a shard of their own (see startShards).
+	nodes := follow(cfg.Stream.nodeStream(), runtime.GOMAXPROCS(0))
+	queues := follow(cfg.Stream.queueStream(), 1)
+	// An earlier release's node stream captured every subject, queues' included: it
+	// must be narrowed before the queue stream can be made.
+	queues.makeRoom = func(ctx context.Context) error { _, err := nodes.ensureStream(ctx); return err }
+	s.followers = []*follower{nodes, queues}
+	s.state.SetProducerLeftHook(queues.producerLeft)
+	if cfg.Pods != nil {
+		s.state.SetPodDirectory(cfg.Pods, nodes.claimDropped)
+	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
@@ -243,6 +267,35 @@ func (s *Scaler) HTTPAddr() net.Addr {
 	return s.httpLis.Addr()
 }
 
+// readyWhenReplayed returns the function each of n followers calls once it has replayed
+// its stream: the last call makes the scaler ready. Reports the node stream keeps past
+// MaxAge are tombstones (see StreamConfig): they are turned into tombstones before the
+// first answer, as every other replica has.
+func (s *Scaler) readyWhenReplayed(n int) func(replayed uint64, took time.Duration) {
+	var (
+		mu       sync.Mutex // guards the three below
+		left     = n
+		messages uint64
+		longest  time.Duration
+	)
+	return func(replayed uint64, took time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		left, messages, longest = left-1, messages+replayed, max(longest, took)
+		if left != 0 {
+			return
+		}
+		took = longest
+		s.metrics.replayDuration.Set(took.Seconds())
+		s.metrics.replayMessages.Set(float64(messages))
+		s.forget()
+		nodes, gpus, queues := s.state.Size()
+		s.log.Info("state restored from NATS", "messages", messages, "took", took.Round(time.Millisecond),
+			"nodes", nodes, "gpus", gpus, "queues", queues)
+		close(s.ready)
+	}
+}
+
 // Ready is closed once the state has been restored from NATS.
 func (s *Scaler) Ready() <-chan struct{} { return s.ready }
 
@@ -259,10 +312,10 @@ func (s *Scaler) isReady() bool {
 }
 
 // readiness says why the scaler is not ready, or nil: the state must be restored, NATS
-// must not have been down longer than StaleAfter, and neither may the stream have gone
+// must not have been down longer than StaleAfter, and neither may a stream have gone
 // unfollowed that long.
 func (s *Scaler) readiness() error {
-	failure, since := s.follower.failing()
+	failure, since, stream := s.failing()
 	if !s.isReady() {
 		if problem := s.health.Problem(); problem != nil { // the root of any failure
 			return fmt.Errorf("%w: %w", errNotReady, problem)
@@ -280,13 +333,25 @@ func (s *Scaler) readiness() error {
 		return err
 	}
 	if failure != nil && time.Since(since) > s.cfg.StaleAfter {
-		return fmt.Errorf("not following stream %s since %s: %w", gpuscalerv1.StreamName, stamp(since), failure)
+		return fmt.Errorf("not following stream %s since %s: %w", stream, stamp(since), failure)
 	}
 	return nil
 }
 
+// failing returns why a follower is not following its stream, since when, and which
+// stream; of several, the one failing longest. It returns a nil error while every
+// follower follows.
+func (s *Scaler) failing() (failure error, since time.Time, stream string) {
+	for _, f := range s.followers {
+		if err, t := f.failing(); err != nil && (failure == nil || t.Before(since)) {
+			failure, since, stream = err, t, f.stream.Name
+		}
+	}
+	return failure, since, stream
+}
+
 func (s *Scaler) isFollowing() bool {
-	failure, _ := s.follower.failing()
+	failure, _, _ := s.failing()
 	return failure == nil
 }
 
@@ -342,7 +407,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv, healthSrv)
 
-	g.Go(func() error { return s.follower.run(ctx) })
+	for _, f := range s.followers {
+		g.Go(func() error { return f.run(ctx) })
+	}
 	g.Go(func() error {
 		s.log.Info("serving KEDA external scaler", "grpcAddr", s.grpcLis.Addr().String(), "tls", s.tls != nil)
 		if err := srv.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -587,7 +587,7 @@ func TestMalformedEventsAreCountedAndDropped(t *testing.T) {
 	send("gpuscaler.v1.queue.ml.jobs.p", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "other", ProducerId: "p", Waiting: 99}))     // mismatch: other queue
 	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: ""}}}))                     // invalid: no uuid
 	send("gpuscaler.v1.node.n1", bad(&gpuscalerv1.NodeReport{Node: "n2"}))                                                                 // mismatch: other node
-	send("gpuscaler.v1.gpu.n1", []byte("hello"))                                                                                           // subject
+	send("gpuscaler.v1.node.n1.gpu", []byte("hello"))                                                                                      // subject
 	send("gpuscaler.v1.queue.ml.jobs.p", bad(&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "p", Waiting: 1 << 62})) // valid again
 
 	want := `
@@ -841,12 +841,12 @@ func TestStreamDeletedIsSetUpAgain(t *testing.T) {
 	pub.queue("ml", "jobs", 5, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
 
-	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.StreamName); err != nil {
+	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.QueueStreamName); err != nil {
 		t.Fatal(err)
 	}
 	// The scaler creates the stream again; a report published then is followed.
 	testkit.Eventually(t, 10*time.Second, func() bool {
-		_, err := pub.js.Stream(t.Context(), gpuscalerv1.StreamName)
+		_, err := pub.js.Stream(t.Context(), gpuscalerv1.QueueStreamName)
 		return err == nil
 	})
 	testkit.Eventually(t, 10*time.Second, func() bool {
@@ -873,14 +873,14 @@ func TestStalledConsumerIsReplaced(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, func() bool { return backlog() == 5 })
 	received := testutil.ToFloat64(s.metrics.eventsReceived.WithLabelValues("queue"))
 
-	stream, err := pub.js.Stream(t.Context(), gpuscalerv1.StreamName)
+	stream, err := pub.js.Stream(t.Context(), gpuscalerv1.QueueStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := stream.ConsumerNames(t.Context())
 	var paused int
 	for name := range names.Name() {
-		if _, err := pub.js.PauseConsumer(t.Context(), gpuscalerv1.StreamName, name, time.Now().Add(time.Hour)); err != nil {
+		if _, err := pub.js.PauseConsumer(t.Context(), gpuscalerv1.QueueStreamName, name, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		paused++
@@ -915,8 +915,8 @@ func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
 	pub.queue("ml", "jobs", 5, 0)
 	testkit.Eventually(t, 5*time.Second, func() bool { _, _, q := s.State().Size(); return q == 21 })
 
-	cfg := (StreamConfig{}).withDefaults().jetStreamConfig()
-	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.StreamName); err != nil {
+	cfg := (StreamConfig{}).withDefaults().queueStream()
+	if err := pub.js.DeleteStream(t.Context(), gpuscalerv1.QueueStreamName); err != nil {
 		t.Fatal(err)
 	}
 	// Made again at once, as another party would. The scaler makes it too once it sees it
@@ -937,21 +937,53 @@ func TestStreamRecreatedElsewhereIsFollowed(t *testing.T) {
 	})
 }
 
-// TestExistingStreamWithOtherSettingsIsAdopted: a stream made with settings this scaler
-// cannot change (here its storage) is used as it is rather than fought over.
+// TestExistingStreamWithOtherSettingsIsAdopted: streams made with a storage this scaler
+// cannot change are updated keeping it, rather than fought over; one that cannot be
+// updated at all (here it denies purges, which an update may not cancel) is used as it is.
 func TestExistingStreamWithOtherSettingsIsAdopted(t *testing.T) {
 	ns := natstest.Start(t, "", "")
 	pub := newPublisher(t, ns.ClientURL())
-	cfg := (StreamConfig{Memory: true}).withDefaults().jetStreamConfig()
-	if _, err := pub.js.CreateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
+	cfg := (StreamConfig{Memory: true}).withDefaults()
+	nodes, queues := cfg.nodeStream(), cfg.queueStream()
+	nodes.MaxBytes = 1 << 20
+	queues.DenyPurge = true
+	for _, stream := range []jetstream.StreamConfig{nodes, queues} {
+		if _, err := pub.js.CreateStream(t.Context(), stream); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pub.queue("ml", "jobs", 3, 0)
-	s := startScaler(t, ns.ClientURL(), Config{}) // wants file storage
+	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{gpu("GPU-1", "ml", "llm-0", llm, 75, 1, 80)}})
+	s, logs := startScalerLogging(t, ns.ClientURL(), Config{}) // wants file storage
 	resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{
 		ScaledObjectRef: ref("ml", "llm", map[string]string{"queue": "jobs"}), MetricName: "queue-backlog"})
 	if err != nil || resp.GetMetricValues()[0].GetMetricValueFloat() != 3 {
 		t.Fatalf("GetMetrics on an adopted stream = %v, %v; want backlog 3", resp, err)
+	}
+	if n, _, _ := s.State().Size(); n != 1 {
+		t.Fatalf("%d nodes replayed from an updated stream, want 1", n)
+	}
+	for name, want := range map[string]jetstream.StreamConfig{gpuscalerv1.StreamName: nodes, gpuscalerv1.QueueStreamName: queues} {
+		st, err := pub.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.CachedInfo().Config
+		if got.Storage != jetstream.MemoryStorage {
+			t.Errorf("stream %s has storage %s, want memory, as it was made", name, got.Storage)
+		}
+		wantBytes := int64(DefaultStreamMaxBytes) // updated to this scaler's
+		if name == gpuscalerv1.QueueStreamName {
+			wantBytes = want.MaxBytes // used as it was
+		}
+		if got.MaxBytes != wantBytes {
+			t.Errorf("stream %s has MaxBytes %d, want %d", name, got.MaxBytes, wantBytes)
+		}
+	}
+	for _, want := range []string{"updated the existing stream keeping its storage", "using the existing stream as it is"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the log:\n%s", want, logs.String())
+		}
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 )
 
 // State is the scaler's picture of the cluster: the latest report of every node and every
-// queue, and when NATS stored it. One goroutine applies events (the NATS follower); any
-// number read. Readers see each report whole: a report is replaced, never edited.
+// queue, and when NATS stored it. The NATS followers' shards apply events, each subject's
+// on one shard, in order; any number read. Readers see each report whole: a report is replaced, never edited.
 type State struct {
 	now     func() time.Time
 	started time.Time
@@ -62,6 +62,11 @@ type State struct {
 	queueWatch map[queueKey]map[*Watch]struct{}
 	// onProducerLeft, when set, is told of every ProducerLeft, after s.mu is released.
 	onProducerLeft func(ProducerLeft)
+	// pods, when set, is what the Kubernetes API says of pods: a node's report is
+	// believed only of the pods it places on that node (claims.go), and onDropped, when
+	// set, is told of every pod dropped, after s.mu is released.
+	pods      PodDirectory
+	onDropped func(DroppedClaim)
 }
 
 type queueKey struct{ namespace, queue string }
@@ -251,10 +256,29 @@ func (s *State) applyNode(r *gpuscalerv1.NodeReport, stored time.Time) {
 	// One shard applies all of a node's reports, in order: prev stays its latest.
 	s.mu.RLock()
 	prev := s.nodes[r.GetNode()]
+	claims := claimCheck{node: r.GetNode(), pods: s.pods}
+	onDropped := s.onDropped
 	s.mu.RUnlock()
+	if claims.pods != nil {
+		claims.synced = claims.pods.Synced()
+	}
 	e := &nodeEntry{report: keepReport(r, prev), stored: stored}
-	e.indexNamespaces(r, prev)
+	if claims.synced {
+		if res, ok := claims.pods.NodeResources(claims.node); ok {
+			var was *gpuscalerv1.NodeResources
+			if prev != nil {
+				was = prev.report.GetResources()
+			}
+			e.report.Resources = keepResources(res, was)
+		}
+	}
+	e.indexNamespaces(r, prev, &claims)
 	e.countFree(r, prev)
+	if onDropped != nil {
+		for _, d := range claims.dropped {
+			onDropped(d)
+		}
+	}
 	name := e.report.GetNode()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -322,8 +346,9 @@ func (s *State) bury(tomb *nodeEntry) {
 // the devices matched to GPUs (see gpuView for a shared device's split) and those the
 // collector could not match. It shares labels, pod names and device ids with prev, the
 // node's previous entry, where they did not change: a node's pods change far more
-// seldom than it reports.
-func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) {
+// seldom than it reports. Only the pods claims believes count, with the labels it
+// gives: a device's other pods are left out, as if the node had not named them.
+func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry, claims *claimCheck) {
 	last := -1 // the namespace added to last: a node's pods are mostly of one
 	slot := func(ns string) int {
 		if last >= 0 && e.namespaces[last] == ns {
@@ -348,26 +373,28 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 	}
 	// reuse returns the pod's name and labels as prev holds them when they did not
 	// change, looking first at the view in the same place, where it almost always is.
-	reuse := func(p *gpuscalerv1.PodRef, at int) (string, podLabels) {
+	reuse := func(p *gpuscalerv1.PodRef, labels map[string]string, at int) (string, podLabels) {
 		if prev != nil {
 			views := prev.gpusOf(p.GetNamespace())
-			if at < len(views) && views[at].pod == p.GetName() && views[at].labels.equal(p.GetLabels()) {
+			if at < len(views) && views[at].pod == p.GetName() && views[at].labels.equal(labels) {
 				return views[at].pod, views[at].labels
 			}
 			for _, v := range views {
-				if v.pod == p.GetName() && v.labels.equal(p.GetLabels()) {
+				if v.pod == p.GetName() && v.labels.equal(labels) {
 					return v.pod, v.labels
 				}
 			}
 		}
-		return strings.Clone(p.GetName()), newPodLabels(p.GetLabels())
+		return strings.Clone(p.GetName()), newPodLabels(labels)
 	}
-	add := func(p *gpuscalerv1.PodRef, v gpuView) {
+	add := func(p *gpuscalerv1.PodRef, c claim, v gpuView) {
 		j := slot(p.GetNamespace())
-		v.pod, v.labels = reuse(p, len(e.nsGPUs[j]))
-		v.labelsUnknown = p.GetLabelsUnknown()
+		v.pod, v.labels = reuse(p, c.labels, len(e.nsGPUs[j]))
+		v.labelsUnknown = c.unknown
 		e.nsGPUs[j] = append(e.nsGPUs[j], v)
 	}
+	var room [4]claim
+	believed := room[:0] // the pods of one device claims believes; reused
 	e.gpus = make([]gpuInfo, len(r.GetGpus()))
 	for gi, g := range r.GetGpus() {
 		var was gpuInfo
@@ -375,7 +402,14 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 			was = prev.gpus[gi]
 		}
 		e.gpus[gi] = gpuInfo{id: keep(g.DeviceID(), was.id), unhealthy: keep(g.GetUnhealthy(), was.unhealthy)}
-		n := g.NumPods()
+		believed = believed[:0]
+		for i := range g.NumPods() {
+			p := g.PodAt(i)
+			if labels, unknown, ok := claims.check(p); ok {
+				believed = append(believed, claim{p, labels, unknown})
+			}
+		}
+		n := len(believed)
 		if n == 0 {
 			continue
 		}
@@ -384,15 +418,15 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 		// the device has one: a partial split would pass for the whole device's use.
 		own := g.GetShared()
 		for i := 0; own && i < n; i++ {
-			own = g.PodAt(i).GpuUtil != nil
+			own = believed[i].pod.GpuUtil != nil
 		}
 		var memPct float64
 		hasMem := g.FbUsedBytes != nil && g.GetFbTotalBytes() > 0
 		if hasMem {
 			memPct = 100 * float64(g.GetFbUsedBytes()) / float64(g.GetFbTotalBytes())
 		}
-		for i := range n {
-			p := g.PodAt(i)
+		for _, c := range believed {
+			p := c.pod
 			v := gpuView{share: share, index: int32(gi)}
 			switch {
 			case own:
@@ -403,12 +437,26 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry) 
 			if hasMem {
 				v.memPct, v.hasMem = memPct*share, true
 			}
-			add(p, v)
+			add(p, c, v)
 		}
 	}
 	for ui, u := range r.GetUnattributed() {
-		add(u.GetPod(), gpuView{unattributed: true, index: int32(ui)})
+		p := u.GetPod()
+		labels, unknown, ok := claims.check(p)
+		if !ok {
+			// The device stays unattributed, held by no pod the node may name.
+			e.report.Unattributed[ui].Pod = nil
+			continue
+		}
+		add(p, claim{p, labels, unknown}, gpuView{unattributed: true, index: int32(ui)})
 	}
+}
+
+// claim is a pod a report names that claimCheck believes, with the labels to match.
+type claim struct {
+	pod     *gpuscalerv1.PodRef
+	labels  map[string]string
+	unknown bool
 }
 
 // countFree counts the node's free devices by MIG profile: what a Job asking for

@@ -95,6 +95,9 @@ type statusHeader struct {
 	// Keep is the filter and refresh as query parameters, for links that keep them, and
 	// Query the same with its "?".
 	Keep, Query template.URL
+	// Claims says whom the scaler believes of which pods hold a node's GPUs, when that
+	// is worth a banner: every node, or nobody yet.
+	Claims string
 }
 
 type indexView struct {
@@ -189,6 +192,9 @@ func (p *statusPage) header(r *http.Request, title string) (statusHeader, error)
 		h.NotReady = err.Error()
 	} else {
 		h.Ready = true
+	}
+	if checks, synced := p.state.ChecksPodClaims(); !checks || !synced {
+		h.Claims = podClaimsReason(checks, synced)
 	}
 	return h, nil
 }

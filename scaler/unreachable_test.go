@@ -44,7 +44,7 @@ func TestFollowExplainsATimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &follower{js: js, clock: &natsClock{local: time.Now}, log: testkit.Logger(t), explain: nc.Explain}
+	f := &follower{js: js, stream: StreamConfig{}.withDefaults().nodeStream(), clock: &natsClock{local: time.Now}, log: testkit.Logger(t), explain: nc.Explain}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	err = f.follow(ctx)

@@ -64,6 +64,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 		seedFile, users string
 		kubeconfig      string
 		httpAddr        string
+		issuerConfigMap string
 	)
 	fs := newFlagSet("auth-callout", "auth-callout [flags] | issuer-key | hash-password", authCalloutAbout, stdout)
 	fs.StringVar(&seedFile, "issuer-seed-file", "", "secret the issued users are signed with: an NKey account seed (SA…), or a random secret of at least 32 bytes the key is derived from (required)")
@@ -78,6 +79,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	fs.StringVar(&users, "static-users", "", "YAML file of clients outside the cluster: users: [{user, passwordHash (bcrypt), role, namespace (producer) | node (collector)}]")
 	fs.DurationVar(&cfg.MaxTTL, "user-max-ttl", authcallout.DefaultMaxTTL, "longest an issued NATS user lives; it never outlives the token it was issued for")
 	fs.BoolVar(&cfg.PodLookup, "pod-lookup", false, "when a collector's token carries no node claim (Kubernetes before 1.30), read the node from the pod it is bound to (needs get on pods)")
+	fs.StringVar(&issuerConfigMap, "issuer-key-configmap", "", "namespace/name of a ConfigMap to write the issuer's public key to at start (key "+authcallout.IssuerKeyName+"; needs patch on it), for NATS servers to read without the seed")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `kubeconfig for the TokenReview API; empty uses the in-cluster config, "none" admits static users only`)
 	fs.StringVar(&httpAddr, "http-addr", ":8082", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; log in as one of the server's auth_callout auth_users")
@@ -107,6 +109,20 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 		if cfg.Kube, err = authcallout.NewKube(kubeconfig); err != nil {
 			return err
 		}
+	}
+	if issuerConfigMap != "" {
+		if kubeconfig == "none" {
+			return usageError{errors.New("--issuer-key-configmap needs the Kubernetes API: not with --kubeconfig none")}
+		}
+		// Before connecting: the NATS servers start only once they can read the key.
+		pub, err := cfg.Issuer.PublicKey()
+		if err != nil {
+			return err
+		}
+		if err := authcallout.PublishIssuerKey(ctx, kubeconfig, issuerConfigMap, pub); err != nil {
+			return err
+		}
+		log.Info("published the issuer's public key", "configMap", issuerConfigMap, "key", authcallout.IssuerKeyName)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -99,6 +99,7 @@ type collectorFlags struct {
 	socket         string
 	resources      string
 	kubeconfig     string
+	readPods       bool
 }
 
 // parseCollectorFlags reads the collector's flags (and $NODE_NAME, $POD_NAME for what
@@ -124,6 +125,9 @@ func parseCollectorFlags(args []string, env envFunc, stdout, stderr io.Writer) (
 	fs.StringVar(&f.socket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources API socket")
 	fs.StringVar(&f.resources, "resources", strings.Join(kubelet.DefaultPodResources, ","), "comma-separated extended resources that are GPUs (shared replicas and MIG slices included); a trailing * matches a prefix")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", `kubeconfig for the Kubernetes API; empty uses the in-cluster config, "none" does without`)
+	fs.BoolVar(&f.readPods, "read-pods", true, "read this node's pods from the Kubernetes API: their labels and owners, and their CPU and memory requests (RBAC: get, list, watch on pods, get on replicasets and jobs). "+
+		"false when the scaler runs with --kubeconfig, which takes labels and requests from its own watch: the collector then reads no pod, only its Node; "+
+		"but then it knows no pod's UID, so the NVML source's per-pod use of a shared GPU (--proc-root) goes unused and the GPU's figures are split evenly among its pods")
 	fs.StringVar(&f.httpAddr, "http-addr", ":8081", `address of /metrics, /healthz and /readyz; "-" turns HTTP off`)
 	natsFlags(fs, &f.nats, "comma-separated NATS URLs")
 	newLogger := logFlags(fs, stderr, "info")
@@ -209,8 +213,9 @@ func (f *collectorFlags) startSimKubelet(ctx context.Context, g *errgroup.Group,
 
 // startKubeSide starts, in g, what the collector reads of the Kubernetes API: its pods'
 // labels and owners (the PodDirectory it returns), its own Node and its pods' requests
-// (into f.cfg). With --kubeconfig none, or without access (it warns), it returns no
-// directory: the reports carry less, but the collector runs.
+// (into f.cfg); with --read-pods=false, its Node alone. With --kubeconfig none, or
+// without access (it warns), it returns no directory: the reports carry less, but the
+// collector runs.
 func (f *collectorFlags) startKubeSide(ctx context.Context, g *errgroup.Group, log *slog.Logger) (collector.PodDirectory, error) {
 	if f.kubeconfig == "none" {
 		return nil, nil
@@ -220,8 +225,6 @@ func (f *collectorFlags) startKubeSide(ctx context.Context, g *errgroup.Group, l
 		log.Warn("no Kubernetes API access: reports will carry namespace/pod/container without labels or owners, no node labels, not whether the node is cordoned or tainted (capacity counts its GPUs as placeable), and not its CPU and memory (capacity counts it on its GPUs alone); podSelector triggers over this node's pods answer Unavailable", "err", err)
 		return nil, nil
 	}
-	dir := kube.NewPodDirectory(client, f.cfg.Node, log.With("component", "pods"))
-	g.Go(func() error { return dir.Run(ctx) })
 	// The Node's spec (cordon, taints) and status (allocatable), and the pods'
 	// requests, are not in their metadata: the dynamic client reads them, which links
 	// no typed API.
@@ -230,10 +233,17 @@ func (f *collectorFlags) startKubeSide(ctx context.Context, g *errgroup.Group, l
 		return nil, err
 	}
 	node := kube.NewNodeWatch(dyn, f.cfg.Node, log.With("component", "node"))
-	requests := kube.NewPodRequests(dyn, f.cfg.Node, log.With("component", "pod-requests"))
 	f.cfg.NodeLabels, f.cfg.NodeScheduling = node.Labels, node.Scheduling
-	f.cfg.NodeResources = kube.NodeResourcesOf(node.Allocatable, requests.Requested)
 	g.Go(func() error { return node.Run(ctx) })
+	if !f.readPods {
+		log.Info("reading no pod from the Kubernetes API (--read-pods=false): reports name this node's pods without labels or owners, and carry no CPU and memory; " +
+			"a scaler with --kubeconfig takes them from its own watch")
+		return nil, nil
+	}
+	dir := kube.NewPodDirectory(client, f.cfg.Node, log.With("component", "pods"))
+	g.Go(func() error { return dir.Run(ctx) })
+	requests := kube.NewPodRequests(dyn, f.cfg.Node, log.With("component", "pod-requests"))
+	f.cfg.NodeResources = kube.NodeResourcesOf(node.Allocatable, requests.Requested)
 	g.Go(func() error { return requests.Run(ctx) })
 	return dir, nil
 }

@@ -124,21 +124,13 @@ func TestDocLinksResolve(t *testing.T) {
 	for _, p := range docPages(t) {
 		own[p] = true
 	}
-	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repoRoot, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(rel, ".md") || own[rel] || strings.HasPrefix(rel, figuresDir) {
-			return nil
+	for rel, p := range repoFiles(t, ".md") {
+		if own[rel] || strings.HasPrefix(rel, figuresDir) {
+			continue
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(withoutCode(string(data)), -1) {
 			file, anchor, _ := strings.Cut(m[1], "#")
@@ -157,10 +149,6 @@ func TestDocLinksResolve(t *testing.T) {
 				t.Errorf("%s links %s: %s has no heading whose anchor is #%s", rel, m[1], name, anchor)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -552,29 +540,14 @@ func TestDocPathsExist(t *testing.T) {
 func TestSecurityDocListsEveryAttack(t *testing.T) {
 	attackFunc := regexp.MustCompile(`(?m)^func (TestAttack\w+)\(t \*testing\.T\)`)
 	found := map[string][]string{}
-	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repoRoot, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
+	for rel, p := range repoFiles(t, "_test.go") {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range attackFunc.FindAllStringSubmatch(string(data), -1) {
 			found[m[1]] = append(found[m[1]], path.Dir(rel))
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(found) == 0 {
 		t.Fatal("found no TestAttack function in the repository")
@@ -599,4 +572,30 @@ func TestSecurityDocListsEveryAttack(t *testing.T) {
 			t.Errorf("docs/security.md does not list %s (in %v) among the attack tests", name, dirs)
 		}
 	}
+}
+
+// repoFiles returns the repository's files whose names end in suffix, by path relative to
+// the root (slash-separated) to path from here, leaving out hidden folders (build
+// caches, worktrees), testdata and node_modules.
+func repoFiles(t *testing.T, suffix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(rel, suffix) {
+			out[rel] = p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -65,16 +65,18 @@ func startScaler(t *testing.T) (string, *natsconn.Conn) {
 	return ns.ClientURL(), natstest.Connect(t, ns.ClientURL())
 }
 
-// storedEvent decodes the last message the GPUSCALER stream holds on subject.
+// storedEvent decodes the last message the stream of subject (GPUSCALER_QUEUES for a
+// queue's, GPUSCALER for a node's) holds on subject.
 func storedEvent(t *testing.T, nc *natsconn.Conn, subject string) gpuscalerv1.Event {
 	t.Helper()
 	js, err := jetstream.New(nc.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(t.Context(), gpuscalerv1.StreamName)
+	name := streamOf(subject)
+	stream, err := js.Stream(t.Context(), name)
 	if err != nil {
-		t.Fatalf("stream %s: %v", gpuscalerv1.StreamName, err)
+		t.Fatalf("stream %s: %v", name, err)
 	}
 	msg, err := stream.GetLastMsgForSubject(t.Context(), subject)
 	if err != nil {
@@ -87,9 +89,17 @@ func storedEvent(t *testing.T, nc *natsconn.Conn, subject string) gpuscalerv1.Ev
 	return ev
 }
 
+// streamOf names the stream that keeps subject's reports.
+func streamOf(subject string) string {
+	if strings.HasPrefix(subject, gpuscalerv1.QueueSubjectPrefix) {
+		return gpuscalerv1.QueueStreamName
+	}
+	return gpuscalerv1.StreamName
+}
+
 // publishedLine matches what publish prints on success.
 func publishedLine(subject string) *regexp.Regexp {
-	return regexp.MustCompile(`^published to ` + regexp.QuoteMeta(subject) + ` \(stream GPUSCALER, sequence [1-9][0-9]*\)\n$`)
+	return regexp.MustCompile(`^published to ` + regexp.QuoteMeta(subject) + ` \(stream ` + streamOf(subject) + `, sequence [1-9][0-9]*\)\n$`)
 }
 
 func TestMainUsage(t *testing.T) {
@@ -199,7 +209,8 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	scalerFlags := map[string]string{
 		"grpc-addr":                `(default ":9090")`,
 		"http-addr":                `(default ":8080")`,
-		"status-page":              "(default true)",
+		"status-page":              "",
+		"kubeconfig":               `(default "none")`,
 		"tls-cert":                 "",
 		"tls-key":                  "",
 		"tls-client-ca":            "",
@@ -207,6 +218,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"stream-max-age":           "(default " + scaler.DefaultStreamMaxAge.String() + ")",
 		"node-tombstone-ttl":       "(default " + scaler.DefaultNodeTombstoneTTL.String() + ")",
 		"stream-max-bytes":         "(default 1073741824)",
+		"queue-stream-max-bytes":   "(default 1073741824)",
 		"consumer-refresh":         "(default 1s)",
 		"max-followed-consumers":   "(default 500)",
 		"jetstream-namespaces":     "",
@@ -254,6 +266,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 	}
 	calloutFlags := map[string]string{
 		"issuer-seed-file":     "",
+		"issuer-key-configmap": "",
 		"scaler-account":       `(default "GPUSCALER")`,
 		"collector-account":    `(default "GPUSCALER_COLLECTORS")`,
 		"producer-account":     `(default "GPUSCALER_PRODUCERS")`,
@@ -275,6 +288,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 		"node":                 "",
 		"interval":             "(default 1s)",
 		"collector-id":         "",
+		"read-pods":            "(default true)",
 		"source":               `(default "auto")`,
 		"dcgm-addr":            "",
 		"proc-root":            `(default "/proc")`,
@@ -672,6 +686,7 @@ func TestCommandLineUsageErrors(t *testing.T) {
 		"publish timeout not a duration":     {args: append(queue, "--waiting", "1", "--timeout", "5"), want: []string{"-timeout", `"5"`, "want a duration such as"}},
 		"scaler zero replicas":               {args: []string{"scaler", "--stream-replicas", "0"}, want: []string{"--stream-replicas 0", "1 or more"}},
 		"scaler negative stream bytes":       {args: []string{"scaler", "--stream-max-bytes", "-1"}, want: []string{"--stream-max-bytes -1", "size in bytes"}},
+		"scaler negative queue stream bytes": {args: []string{"scaler", "--queue-stream-max-bytes", "0"}, want: []string{"--queue-stream-max-bytes 0", "size in bytes"}},
 		"scaler zero stale-after":            {args: []string{"scaler", "--stale-after", "0s"}, want: []string{"--stale-after 0s", "from 1s to 24h"}},
 		"scaler negative stream max age":     {args: []string{"scaler", "--stream-max-age", "-1m"}, want: []string{"--stream-max-age -1m0s", "longer than --stale-after"}},
 		"scaler zero consumer refresh":       {args: []string{"scaler", "--consumer-refresh", "0s"}, want: []string{"--consumer-refresh 0s", "positive duration"}},
@@ -906,12 +921,12 @@ func TestPublishNodeRejectsBadReports(t *testing.T) {
 }
 
 func TestPublishWithoutStream(t *testing.T) {
-	ns := natstest.Start(t, "", "") // no scaler, so no GPUSCALER stream
+	ns := natstest.Start(t, "", "") // no scaler, so no GPUSCALER_QUEUES stream
 	r := runCLI(t.Context(), nil, "publish", "queue", "--nats-url", ns.ClientURL(), "--namespace", "ml", "--queue", "jobs", "--waiting", "1", "--timeout", "500ms")
 	if r.code != 1 {
 		t.Fatalf("got %v, want exit 1", r)
 	}
-	for _, w := range []string{"gpuscaler.v1.queue.ml.jobs", "within --timeout 500ms", "start 'gpuscaler scaler'", "GPUSCALER", "has not elected another"} {
+	for _, w := range []string{"gpuscaler.v1.queue.ml.jobs", "within --timeout 500ms", "start 'gpuscaler scaler'", "stream GPUSCALER_QUEUES", "has not elected another"} {
 		if !strings.Contains(r.stderr, w) {
 			t.Errorf("got stderr %q, want it to contain %q", r.stderr, w)
 		}
@@ -934,7 +949,7 @@ func TestPublishWaitsForTheStream(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the outage under test: no stream for half a second
 		js, err := jetstream.New(nc.Conn)
 		if err == nil {
-			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: gpuscalerv1.StreamName, Subjects: []string{gpuscalerv1.SubjectAll}})
+			_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: gpuscalerv1.QueueStreamName, Subjects: []string{gpuscalerv1.QueueSubjects}})
 		}
 		if err != nil {
 			t.Errorf("create the stream: %v", err)

@@ -21,7 +21,8 @@ import (
 )
 
 const publishAbout = `
-Publishes one report to NATS and waits until the GPUSCALER stream has stored it:
+Publishes one report to NATS and waits until its stream has stored it (GPUSCALER_QUEUES
+for a queue's, GPUSCALER for a node's):
 
   gpuscaler publish queue --namespace NS --queue Q --waiting N [--in-flight N] [--producer-id P]
       a QueueReport on gpuscaler.v1.queue.<NS>.<Q>.<P>: producer P's share of the queue,
@@ -127,6 +128,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 
 	var (
 		subject string
+		stream  = gpuscalerv1.StreamName
 		msg     proto.Message
 		err     error
 	)
@@ -143,7 +145,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		if err := q.Validate(); err != nil {
 			return usageError{err}
 		}
-		msg = q
+		msg, stream = q, gpuscalerv1.QueueStreamName
 		// The stream's ack comes back below the namespace's own inbox prefix, the only
 		// replies a producer may read where the bus enforces tenancy.
 		natsOpts.InboxPrefix = gpuscalerv1.InboxPrefix(q.Namespace)
@@ -178,7 +180,7 @@ func runPublish(ctx context.Context, args []string, env envFunc, stdout, stderr 
 		return fmt.Errorf("publish to %s: no JetStream stream stored it within --timeout %s: either stream %s does not exist "+
 			"(start 'gpuscaler scaler' against this NATS first: it creates the stream), or a NATS cluster lost the stream's leader "+
 			"and has not elected another yet (try again, or give a longer --timeout): %w",
-			subject, timeout, gpuscalerv1.StreamName, err)
+			subject, timeout, stream, err)
 	}
 	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
 		// The server refused the publish itself (or the ack's inbox); without this the

@@ -8,16 +8,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuscaler/gpuscaler/internal/embedded"
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/apipods"
 )
 
 const scalerAbout = `
 Runs the KEDA external scaler. It keeps the latest report of every GPU node and queue
-from the GPUSCALER JetStream stream (creating or updating the stream), and serves KEDA's
-ExternalScaler gRPC service: IsActive, StreamIsActive, GetMetricSpec, GetMetrics.
+from the GPUSCALER and GPUSCALER_QUEUES JetStream streams (creating or updating them), and
+serves KEDA's ExternalScaler gRPC service: IsActive, StreamIsActive, GetMetricSpec,
+GetMetrics.
 
 With no --nats-url it starts an embedded NATS server with JetStream, which collectors and
 producers reach at --embedded-nats-addr. That bus checks no identities: anyone who reaches
@@ -37,14 +41,16 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		streamReplica  = 1
 		streamMemory   bool
 		streamBytes    int64 = scaler.DefaultStreamMaxBytes
+		queueBytes     int64 = scaler.DefaultQueueStreamMaxBytes
 		maxConsumers         = scaler.DefaultMaxFollowedConsumers
 		maxQueuesPerNS       = scaler.DefaultMaxQueuesPerNamespace
 		maxProducers         = scaler.DefaultMaxProducersPerQueue
+		kubeconfig           = kubeconfigNone
 	)
 	fs := newFlagSet("scaler", "scaler [flags]", scalerAbout, stdout)
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", ":9090", "address of the gRPC ExternalScaler service KEDA calls")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", `address of /metrics, /healthz, /readyz and /status; "-" turns HTTP off`)
-	statusPage := fs.Bool("status-page", true, "serve the status page, /status on --http-addr: the triggers KEDA asked about with their answers, every queue, node and GPU and the pods holding them, to whoever reaches --http-addr")
+	statusPage := fs.Bool("status-page", false, "serve the status page, /status on --http-addr: the triggers KEDA asked about with their answers, every queue, node and GPU and the pods holding them, to whoever reaches --http-addr (so keep that port private)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of the gRPC server (TLS when set)")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)")
@@ -57,9 +63,13 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.DurationVar(&staleAfter, "stale-after", staleAfter, "staleAfter of triggers that set none, and how long NATS may be down before /readyz fails")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", streamMaxAge, "how long the stream keeps a node's or queue's last report, and the scaler remembers it")
 	fs.DurationVar(&tombstoneTTL, "node-tombstone-ttl", tombstoneTTL, "how long a node forgotten after --stream-max-age keeps the podSelector triggers that selected its pods, and select no live pod, Unavailable rather than reading them as idle; 0 keeps none")
-	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the stream's size; past it the reports of the nodes and queues silent longest go first")
-	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the GPUSCALER stream in a clustered NATS")
-	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the GPUSCALER stream in memory rather than on disk")
+	fs.Int64Var(&streamBytes, "stream-max-bytes", streamBytes, "bound on the size of stream "+gpuscalerv1.StreamName+", the nodes' reports; past it the reports of the nodes silent longest go first")
+	fs.Int64Var(&queueBytes, "queue-stream-max-bytes", queueBytes, "bound on the size of stream "+gpuscalerv1.QueueStreamName+", the queues' reports, which no node report shares; past it the reports of the queue producers silent longest go first")
+	fs.IntVar(&streamReplica, "stream-replicas", streamReplica, "replicas of the "+gpuscalerv1.StreamName+" and "+gpuscalerv1.QueueStreamName+" streams in a clustered NATS")
+	fs.BoolVar(&streamMemory, "stream-memory", false, "keep the "+gpuscalerv1.StreamName+" and "+gpuscalerv1.QueueStreamName+" streams in memory rather than on disk")
+	fs.StringVar(&kubeconfig, "kubeconfig", kubeconfig, `the Kubernetes API the scaler checks node reports against: "in-cluster" (the pod's service account; RBAC list and watch on pods and nodes) or a kubeconfig file. `+
+		`A node is then believed only of the pods the API places on it, podSelector matches the API's labels, and a node's CPU and memory are the API's; until the pods are listed, triggers that read pods are Unavailable. `+
+		`"none" believes every node's report of which pods hold its GPUs, for development`)
 	natsFlags(fs, &natsOpts, "comma-separated NATS URLs; empty starts an embedded NATS server")
 	fs.StringVar(&embeddedAddr, "embedded-nats-addr", "127.0.0.1:4222", "where the embedded NATS server listens for collectors and producers")
 	fs.StringVar(&dataDir, "data-dir", "", "JetStream store of the embedded NATS server; empty means a temporary directory")
@@ -75,6 +85,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		positive("stale-after", staleAfter, "a duration from 1s to 24h"),
 		positive("stream-max-age", streamMaxAge, "a duration longer than --stale-after"),
 		positive("stream-max-bytes", streamBytes, "a size in bytes"),
+		positive("queue-stream-max-bytes", queueBytes, "a size in bytes"),
 		positive("stream-replicas", streamReplica, "1 or more replicas"),
 		positive("consumer-refresh", cfg.ConsumerRefresh, "a positive duration"),
 		positive("max-connection-age", cfg.MaxConnectionAge, "a positive duration"),
@@ -95,7 +106,7 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	if cfg.MaxProducersPerQueue, err = zeroMeansOff("max-producers-per-queue", maxProducers, "a number of producers, or 0 for no limit"); err != nil {
 		return err
 	}
-	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, Replicas: streamReplica, Memory: streamMemory}
+	cfg.Stream = scaler.StreamConfig{MaxAge: streamMaxAge, MaxBytes: streamBytes, QueueMaxBytes: queueBytes, Replicas: streamReplica, Memory: streamMemory}
 	if natsOpts.URLs == "" {
 		if f := natsClientFlag(natsOpts); f != "" {
 			return usageError{fmt.Errorf("--%s needs --nats-url: without it the scaler runs an embedded NATS server and connects to it in process, with no TLS and no identities", f)}
@@ -126,6 +137,18 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.NATSHealth = nc
+	var pods *apipods.Directory
+	if kubeconfig != kubeconfigNone {
+		client, err := apipods.NewClient(kubeconfig)
+		if err != nil {
+			return err
+		}
+		pods = apipods.New(client, log.With("component", "pods"))
+		cfg.Pods = pods
+	} else {
+		log.Warn("no Kubernetes API (--kubeconfig none): every node's report of which pods hold its GPUs, and their labels, is believed as it comes, " +
+			"so whoever may publish a node's reports can speak for any namespace's pods; see the threat model in deploy/README.md")
+	}
 	s, err := scaler.New(cfg, nc.Conn, log, reg)
 	if err != nil {
 		return err
@@ -138,8 +161,17 @@ func runScaler(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		case <-ctx.Done():
 		}
 	}()
-	return s.Run(ctx)
+	if pods == nil {
+		return s.Run(ctx)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return pods.Run(ctx) })
+	g.Go(func() error { return s.Run(ctx) })
+	return g.Wait()
 }
+
+// kubeconfigNone is the scaler's --kubeconfig that gives it no Kubernetes API.
+const kubeconfigNone = "none"
 
 // openBusWarning is logged once when the scaler starts the embedded NATS server.
 const openBusWarning = "the embedded NATS server is an open bus, for development only: any client that can reach its address " +

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpuscaler/gpuscaler/internal/kuberesources"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
@@ -149,16 +150,14 @@ func slimNode(obj any) (any, error) {
 	return slim, nil
 }
 
-// parseNodeAllocatable reads a Node's status.allocatable cpu (millicores, rounded up)
-// and memory (bytes): nil unless it gives both as quantities within a NodeReport's
-// bounds, so that what it returns never makes a report invalid.
+// parseNodeAllocatable reads a Node's status.allocatable cpu and memory
+// (kuberesources.NodeAllocatable): nil unless both are known and within a report's bounds.
 func parseNodeAllocatable(u *unstructured.Unstructured) *[2]int64 {
-	l, err := requestsIn(u.Object, "status", "allocatable")
-	if err != nil || l.cpu == nil || l.memory == nil ||
-		*l.cpu > gpuscalerv1.MaxNodeCPUMillis || *l.memory > gpuscalerv1.MaxNodeMemoryBytes {
+	cpu, mem, ok := kuberesources.NodeAllocatable(u)
+	if !ok {
 		return nil
 	}
-	return &[2]int64{*l.cpu, *l.memory}
+	return &[2]int64{cpu, mem}
 }
 
 // errNodeSpec reports a Node whose spec is not what Kubernetes serves.

@@ -18,8 +18,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
-// ReadyTimeout is how long Run waits for a scaler to be ready: to have created the
-// GPUSCALER stream and restored its state.
+// ReadyTimeout is how long Run waits for a scaler to be ready: to have created its
+// streams, GPUSCALER and GPUSCALER_QUEUES, and restored its state.
 const ReadyTimeout = 15 * time.Second
 
 // Start runs a scaler against the NATS at url, with gRPC on a loopback port and no HTTP,

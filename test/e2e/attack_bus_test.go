@@ -128,7 +128,7 @@ func TestAttackAccountLimits(t *testing.T) {
 	// The server tells an admitted client its account's bound (nats.go then refuses a
 	// larger message itself); a client that ignores it is disconnected.
 	big, _ := connect(t, b.NATS.URL, token)
-	testkit.Eventually(t, 5*time.Second, func() bool { return big.MaxPayload() == 4096 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return big.MaxPayload() == 1024 })
 	raw, err := net.Dial("tcp", strings.TrimPrefix(b.NATS.URL, "nats://"))
 	if err != nil {
 		t.Fatal(err)

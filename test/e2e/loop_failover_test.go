@@ -20,8 +20,9 @@ import (
 )
 
 // (4) NATS loses a node. While reports flow and a workload runs at 2 replicas, the
-// GPUSCALER stream's leader (one of three servers, the stream at replicas 3) is killed:
-// no leadership handed over, the others find it gone.
+// GPUSCALER_QUEUES stream's leader (one of three servers, the stream at replicas 3), which
+// stores the reports that wake workloads, is killed: no leadership handed over, the
+// others find it gone.
 // Nothing decides wrong: the workload is not scaled to zero; a workload at zero still
 // wakes by push (its pollingInterval is 30 s), and the delay is measured; the stream
 // keeps every subject's last value; when the server is back it holds them all again.
@@ -43,18 +44,21 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	waitCondition(t, ns, "sleeper", kedav1alpha1.ConditionReady, metav1.ConditionTrue, "", 30*time.Second)
 	dw.waitFor(t, "inference", 2, 60*time.Second)
 
-	info, err := streamInfo(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(info.Replicas) + 1; got != 3 {
-		t.Fatalf("GPUSCALER has %d replicas (leader %s, followers %v), want 3", got, info.Leader, info.Replicas)
+	var info cluster.StreamInfo
+	for _, name := range []string{nodeStream, queueStream} { // queueStream last: its leader is killed
+		var err error
+		if info, err = streamInfo(t.Context(), name, ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(info.Replicas) + 1; got != 3 {
+			t.Fatalf("%s has %d replicas (leader %s, followers %v), want 3", name, got, info.Leader, info.Replicas)
+		}
 	}
 	leader, err := env.NATSCluster.Node(info.Leader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every subject the stream holds now, whoever published it: each must keep a last
+	// Every subject the streams hold now, whoever published it: each must keep a last
 	// value through the outage.
 	before, err := streamSubjects(t.Context())
 	if err != nil {
@@ -63,7 +67,7 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	requestsSubj, wakeSubj := "gpuscaler.v1.queue."+ns+".requests.e2e", "gpuscaler.v1.queue."+ns+".wake.e2e"
 	for _, s := range []string{requestsSubj, wakeSubj, "gpuscaler.v1.node." + pool.name + "-0"} {
 		if !slices.Contains(before, s) {
-			t.Fatalf("the stream holds no %s before the outage: %v", s, before)
+			t.Fatalf("the streams hold no %s before the outage: %v", s, before)
 		}
 	}
 
@@ -86,7 +90,7 @@ func TestLoopNATSLosesANode(t *testing.T) {
 		}
 	}()
 
-	t.Logf("killing %s, the stream's leader (the stream holds %d subjects)", leader.Name, len(before))
+	t.Logf("killing %s, the queue stream's leader (the streams hold %d subjects)", leader.Name, len(before))
 	killed := time.Now()
 	env.NATSCluster.Kill(leader)
 	// Work arrives for the workload at zero at once: the stream has no leader until the
@@ -95,7 +99,7 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	wake.Set(cluster.Report{Waiting: 1, Arrivals: 1})
 	stored := time.Now()
 	woke := dw.waitFor(t, "sleeper", 1, 25*time.Second)
-	i, err := streamInfo(t.Context(), leader.Name)
+	i, err := streamInfo(t.Context(), queueStream, leader.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,26 +121,31 @@ func TestLoopNATSLosesANode(t *testing.T) {
 	if err := env.NATSCluster.Restart(t.Context(), leader); err != nil {
 		t.Fatal(err)
 	}
-	// The leader holds every subject again.
+	// The leader holds every subject again, in both streams.
 	testkit.Eventually(t, 60*time.Second, func(ctx context.Context) error {
-		back, err := env.NATSCluster.Stream(ctx, leader, "GPUSCALER")
-		if err != nil {
-			return err
-		}
-		var others []string
+		var held int
+		var report []string
 		same := true
-		for _, s := range env.NATSCluster.Servers {
-			if s == leader {
-				continue
-			}
-			o, err := env.NATSCluster.Stream(ctx, s, "GPUSCALER")
+		for _, name := range []string{nodeStream, queueStream} {
+			back, err := env.NATSCluster.Stream(ctx, leader, name)
 			if err != nil {
 				return err
 			}
-			same = same && o.Subjects == back.Subjects
-			others = append(others, fmt.Sprintf("%s %d subjects", s.Name, o.Subjects))
+			held += back.Subjects
+			report = append(report, fmt.Sprintf("%s: %s %d subjects", name, leader.Name, back.Subjects))
+			for _, s := range env.NATSCluster.Servers {
+				if s == leader {
+					continue
+				}
+				o, err := env.NATSCluster.Stream(ctx, s, name)
+				if err != nil {
+					return err
+				}
+				same = same && o.Subjects == back.Subjects
+				report = append(report, fmt.Sprintf("%s %d subjects", s.Name, o.Subjects))
+			}
 		}
-		return testkit.Check(same && back.Subjects >= len(before), "%s %d subjects; %s", leader.Name, back.Subjects, strings.Join(others, ", "))
+		return testkit.Check(same && held >= len(before), "%s", strings.Join(report, ", "))
 	})
 	// Every subject's last value, with the server back.
 	testkit.Eventually(t, 20*time.Second, lastValuesKept(before, map[string]uint64{requestsSubj: 12, wakeSubj: 1}))
@@ -214,29 +223,43 @@ func TestLoopScalerRollingRestart(t *testing.T) {
 	consistently(t, 3*time.Second, "held at 2 replicas", replicasAre(ns, "inference", 2))
 }
 
-// streamSubjects lists the subjects the GPUSCALER stream holds, read through the NATS
-// cluster.
+// The streams the scaler keeps: node reports, and queue reports.
+const (
+	nodeStream  = "GPUSCALER"
+	queueStream = "GPUSCALER_QUEUES"
+)
+
+// streamOf names the stream that keeps subject's reports.
+func streamOf(subject string) string {
+	if strings.HasPrefix(subject, "gpuscaler.v1.queue.") {
+		return queueStream
+	}
+	return nodeStream
+}
+
+// streamSubjects lists the subjects the two streams hold, read through the NATS cluster.
 func streamSubjects(ctx context.Context) ([]string, error) {
-	stream, done, err := gpuscalerStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for s := range info.State.Subjects {
-		out = append(out, s)
+	for _, name := range []string{nodeStream, queueStream} {
+		stream, done, err := openStream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+		done()
+		if err != nil {
+			return nil, err
+		}
+		for s := range info.State.Subjects {
+			out = append(out, s)
+		}
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
-// gpuscalerStream opens the GPUSCALER stream through the NATS cluster; done closes the
-// connection.
-func gpuscalerStream(ctx context.Context) (jetstream.Stream, func(), error) {
+// openStream opens the stream name through the NATS cluster; done closes the connection.
+func openStream(ctx context.Context, name string) (jetstream.Stream, func(), error) {
 	nc, err := nats.Connect(env.NATSCluster.URLs, nats.Timeout(5*time.Second))
 	if err != nil {
 		return nil, nil, err
@@ -246,7 +269,7 @@ func gpuscalerStream(ctx context.Context) (jetstream.Stream, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	stream, err := js.Stream(ctx, "GPUSCALER")
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -254,17 +277,17 @@ func gpuscalerStream(ctx context.Context) (jetstream.Stream, func(), error) {
 	return stream, nc.Close, nil
 }
 
-// lastValuesKept holds when the stream, read through the cluster, has a last message
+// lastValuesKept holds when the streams, read through the cluster, have a last message
 // for every one of subjects, and the queue reports in waiting carry those counts.
 func lastValuesKept(subjects []string, waiting map[string]uint64) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		stream, done, err := gpuscalerStream(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
 		for _, subj := range subjects {
+			stream, done, err := openStream(ctx, streamOf(subj))
+			if err != nil {
+				return err
+			}
 			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			done()
 			if err != nil {
 				return fmt.Errorf("%s: %v", subj, err)
 			}
@@ -279,9 +302,9 @@ func lastValuesKept(subjects []string, waiting map[string]uint64) func(ctx conte
 	}
 }
 
-// streamInfo reads the GPUSCALER stream's state from the first running server other than
+// streamInfo reads the state of stream name from the first running server other than
 // skip.
-func streamInfo(ctx context.Context, skip string) (cluster.StreamInfo, error) {
+func streamInfo(ctx context.Context, name, skip string) (cluster.StreamInfo, error) {
 	var errs []string
 	for _, s := range env.NATSCluster.Servers {
 		if s.Name == skip {
@@ -290,13 +313,13 @@ func streamInfo(ctx context.Context, skip string) (cluster.StreamInfo, error) {
 		if exited, _ := s.Process().Exited(); exited {
 			continue
 		}
-		info, err := env.NATSCluster.Stream(ctx, s, "GPUSCALER")
+		info, err := env.NATSCluster.Stream(ctx, s, name)
 		if err == nil {
 			return info, nil
 		}
 		errs = append(errs, err.Error())
 	}
-	return cluster.StreamInfo{}, fmt.Errorf("no server told the stream's state: %s", strings.Join(errs, "; "))
+	return cluster.StreamInfo{}, fmt.Errorf("no server told the state of stream %s: %s", name, strings.Join(errs, "; "))
 }
 
 // sameAnswers asks every running scaler replica IsActive and queue-backlog for a trigger

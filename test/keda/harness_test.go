@@ -25,7 +25,8 @@ import (
 // The NATS contract (DESIGN.md, "Events"), spelt out here because this module talks to
 // gpuscaler only as its users do and does not import it.
 const (
-	streamName        = "GPUSCALER"
+	streamName        = "GPUSCALER"        // node reports
+	queueStreamName   = "GPUSCALER_QUEUES" // queue reports
 	nodeSubjectPrefix = "gpuscaler.v1.node."
 )
 
@@ -97,9 +98,9 @@ func parsePublished(t *testing.T, out string) uint64 {
 	return seq
 }
 
-// stream opens the GPUSCALER stream of the scaler's NATS server, to see what it stored
-// and when.
-func (s *scalerProc) stream(t *testing.T) jetstream.Stream {
+// stream opens the stream name (streamName or queueStreamName) of the scaler's NATS
+// server, to see what it stored and when.
+func (s *scalerProc) stream(t *testing.T, name string) jetstream.Stream {
 	t.Helper()
 	nc, err := nats.Connect(s.natsURL, nats.Name("keda-conformance"))
 	if err != nil {
@@ -110,9 +111,9 @@ func (s *scalerProc) stream(t *testing.T) jetstream.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(t.Context(), streamName)
+	st, err := js.Stream(t.Context(), name)
 	if err != nil {
-		t.Fatalf("stream %s: %v", streamName, err)
+		t.Fatalf("stream %s: %v", name, err)
 	}
 	return st
 }
@@ -148,7 +149,7 @@ func (s *scalerProc) startCollectors(t *testing.T, nodes map[string]simNode) {
 			"--node", name, "--collector-id", "keda-conformance-"+name, "--interval", "250ms",
 			"--kubeconfig", "none", "--http-addr", "-", "--nats-url", s.natsURL, "--log-format", "json")
 	}
-	st := s.stream(t)
+	st := s.stream(t, streamName)
 	for name := range nodes {
 		testkit.Eventually(t, startTimeout, func(context.Context) error {
 			_, err := st.GetLastMsgForSubject(t.Context(), nodeSubjectPrefix+name)

@@ -35,7 +35,7 @@ func receive(t *testing.T, active <-chan bool) bool {
 // several rounds.
 func TestPushActivation(t *testing.T) {
 	s := startScaler(t)
-	st := s.stream(t)
+	st := s.stream(t, queueStreamName)
 	// pushInterval 0s: every activation is pushed, however soon after the last (the
 	// default spaces them by 30 s; see the scaler's TestStreamIsActiveSpacesPushes).
 	tr := trigger{namespace: "web", name: "inference", metadata: map[string]string{"queue": "requests", "queueTarget": "4", "pushInterval": "0s"}}

@@ -109,6 +109,8 @@ func TestCertManagerCertificatesServeMTLS(t *testing.T) {
 	moved["nats-url"], moved["grpc-addr"], moved["http-addr"] = ns.ClientURL(), grpcAddr, httpAddr
 	moved["nats-token-file"] = testkit.WriteFile(t, dir, "token", []byte("a-projected-serviceaccount-token"))
 	moved["stream-replicas"] = "1" // the case's NATS is a cluster of three; this one is not
+	moved["nats-tls-ca"] = ""      // and serves TLS (its static users need it); this one does not
+	moved["kubeconfig"] = "none"   // outside a pod there is no in-cluster API to watch pods on
 	runArgs(t, ctr, moved, nil)
 	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
 

@@ -211,10 +211,11 @@ func TestScalerForKEDA(t *testing.T) {
 				t.Errorf("got PDB minAvailable %v with %d replicas, want fewer than the replicas (or drains block)", pdb.Spec.MinAvailable, deref(dep.Spec.Replicas, 1))
 			}
 			pod := dep.Spec.Template.Spec
-			if deref(pod.AutomountServiceAccountToken, true) {
-				t.Errorf("got the scaler's API token mounted, want none: the scaler needs no Kubernetes API")
-			}
 			ctr := pod.Containers[0]
+			api := flagValue(ctr.Args, "kubeconfig") == "in-cluster"
+			if got := deref(pod.AutomountServiceAccountToken, true); got != api {
+				t.Errorf("got the scaler's API token mounted %v with --kubeconfig=%s, want it mounted only for in-cluster (it watches pods)", got, flagValue(ctr.Args, "kubeconfig"))
+			}
 			if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 				t.Errorf("got readiness probe %v, want GET /readyz", p)
 			}
@@ -228,15 +229,60 @@ func TestScalerForKEDA(t *testing.T) {
 	}
 }
 
+// TestScalerRBAC: with --kubeconfig=in-cluster the scaler may list and watch pods and
+// Nodes and nothing else (it believes a node only of the pods the API places on that
+// node, and takes nodes' CPU and memory from the API); with --kubeconfig=none (always
+// with the sim source, whose pods are made up) it reads no API and has no role.
+func TestScalerRBAC(t *testing.T) {
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"list", "watch"}}}
+	for _, c := range render.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			objs := caseObjects(t, c)
+			dep, ok := find[*appsv1.Deployment](objs, render.Release)
+			if !ok {
+				t.Fatal("got no scaler Deployment")
+			}
+			pod := dep.Spec.Template.Spec
+			ds, _ := find[*appsv1.DaemonSet](objs, "")
+			sim := ds != nil && slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--source=sim")
+			kubeconfig := flagValue(pod.Containers[0].Args, "kubeconfig")
+			role, hasRole := find[*rbacv1.ClusterRole](objs, render.Release)
+			if sim && kubeconfig != "none" {
+				t.Errorf("got --kubeconfig=%s with the sim source, want none (its pods are in no API)", kubeconfig)
+			}
+			if kubeconfig == "none" {
+				if hasRole {
+					t.Errorf("got ClusterRole %s with --kubeconfig=none, want none", role.Name)
+				}
+				return
+			}
+			if !hasRole || kubeconfig != "in-cluster" {
+				t.Fatalf("got ClusterRole %v and --kubeconfig=%s, want the scaler to check node reports against the API", hasRole, kubeconfig)
+			}
+			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
+				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
+			}
+			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, render.Release)
+			wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: pod.ServiceAccountName, Namespace: render.Namespace}
+			if !ok || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0] != wantSubject {
+				t.Errorf("got binding %v, want %s bound to %v", binding, role.Name, wantSubject)
+			}
+		})
+	}
+}
+
 // TestCollectorRBAC: the collector's ClusterRole grants exactly the reads it makes, bound
 // to the DaemonSet's service account; without API access there is no role and no token.
 func TestCollectorRBAC(t *testing.T) {
-	want := []rbacv1.PolicyRule{
+	// What a collector reads of its own pods: labels, owners and requests.
+	podReads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
 	}
+	// Its Node alone, when the scaler reads pods from the API itself.
+	nodeOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}
 	for _, c := range render.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			objs := caseObjects(t, c)
@@ -256,8 +302,18 @@ func TestCollectorRBAC(t *testing.T) {
 			if !hasRole {
 				t.Fatal("got no ClusterRole for the collector")
 			}
+			// It reads pods unless the scaler does, or unless it measures each pod's own
+			// use of a shared GPU (the host's /proc), which needs the pods' UIDs.
+			want, readPods := podReads, "true"
+			hostProc := flagValue(pod.Containers[0].Args, "proc-root") == "/host/proc"
+			if dep, ok := find[*appsv1.Deployment](objs, render.Release); ok && !hostProc && flagValue(dep.Spec.Template.Spec.Containers[0].Args, "kubeconfig") == "in-cluster" {
+				want, readPods = nodeOnly, "false"
+			}
 			if fmt.Sprint(role.Rules) != fmt.Sprint(want) {
 				t.Errorf("got rules\n%v\nwant\n%v", role.Rules, want)
+			}
+			if got := flagValue(pod.Containers[0].Args, "read-pods"); got != readPods && !(got == "" && readPods == "true") {
+				t.Errorf("got --read-pods=%q, want %s: the collector reads pods exactly when the scaler does not", got, readPods)
 			}
 			binding, ok := find[*rbacv1.ClusterRoleBinding](objs, render.Release+"-collector")
 			if !ok {

@@ -441,7 +441,7 @@ func TestGatewayValuesRejected(t *testing.T) {
 		"shutdownGrace without a unit":           {values: map[string]any{"shutdownGrace": "30"}, want: "shutdownGrace"},
 		"a negative preStop sleep":               {values: map[string]any{"preStopSleepSeconds": -1}, want: "preStopSleepSeconds"},
 		"token auth without its Secret": {
-			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token"}}},
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token", "insecureAllowPasswordsWithoutTLS": true}}},
 			want:   "nats.auth.secretName is required with nats.auth.type token",
 		},
 		"an unknown auth type": {values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "serviceAccount"}}}, want: "type"},
@@ -623,7 +623,8 @@ func TestGatewayNATSSecrets(t *testing.T) {
 		"none":         nil,
 	} {
 		t.Run(authType, func(t *testing.T) {
-			vals := map[string]any{"nats": map[string]any{"auth": map[string]any{"type": authType, "secretName": "nats-id"}}}
+			vals := map[string]any{"nats": map[string]any{"auth": map[string]any{"type": authType, "secretName": "nats-id"},
+				"tls": map[string]any{"enabled": true, "secretName": "nats-ca"}}}
 			out, err := render.RenderWith(chart, vals, render.Options{Release: "llm-gateway", Namespace: "inference"})
 			if err != nil {
 				t.Fatal(err)

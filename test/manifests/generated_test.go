@@ -208,6 +208,8 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 		"nats-url": ns.ClientURL(), "nats-token-file": filepath.Join(dir, "token"),
 		"grpc-addr": grpcAddr, "http-addr": httpAddr,
 		"tls-cert": filepath.Join(dir, "tls.crt"), "tls-key": filepath.Join(dir, "tls.key"), "tls-client-ca": filepath.Join(dir, "ca.crt"),
+		// Outside a pod there is no in-cluster API to watch pods on.
+		"kubeconfig": "none",
 	}, nil)
 	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
 

@@ -72,8 +72,8 @@ func TestChartImages(t *testing.T) {
 				t.Fatal(err)
 			}
 			collector, others := chartImages(t, objs)
-			if len(collector) != 1 || len(others) < 3 {
-				t.Fatalf("got collector containers %v and others %v, want the collector and the scaler, auth callout and issuer-key", collector, others)
+			if len(collector) != 1 || len(others) < 2 {
+				t.Fatalf("got collector containers %v and others %v, want the collector and the scaler and auth callout", collector, others)
 			}
 			for where, img := range collector {
 				if img != tc.wantCollec {

@@ -56,6 +56,12 @@ func TestBundledNATSConfig(t *testing.T) {
 				}
 				conf = strings.ReplaceAll(conf, "/etc/nats/tls/", tlsDir+"/")
 			}
+			if strings.Contains(conf, "/etc/nats/route-tls/") {
+				if mounts["/etc/nats/route-tls"] == "" {
+					t.Errorf("got route TLS files under /etc/nats/route-tls, not mounted (mounts %v)", mounts)
+				}
+				conf = strings.ReplaceAll(conf, "/etc/nats/route-tls/", tlsDir+"/")
+			}
 			for _, dir := range []string{"/data", "/var/run/nats"} {
 				if mounts[dir] == "" {
 					t.Errorf("got no volume at %s, which the configuration writes to (mounts %v)", dir, mounts)
@@ -76,6 +82,13 @@ func TestBundledNATSConfig(t *testing.T) {
 			t.Setenv("NATS_TOKEN", "tok")
 			t.Setenv("CALLOUT_ISSUER", issuerPub)
 			t.Setenv("CALLOUT_PASSWORD", "callout-secret")
+			t.Setenv("NATS_ROUTE_PASSWORD", "route-secret")
+			// The route URLs, as the kubelet composes them from the pod's variables.
+			for _, e := range ctr.Env {
+				if strings.HasPrefix(e.Name, "NATS_ROUTE_") && e.ValueFrom == nil {
+					t.Setenv(e.Name, strings.ReplaceAll(e.Value, "$(NATS_ROUTE_PASSWORD)", "route-secret"))
+				}
+			}
 			opts, err := server.ProcessConfigFile(path)
 			if err != nil {
 				t.Fatalf("nats-server rejects the configuration: %v\n%s", err, conf)
@@ -115,6 +128,22 @@ func TestBundledNATSConfig(t *testing.T) {
 			for _, r := range opts.Routes {
 				if !strings.Contains(r.Hostname(), "."+sts.Spec.ServiceName+"."+render.Namespace+".svc.") {
 					t.Errorf("got route %s, want a name under the StatefulSet's Service %s", r, sts.Spec.ServiceName)
+				}
+				// Each server logs in to the others with the route password.
+				if pw, _ := r.User.Password(); r.User.Username() != "route" || pw != "route-secret" {
+					t.Errorf("got route %s logging in as %q, want route with $NATS_ROUTE_PASSWORD", r.Redacted(), r.User.Username())
+				}
+			}
+			if replicas > 1 {
+				// A route is trusted with every account: it must log in.
+				if opts.Cluster.Username != "route" || opts.Cluster.Password != "route-secret" {
+					t.Errorf("got cluster authorization user %q, want route with $NATS_ROUTE_PASSWORD", opts.Cluster.Username)
+				}
+				if got, want := envSecret(ctr, "NATS_ROUTE_PASSWORD"), render.Release+"-nats-routes/route-password"; !strings.HasSuffix(got, "/route-password") {
+					t.Errorf("got $NATS_ROUTE_PASSWORD from %q, want a Secret's route-password (%s unless nats.cluster.secretName)", got, want)
+				}
+				if opts.TLSConfig != nil && opts.Cluster.TLSConfig == nil {
+					t.Errorf("got clients over TLS and plain routes, want routes over TLS whenever clients are")
 				}
 			}
 			args := strings.Join(scalerArgs(objs), " ")
@@ -169,8 +198,8 @@ func scalerArgs(objs []Object) []string {
 }
 
 // checkAuthCalloutConfig: the bundled server hands every client to the auth callout,
-// trusting the issuer the init container derives from the Secret the callout signs with,
-// and admits the callout by the password the callout has.
+// trusting the issuer whose public key the callout writes to a ConfigMap (from the seed
+// only the callout reads), and admits the callout by the password the callout has.
 func checkAuthCalloutConfig(t *testing.T, objs []Object, sts *appsv1.StatefulSet, opts *server.Options, issuerPub string) {
 	t.Helper()
 	ac := opts.AuthCallout
@@ -196,31 +225,22 @@ func checkAuthCalloutConfig(t *testing.T, objs []Object, sts *appsv1.StatefulSet
 		t.Fatal("got no auth callout Deployment")
 	}
 	pod := sts.Spec.Template.Spec
-	// The init container writes the issuer's key where the server's command reads it.
-	if len(pod.InitContainers) != 1 {
-		t.Fatalf("got init containers %v, want the issuer-key one", pod.InitContainers)
-	}
-	init := pod.InitContainers[0]
-	out := flagValue(init.Args, "out")
-	if !slices.Contains(init.Args, "issuer-key") || out == "" {
-		t.Fatalf("got init container args %v, want auth-callout issuer-key --out=FILE", init.Args)
-	}
 	ctr := pod.Containers[0]
-	script := strings.Join(append(slices.Clone(ctr.Command), ctr.Args...), " ")
-	if !strings.Contains(script, "CALLOUT_ISSUER=$(cat "+out+")") || !strings.Contains(script, "exec nats-server --config") {
-		t.Errorf("got the server's command %q, want it to read $CALLOUT_ISSUER from %s, then exec nats-server", script, out)
-	}
-	if mountedVolume(init.VolumeMounts, out) == "" || mountedVolume(init.VolumeMounts, out) != mountedVolume(ctr.VolumeMounts, out) {
-		t.Errorf("got %s on volume %q in the init container, %q in the server, want one shared volume",
-			out, mountedVolume(init.VolumeMounts, out), mountedVolume(ctr.VolumeMounts, out))
-	}
-	// The seed the init container reads and the one the callout signs with are one key
-	// of one Secret; so is the password.
 	callout := dep.Spec.Template.Spec
-	seed := secretFile(t, pod, init, flagValue(init.Args, "issuer-seed-file"))
-	signer := secretFile(t, callout, callout.Containers[0], flagValue(callout.Containers[0].Args, "issuer-seed-file"))
-	if seed == "" || seed != signer {
-		t.Errorf("got the servers' issuer from %q, the callout's from %q, want one Secret key", seed, signer)
+	// The server reads the issuer's public key from the ConfigMap key the callout writes
+	// it to; nothing of the server's reads the seed.
+	cm := flagValue(callout.Containers[0].Args, "issuer-key-configmap")
+	var ref *corev1.ConfigMapKeySelector
+	for _, e := range ctr.Env {
+		if e.Name == "CALLOUT_ISSUER" && e.ValueFrom != nil {
+			ref = e.ValueFrom.ConfigMapKeyRef
+		}
+	}
+	if ref == nil || cm != render.Namespace+"/"+ref.Name || ref.Key != "issuer.pub" || deref(ref.Optional, false) {
+		t.Errorf("got $CALLOUT_ISSUER from %+v and the callout writing --issuer-key-configmap=%q, want the server to wait for key issuer.pub of that ConfigMap", ref, cm)
+	}
+	if seed := secretFile(t, callout, callout.Containers[0], flagValue(callout.Containers[0].Args, "issuer-seed-file")); !strings.HasSuffix(seed, "/issuer-seed") {
+		t.Errorf("got the callout's seed from %q, want a Secret's issuer-seed", seed)
 	}
 	serverPassword := envSecret(ctr, "CALLOUT_PASSWORD")
 	calloutPassword := envSecret(callout.Containers[0], "GPUSCALER_NATS_PASSWORD")

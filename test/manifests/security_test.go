@@ -53,8 +53,41 @@ func TestAuthCalloutRBAC(t *testing.T) {
 			if !deref(pod.AutomountServiceAccountToken, true) {
 				t.Errorf("got no API token in the callout's pods, want one (TokenReview)")
 			}
-			if n := len(all[*rbacv1.Role](objs)) + len(all[*rbacv1.RoleBinding](objs)); n > 0 {
-				t.Errorf("got %d Roles and RoleBindings, want none", n)
+			// With the bundled NATS, the callout writes its issuer's public key to one
+			// ConfigMap (--issuer-key-configmap): patch on that one, nothing else.
+			issuerCM := flagValue(pod.Containers[0].Args, "issuer-key-configmap")
+			var wantRoles []string
+			if issuerCM != "" {
+				ns, name, _ := strings.Cut(issuerCM, "/")
+				if ns != render.Namespace {
+					t.Errorf("got --issuer-key-configmap=%s, want a ConfigMap in %s", issuerCM, render.Namespace)
+				}
+				if _, ok := find[*corev1.ConfigMap](objs, name); !ok {
+					t.Errorf("got --issuer-key-configmap=%s, a ConfigMap the release does not render", issuerCM)
+				}
+				wantRoles = []string{fmt.Sprint([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name}, Verbs: []string{"patch"}}})}
+			}
+			var gotRoles []string
+			for _, r := range all[*rbacv1.Role](objs) {
+				gotRoles = append(gotRoles, fmt.Sprint(r.Rules))
+				bound := false
+				for _, b := range all[*rbacv1.RoleBinding](objs) {
+					if b.RoleRef.Kind == "Role" && b.RoleRef.Name == r.Name {
+						bound = true
+						if !slices.Equal(b.Subjects, []rbacv1.Subject{sa}) {
+							t.Errorf("RoleBinding %s: got subjects %v, want the callout alone", b.Name, b.Subjects)
+						}
+					}
+				}
+				if !bound {
+					t.Errorf("Role %s: bound to nobody", r.Name)
+				}
+			}
+			if !slices.Equal(gotRoles, wantRoles) {
+				t.Errorf("got Roles with rules %v, want %v", gotRoles, wantRoles)
+			}
+			if n, want := len(all[*rbacv1.RoleBinding](objs)), len(wantRoles); n != want {
+				t.Errorf("got %d RoleBindings, want %d", n, want)
 			}
 			roles := map[string][]rbacv1.PolicyRule{}
 			for _, r := range all[*rbacv1.ClusterRole](objs) {
@@ -90,8 +123,8 @@ func TestAuthCalloutRBAC(t *testing.T) {
 				t.Errorf("got the callout bound to %v, want exactly %v (--pod-lookup %v)", got, want, podLookup)
 			}
 			for name := range roles {
-				if name != render.Release+"-collector" && !(podLookup && name == render.Release+"-auth-callout-pods") {
-					t.Errorf("got ClusterRole %s, want none but the collector's (and the callout's pod lookup)", name)
+				if name != render.Release+"-collector" && name != render.Release && !(podLookup && name == render.Release+"-auth-callout-pods") {
+					t.Errorf("got ClusterRole %s, want none but the collector's, the scaler's (and the callout's pod lookup)", name)
 				}
 			}
 		})
@@ -300,8 +333,9 @@ type reach struct {
 // TestNetworkPolicies: who may reach what, asked of the rendered policies as a CNI
 // would: the scaler's gRPC port admits KEDA's operator in KEDA's namespace and nobody
 // else (not KEDA's metrics server, not a tenant pod wearing the operator's labels); NATS
-// clients connect from anywhere but the route port admits only NATS servers; the HTTP
-// ports admit whom networkPolicy.metricsFrom names (everyone by default).
+// clients connect from anywhere but the route port admits only NATS servers, and its
+// monitoring port no tenant; the HTTP ports admit whom networkPolicy.metricsFrom names
+// (everyone by default).
 func TestNetworkPolicies(t *testing.T) {
 	operator, metricsServer := kedaPodLabels(t)
 	for _, c := range render.Cases {
@@ -331,7 +365,7 @@ func TestNetworkPolicies(t *testing.T) {
 					reach{"a tenant to NATS's client port", natsPod, tenant, 4222, true},
 					reach{"a tenant to NATS's route port", natsPod, tenant, 6222, false},
 					reach{"a NATS server to another's route port", natsPod, peer{render.Namespace, natsPod}, 6222, true},
-					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, metricsOpen},
+					reach{"a tenant to NATS's monitoring", natsPod, tenant, 8222, false},
 				)
 			}
 			if callout, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout"); ok {

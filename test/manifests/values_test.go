@@ -31,7 +31,7 @@ func TestValuesRejected(t *testing.T) {
 			want:   "operator-mode NATS",
 		},
 		"auth without its Secret": {
-			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token"}}},
+			values: map[string]any{"nats": map[string]any{"auth": map[string]any{"type": "token", "insecureAllowPasswordsWithoutTLS": true}}},
 			want:   "nats.auth.secretName is required",
 		},
 		"a collector identity with the bundled NATS": {

@@ -17,6 +17,15 @@ var ErrSubjectMismatch = fmt.Errorf("%w: payload does not match its subject", Er
 // is about 20 kB; the stream refuses larger messages, and Decode drops them unread.
 const MaxEventBytes = 256 << 10
 
+// MaxQueueReportBytes bounds a QueueReport's encoded size, headers included where a
+// stream counts them. The largest QueueReport the contract allows (its names as long as
+// ValidateNamespace, MaxQueueNameLen and MaxProducerIDLen let them be, every number at its
+// widest) encodes in 536 bytes (TestMaxQueueReportBytes); the rest is room for fields a
+// later version adds. The queue stream refuses larger messages, and Decode drops them
+// unread, so a producer inventing queues stores at most this much per subject, not
+// MaxEventBytes.
+const MaxQueueReportBytes = 1 << 10
+
 // Event is one decoded, validated message: Node is set for a KindNode subject, Queue for
 // a KindQueue subject. Decode fills Subject also when only the payload is wrong.
 type Event struct {
@@ -67,14 +76,19 @@ func decodeQueue(s Subject, subject string, data []byte) (Event, error) {
 	return Event{Subject: s, Queue: r}, nil
 }
 
-// parse parses subject and refuses data larger than MaxEventBytes unread.
+// parse parses subject and refuses unread data larger than MaxEventBytes, or than
+// MaxQueueReportBytes on a queue subject.
 func parse(subject string, data []byte) (Subject, error) {
 	s, err := ParseSubject(subject)
 	if err != nil {
 		return Subject{}, err
 	}
-	if len(data) > MaxEventBytes {
-		return s, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, MaxEventBytes)
+	limit := MaxEventBytes
+	if s.Kind == KindQueue {
+		limit = MaxQueueReportBytes
+	}
+	if len(data) > limit {
+		return s, fmt.Errorf("%w: %d bytes on %s, more than the %d allowed", ErrUndecodable, len(data), subject, limit)
 	}
 	return s, nil
 }

@@ -265,3 +265,55 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestMaxQueueReportBytes encodes the largest QueueReport the contract allows: every name
+// as long in bytes as validation lets it be, every number at its widest varint, the timestamp's nanos negative (ten bytes). It must
+// fit MaxQueueReportBytes with room to spare, and Decode must take it and refuse one byte
+// more.
+func TestMaxQueueReportBytes(t *testing.T) {
+	r := &QueueReport{
+		Namespace:  strings.Repeat("n", 63),
+		Queue:      strings.Repeat("q", MaxQueueNameLen),
+		ProducerId: strings.Repeat("p", MaxProducerIDLen),
+		Waiting:    math.MaxUint64, InFlight: math.MaxUint64, Arrivals: math.MaxUint64,
+		Sequence: math.MaxUint64, Dropped: math.MaxUint64, Stopped: true,
+		ObservedAt: &timestamppb.Timestamp{Seconds: math.MinInt64, Nanos: math.MinInt32},
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("the largest report is invalid: %v", err)
+	}
+	data, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != 536 {
+		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 536", len(data))
+	}
+	if room := MaxQueueReportBytes - len(data); room < 256 {
+		t.Errorf("the largest QueueReport encodes in %d bytes, leaving %d of MaxQueueReportBytes (%d) for new fields, want at least 256", len(data), room, MaxQueueReportBytes)
+	}
+	subject, _ := QueueSubject(r.Namespace, r.Queue, r.ProducerId)
+	if _, err := Decode(subject, data); err != nil {
+		t.Fatalf("Decode(the largest report) = %v", err)
+	}
+	// Padded with an unknown field (number 15, bytes) to the limit, and one byte past it.
+	pad := func(total int) []byte {
+		out := append([]byte(nil), data...)
+		out = append(out, 15<<3|2, 0, 0) // a two-byte length, filled in below
+		n := total - len(out)
+		out[len(out)-2], out[len(out)-1] = byte(n)|0x80, byte(n>>7)
+		return append(out, make([]byte, n)...)
+	}
+	if at := pad(MaxQueueReportBytes); len(at) != MaxQueueReportBytes {
+		t.Fatalf("padded to %d bytes, want %d", len(at), MaxQueueReportBytes)
+	} else if _, err := Decode(subject, at); err != nil {
+		t.Fatalf("Decode(%d bytes) = %v, want it taken", len(at), err)
+	}
+	if _, err := Decode(subject, pad(MaxQueueReportBytes+1)); !errors.Is(err, ErrUndecodable) {
+		t.Fatalf("Decode(%d bytes) = %v, want ErrUndecodable", MaxQueueReportBytes+1, err)
+	}
+	var d NodeDecoder
+	if _, err := d.Decode(subject, pad(MaxQueueReportBytes+1)); !errors.Is(err, ErrUndecodable) {
+		t.Fatalf("NodeDecoder.Decode(%d bytes) = %v, want ErrUndecodable", MaxQueueReportBytes+1, err)
+	}
+}

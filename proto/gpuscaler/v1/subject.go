@@ -18,14 +18,26 @@ import (
 const (
 	// SubjectPrefix begins every gpuscaler v1 subject.
 	SubjectPrefix = "gpuscaler.v1"
-	// SubjectAll matches every gpuscaler v1 subject: the stream captures it.
+	// SubjectAll matches every gpuscaler v1 subject: the scaler reads them all.
 	SubjectAll = SubjectPrefix + ".>"
-	// StreamName is the JetStream stream that keeps the latest report per subject.
+	// StreamName is the JetStream stream that keeps the latest report of every node
+	// (NodeSubjects). Earlier releases captured SubjectAll in it; the scaler narrows it
+	// at start.
 	StreamName = "GPUSCALER"
-	// QueueSubjectPrefix begins every queue report's subject.
-	QueueSubjectPrefix = SubjectPrefix + "." + queueKind + "."
+	// QueueStreamName is the JetStream stream that keeps the latest report of every queue
+	// producer (QueueSubjects), with limits of its own: however many queues producers
+	// invent, their reports fill this stream and never evict a node's report from
+	// StreamName.
+	QueueStreamName = "GPUSCALER_QUEUES"
 	// NodeSubjectPrefix begins every node report's subject.
 	NodeSubjectPrefix = SubjectPrefix + "." + nodeKind + "."
+	// NodeSubjects matches every node report's subject: stream StreamName captures it.
+	NodeSubjects = NodeSubjectPrefix + ">"
+	// QueueSubjectPrefix begins every queue report's subject.
+	QueueSubjectPrefix = SubjectPrefix + "." + queueKind + "."
+	// QueueSubjects matches every queue report's subject: stream QueueStreamName
+	// captures it.
+	QueueSubjects = QueueSubjectPrefix + ">"
 
 	nodeKind  = "node"
 	queueKind = "queue"

@@ -80,4 +80,7 @@ credentials and its NATS CA. */}}
 {{- if and .Values.nats.tls.clientCert (not .Values.nats.tls.enabled) }}
 {{- fail "nats.tls.clientCert needs nats.tls.enabled" }}
 {{- end }}
+{{- if and (has .Values.nats.auth.type (list "token" "userPassword")) (not .Values.nats.tls.enabled) (not .Values.nats.auth.insecureAllowPasswordsWithoutTLS) }}
+{{- fail (printf "nats.auth.type %s sends its secret to NATS in the clear, where anyone on the path reads it and becomes that user: set nats.tls.enabled, or accept that with nats.auth.insecureAllowPasswordsWithoutTLS=true" .Values.nats.auth.type) }}
+{{- end }}
 {{- end }}

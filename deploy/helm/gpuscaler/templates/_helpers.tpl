@@ -19,6 +19,17 @@
 {{- end }}
 
 {{- define "gpuscaler.scaler.name" -}}{{ include "gpuscaler.fullname" . }}{{- end }}
+{{- /* Whether the scaler checks node reports against the pods of the Kubernetes API:
+scaler.kubernetesAPI, except with collector.source sim, whose pods are made up. */ -}}
+{{- define "gpuscaler.scaler.kubernetesAPI" -}}{{ and .Values.scaler.kubernetesAPI (ne .Values.collector.source "sim") }}{{- end }}
+{{- /* Whether the collector reads its node's pods from the API ("true" or "false"):
+not when the scaler takes pods' labels and requests from its own watch, unless the NVML
+source measures each pod's own use of a shared GPU (collector.hostProc), which needs
+the pods' UIDs. */ -}}
+{{- define "gpuscaler.collector.readPods" -}}
+{{- $hostProc := and .Values.collector.hostProc (has .Values.collector.source (list "auto" "nvml")) -}}
+{{- or (ne (include "gpuscaler.scaler.kubernetesAPI" .) "true") $hostProc -}}
+{{- end }}
 {{- define "gpuscaler.collector.name" -}}{{ include "gpuscaler.fullname" . | trunc 53 | trimSuffix "-" }}-collector{{- end }}
 {{- define "gpuscaler.nats.name" -}}{{ include "gpuscaler.fullname" . | trunc 58 | trimSuffix "-" }}-nats{{- end }}
 {{- define "gpuscaler.authCallout.name" -}}{{ include "gpuscaler.fullname" . | trunc 50 | trimSuffix "-" }}-auth-callout{{- end }}
@@ -48,7 +59,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
-{{/* The static image: scaler, auth callout, NATS's issuer-key init container. */}}
+{{/* The static image: scaler, auth callout. */}}
 {{- define "gpuscaler.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
@@ -205,6 +216,24 @@ include "gpuscaler.natsEnv" (list . $secretName) */}}
 {{ .Values.nats.auth.kubernetes.secretName | default (include "gpuscaler.authCallout.name" .) }}
 {{- end }}
 
+{{/* The Secret with the bundled NATS cluster's route password (key route-password): yours, or the chart's. */}}
+{{- define "gpuscaler.nats.routeSecretName" -}}
+{{ .Values.nats.cluster.secretName | default (printf "%s-routes" (include "gpuscaler.nats.name" .)) }}
+{{- end }}
+
+{{/* The Secret with the routes' TLS certificate (tls.crt, tls.key, ca.crt); empty: plain routes. */}}
+{{- define "gpuscaler.nats.routeTLSSecret" -}}
+{{- if .Values.nats.cluster.tlsSecretName -}}
+{{ .Values.nats.cluster.tlsSecretName }}
+{{- else if .Values.nats.tls.enabled -}}
+{{ .Values.nats.tls.serverSecretName }}
+{{- end -}}
+{{- end }}
+
+{{/* The ConfigMap the callout writes its issuer's public key to (key issuer.pub), which the
+bundled NATS servers read: they never see the seed. */}}
+{{- define "gpuscaler.authCallout.issuerConfigMap" -}}{{ include "gpuscaler.authCallout.name" . }}-issuer{{- end }}
+
 {{/* The ServiceAccounts the callout treats as the scaler and as collectors: namespace/name. */}}
 {{- define "gpuscaler.scalerIdentity" -}}{{ .Release.Namespace }}/{{ include "gpuscaler.scaler.name" . }}{{- end }}
 {{- define "gpuscaler.collectorIdentity" -}}
@@ -274,6 +303,23 @@ scaler.tls.validityDays). */}}
 {{- dict "crt" $crt "key" $key | toJson }}
 {{- end }}
 
+{{/* A control-plane pod's affinity: include "gpuscaler.controlPlaneAffinity" (list .
+$affinity). The component's own affinity, with, unless it sets nodeAffinity itself, a
+required rule keeping the pod off the nodes avoidGPUNodes names. */}}
+{{- define "gpuscaler.controlPlaneAffinity" -}}
+{{- $top := index . 0 -}}
+{{- $aff := deepCopy (index . 1 | default dict) -}}
+{{- $avoid := $top.Values.avoidGPUNodes -}}
+{{- if and $avoid.key (not (hasKey $aff "nodeAffinity")) -}}
+{{- $expr := dict "key" $avoid.key "operator" "NotIn" "values" $avoid.values -}}
+{{- $_ := set $aff "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" (list (dict "matchExpressions" (list $expr))))) -}}
+{{- end -}}
+{{- with $aff -}}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end }}
+
 {{/* Values that no schema can check: combinations. */}}
 {{- define "gpuscaler.validate" -}}
 {{- if and .Values.nats.enabled (has .Values.nats.auth.type (list "nkey" "creds")) }}
@@ -293,6 +339,16 @@ scaler.tls.validityDays). */}}
 {{- end }}
 {{- if and .Values.scaler.statusPage (not (and .Values.networkPolicy.enabled .Values.networkPolicy.metricsFrom)) }}
 {{- fail "scaler.statusPage shows every namespace's triggers, queues and pods to whoever reaches scaler.httpPort: it needs networkPolicy.enabled with networkPolicy.metricsFrom naming who may (kubectl port-forward reaches it whatever the policy)" }}
+{{- end }}
+{{- $auth := .Values.nats.auth }}
+{{- $passwords := "" }}
+{{- if has $auth.type (list "token" "userPassword") }}
+{{- $passwords = printf "nats.auth.type %s sends its secret" $auth.type }}
+{{- else if and (eq $auth.type "kubernetes") $auth.kubernetes.staticUsersSecretName }}
+{{- $passwords = "nats.auth.kubernetes.staticUsersSecretName's users send their passwords" }}
+{{- end }}
+{{- if and $passwords (not .Values.nats.tls.enabled) (not $auth.insecureAllowPasswordsWithoutTLS) }}
+{{- fail (printf "%s to NATS in the clear, where anyone on the path reads it and becomes that user: set nats.tls.enabled (deploy/README.md), or accept that with nats.auth.insecureAllowPasswordsWithoutTLS=true" $passwords) }}
 {{- end }}
 {{- if and .Values.nats.enabled (eq (int .Values.nats.replicas) 2) }}
 {{- fail "nats.replicas 2 cannot survive losing one server (JetStream needs a majority): use 1, 3 or 5" }}

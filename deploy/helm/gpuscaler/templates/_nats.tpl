@@ -15,14 +15,34 @@ jetstream {
   max_file_store: {{ include "gpuscaler.bytes" .Values.nats.jetstream.maxFileStore }}
 }
 {{- if gt $replicas 1 }}
+{{- if not (include "gpuscaler.nats.routeSecretName" .) }}
+{{- fail "nats.replicas above 1 needs authenticated routes: a route is trusted with every account's messages, so set nats.cluster.secretName or leave it empty for the chart to generate one" }}
+{{- end }}
+{{- $routeTLS := include "gpuscaler.nats.routeTLSSecret" . }}
+# A route is trusted with every account's messages: a server admits one only with the
+# route password ($NATS_ROUTE_PASSWORD){{ if $routeTLS }}, over TLS with a certificate the routes' CA signed{{ end }}.
+# $NATS_ROUTE_<i> is server i's route URL with that password in it, which the
+# StatefulSet composes, since a variable cannot stand inside a URL here.
 cluster {
   name: {{ $name }}
   port: 6222
+  authorization {
+    user: route
+    password: $NATS_ROUTE_PASSWORD
+  }
   routes: [
     {{- range $i := until $replicas }}
-    nats://{{ $name }}-{{ $i }}.{{ $name }}-headless.{{ $.Release.Namespace }}.svc.{{ $.Values.clusterDomain }}:6222
+    $NATS_ROUTE_{{ $i }}
     {{- end }}
   ]
+  {{- if $routeTLS }}
+  tls {
+    cert_file: /etc/nats/route-tls/tls.crt
+    key_file: /etc/nats/route-tls/tls.key
+    ca_file: /etc/nats/route-tls/ca.crt
+    verify: true
+  }
+  {{- end }}
 }
 {{- end }}
 {{- if .Values.nats.tls.enabled }}
@@ -48,8 +68,8 @@ authorization {
 # Every client but the callout is authenticated by the auth callout: the server sends it
 # the client's connect options (its ServiceAccount token), and admits the client as the
 # user the callout answers with, which must be signed by the issuer. $CALLOUT_ISSUER is
-# the issuer's public key, derived from the seed at start; $CALLOUT_PASSWORD is the
-# callout's own login.
+# the issuer's public key, which the callout publishes (the server never sees the seed);
+# $CALLOUT_PASSWORD is the callout's own login.
 # Each role has an account of its own (authcallout.NATSConfig writes the same): the
 # scaler's holds the GPUSCALER stream and exports the report subjects as services, the
 # collectors' and the producers' import theirs. A reply a client names then routes back
