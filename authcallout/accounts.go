@@ -2,6 +2,7 @@ package authcallout
 
 import (
 	"fmt"
+	"slices"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
@@ -13,8 +14,17 @@ import (
 // to a message a producer or collector publishes then travels back to that client's
 // account alone, never into the stream (which captures gpuscaler.v1.> in the scaler's
 // account only), whatever reply subject the client names.
+//
+// A namespace listed in JetStreamNamespaces has an account of its own instead of the
+// producers' (Tenant): its producers' identities join it, and may do anything inside it,
+// JetStream included, under the account's limits. It imports only its own namespace's
+// queue subjects from the scaler's account, and exports only its consumer info to the
+// scaler's, which reads it under gpuscalerv1.TenantJetStreamAPI.
 type Accounts struct {
 	Scaler, Collector, Producer string
+	// JetStreamNamespaces lists the namespaces that get an account of their own with
+	// JetStream; each a DNS-1123 label.
+	JetStreamNamespaces []string
 }
 
 // DefaultAccounts are the accounts of the chart's bundled NATS.
@@ -33,14 +43,36 @@ func (a Accounts) withDefaults() Accounts {
 	return a
 }
 
-// of returns role's account.
-func (a Accounts) of(r Role) string {
-	switch r {
+// Tenant names the account of a namespace listed in JetStreamNamespaces.
+func (a Accounts) Tenant(namespace string) string { return a.Scaler + "_NS_" + namespace }
+
+// hasJetStream reports whether namespace has an account of its own.
+func (a Accounts) hasJetStream(namespace string) bool {
+	return namespace != "" && slices.Contains(a.JetStreamNamespaces, namespace)
+}
+
+// validate checks the names of JetStreamNamespaces.
+func (a Accounts) validate() error {
+	for _, ns := range a.JetStreamNamespaces {
+		if err := gpuscalerv1.ValidateNamespace(ns); err != nil {
+			return fmt.Errorf("JetStream namespaces: %w", err)
+		}
+	}
+	return nil
+}
+
+// of returns the account id joins: its role's, or, for a producer of a namespace with
+// JetStream, that namespace's own.
+func (a Accounts) of(id Identity) string {
+	switch id.Role {
 	case RoleScaler:
 		return a.Scaler
 	case RoleCollector:
 		return a.Collector
 	default:
+		if a.hasJetStream(id.Namespace) {
+			return a.Tenant(id.Namespace)
+		}
 		return a.Producer
 	}
 }
@@ -68,6 +100,30 @@ var (
 	DefaultProducerLimits  = Limits{MaxConnections: 10000, MaxSubscriptions: producerMaxSubs, MaxPayload: gpuscalerv1.MaxQueueReportBytes}
 	DefaultCollectorLimits = Limits{MaxConnections: 10000, MaxSubscriptions: producerMaxSubs, MaxPayload: gpuscalerv1.MaxEventBytes}
 )
+
+// DefaultTenantLimits bound the clients of each namespace's own account together: its
+// workers, their JetStream consumers and messages, and its producers. nats.go takes a
+// subscription per pull consumer besides the one its requests' replies share.
+var DefaultTenantLimits = Limits{MaxConnections: 1000, MaxSubscriptions: 256, MaxPayload: 1 << 20}
+
+// JetStreamLimits bound a namespace's JetStream in its own account. In a single NATS
+// server the server reserves each account's store sizes: together they must fit its own
+// max_memory_store and max_file_store, or the account gets no JetStream (the server
+// logs why).
+type JetStreamLimits struct {
+	// MaxMemory and MaxFile bound the bytes its memory and file streams hold.
+	MaxMemory, MaxFile int64
+	// MaxStreams and MaxConsumers bound how many of each it has.
+	MaxStreams, MaxConsumers int
+}
+
+// DefaultTenantJetStream is a namespace's JetStream: a few work queues on disk.
+var DefaultTenantJetStream = JetStreamLimits{MaxMemory: 16 << 20, MaxFile: 1 << 30, MaxStreams: 10, MaxConsumers: 100}
+
+func (l JetStreamLimits) String() string {
+	return fmt.Sprintf("jetstream { max_memory: %d, max_file: %d, max_streams: %d, max_consumers: %d }",
+		l.MaxMemory, l.MaxFile, l.MaxStreams, l.MaxConsumers)
+}
 
 // producerMaxSubs bounds the subscriptions of a producer or collector connection.
 const producerMaxSubs = 16

@@ -124,6 +124,8 @@ type busOptions struct {
 	reviewDelay time.Duration
 	// producerLimits bound the producers' account; the defaults where zero.
 	producerLimits Limits
+	// jetStreamNamespaces have accounts of their own with JetStream.
+	jetStreamNamespaces []string
 }
 
 // startBus starts NATS with auth callout configured as the chart configures it, and the
@@ -135,7 +137,8 @@ func startBus(t testing.TB, o busOptions) *bus {
 		t.Fatal(err)
 	}
 	pub, _ := issuer.PublicKey()
-	ns := natstest.StartConfig(t, NATSConfig{Issuer: pub, CalloutPassword: calloutPassword, ProducerLimits: o.producerLimits}.String())
+	accounts := Accounts{JetStreamNamespaces: o.jetStreamNamespaces}
+	ns := natstest.StartConfig(t, NATSConfig{Issuer: pub, CalloutPassword: calloutPassword, ProducerLimits: o.producerLimits, Accounts: accounts}.String())
 	b := &bus{url: ns.ClientURL(), api: &apiserver{tokens: map[string]authenticationv1.UserInfo{}}}
 	b.kube = fake.NewClientset()
 	b.kube.PrependReactor("create", "tokenreviews", b.api.react)
@@ -144,7 +147,7 @@ func startBus(t testing.TB, o busOptions) *bus {
 	b.svc, err = New(Config{
 		Issuer: issuer, Audience: testAudience, Kube: clientsetKube{b.kube, o.reviewDelay}, PodLookup: o.podLookup, MaxTTL: o.maxTTL,
 		Scalers: "gpuscaler/gpuscaler-scaler", Collectors: "gpuscaler/gpuscaler-collector", Producers: cmp.Or(o.producers, "*/*"),
-		StaticUsers: o.static, Log: log, Registry: b.reg,
+		StaticUsers: o.static, Accounts: accounts, Log: log, Registry: b.reg,
 	})
 	if err != nil {
 		t.Fatal(err)

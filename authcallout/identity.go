@@ -10,7 +10,10 @@
 //     bound-pod claims as the apiserver reports them, never from what the client says;
 //   - the scaler reads everything and uses the JetStream API of the GPUSCALER and
 //     GPUSCALER_QUEUES streams;
-//   - nobody else reads, and nobody else touches the JetStream API.
+//   - nobody else reads, and nobody else touches the JetStream API;
+//   - but a producer of a namespace listed in Accounts.JetStreamNamespaces joins that
+//     namespace's own account, where it may do anything, JetStream included: the
+//     account's imports and exports alone say what reaches other accounts.
 //
 // It never grants more than the identity allows, and it denies with a reason the client,
 // the callout's log and its metrics all see.
@@ -79,11 +82,22 @@ type Identity struct {
 }
 
 // permissions returns what id may publish and subscribe to. Allow lists are exhaustive:
-// NATS denies whatever an allow list leaves out.
-func (id Identity) permissions() (jwt.Permissions, error) {
+// NATS denies whatever an allow list leaves out. jetStream says a producer joins its
+// namespace's own account (Accounts.JetStreamNamespaces).
+func (id Identity) permissions(jetStream bool) (jwt.Permissions, error) {
 	var p jwt.Permissions
 	switch id.Role {
 	case RoleProducer:
+		if jetStream {
+			if err := gpuscalerv1.ValidateNamespace(id.Namespace); err != nil {
+				return p, err
+			}
+			// The account is the namespace's alone: what reaches another account is what
+			// the account imports and exports (NATSConfig), whatever is published in it.
+			p.Pub.Allow.Add(">")
+			p.Sub.Allow.Add(">")
+			return p, nil
+		}
 		subjects, err := gpuscalerv1.NamespaceQueueSubjects(id.Namespace)
 		if err != nil {
 			return p, err
@@ -113,13 +127,15 @@ func (id Identity) permissions() (jwt.Permissions, error) {
 // scalerJetStreamAPI lists the JetStream API subjects the scaler publishes to: creating,
 // updating and reading its streams (the node stream and the queue stream), its ordered
 // consumer on each (create, pull, flow control, delete), and the info of any stream and
-// consumer, which is read-only. Deleting or purging a stream, and every other stream's
-// consumers, are not on the list.
+// consumer, which is read-only: its own account's and, through the imports of
+// NATSConfig, each JetStream namespace's. Deleting or purging a stream, and every other
+// stream's consumers, are not on the list.
 func scalerJetStreamAPI(streams ...string) []string {
 	api := []string{
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO.*",
 		"$JS.API.CONSUMER.INFO.*.*",
+		gpuscalerv1.TenantConsumerInfoAll,
 	}
 	for _, stream := range streams {
 		api = append(api,

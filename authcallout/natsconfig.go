@@ -23,6 +23,10 @@ type NATSConfig struct {
 	// ProducerLimits and CollectorLimits bound those accounts' clients; the defaults
 	// where zero.
 	ProducerLimits, CollectorLimits Limits
+	// TenantLimits and TenantJetStream bound each account of Accounts.JetStreamNamespaces;
+	// DefaultTenantLimits and DefaultTenantJetStream where zero.
+	TenantLimits    Limits
+	TenantJetStream JetStreamLimits
 	// Trusted are users of the scaler's account that bypass the callout, with
 	// permissions of their own. For tools only (the bench's simulated nodes): every part
 	// of gpuscaler authenticates through the callout.
@@ -46,6 +50,13 @@ type TrustedUser struct {
 // A service import maps a request's reply subject to one of its own (_R_.…), which
 // routes the response back to the requester's account; so the stream's ack to a report
 // reaches its sender wherever it names, and never the stream.
+//
+// A namespace with JetStream (Accounts.JetStreamNamespaces) has an account of its own,
+// with JetStream under TenantJetStream: it imports its own queue subjects alone
+// (gpuscaler.v1.queue.<ns>.*.*, narrower than the export, so another namespace's queue
+// subject published there reaches nothing), and exports its consumer info to the
+// scaler's account, which imports it under gpuscalerv1.TenantJetStreamAPI. Nothing else
+// crosses: a client there may publish and subscribe anything, and reach no other account.
 func (c NATSConfig) String() string {
 	a := c.Accounts.withDefaults()
 	pl, cl := c.ProducerLimits, c.CollectorLimits
@@ -54,6 +65,26 @@ func (c NATSConfig) String() string {
 	}
 	if cl == (Limits{}) {
 		cl = DefaultCollectorLimits
+	}
+	tl, tjs := c.TenantLimits, c.TenantJetStream
+	if tl == (Limits{}) {
+		tl = DefaultTenantLimits
+	}
+	if tjs == (JetStreamLimits{}) {
+		tjs = DefaultTenantJetStream
+	}
+	type tenant struct{ account, queues, api string }
+	var tenants []tenant
+	queueImporters := []string{a.Producer}
+	for _, ns := range a.JetStreamNamespaces {
+		subjects, err1 := gpuscalerv1.NamespaceQueueSubjects(ns)
+		api, err2 := gpuscalerv1.TenantJetStreamAPI(ns)
+		if err1 != nil || err2 != nil {
+			continue // Service and the flags refuse such a name; no account for it
+		}
+		t := tenant{strconv.Quote(a.Tenant(ns)), strconv.Quote(subjects), api}
+		tenants = append(tenants, t)
+		queueImporters = append(queueImporters, t.account)
 	}
 	var b strings.Builder
 	if c.StoreDir != "" {
@@ -64,7 +95,15 @@ func (c NATSConfig) String() string {
 	fmt.Fprintf(&b, "accounts {\n  AUTH {\n    users: [ { user: callout, password: %s } ]\n  }\n", value(c.CalloutPassword))
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n", a.Scaler)
 	fmt.Fprintf(&b, "    exports: [\n      { service: %s, accounts: [ %s ] }\n      { service: %s, accounts: [ %s ] }\n    ]\n",
-		queues, a.Producer, nodes, a.Collector)
+		queues, strings.Join(queueImporters, ", "), nodes, a.Collector)
+	if len(tenants) > 0 {
+		b.WriteString("    imports: [\n")
+		for _, t := range tenants {
+			fmt.Fprintf(&b, "      { service: { account: %s, subject: %s }, to: %s }\n",
+				t.account, strconv.Quote(consumerInfo), strconv.Quote(t.api+".CONSUMER.INFO.>"))
+		}
+		b.WriteString("    ]\n")
+	}
 	if len(c.Trusted) > 0 {
 		b.WriteString("    users: [\n")
 		for _, u := range c.Trusted {
@@ -86,10 +125,18 @@ func (c NATSConfig) String() string {
 		fmt.Fprintf(&b, "  %s {\n    imports: [ { service: { account: %s, subject: %s } } ]\n    %s\n  }\n",
 			imp.account, a.Scaler, imp.subject, imp.limits)
 	}
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "  %s {\n    %s\n    imports: [ { service: { account: %s, subject: %s } } ]\n    exports: [ { service: %s, accounts: [ %s ] } ]\n    %s\n  }\n",
+			t.account, tjs, a.Scaler, t.queues, strconv.Quote(consumerInfo), a.Scaler, tl)
+	}
 	fmt.Fprintf(&b, "  SYS { }\n}\nsystem_account: SYS\nauthorization {\n  auth_callout {\n    issuer: %s\n    auth_users: [ %s ]\n    account: AUTH\n  }\n}\n",
 		c.Issuer, strings.Join(authUsers, ", "))
 	return b.String()
 }
+
+// consumerInfo is the part of a tenant account's JetStream API the scaler reads: the
+// info of its consumers (scaler/workqueue.go fetches nothing else there).
+const consumerInfo = "$JS.API.CONSUMER.INFO.>"
 
 // value writes s as a configuration value: quoted, unless it is a $VARIABLE reference.
 func value(s string) string {

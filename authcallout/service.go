@@ -102,6 +102,9 @@ func New(cfg Config) (*Service, error) {
 	if _, err := cfg.Issuer.Seed(); err != nil {
 		return nil, fmt.Errorf("auth callout: issuer key has no seed to sign with: %w", err)
 	}
+	if err := cfg.Accounts.validate(); err != nil {
+		return nil, fmt.Errorf("auth callout: %w", err)
+	}
 	s := &Service{
 		issuer: cfg.Issuer, issuerPub: pub, accounts: cfg.Accounts.withDefaults(), maxTTL: cfg.MaxTTL,
 		static: cfg.StaticUsers, log: cfg.Log, now: cfg.Now, up: make(chan struct{}),
@@ -213,7 +216,7 @@ func (s *Service) Run(ctx context.Context, nc *nats.Conn) error {
 	}
 	s.ready.Do(func() { close(s.up) })
 	s.log.Info("answering NATS authorization requests", "subject", Subject, "issuer", s.issuerPub,
-		"scalerAccount", s.accounts.Scaler, "collectorAccount", s.accounts.Collector, "producerAccount", s.accounts.Producer)
+		"scalerAccount", s.accounts.Scaler, "collectorAccount", s.accounts.Collector, "producerAccount", s.accounts.Producer, "jetStreamNamespaces", s.accounts.JetStreamNamespaces)
 	<-ctx.Done()
 	return nil
 }
@@ -266,14 +269,16 @@ func (s *Service) identify(ctx context.Context, req *jwt.AuthorizationRequestCla
 
 // issue returns the signed user JWT that admits req's client as id.
 func (s *Service) issue(req *jwt.AuthorizationRequestClaims, id Identity, now time.Time) (string, error) {
-	perms, err := id.permissions()
+	jetStream := id.Role == RoleProducer && s.accounts.hasJetStream(id.Namespace)
+	perms, err := id.permissions(jetStream)
 	if err != nil {
 		return "", err
 	}
 	uc := jwt.NewUserClaims(req.UserNkey)
 	uc.Name = id.Name
-	// Outside operator mode the audience places the user in an account: its role's.
-	uc.Audience = s.accounts.of(id.Role)
+	// Outside operator mode the audience places the user in an account: its role's, or
+	// its namespace's own.
+	uc.Audience = s.accounts.of(id)
 	uc.IssuedAt = now.Unix()
 	exp := now.Add(s.maxTTL)
 	if !id.Expires.IsZero() && id.Expires.Before(exp) {
@@ -286,7 +291,10 @@ func (s *Service) issue(req *jwt.AuthorizationRequestClaims, id Identity, now ti
 	// (nats-server#5002: client.applyAccountLimits reads the client's own JWT, not the
 	// issued one), so the accounts' limits in NATSConfig are what hold there; this one
 	// holds in operator mode.
-	if id.Role != RoleScaler {
+	switch {
+	case jetStream:
+		uc.Limits.Subs = int64(DefaultTenantLimits.MaxSubscriptions)
+	case id.Role != RoleScaler:
 		uc.Limits.Subs = producerMaxSubs
 	}
 	vr := jwt.CreateValidationResults()

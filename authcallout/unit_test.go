@@ -23,8 +23,16 @@ func TestPermissions(t *testing.T) {
 		id                 Identity
 		pubAllow, subAllow []string
 		subDeny            []string
+		jetStream          bool
 		wantErr            string
 	}{
+		"producer of a JetStream namespace: anything in its own account": {
+			id: Identity{Role: RoleProducer, Namespace: "team-a"}, jetStream: true,
+			pubAllow: []string{">"}, subAllow: []string{">"},
+		},
+		"producer of a JetStream namespace that is no subject token": {
+			id: Identity{Role: RoleProducer, Namespace: "a.>"}, jetStream: true, wantErr: "not a DNS-1123 label",
+		},
 		"producer": {
 			id:       Identity{Role: RoleProducer, Namespace: "team-a"},
 			pubAllow: []string{"gpuscaler.v1.queue.team-a.*.*"}, subAllow: []string{"_INBOX.gpuscaler.team-a.>"},
@@ -41,7 +49,7 @@ func TestPermissions(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p, err := tc.id.permissions()
+			p, err := tc.id.permissions(tc.jetStream)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
@@ -56,14 +64,15 @@ func TestPermissions(t *testing.T) {
 			}
 		})
 	}
-	// The scaler publishes nothing but JetStream API requests, and never the ones that
-	// destroy data.
-	p, err := Identity{Role: RoleScaler}.permissions()
+	// The scaler publishes nothing but JetStream API requests, its own account's or the
+	// consumer info a JetStream namespace's account exports to it, and never the ones
+	// that destroy data.
+	p, err := Identity{Role: RoleScaler}.permissions(false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range p.Pub.Allow {
-		if !strings.HasPrefix(s, "$JS.") {
+		if !strings.HasPrefix(s, "$JS.") && s != gpuscalerv1.TenantConsumerInfoAll {
 			t.Errorf("scaler may publish %q, outside the JetStream API", s)
 		}
 		for _, bad := range []string{"STREAM.DELETE", "STREAM.PURGE", "MSG.DELETE", "SERVER."} {

@@ -79,6 +79,13 @@ type Config struct {
 	// ResourceExhausted until one falls idle. Zero means DefaultMaxFollowedConsumers;
 	// negative follows none.
 	MaxFollowedConsumers int
+	// JetStreamNamespaces keep their JetStream work queues in NATS accounts of their own
+	// (authcallout.Accounts.JetStreamNamespaces): the stream+consumer triggers of such a
+	// namespace read their consumer through that account's API, imported into the
+	// scaler's under gpuscalerv1.TenantJetStreamAPI, and wake at the next ConsumerRefresh
+	// rather than on the first message. Triggers of other namespaces read the scaler's
+	// own account, as before.
+	JetStreamNamespaces []string
 	// MaxConnectionAge is how long a client connection lives before the server asks the
 	// client to open a new one (GOAWAY). KEDA resolves the scaler's address again then,
 	// so replicas added behind a headless Service get calls within this time; streams
@@ -150,6 +157,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, reg *prometheus.Registry) 
 		cfg.StaleAfter = DefaultStaleAfter
 	case cfg.StaleAfter < time.Second || cfg.StaleAfter > metadata.MaxStaleAfter:
 		return nil, fmt.Errorf("stale-after %s: want a duration from 1s to 24h, as a trigger's staleAfter", cfg.StaleAfter)
+	}
+	for _, ns := range cfg.JetStreamNamespaces {
+		if err := gpuscalerv1.ValidateNamespace(ns); err != nil {
+			return nil, fmt.Errorf("JetStream namespaces: %w", err)
+		}
 	}
 	cfg.Stream = cfg.Stream.withDefaults()
 	if cfg.Stream.MaxAge <= cfg.StaleAfter {
@@ -365,13 +377,17 @@ func (s *Scaler) Run(ctx context.Context) error {
 		opts = append(opts, grpc.Creds(*s.tls))
 	}
 	srv := grpc.NewServer(opts...)
-	work := newWorkQueues(ctx, s.js, s.nc, workQueueConfig{
-		refresh:   s.cfg.ConsumerRefresh,
-		max:       s.cfg.MaxFollowedConsumers,
-		idleAfter: s.cfg.consumerIdleAfter,
-		local:     s.cfg.Now,
-		explain:   s.health.Explain,
+	work, err := newWorkQueues(ctx, s.js, s.nc, workQueueConfig{
+		refresh:             s.cfg.ConsumerRefresh,
+		max:                 s.cfg.MaxFollowedConsumers,
+		idleAfter:           s.cfg.consumerIdleAfter,
+		local:               s.cfg.Now,
+		explain:             s.health.Explain,
+		jetStreamNamespaces: s.cfg.JetStreamNamespaces,
 	}, s.clock.Now, s.log.With("component", "workqueues"), s.metrics)
+	if err != nil {
+		return err // New checked the namespaces; not expected
+	}
 	keda := &Server{
 		state:    s.state,
 		work:     work,

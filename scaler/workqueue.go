@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // DefaultConsumerRefresh is how often a followed JetStream consumer's info is fetched.
@@ -40,8 +42,15 @@ var ErrConsumerLimit = errors.New("JetStream consumer limit reached")
 // to the consumer's subjects wakes its triggers on the first new message, without waiting
 // for the next fetch; it is dropped once there is work, so a busy queue's traffic never
 // reaches the scaler. It is safe for concurrent use.
+//
+// The triggers of a namespace with JetStream of its own (workQueueConfig.jetStreamNamespaces)
+// name streams in that namespace's NATS account: their consumer info is fetched through
+// the import of that account's JetStream API into the scaler's, under
+// gpuscalerv1.TenantJetStreamAPI, and nothing else of that account reaches the scaler, so
+// those queues wake on the next fetch, not on their first message.
 type workQueues struct {
 	js      jetstream.JetStream
+	tenants map[string]jetstream.JetStream // by namespace; set at construction, read only
 	nc      *nats.Conn
 	cfg     workQueueConfig
 	now     func() time.Time // the NATS clock, as the state's
@@ -69,6 +78,9 @@ type workQueueConfig struct {
 	// explain adds to a fetch error that ran out of time while NATS was down where NATS
 	// is and why it cannot be reached (natsconn.Conn.Explain); nil adds nothing.
 	explain func(error) error
+	// jetStreamNamespaces keep their streams in NATS accounts of their own
+	// (Config.JetStreamNamespaces).
+	jetStreamNamespaces []string
 }
 
 func (c workQueueConfig) withDefaults() workQueueConfig {
@@ -90,7 +102,9 @@ func (c workQueueConfig) withDefaults() workQueueConfig {
 	return c
 }
 
-type wqKey struct{ stream, consumer string }
+// wqKey names a followed consumer: its stream and name, and the namespace whose account
+// holds it ("" for the scaler's own account).
+type wqKey struct{ account, stream, consumer string }
 
 // workQueue is one followed consumer.
 type workQueue struct {
@@ -109,9 +123,36 @@ type workQueue struct {
 	used                time.Time // last read or watch, by workQueueConfig.local
 }
 
-func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, cfg workQueueConfig, now func() time.Time, log *slog.Logger, m *metrics) *workQueues {
-	return &workQueues{js: js, nc: nc, cfg: cfg.withDefaults(), now: now, log: log, ctx: ctx, metrics: m,
-		refusal: newLogLimiter(time.Minute), queues: make(map[wqKey]*workQueue)}
+func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, cfg workQueueConfig, now func() time.Time, log *slog.Logger, m *metrics) (*workQueues, error) {
+	w := &workQueues{js: js, nc: nc, cfg: cfg.withDefaults(), now: now, log: log, ctx: ctx, metrics: m,
+		refusal: newLogLimiter(time.Minute), queues: make(map[wqKey]*workQueue), tenants: map[string]jetstream.JetStream{}}
+	for _, ns := range cfg.jetStreamNamespaces {
+		api, err := gpuscalerv1.TenantJetStreamAPI(ns)
+		if err != nil {
+			return nil, fmt.Errorf("JetStream namespaces: %w", err)
+		}
+		if w.tenants[ns], err = jetstream.NewWithAPIPrefix(nc, api); err != nil {
+			return nil, fmt.Errorf("JetStream of namespace %s: %w", ns, err)
+		}
+	}
+	return w, nil
+}
+
+// keyOf returns the key of t's consumer: in its namespace's account where the namespace
+// has one.
+func (w *workQueues) keyOf(t *Trigger) wqKey {
+	if _, ok := w.tenants[t.Namespace]; ok {
+		return wqKey{t.Namespace, t.Stream, t.Consumer}
+	}
+	return wqKey{"", t.Stream, t.Consumer}
+}
+
+// jsOf returns the JetStream API that holds k's consumer.
+func (w *workQueues) jsOf(k wqKey) jetstream.JetStream {
+	if k.account != "" {
+		return w.tenants[k.account]
+	}
+	return w.js
 }
 
 // track returns the followed consumer of t, following it from now on if it was not. A
@@ -119,7 +160,7 @@ func newWorkQueues(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, c
 // as the limit allows; those followed keep being answered, and a place frees when one
 // falls idle.
 func (w *workQueues) track(t *Trigger) (*workQueue, error) {
-	k := wqKey{t.Stream, t.Consumer}
+	k := w.keyOf(t)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[k]
@@ -191,11 +232,13 @@ func (w *workQueues) fetch(q *workQueue) {
 
 	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 	defer cancel()
-	cons, err := w.js.Consumer(ctx, q.key.stream, q.key.consumer)
+	cons, err := w.jsOf(q.key).Consumer(ctx, q.key.stream, q.key.consumer)
 	var info *jetstream.ConsumerInfo
 	if err == nil {
 		info = cons.CachedInfo()
-		if subjects == nil {
+		// A namespace's own account sends the scaler nothing but consumer info: its
+		// queues have no subjects to listen to, and wait for the next fetch.
+		if subjects == nil && q.key.account == "" {
 			subjects, err = w.subjectsOf(ctx, info)
 		}
 	}
@@ -303,11 +346,15 @@ func (q *workQueue) backlog() uint64 { return q.pending + q.ackPending + q.arriv
 
 // describe turns a fetch error into the Unavailable error triggers report.
 func (w *workQueues) describe(k wqKey, err error) error {
+	where := ""
+	if k.account != "" {
+		where = fmt.Sprintf(" in namespace %s's NATS account", k.account)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("%w: JetStream stream %q not found", ErrUnavailable, k.stream)
+		return fmt.Errorf("%w: JetStream stream %q not found%s", ErrUnavailable, k.stream, where)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		return fmt.Errorf("%w: JetStream consumer %q not found on stream %q", ErrUnavailable, k.consumer, k.stream)
+		return fmt.Errorf("%w: JetStream consumer %q not found on stream %q%s", ErrUnavailable, k.consumer, k.stream, where)
 	default:
 		if w.cfg.explain != nil {
 			err = w.cfg.explain(err)

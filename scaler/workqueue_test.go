@@ -382,3 +382,50 @@ func TestWorkQueueFollowNone(t *testing.T) {
 		t.Errorf("gpuscaler_scaler_consumers_followed = %v, want 0", got)
 	}
 }
+
+// TestWorkQueueInNamespaceAccount: a namespace with JetStream of its own keeps its work
+// queue in its own NATS account, which exports its consumer info to the scaler's; the
+// scaler imports it under gpuscalerv1.TenantJetStreamAPI (authcallout.NATSConfig writes
+// the same accounts) and answers that namespace's triggers from it. Another namespace's
+// trigger naming the same stream reads the scaler's own account, which has none.
+func TestWorkQueueInNamespaceAccount(t *testing.T) {
+	api, err := gpuscalerv1.TenantJetStreamAPI("ml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := natstest.StartConfig(t, `accounts {
+  SCALER {
+    jetstream: enabled
+    users: [ { user: scaler, password: s } ]
+    imports: [ { service: { account: ML, subject: "$JS.API.CONSUMER.INFO.>" }, to: "`+api+`.CONSUMER.INFO.>" } ]
+  }
+  ML {
+    jetstream: enabled
+    users: [ { user: ml, password: m } ]
+    exports: [ { service: "$JS.API.CONSUMER.INFO.>", accounts: [ SCALER ] } ]
+  }
+}
+`)
+	url := func(user, password string) string {
+		return strings.Replace(ns.ClientURL(), "nats://", "nats://"+user+":"+password+"@", 1)
+	}
+	s := startScaler(t, url("scaler", "s"), Config{ConsumerRefresh: 50 * time.Millisecond, JetStreamNamespaces: []string{"ml"}})
+	tenant := newPublisher(t, url("ml", "m"))
+	cons := makeWorkQueue(t, tenant.js)
+	publishWork(t, tenant.js, 3)
+
+	r := ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "workers"})
+	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, r); return err == nil && v == 3 })
+	// It wakes at the next fetch, not on the message: nothing else of the account
+	// reaches the scaler's.
+	publishWork(t, tenant.js, 2)
+	testkit.Eventually(t, 5*time.Second, func() bool { v, err := backlogOf(t, s, r); return err == nil && v == 5 })
+	if _, err := cons.Fetch(5); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = backlogOf(t, s, ref("other", "trainer", map[string]string{"stream": "WORK", "consumer": "workers"}))
+	wantCode(t, err, codes.Unavailable, `JetStream stream "WORK" not found`)
+	_, err = backlogOf(t, s, ref("ml", "trainer", map[string]string{"stream": "WORK", "consumer": "absent"}))
+	wantCode(t, err, codes.Unavailable, `JetStream consumer "absent" not found on stream "WORK" in namespace ml's NATS account`)
+}

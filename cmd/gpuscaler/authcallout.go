@@ -29,6 +29,10 @@ expires and at most --user-max-ttl, whose permissions follow from the identity a
   scaler     --scaler-identities: read everything; the JetStream API of stream GPUSCALER
              and read-only info of other streams and consumers
 
+A producer of a namespace in --jetstream-namespaces joins that namespace's own account
+instead, where it may publish and subscribe anything, JetStream included: the account
+reaches others only through its own queue subjects and the consumer info the scaler reads.
+
 Clients send a projected ServiceAccount token (audience --audience) as their NATS token
 (--nats-token-file); the callout reviews it with the TokenReview API (RBAC:
 system:auth-delegator). Clients outside the cluster log in with a user and password from
@@ -40,7 +44,7 @@ Subcommands:
       print the issuer's public key, the NATS server's auth_callout.issuer
   gpuscaler auth-callout hash-password
       read a password on stdin and print its bcrypt hash, for --static-users
-  gpuscaler auth-callout nats-config
+  gpuscaler auth-callout nats-config [--jetstream-namespaces NS,...]
       print the accounts and auth_callout configuration a nats-server needs for it`
 
 func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) error {
@@ -67,6 +71,7 @@ func runAuthCallout(ctx context.Context, args []string, env envFunc, stdout, std
 	fs.StringVar(&cfg.Accounts.Scaler, "scaler-account", authcallout.DefaultAccounts.Scaler, "NATS account scalers join: it holds the GPUSCALER stream and exports the report subjects")
 	fs.StringVar(&cfg.Accounts.Collector, "collector-account", authcallout.DefaultAccounts.Collector, "NATS account collectors join: it imports the node report subjects from the scaler's")
 	fs.StringVar(&cfg.Accounts.Producer, "producer-account", authcallout.DefaultAccounts.Producer, "NATS account producers join: it imports the queue report subjects from the scaler's")
+	fs.Var((*namespaceList)(&cfg.Accounts.JetStreamNamespaces), "jetstream-namespaces", jetStreamNamespacesHelp+": their producers join that account, where they may do anything")
 	fs.StringVar(&cfg.Audience, "audience", authcallout.DefaultAudience, "audience the ServiceAccount tokens must carry (the projected volume's serviceAccountToken.audience)")
 	fs.StringVar(&cfg.Scalers, "scaler-identities", "", "ServiceAccounts that are scalers: comma-separated namespace/name")
 	fs.StringVar(&cfg.Collectors, "collector-identities", "", "ServiceAccounts that are collectors: comma-separated namespace/name")
@@ -193,15 +198,17 @@ func runIssuerKey(args []string, env envFunc, stdout io.Writer) error {
 // the issuer's public key and the callout's password as variables: what the chart's
 // bundled NATS runs, and what your own servers need.
 func runNATSConfig(args []string, env envFunc, stdout io.Writer) error {
-	fs := newFlagSet("auth-callout nats-config", "auth-callout nats-config",
+	var accounts authcallout.Accounts
+	fs := newFlagSet("auth-callout nats-config", "auth-callout nats-config [--jetstream-namespaces NS,...]",
 		`Prints the accounts and auth_callout blocks of a nats-server configuration for the callout
 with its default accounts and limits: $CALLOUT_ISSUER is the issuer's public key (issuer-key
 prints it), $CALLOUT_PASSWORD the callout's password; nats-server reads both from its
 environment.`, stdout)
+	fs.Var((*namespaceList)(&accounts.JetStreamNamespaces), "jetstream-namespaces", jetStreamNamespacesHelp)
 	if err := parseFlags(fs, args, env); err != nil {
 		return err
 	}
-	_, err := io.WriteString(stdout, authcallout.NATSConfig{Issuer: "$CALLOUT_ISSUER", CalloutPassword: "$CALLOUT_PASSWORD"}.String())
+	_, err := io.WriteString(stdout, authcallout.NATSConfig{Issuer: "$CALLOUT_ISSUER", CalloutPassword: "$CALLOUT_PASSWORD", Accounts: accounts}.String())
 	return err
 }
 

@@ -157,4 +157,15 @@ func TestNATSConfigCommand(t *testing.T) {
 	if !strings.Contains(string(readme), "as `gpuscaler auth-callout nats-config` prints them:\n\n```\n"+r.stdout+"```\n") {
 		t.Errorf("deploy/README.md (Your own NATS) does not show what `gpuscaler auth-callout nats-config` prints:\n%s", r.stdout)
 	}
+	// With namespaces listed for JetStream, each has its account, which a server accepts.
+	r = runCLI(t.Context(), nil, "auth-callout", "nats-config", "--jetstream-namespaces=training, team-b,training")
+	if r.code != 0 {
+		t.Fatalf("nats-config --jetstream-namespaces: %s", r)
+	}
+	for _, want := range []string{`"GPUSCALER_NS_training" {`, `"GPUSCALER_NS_team-b" {`, `to: "gpuscaler.ns.team-b.$JS.API.CONSUMER.INFO.>"`} {
+		if strings.Count(r.stdout, want) != 1 {
+			t.Errorf("nats-config --jetstream-namespaces prints %q %d times, want once:\n%s", want, strings.Count(r.stdout, want), r.stdout)
+		}
+	}
+	natstest.StartConfig(t, r.stdout)
 }

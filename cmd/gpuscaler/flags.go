@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/natsconn"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // envFunc looks up an environment variable (os.LookupEnv; a map in tests).
@@ -222,4 +224,31 @@ func logFlags(fs *flag.FlagSet, stderr io.Writer, defaultLevel string) func() (*
 			return nil, usageError{fmt.Errorf("--log-format %q: want text or json", *format)}
 		}
 	}
+}
+
+// jetStreamNamespacesHelp is --jetstream-namespaces' help, the same for the scaler, the
+// auth callout and nats-config: the three must be given the same list.
+const jetStreamNamespacesHelp = "comma-separated namespaces that keep their JetStream work queues in a NATS account of their own (GPUSCALER_NS_<namespace>), which the scaler reads their consumers' info from; give the scaler, the auth callout and the NATS server (auth-callout nats-config) the same list"
+
+// namespaceList is a flag of comma-separated namespaces, each a DNS-1123 label.
+type namespaceList []string
+
+func (l *namespaceList) String() string { return strings.Join(*l, ",") }
+
+func (l *namespaceList) Set(s string) error {
+	var out []string
+	for ns := range strings.SplitSeq(s, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if err := gpuscalerv1.ValidateNamespace(ns); err != nil {
+			return err
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	*l = out
+	return nil
 }

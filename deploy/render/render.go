@@ -99,6 +99,7 @@ var Cases = []Case{
 	{Name: "nats-cluster", Values: []string{ChartDir + "/ci/nats-cluster-values.yaml"}, Out: "test/manifests/testdata/nats-cluster.yaml"},
 	{Name: "external-nats-creds", Values: []string{ChartDir + "/ci/external-nats-creds-values.yaml"}, Out: "test/manifests/testdata/external-nats-creds.yaml"},
 	{Name: "full", Values: []string{ChartDir + "/ci/full-values.yaml"}, Out: "test/manifests/testdata/full.yaml"},
+	{Name: "jetstream-namespaces", Values: []string{"examples/training-queue/gpuscaler-values.yaml"}, Out: "test/manifests/testdata/jetstream-namespaces.yaml"},
 	{Name: "cert-manager", Values: []string{ChartDir + "/ci/cert-manager-values.yaml"}, Out: "test/manifests/testdata/cert-manager.yaml",
 		APIVersions: []string{"cert-manager.io/v1"}},
 }

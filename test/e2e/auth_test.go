@@ -38,6 +38,8 @@ type calloutBus struct {
 	// Tokens for the NATS audience, bound to pods on node; the files hold them.
 	scalerToken, collectorToken, teamAToken string
 	producerPod                             *corev1.Pod
+	// jetStreamNamespaces have accounts of their own with JetStream (startCalloutBusWith).
+	jetStreamNamespaces []string
 }
 
 // writeToken writes tok to a file of b's folder and returns its path.
@@ -51,6 +53,13 @@ func (b *calloutBus) writeToken(t *testing.T, name, tok string) string {
 }
 
 func startCalloutBus(t *testing.T) *calloutBus {
+	t.Helper()
+	return startCalloutBusWith(t, false)
+}
+
+// startCalloutBusWith is startCalloutBus; with jetStream, team-a and team-b are listed
+// for JetStream (b.jetStreamNamespaces), each with an account of its own.
+func startCalloutBusWith(t *testing.T, jetStream bool) *calloutBus {
 	t.Helper()
 	ctx := t.Context()
 	sys := newNamespace(t, "gpuscaler-sys")
@@ -79,6 +88,10 @@ func startCalloutBus(t *testing.T) *calloutBus {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var jetStreamNamespaces []string
+	if jetStream {
+		jetStreamNamespaces = []string{teamA, teamB}
+	}
 	kubeconfig := filepath.Join(dir, "callout.kubeconfig")
 	if err := cluster.WriteTokenKubeconfig(kubeconfig, env.CP, tokenFor(t, sys, "auth-callout", "", nil)); err != nil {
 		t.Fatal(err)
@@ -90,6 +103,7 @@ func startCalloutBus(t *testing.T) *calloutBus {
 			"--collector-identities=" + sys + "/collector",
 			"--producer-identities=" + teamA + "/inference," + teamB + "/*",
 		},
+		JetStreamNamespaces: jetStreamNamespaces,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +120,7 @@ func startCalloutBus(t *testing.T) *calloutBus {
 	scalerPod := createPod(t, sys, "scaler-0", "scaler", node)
 	producerPod := createPod(t, teamA, "inference-0", "inference", node)
 
-	b := &calloutBus{CalloutBus: bus, sys: sys, teamA: teamA, teamB: teamB, teamC: teamC, dir: dir, node: node, producerPod: producerPod}
+	b := &calloutBus{CalloutBus: bus, sys: sys, teamA: teamA, teamB: teamB, teamC: teamC, dir: dir, node: node, producerPod: producerPod, jetStreamNamespaces: jetStreamNamespaces}
 	b.scalerToken = b.writeToken(t, "scaler", tokenFor(t, sys, "scaler", natsAudience, scalerPod))
 	b.collectorToken = tokenFor(t, sys, "collector", natsAudience, collectorPod)
 	b.teamAToken = b.writeToken(t, "team-a", tokenFor(t, teamA, "inference", natsAudience, producerPod))

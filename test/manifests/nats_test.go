@@ -389,31 +389,52 @@ func writeTestCerts(t *testing.T, dir string) {
 // chart's default NATS configuration are the ones the callout's own `gpuscaler
 // auth-callout nats-config` prints (authcallout.NATSConfig, what its tests run), so the
 // accounts the callout places users in exist, with the imports that keep replies in the
-// sender's account and the limits documented for them.
+// sender's account and the limits documented for them. With namespaces listed for
+// JetStream, nats-config is given the callout's own --jetstream-namespaces, which the
+// scaler must be given too.
 func TestBundledNATSAccountsMatchTheCallout(t *testing.T) {
-	objs := caseObjects(t, render.Cases[0])
-	cm, ok := find[*corev1.ConfigMap](objs, render.Release+"-nats")
-	if !ok {
-		t.Fatal("got no ConfigMap with the NATS configuration")
-	}
-	out, err := exec.Command(gpuscalerBinary(t), "auth-callout", "nats-config").Output()
-	if err != nil {
-		t.Fatalf("gpuscaler auth-callout nats-config: %v", err)
-	}
-	t.Setenv("POD_NAME", "nats-0")
-	t.Setenv("CALLOUT_ISSUER", "issuer")
-	t.Setenv("CALLOUT_PASSWORD", "password")
-	chart, err := conf.Parse(cm.Data["nats.conf"])
-	if err != nil {
-		t.Fatalf("chart's nats.conf: %v", err)
-	}
-	callout, err := conf.Parse(string(out))
-	if err != nil {
-		t.Fatalf("nats-config's output: %v", err)
-	}
-	for _, key := range []string{"accounts", "system_account", "authorization"} {
-		if !reflect.DeepEqual(chart[key], callout[key]) {
-			t.Errorf("%s: the chart renders\n%v\nthe callout expects\n%v", key, chart[key], callout[key])
-		}
+	for _, name := range []string{render.Cases[0].Name, "jetstream-namespaces"} {
+		t.Run(name, func(t *testing.T) {
+			i := slices.IndexFunc(render.Cases, func(c render.Case) bool { return c.Name == name })
+			if i < 0 {
+				t.Fatalf("no render case %s", name)
+			}
+			objs := caseObjects(t, render.Cases[i])
+			cm, ok := find[*corev1.ConfigMap](objs, render.Release+"-nats")
+			if !ok {
+				t.Fatal("got no ConfigMap with the NATS configuration")
+			}
+			dep, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
+			if !ok {
+				t.Fatal("got no auth callout Deployment")
+			}
+			namespaces := flagValue(dep.Spec.Template.Spec.Containers[0].Args, "jetstream-namespaces")
+			if got := flagValue(scalerArgs(objs), "jetstream-namespaces"); got != namespaces {
+				t.Errorf("got the scaler's --jetstream-namespaces %q, the callout's %q, want the same", got, namespaces)
+			}
+			if name != render.Cases[0].Name && namespaces == "" {
+				t.Fatal("got a callout without --jetstream-namespaces in the case that lists some")
+			}
+			out, err := exec.Command(gpuscalerBinary(t), "auth-callout", "nats-config", "--jetstream-namespaces="+namespaces).Output()
+			if err != nil {
+				t.Fatalf("gpuscaler auth-callout nats-config: %v", err)
+			}
+			t.Setenv("POD_NAME", "nats-0")
+			t.Setenv("CALLOUT_ISSUER", "issuer")
+			t.Setenv("CALLOUT_PASSWORD", "password")
+			chart, err := conf.Parse(cm.Data["nats.conf"])
+			if err != nil {
+				t.Fatalf("chart's nats.conf: %v", err)
+			}
+			callout, err := conf.Parse(string(out))
+			if err != nil {
+				t.Fatalf("nats-config's output: %v", err)
+			}
+			for _, key := range []string{"accounts", "system_account", "authorization"} {
+				if !reflect.DeepEqual(chart[key], callout[key]) {
+					t.Errorf("%s: the chart renders\n%v\nthe callout expects\n%v", key, chart[key], callout[key])
+				}
+			}
+		})
 	}
 }

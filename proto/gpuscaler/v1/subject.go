@@ -135,6 +135,25 @@ func InboxPrefix(namespace string) string {
 	return "_INBOX.gpuscaler." + namespace
 }
 
+// TenantJetStreamAPI returns the prefix under which the scaler's account reaches the
+// JetStream API of a namespace's own account, gpuscaler.ns.<namespace>.$JS.API: where a
+// namespace may use JetStream, the bus imports that account's consumer info
+// ($JS.API.CONSUMER.INFO.>) into the scaler's under this prefix, and the scaler reads the
+// work queues of that namespace's triggers through it. It is outside gpuscaler.v1.>, so
+// the GPUSCALER stream never captures it.
+func TenantJetStreamAPI(namespace string) (string, error) {
+	if err := ValidateNamespace(namespace); err != nil {
+		return "", err
+	}
+	return tenantAPIPrefix + namespace + ".$JS.API", nil
+}
+
+// TenantConsumerInfoAll matches the consumer info requests the scaler sends to every
+// namespace's account: TenantJetStreamAPI(<any namespace>) + ".CONSUMER.INFO.<stream>.<consumer>".
+const TenantConsumerInfoAll = tenantAPIPrefix + "*.$JS.API.CONSUMER.INFO.*.*"
+
+const tenantAPIPrefix = "gpuscaler.ns."
+
 // ParseSubject parses a subject built by NodeSubject or QueueSubject. It allocates only
 // for a node name that holds dots.
 func ParseSubject(subject string) (Subject, error) {

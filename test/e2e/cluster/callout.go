@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,11 @@ type CalloutOptions struct {
 	Kubeconfig string
 	// Flags are more flags for gpuscaler auth-callout (identities, audience).
 	Flags []string
+	// JetStreamNamespaces get accounts of their own with JetStream: the callout is given
+	// them, and the server the accounts `gpuscaler auth-callout nats-config` prints for
+	// them (test/manifests checks the chart renders the same for its
+	// nats.auth.kubernetes.jetStreamNamespaces).
+	JetStreamNamespaces []string
 }
 
 // StartCalloutBus starts nats-server with auth callout, then `gpuscaler auth-callout`,
@@ -74,6 +81,16 @@ func StartCalloutBus(ctx context.Context, ps *Procs, o CalloutOptions) (*Callout
 	if err != nil {
 		return nil, err
 	}
+	flags := o.Flags
+	if len(o.JetStreamNamespaces) > 0 {
+		list := "--jetstream-namespaces=" + strings.Join(o.JetStreamNamespaces, ",")
+		accounts, err := exec.CommandContext(ctx, o.GpuscalerBin, "auth-callout", "nats-config", list).Output()
+		if err != nil {
+			return nil, fmt.Errorf("gpuscaler auth-callout nats-config: %w", err)
+		}
+		chartConf += "\n# e2e: the accounts of the namespaces with JetStream.\n" + string(accounts)
+		flags = append(slices.Clone(flags), list)
+	}
 	// The chart's configuration, then what differs on loopback: the same keys again,
 	// which nats-server's parser lets the later one win.
 	conf := filepath.Join(o.Dir, "nats.conf")
@@ -106,7 +123,7 @@ jetstream { store_dir: %q }
 		"--nats-url=" + b.NATS.URL, "--nats-user=callout",
 		"--http-addr=" + b.HTTPAddr,
 		"--log-level=debug",
-	}, o.Flags...)
+	}, flags...)
 	b.Callout, err = ps.Start("gpuscaler-auth-callout", o.GpuscalerBin, args, "GPUSCALER_NATS_PASSWORD="+password)
 	if err != nil {
 		return nil, err

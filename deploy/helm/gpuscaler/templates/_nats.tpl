@@ -64,6 +64,7 @@ authorization {
 }
 {{- else if eq .Values.nats.auth.type "kubernetes" }}
 {{- $limits := .Values.nats.auth.kubernetes.limits }}
+{{- $tenants := .Values.nats.auth.kubernetes.jetStreamNamespaces | default list }}
 # Every client but the callout is authenticated by the auth callout: the server sends it
 # the client's connect options (its ServiceAccount token), and admits the client as the
 # user the callout answers with, which must be signed by the issuer. $CALLOUT_ISSUER is
@@ -85,9 +86,18 @@ accounts {
   GPUSCALER {
     jetstream: enabled
     exports: [
-      { service: "gpuscaler.v1.queue.>", accounts: [ GPUSCALER_PRODUCERS ] }
+      { service: "gpuscaler.v1.queue.>", accounts: [ GPUSCALER_PRODUCERS{{ range $tenants }}, {{ printf "GPUSCALER_NS_%s" . | quote }}{{ end }} ] }
       { service: "gpuscaler.v1.node.>", accounts: [ GPUSCALER_COLLECTORS ] }
     ]
+    {{- if $tenants }}
+    # The consumer info of each namespace's own account, under gpuscaler.ns.<ns>.$JS.API:
+    # what the scaler reads of their work queues, and nothing else.
+    imports: [
+      {{- range $tenants }}
+      { service: { account: {{ printf "GPUSCALER_NS_%s" . | quote }}, subject: "$JS.API.CONSUMER.INFO.>" }, to: {{ printf "gpuscaler.ns.%s.$JS.API.CONSUMER.INFO.>" . | quote }} }
+      {{- end }}
+    ]
+    {{- end }}
   }
   GPUSCALER_PRODUCERS {
     imports: [ { service: { account: GPUSCALER, subject: "gpuscaler.v1.queue.>" } } ]
@@ -101,6 +111,20 @@ accounts {
     limits { max_connections: {{ int .maxConnections }}, max_subscriptions: {{ int .maxSubscriptions }}, max_payload: {{ int .maxPayload }} }
     {{- end }}
   }
+  {{- $tjs := .Values.nats.auth.kubernetes.tenantJetStream }}
+  {{- range $tenants }}
+  # Namespace {{ . }}'s own account (jetStreamNamespaces): anything inside it, JetStream
+  # included; it imports its own queue subjects alone, and exports its consumer info to
+  # the scaler's.
+  {{ printf "GPUSCALER_NS_%s" . | quote }} {
+    jetstream { max_memory: {{ include "gpuscaler.bytes" $tjs.maxMemoryStore }}, max_file: {{ include "gpuscaler.bytes" $tjs.maxFileStore }}, max_streams: {{ int $tjs.maxStreams }}, max_consumers: {{ int $tjs.maxConsumers }} }
+    imports: [ { service: { account: GPUSCALER, subject: {{ printf "gpuscaler.v1.queue.%s.*.*" . | quote }} } } ]
+    exports: [ { service: "$JS.API.CONSUMER.INFO.>", accounts: [ GPUSCALER ] } ]
+    {{- with $limits.tenants }}
+    limits { max_connections: {{ int .maxConnections }}, max_subscriptions: {{ int .maxSubscriptions }}, max_payload: {{ int .maxPayload }} }
+    {{- end }}
+  }
+  {{- end }}
   SYS {}
 }
 system_account: SYS
