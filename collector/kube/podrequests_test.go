@@ -4,8 +4,9 @@ import (
 	"testing"
 	"time"
 
+	testpods "github.com/gpuscaler/gpuscaler/internal/kuberesources/kuberesourcestest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -14,46 +15,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
-// reqContainer is a container of a test pod requesting cpu and memory (either may be
-// empty: not requested); always makes it a restartable init container (a sidecar).
-func reqContainer(name, cpu, memory string, always bool) map[string]any {
-	req := map[string]any{}
-	if cpu != "" {
-		req["cpu"] = cpu
-	}
-	if memory != "" {
-		req["memory"] = memory
-	}
-	c := map[string]any{"name": name, "image": "x", "resources": map[string]any{"requests": req, "limits": map[string]any{"nvidia.com/gpu": "1"}}}
-	if always {
-		c["restartPolicy"] = "Always"
-	}
-	return c
-}
-
-// reqPod is a pod as the API server serves it, bound to node, in phase.
-func reqPod(name, node, phase string, containers, inits []map[string]any, spec map[string]any) *unstructured.Unstructured {
-	list := func(cs []map[string]any) []any {
-		out := make([]any, len(cs))
-		for i, c := range cs {
-			out[i] = c
-		}
-		return out
-	}
-	s := map[string]any{"nodeName": node, "containers": list(containers)}
-	if len(inits) > 0 {
-		s["initContainers"] = list(inits)
-	}
-	for k, v := range spec {
-		s[k] = v
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": "ml"},
-		"spec":     s,
-		"status":   map[string]any{"phase": phase},
-	}}
-}
 
 func newFakePodClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
@@ -65,13 +26,13 @@ func newFakePodClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 // out (kubernetes v1.36.4 pkg/scheduler/scheduler.go, newPodInformer); a pod whose
 // requests cannot be read makes the sum unknown, never a smaller one.
 func TestPodRequestsWatch(t *testing.T) {
-	app := func(cpu, mem string) []map[string]any { return []map[string]any{reqContainer("a", cpu, mem, false)} }
+	app := func(cpu, mem string) []map[string]any { return []map[string]any{testpods.Container("a", cpu, mem, false)} }
 	client := newFakePodClient(
-		reqPod("train-0", "gpu-1", "Running", app("8", "64Gi"), nil, nil),
-		reqPod("train-1", "gpu-1", "Pending", app("8", "64Gi"), nil, nil),
-		reqPod("done", "gpu-1", "Succeeded", app("8", "64Gi"), nil, nil),
-		reqPod("failed", "gpu-1", "Failed", app("8", "64Gi"), nil, nil),
-		reqPod("elsewhere", "gpu-2", "Running", app("8", "64Gi"), nil, nil),
+		testpods.Pod("train-0", "gpu-1", "Running", app("8", "64Gi"), nil, nil),
+		testpods.Pod("train-1", "gpu-1", "Pending", app("8", "64Gi"), nil, nil),
+		testpods.Pod("done", "gpu-1", "Succeeded", app("8", "64Gi"), nil, nil),
+		testpods.Pod("failed", "gpu-1", "Failed", app("8", "64Gi"), nil, nil),
+		testpods.Pod("elsewhere", "gpu-2", "Running", app("8", "64Gi"), nil, nil),
 	)
 	w := NewPodRequests(client, "gpu-1", testkit.Logger(t))
 	if _, _, ok := w.Requested(); ok {
@@ -87,11 +48,11 @@ func TestPodRequestsWatch(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, want(16_000, 128<<30, true))
 
 	pods := client.Resource(PodsResource).Namespace("ml")
-	if _, err := pods.Create(t.Context(), reqPod("sidecar", "gpu-1", "Running", app("1", "1Gi"), []map[string]any{reqContainer("s", "500m", "", true)}, nil), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(t.Context(), testpods.Pod("sidecar", "gpu-1", "Running", app("1", "1Gi"), []map[string]any{testpods.Container("s", "500m", "", true)}, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, want(17_500, 129<<30, true))
-	if _, err := pods.Update(t.Context(), reqPod("train-0", "gpu-1", "Succeeded", app("8", "64Gi"), nil, nil), metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.Update(t.Context(), testpods.Pod("train-0", "gpu-1", "Succeeded", app("8", "64Gi"), nil, nil), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, want(9_500, 65<<30, true))
@@ -99,7 +60,7 @@ func TestPodRequestsWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, want(1_500, 1<<30, true))
-	if _, err := pods.Create(t.Context(), reqPod("odd", "gpu-1", "Running", app("lots", "1Gi"), nil, nil), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(t.Context(), testpods.Pod("odd", "gpu-1", "Running", app("lots", "1Gi"), nil, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, want(0, 0, false))

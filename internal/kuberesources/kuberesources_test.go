@@ -3,49 +3,11 @@ package kuberesources
 import (
 	"testing"
 
+	testpods "github.com/gpuscaler/gpuscaler/internal/kuberesources/kuberesourcestest"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// reqContainer is a container of a test pod requesting cpu and memory (either may be
-// empty: not requested); always makes it a restartable init container (a sidecar).
-func reqContainer(name, cpu, memory string, always bool) map[string]any {
-	req := map[string]any{}
-	if cpu != "" {
-		req["cpu"] = cpu
-	}
-	if memory != "" {
-		req["memory"] = memory
-	}
-	c := map[string]any{"name": name, "image": "x", "resources": map[string]any{"requests": req, "limits": map[string]any{"nvidia.com/gpu": "1"}}}
-	if always {
-		c["restartPolicy"] = "Always"
-	}
-	return c
-}
-
-// reqPod is a pod as the API server serves it, bound to node, in phase.
-func reqPod(name, node, phase string, containers, inits []map[string]any, spec map[string]any) *unstructured.Unstructured {
-	list := func(cs []map[string]any) []any {
-		out := make([]any, len(cs))
-		for i, c := range cs {
-			out[i] = c
-		}
-		return out
-	}
-	s := map[string]any{"nodeName": node, "containers": list(containers)}
-	if len(inits) > 0 {
-		s["initContainers"] = list(inits)
-	}
-	for k, v := range spec {
-		s[k] = v
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": "ml"},
-		"spec":     s,
-		"status":   map[string]any{"phase": phase},
-	}}
-}
 
 // TestPodRequestsOf holds PodRequests to what the scheduler counts of a pod on its
 // node: k8s.io/component-helpers v0.36.4 resource/helpers.go, PodRequests and
@@ -62,41 +24,41 @@ func TestPodRequestsOf(t *testing.T) {
 		wantError bool
 	}{
 		"app containers add up": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "500m", "1Gi", false), reqContainer("b", "1", "2Gi", false)}, nil, nil),
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "500m", "1Gi", false), testpods.Container("b", "1", "2Gi", false)}, nil, nil),
 			cpu: 1500, mem: 3 << 30,
 		},
 		"no requests": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "", "", false)}, nil, nil),
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "", "", false)}, nil, nil),
 		},
 		"an init container larger than the app": {
-			pod: reqPod("p", "n", "Pending", []map[string]any{reqContainer("a", "1", "1Gi", false)}, []map[string]any{reqContainer("init", "4", "512Mi", false)}, nil),
+			pod: testpods.Pod("p", "n", "Pending", []map[string]any{testpods.Container("a", "1", "1Gi", false)}, []map[string]any{testpods.Container("init", "4", "512Mi", false)}, nil),
 			cpu: 4000, mem: 1 << 30,
 		},
 		// KEP 753's example, with init2 at 2: sidecar1 1, init1 2 + 1, sidecar2 3 (4 so
 		// far), init2 2 + 4 = 6; the app 1 with both sidecars is 5; the pod asks 6.
 		"sidecars": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("app", "1", "1Gi", false)}, []map[string]any{
-				reqContainer("sidecar1", "1", "1Gi", true), reqContainer("init1", "2", "1Gi", false),
-				reqContainer("sidecar2", "3", "1Gi", true), reqContainer("init2", "2", "1Gi", false),
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("app", "1", "1Gi", false)}, []map[string]any{
+				testpods.Container("sidecar1", "1", "1Gi", true), testpods.Container("init1", "2", "1Gi", false),
+				testpods.Container("sidecar2", "3", "1Gi", true), testpods.Container("init2", "2", "1Gi", false),
 			}, nil),
 			cpu: 6000, mem: 3 << 30, // memory: app 1 + sidecars 2 = 3; init2 1 + 2 = 3
 		},
 		"overhead": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "1", "1Gi", false)}, nil,
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "1", "1Gi", false)}, nil,
 				map[string]any{"overhead": map[string]any{"cpu": "250m", "memory": "120Mi"}}),
 			cpu: 1250, mem: 1<<30 + 120<<20,
 		},
 		"pod-level requests": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "1", "1Gi", false)}, nil,
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "1", "1Gi", false)}, nil,
 				map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "8"}}, "overhead": map[string]any{"cpu": "100m"}}),
 			cpu: 8100, mem: 1 << 30,
 		},
 		"a millicore fraction rounds up": {
-			pod: reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "100u", "1.5", false)}, nil, nil),
+			pod: testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "100u", "1.5", false)}, nil, nil),
 			cpu: 1, mem: 2,
 		},
 		"a quantity that does not parse": {
-			pod:       reqPod("p", "n", "Running", []map[string]any{reqContainer("a", "lots", "1Gi", false)}, nil, nil),
+			pod:       testpods.Pod("p", "n", "Running", []map[string]any{testpods.Container("a", "lots", "1Gi", false)}, nil, nil),
 			wantError: true,
 		},
 		"containers not a list": {
