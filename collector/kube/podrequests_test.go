@@ -15,7 +15,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
 
-
 func newFakePodClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{PodsResource: "PodList"}, objs...)
@@ -26,7 +25,9 @@ func newFakePodClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 // out (kubernetes v1.36.4 pkg/scheduler/scheduler.go, newPodInformer); a pod whose
 // requests cannot be read makes the sum unknown, never a smaller one.
 func TestPodRequestsWatch(t *testing.T) {
-	app := func(cpu, mem string) []map[string]any { return []map[string]any{testpods.Container("a", cpu, mem, false)} }
+	app := func(cpu, mem string) []map[string]any {
+		return []map[string]any{testpods.Container("a", cpu, mem, false)}
+	}
 	client := newFakePodClient(
 		testpods.Pod("train-0", "gpu-1", "Running", app("8", "64Gi"), nil, nil),
 		testpods.Pod("train-1", "gpu-1", "Pending", app("8", "64Gi"), nil, nil),

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-
 // TestPodRequestsOf holds PodRequests to what the scheduler counts of a pod on its
 // node: k8s.io/component-helpers v0.36.4 resource/helpers.go, PodRequests and
 // AggregateContainerRequests, as kubernetes v1.36.4 pkg/scheduler/framework/types.go
