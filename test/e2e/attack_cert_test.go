@@ -264,6 +264,20 @@ func cmInstallCRDs(t *testing.T, dyn dynamic.Interface) {
 	t.Logf("applied the CRDs of %s@%s: %s", cmModule, cmTag, strings.Join(names, ", "))
 	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	t.Cleanup(func() {
+		// The API server's CRD finalizer deletes a CRD's objects first, and fails (then
+		// backs off for minutes) while that resource's storage is still initialising, as
+		// it can be right after a test as short as this one. Each resource serves a list
+		// once its storage is up.
+		testkit.Eventually(t, time.Minute, func(ctx context.Context) error {
+			for _, n := range names {
+				plural, group, _ := strings.Cut(n, ".")
+				gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+				if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+					return fmt.Errorf("%s not served yet: %w", n, err)
+				}
+			}
+			return nil
+		})
 		for _, n := range names {
 			_ = crds.Delete(context.Background(), n, metav1.DeleteOptions{})
 		}
