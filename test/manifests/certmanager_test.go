@@ -17,7 +17,6 @@ import (
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
-	"github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
@@ -96,15 +95,7 @@ func TestCertManagerCertificatesServeMTLS(t *testing.T) {
 		}
 		moved[f] = testkit.WriteFile(t, dir, f, data)
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready")
-	}
+	ns := startPlainNATS(t)
 	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	moved["nats-url"], moved["grpc-addr"], moved["http-addr"] = ns.ClientURL(), grpcAddr, httpAddr
 	moved["nats-token-file"] = testkit.WriteFile(t, dir, "token", []byte("a-projected-serviceaccount-token"))

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
-	"github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
@@ -194,15 +193,7 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready")
-	}
+	ns := startPlainNATS(t)
 	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	runArgs(t, scaler.Spec.Template.Spec.Containers[0], map[string]string{
 		"nats-url": ns.ClientURL(), "nats-token-file": filepath.Join(dir, "token"),

@@ -46,15 +46,7 @@ func TestSimManifestRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready")
-	}
+	ns := startPlainNATS(t)
 
 	// The pods' mounted files, made here: certificates for the scaler's gRPC TLS, and a
 	// ServiceAccount token (this NATS has no auth, so it admits any).
@@ -141,4 +133,20 @@ func waitHTTP(t *testing.T, url string, ok func(body string) bool) {
 		}
 		return nil
 	})
+}
+
+// startPlainNATS starts an in-process nats-server with JetStream and no auth, for the
+// chart's binaries run outside their pods, and stops it at cleanup.
+func startPlainNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS not ready")
+	}
+	return ns
 }
