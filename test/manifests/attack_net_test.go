@@ -315,12 +315,7 @@ func TestAttackCollectorPort(t *testing.T) {
 // verifies the other's certificate, both ways. (test/e2e TestAttackRoute runs the
 // password alone against real nats-server processes.)
 func TestAttackRouteTLS(t *testing.T) {
-	var c render.Case
-	for _, k := range render.Cases {
-		if k.Name == "cert-manager" {
-			c = k
-		}
-	}
+	c := namedCase(t, "cert-manager")
 	objs := caseObjects(t, c)
 	sts, _ := find[*appsv1.StatefulSet](objs, render.Release+"-nats")
 	cm, _ := find[*corev1.ConfigMap](objs, render.Release+"-nats")

@@ -37,12 +37,7 @@ import (
 // refused by the scaler; a serving certificate from the client CA (what any Certificate in
 // KEDA's namespace would get) is refused by KEDA's caCert.
 func TestCertManagerCertificatesServeMTLS(t *testing.T) {
-	var c render.Case
-	for _, k := range render.Cases {
-		if k.Name == "cert-manager" {
-			c = k
-		}
-	}
+	c := namedCase(t, "cert-manager")
 	vals, err := render.CaseValues(root(t), c)
 	if err != nil {
 		t.Fatal(err)

@@ -358,12 +358,7 @@ func avoidsGPUNodes(a *corev1.Affinity) bool {
 // --producer-identities.
 func mainChartNATS(t *testing.T) (audience, url, producers string) {
 	t.Helper()
-	var def render.Case
-	for _, c := range render.Cases {
-		if c.Name == "default" {
-			def = c
-		}
-	}
+	def := namedCase(t, "default")
 	objs := caseObjects(t, def)
 	callout, ok := find[*appsv1.Deployment](objs, render.Release+"-auth-callout")
 	if !ok {

@@ -173,12 +173,7 @@ func TestGeneratedSecretsKeptAcrossUpgrades(t *testing.T) {
 // ClusterTriggerAuthentication's Secret; gRPC takes the server name from the
 // scalerAddress): KEDA gets its answer, a caller without KEDA's certificate nothing.
 func TestGeneratedCertificatesServeMTLS(t *testing.T) {
-	var def render.Case
-	for _, c := range render.Cases {
-		if c.Name == "default" {
-			def = c
-		}
-	}
+	def := namedCase(t, "default")
 	scaler, ok := find[*appsv1.Deployment](caseObjects(t, def), render.Release)
 	if !ok {
 		t.Fatal("got no scaler Deployment")

@@ -25,12 +25,7 @@ import (
 // machine: only the NATS URL, the listen addresses and the mounted files' paths are
 // moved here. The collector's simulated GPUs must reach the scaler's state.
 func TestSimManifestRuns(t *testing.T) {
-	var sim render.Case
-	for _, c := range render.Cases {
-		if c.Name == "sim" {
-			sim = c
-		}
-	}
+	sim := namedCase(t, "sim")
 	objs := caseObjects(t, sim)
 	scaler, _ := find[*appsv1.Deployment](objs, render.Release)
 	collector, ok := find[*appsv1.DaemonSet](objs, "")
@@ -149,4 +144,16 @@ func startPlainNATS(t *testing.T) *server.Server {
 		t.Fatal("NATS not ready")
 	}
 	return ns
+}
+
+// namedCase returns the render case called name.
+func namedCase(t *testing.T, name string) render.Case {
+	t.Helper()
+	for _, c := range render.Cases {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("deploy/render has no case %q", name)
+	return render.Case{}
 }
