@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,9 +15,6 @@ import (
 	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
-	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -117,17 +113,7 @@ func TestCertManagerCertificatesServeMTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
-		conn, err := grpc.NewClient("passthrough:///"+grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)), grpc.WithAuthority(scalerAddress))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		_, err = externalscaler.NewExternalScalerClient(conn).GetMetricSpec(ctx, &externalscaler.ScaledObjectRef{
-			Name: "llm-server", Namespace: "inference", ScalerMetadata: map[string]string{"queue": "llm-requests"},
-		})
-		return err
+		return callScalerAsKEDA(t, grpcAddr, cfg)
 	}
 	if err := call(param["caCert"], param["tlsClientCert"], param["tlsClientKey"]); err != nil {
 		t.Errorf("KEDA with the ClusterTriggerAuthentication's certificate: %v", err)

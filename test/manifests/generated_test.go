@@ -199,20 +199,7 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 	}, nil)
 	waitHTTP(t, "http://"+httpAddr+"/readyz", func(string) bool { return true })
 
-	call := func(cfg *tls.Config) error {
-		conn, err := grpc.NewClient("passthrough:///"+grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
-			grpc.WithAuthority(scalerAddress))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		_, err = externalscaler.NewExternalScalerClient(conn).GetMetricSpec(ctx, &externalscaler.ScaledObjectRef{
-			Name: "llm-server", Namespace: "inference", ScalerMetadata: map[string]string{"queue": "llm-requests"},
-		})
-		return err
-	}
+	call := func(cfg *tls.Config) error { return callScalerAsKEDA(t, grpcAddr, cfg) }
 	kedaConfig := func(cert, key []byte) *tls.Config {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: x509.NewCertPool()}
 		cfg.RootCAs.AppendCertsFromPEM(data[clientSecret]["ca.crt"])
@@ -236,4 +223,21 @@ func TestGeneratedCertificatesServeMTLS(t *testing.T) {
 	if err := call(kedaConfig(other[clientSecret]["tls.crt"], other[clientSecret]["tls.key"])); err == nil {
 		t.Errorf("got an answer for a client certificate of another CA, want none")
 	}
+}
+
+// callScalerAsKEDA asks the scaler at grpcAddr for a trigger's metric spec over TLS with
+// cfg, addressing it by the name KEDA's trigger uses (scalerAddress).
+func callScalerAsKEDA(t *testing.T, grpcAddr string, cfg *tls.Config) error {
+	conn, err := grpc.NewClient("passthrough:///"+grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithAuthority(scalerAddress))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = externalscaler.NewExternalScalerClient(conn).GetMetricSpec(ctx, &externalscaler.ScaledObjectRef{
+		Name: "llm-server", Namespace: "inference", ScalerMetadata: map[string]string{"queue": "llm-requests"},
+	})
+	return err
 }
