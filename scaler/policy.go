@@ -51,7 +51,7 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	m.active = m.value > t.ActivationQueueDepth // on the backlog, whatever the metric
 	if t.TargetWait > 0 {
 		m.demand = true
-		m.value = demand.Replicas(q.demand, t.Concurrency, t.TargetWait, q.waiting, m.running)
+		m.value = demand.Replicas(demand.Inputs{Traffic: q.demand, Concurrency: t.Concurrency, TargetWait: t.TargetWait, Waiting: q.waiting, InFlight: m.running})
 	}
 	return m
 }

@@ -88,6 +88,21 @@ func (e Estimate) Add(o Estimate) Estimate {
 	return s
 }
 
+// Inputs is what the queue-demand metric reads of a queue and its trigger.
+type Inputs struct {
+	// Traffic is the queue's traffic, summed over its live producers.
+	Traffic Estimate
+	// Concurrency is the items one replica serves at once; TargetWait the trigger's
+	// targetWait.
+	Concurrency int
+	TargetWait  time.Duration
+	// ColdStart is how long a new replica takes to serve (the trigger's coldStart, or a
+	// measured figure); 0: unknown.
+	ColdStart time.Duration
+	// Waiting and InFlight are the queue's items now, summed over its live producers.
+	Waiting, InFlight float64
+}
+
 // Rate is the arrival rate the metric serves: the larger of the rates over Window and
 // BurstWindow.
 func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
@@ -125,8 +140,9 @@ func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 //
 // Until an item has been seen to finish, S is unknown and the metric is the backlog
 // over c: every item held by a replica at once, as queue-backlog with queueTarget c.
-func Replicas(e Estimate, concurrency int, targetWait time.Duration, waiting, inFlight float64) float64 {
-	c := max(concurrency, 1)
+func Replicas(in Inputs) float64 {
+	e, targetWait, waiting, inFlight := in.Traffic, in.TargetWait, in.Waiting, in.InFlight
+	c := max(in.Concurrency, 1)
 	if e.Service == 0 {
 		return (waiting + inFlight) / float64(c)
 	}

@@ -77,16 +77,16 @@ func TestServingReplicasLargeLoads(t *testing.T) {
 // draining, where the waiting items need one slot each, not the 20·20/(4·10) = 10
 // replicas that starting c/S a second per replica would take.
 func TestReplicas(t *testing.T) {
-	if got := Replicas(Estimate{Arrivals: 3}, 4, 10*time.Second, 6, 2); got != 2 {
+	if got := Replicas(Inputs{Traffic: Estimate{Arrivals: 3}, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 6, InFlight: 2}); got != 2 {
 		t.Errorf("no service time yet: Replicas = %g, want (6+2)/4 = 2", got)
 	}
 	e := Estimate{Arrivals: 0.5, Service: 20}
 	want := ServingReplicas(10, 20, 10, 4) + 20/4.0
-	if got := Replicas(e, 4, 10*time.Second, 20, 3); got != want {
+	if got := Replicas(Inputs{Traffic: e, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 20, InFlight: 3}); got != want {
 		t.Errorf("Replicas = %g, want %g", got, want)
 	}
 	// Within 5 s, a quarter of the service time: 4 waiting still need one slot each.
-	if got, want := Replicas(e, 4, 5*time.Second, 4, 3), ServingReplicas(10, 20, 5, 4)+1; got != want {
+	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 4, TargetWait: 5 * time.Second, Waiting: 4, InFlight: 3}), ServingReplicas(10, 20, 5, 4)+1; got != want {
 		t.Errorf("Replicas within 5 s = %g, want %g", got, want)
 	}
 }
@@ -108,7 +108,7 @@ func FuzzDemand(f *testing.F) {
 			e, prev = e.Next(prev, r, time.Duration(gapMillis)*time.Millisecond), r
 			seq += uint64(seqStep)
 		}
-		v := Replicas(e, 1+int(seqStep), time.Duration(waitSeconds%3600+1)*time.Second, float64(prev.GetWaiting()), float64(prev.GetInFlight()))
+		v := Replicas(Inputs{Traffic: e, Concurrency: 1 + int(seqStep), TargetWait: time.Duration(waitSeconds%3600+1) * time.Second, Waiting: float64(prev.GetWaiting()), InFlight: float64(prev.GetInFlight())})
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			t.Fatalf("Replicas = %g from estimate %+v", v, e)
 		}
@@ -138,7 +138,7 @@ func TestBurstRaisesTheRateFast(t *testing.T) {
 		t.Errorf("rate over 20 s = %g, want %g", e.Burst, want)
 	}
 	e.Service = 1
-	if got, want := Replicas(e, 1, 500*time.Millisecond, 0, 0), ServingReplicas(e.Burst, 1, 0.5, 1); got != want {
+	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 500 * time.Millisecond, Waiting: 0, InFlight: 0}), ServingReplicas(e.Burst, 1, 0.5, 1); got != want {
 		t.Errorf("Replicas = %g, want %g, serving the burst's rate", got, want)
 	}
 }
@@ -152,14 +152,14 @@ func TestReplicasFluidOnceTheWaitIsAService(t *testing.T) {
 	if got := ServingReplicas(10, 5, 30, 1); got != 11 {
 		t.Fatalf("ServingReplicas(10, 5, 30, 1) = %g, want 11", got)
 	}
-	if got, want := Replicas(e, 1, 30*time.Second, 0, 10), 120*5/90.0; math.Abs(got-want) > 1e-9 {
+	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 30 * time.Second, Waiting: 0, InFlight: 10}), 120*5/90.0; math.Abs(got-want) > 1e-9 {
 		t.Errorf("Replicas within 30 s = %g, want the fluid %g", got, want)
 	}
 	// 45 waiting within 30 s: Erlang 11 + 45·5/30 = 18.5; fluid (45 + 120)·5/90 = 9.17.
-	if got, want := Replicas(e, 1, 30*time.Second, 45, 10), 165*5/90.0; math.Abs(got-want) > 1e-9 {
+	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 30 * time.Second, Waiting: 45, InFlight: 10}), 165*5/90.0; math.Abs(got-want) > 1e-9 {
 		t.Errorf("Replicas with 45 waiting = %g, want the fluid %g", got, want)
 	}
-	if got, want := Replicas(e, 1, 2*time.Second, 0, 10), ServingReplicas(10, 5, 2, 1); got != want {
+	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 2 * time.Second, Waiting: 0, InFlight: 10}), ServingReplicas(10, 5, 2, 1); got != want {
 		t.Errorf("Replicas within 2 s = %g, want Erlang's %g", got, want)
 	}
 }
@@ -182,7 +182,7 @@ func TestFluidIsTheFewerOnceTheWaitIsAService(t *testing.T) {
 							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: fluid %g above Erlang's %g", rate, s, wait, c, waiting, fluid, erlang)
 						}
 						e := Estimate{Arrivals: rate, Burst: rate, Service: s}
-						if got := Replicas(e, c, time.Duration(wait*float64(time.Second)), waiting, 0); math.Abs(got-fluid) > 1e-9*max(fluid, 1) {
+						if got := Replicas(Inputs{Traffic: e, Concurrency: c, TargetWait: time.Duration(wait * float64(time.Second)), Waiting: waiting, InFlight: 0}); math.Abs(got-fluid) > 1e-9*max(fluid, 1) {
 							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: Replicas = %g, want the fluid %g", rate, s, wait, c, waiting, got, fluid)
 						}
 					}

@@ -911,9 +911,18 @@ type QueueReport struct {
 	Dropped uint64 `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	// This is the producer's last report: it stopped cleanly, and the queue's reading
 	// leaves its share out at once, rather than when it falls silent past staleAfter.
-	Stopped       bool `protobuf:"varint,10,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stopped bool `protobuf:"varint,10,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// What the producer measured of its traffic, where it is exact: it sees every item
+	// start and finish. Every scaler replica reads the same figures from the stream, the
+	// first report after a restart included. Unset in reports of a producer that does not
+	// measure; the scaler then estimates from differences between its reports.
+	Traffic *QueueTraffic `protobuf:"bytes,11,opt,name=traffic,proto3" json:"traffic,omitempty"`
+	// How long a new replica of the workload took to serve, in seconds, as this producer
+	// last measured it (a gateway: a backend from created, not ready, to ready); 0: not
+	// measured.
+	ColdStartSeconds float64 `protobuf:"fixed64,12,opt,name=cold_start_seconds,json=coldStartSeconds,proto3" json:"cold_start_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *QueueReport) Reset() {
@@ -1014,6 +1023,129 @@ func (x *QueueReport) GetStopped() bool {
 		return x.Stopped
 	}
 	return false
+}
+
+func (x *QueueReport) GetTraffic() *QueueTraffic {
+	if x != nil {
+		return x.Traffic
+	}
+	return nil
+}
+
+func (x *QueueReport) GetColdStartSeconds() float64 {
+	if x != nil {
+		return x.ColdStartSeconds
+	}
+	return 0
+}
+
+// QueueTraffic is one producer's measure of its share of a queue's traffic: totals since
+// its first report (sequence 1), and its own windowed estimates of them.
+type QueueTraffic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items enqueued, items finished after they started, items that left unstarted
+	// (dropped), since the producer's first report.
+	ArrivalsTotal    uint64 `protobuf:"varint,1,opt,name=arrivals_total,json=arrivalsTotal,proto3" json:"arrivals_total,omitempty"`
+	CompletionsTotal uint64 `protobuf:"varint,2,opt,name=completions_total,json=completionsTotal,proto3" json:"completions_total,omitempty"`
+	DroppedTotal     uint64 `protobuf:"varint,3,opt,name=dropped_total,json=droppedTotal,proto3" json:"dropped_total,omitempty"`
+	// Item-seconds in flight since the first report: the integral of in_flight over time.
+	BusySecondsTotal float64 `protobuf:"fixed64,4,opt,name=busy_seconds_total,json=busySecondsTotal,proto3" json:"busy_seconds_total,omitempty"`
+	// Exponentially weighted estimates (scaler/demand: Window, BurstWindow): arrivals per
+	// second over a minute and over 20 s, drops per second over a minute, and the seconds
+	// an item spends in flight (busy-seconds over completions, a minute's worth; 0 until
+	// an item finishes).
+	ArrivalRate    float64 `protobuf:"fixed64,5,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
+	BurstRate      float64 `protobuf:"fixed64,6,opt,name=burst_rate,json=burstRate,proto3" json:"burst_rate,omitempty"`
+	DropRate       float64 `protobuf:"fixed64,7,opt,name=drop_rate,json=dropRate,proto3" json:"drop_rate,omitempty"`
+	ServiceSeconds float64 `protobuf:"fixed64,8,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QueueTraffic) Reset() {
+	*x = QueueTraffic{}
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTraffic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTraffic) ProtoMessage() {}
+
+func (x *QueueTraffic) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTraffic.ProtoReflect.Descriptor instead.
+func (*QueueTraffic) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_events_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *QueueTraffic) GetArrivalsTotal() uint64 {
+	if x != nil {
+		return x.ArrivalsTotal
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetCompletionsTotal() uint64 {
+	if x != nil {
+		return x.CompletionsTotal
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetDroppedTotal() uint64 {
+	if x != nil {
+		return x.DroppedTotal
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetBusySecondsTotal() float64 {
+	if x != nil {
+		return x.BusySecondsTotal
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetArrivalRate() float64 {
+	if x != nil {
+		return x.ArrivalRate
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetBurstRate() float64 {
+	if x != nil {
+		return x.BurstRate
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetDropRate() float64 {
+	if x != nil {
+		return x.DropRate
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetServiceSeconds() float64 {
+	if x != nil {
+		return x.ServiceSeconds
+	}
+	return 0
 }
 
 var File_gpuscaler_v1_events_proto protoreflect.FileDescriptor
@@ -1117,7 +1249,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
-	"\t_gpu_util\"\xc2\x02\n" +
+	"\t_gpu_util\"\xa6\x03\n" +
 	"\vQueueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1131,7 +1263,19 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\bsequence\x18\b \x01(\x04R\bsequence\x12\x18\n" +
 	"\adropped\x18\t \x01(\x04R\adropped\x12\x18\n" +
 	"\astopped\x18\n" +
-	" \x01(\bR\astoppedB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	" \x01(\bR\astopped\x124\n" +
+	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xbd\x02\n" +
+	"\fQueueTraffic\x12%\n" +
+	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
+	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
+	"\rdropped_total\x18\x03 \x01(\x04R\fdroppedTotal\x12,\n" +
+	"\x12busy_seconds_total\x18\x04 \x01(\x01R\x10busySecondsTotal\x12!\n" +
+	"\farrival_rate\x18\x05 \x01(\x01R\varrivalRate\x12\x1d\n" +
+	"\n" +
+	"burst_rate\x18\x06 \x01(\x01R\tburstRate\x12\x1b\n" +
+	"\tdrop_rate\x18\a \x01(\x01R\bdropRate\x12'\n" +
+	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once
@@ -1145,7 +1289,7 @@ func file_gpuscaler_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_events_proto_rawDescData
 }
 
-var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_gpuscaler_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_gpuscaler_v1_events_proto_goTypes = []any{
 	(*NodeReport)(nil),            // 0: gpuscaler.v1.NodeReport
 	(*NodeResources)(nil),         // 1: gpuscaler.v1.NodeResources
@@ -1156,13 +1300,14 @@ var file_gpuscaler_v1_events_proto_goTypes = []any{
 	(*GPUSample)(nil),             // 6: gpuscaler.v1.GPUSample
 	(*PodRef)(nil),                // 7: gpuscaler.v1.PodRef
 	(*QueueReport)(nil),           // 8: gpuscaler.v1.QueueReport
-	nil,                           // 9: gpuscaler.v1.NodeReport.NodeLabelsEntry
-	nil,                           // 10: gpuscaler.v1.PodRef.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*QueueTraffic)(nil),          // 9: gpuscaler.v1.QueueTraffic
+	nil,                           // 10: gpuscaler.v1.NodeReport.NodeLabelsEntry
+	nil,                           // 11: gpuscaler.v1.PodRef.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_gpuscaler_v1_events_proto_depIdxs = []int32{
-	11, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
-	9,  // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
+	12, // 0: gpuscaler.v1.NodeReport.observed_at:type_name -> google.protobuf.Timestamp
+	10, // 1: gpuscaler.v1.NodeReport.node_labels:type_name -> gpuscaler.v1.NodeReport.NodeLabelsEntry
 	5,  // 2: gpuscaler.v1.NodeReport.allocatable:type_name -> gpuscaler.v1.Device
 	5,  // 3: gpuscaler.v1.NodeReport.allocated:type_name -> gpuscaler.v1.Device
 	6,  // 4: gpuscaler.v1.NodeReport.gpus:type_name -> gpuscaler.v1.GPUSample
@@ -1173,13 +1318,14 @@ var file_gpuscaler_v1_events_proto_depIdxs = []int32{
 	7,  // 9: gpuscaler.v1.UnattributedDevice.pod:type_name -> gpuscaler.v1.PodRef
 	7,  // 10: gpuscaler.v1.GPUSample.pod:type_name -> gpuscaler.v1.PodRef
 	7,  // 11: gpuscaler.v1.GPUSample.other_pods:type_name -> gpuscaler.v1.PodRef
-	10, // 12: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
-	11, // 13: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 12: gpuscaler.v1.PodRef.labels:type_name -> gpuscaler.v1.PodRef.LabelsEntry
+	12, // 13: gpuscaler.v1.QueueReport.observed_at:type_name -> google.protobuf.Timestamp
+	9,  // 14: gpuscaler.v1.QueueReport.traffic:type_name -> gpuscaler.v1.QueueTraffic
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_events_proto_init() }
@@ -1195,7 +1341,7 @@ func file_gpuscaler_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_events_proto_rawDesc), len(file_gpuscaler_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
