@@ -119,23 +119,28 @@ TRACES ?= ../shared/testdata/traces
 REPLAY_OUT ?= replay-out
 
 .PHONY: replay
-replay: build ## replay GenTD26, Azure LLM (service model ×0.5, ×1, ×2) and openb through every policy: tables here, JSON and charts in REPLAY_OUT (about a minute)
+replay: build ## replay GenTD26, the dense LLM hours (Azure, Mooncake; service model ×0.5, ×1, ×2) and openb through every policy: tables here, JSON and charts in REPLAY_OUT; then the dense hours' targets over seeds 1-3 (about a minute)
 	@mkdir -p $(REPLAY_OUT)
 	./bin/gpuscaler replay --format gentd26 --trace $(TRACES)/gentd26-lora-requests-2024-11-15_27.csv \
 	  --json $(REPLAY_OUT)/gentd26.json --chart $(REPLAY_OUT)/gentd26.svg
-	@for s in 0.5 1 2; do \
-	  echo; echo "== azure-llm, service model x$$s"; \
-	  ./bin/gpuscaler replay --format azure-llm --service-speed $$s --trace $(TRACES)/azure-llm-2023-conv.csv \
-	    --json $(REPLAY_OUT)/azure-llm-x$$s.json --chart $(REPLAY_OUT)/azure-llm-x$$s.svg || exit 1; \
+	@for t in azure-llm:azure-llm-2023-conv.csv mooncake:mooncake-conversation.jsonl; do \
+	  for s in 0.5 1 2; do \
+	    echo; echo "== $${t%%:*}, service model x$$s"; \
+	    ./bin/gpuscaler replay --format $${t%%:*} --service-speed $$s --trace $(TRACES)/$${t#*:} \
+	      --json $(REPLAY_OUT)/$${t%%:*}-x$$s.json --chart $(REPLAY_OUT)/$${t%%:*}-x$$s.svg || exit 1; \
+	  done; \
 	done
 	./bin/gpuscaler replay --format openb --trace $(TRACES)/openb-pods-default.csv \
 	  --json $(REPLAY_OUT)/openb.json --chart $(REPLAY_OUT)/openb.svg
+	@echo; echo "== the dense hours' targets (issue 26), seeds 1-3"
+	python3 hack/replay-matrix.py --out $(REPLAY_OUT)/matrix ./bin/gpuscaler $(TRACES)
 
 .PHONY: replay-smoke
 replay-smoke: build ## replay a short slice of each trace, as CI does: the command, its JSON and charts work on real data (seconds)
 	@out=$$(mktemp -d) && trap 'rm -rf $$out' EXIT && \
 	./bin/gpuscaler replay --quiet --format gentd26 --limit 1500 --trace $(TRACES)/gentd26-lora-requests-2024-11-15_27.csv --json $$out/g.json --chart $$out/g.svg && \
 	./bin/gpuscaler replay --quiet --format azure-llm --limit 3000 --trace $(TRACES)/azure-llm-2023-conv.csv --json $$out/a.json --chart $$out/a.svg && \
+	./bin/gpuscaler replay --quiet --format mooncake --limit 1500 --trace $(TRACES)/mooncake-conversation.jsonl --json $$out/m.json --chart $$out/m.svg && \
 	./bin/gpuscaler replay --quiet --format openb --limit 500 --trace $(TRACES)/openb-pods-default.csv --json $$out/o.json --chart $$out/o.svg
 
 .PHONY: bench

@@ -26,8 +26,10 @@ Formats (--format), from shared/testdata/traces:
              (pollingInterval 30s, cooldownPeriod 300s, max 8 replicas), one request at
              a time per replica; the recommended policy's cooldownPeriod is swept
   azure-llm  one LLM service (Llama 3.1 8B, vLLM, one A100, 8 requests at once; see
-             --service-speed); queueTarget 4..64 and targetWait (10ms, then 100ms to
+             --service-speed); queueTarget 1..64 and targetWait (10ms, then 100ms to
              10m, twelve settings a decade) are swept
+  mooncake   the same service model and sweeps on Mooncake's conversation hour (JSON
+             lines: timestamp in ms, input_length, output_length)
   openb      GPU tasks as Jobs from a queue run by ScaledJobs on the trace's nodes:
              a plain ScaledJob against capacityAware
 Policies: always-on (fixed at the peak the trace needs), seeds-hpa-gpu-util (the HPA on
@@ -35,9 +37,9 @@ GPU utilisation through dcgm-exporter, Prometheus and prometheus-adapter, 30-60s
 keda-poll-backlog (KEDA's polled queue scalers), gpuscaler-backlog (queue-backlog,
 pushed activation) and gpuscaler (the configuration docs/triggers.md recommends).
 
-It prints a table, the frontiers of the swept knobs and the targets of issue 14, met or
-missed; --json and --chart write the same for tools and people. The traces are CC BY 4.0:
-keep the attribution line wherever you show results.`
+It prints a table, the frontiers of the swept knobs and the targets of issues 14 and 26, met or
+missed; --json and --chart write the same for tools and people. The traces are CC BY 4.0
+(Mooncake's Apache 2.0): keep the attribution line wherever you show results.`
 
 func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) (err error) {
 	var (
@@ -48,12 +50,12 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		quiet                                                   bool
 		from, to                                                time.Duration
 	)
-	fs := newFlagSet("replay", "replay --format gentd26|azure-llm|openb --trace FILE [flags]", replayAbout, stdout)
-	fs.StringVar(&format, "format", "", "the trace's format: gentd26, azure-llm or openb")
-	fs.StringVar(&trace, "trace", "", "the trace file: GenTD26's request trace, Azure's LLM trace, or openb's pod list")
+	fs := newFlagSet("replay", "replay --format gentd26|azure-llm|mooncake|openb --trace FILE [flags]", replayAbout, stdout)
+	fs.StringVar(&format, "format", "", "the trace's format: gentd26, azure-llm, mooncake or openb")
+	fs.StringVar(&trace, "trace", "", "the trace file: GenTD26's request trace, Azure's or Mooncake's LLM trace, or openb's pod list")
 	fs.StringVar(&nodesPath, "nodes", "", "openb's node list (openb_node_list_gpu_node.csv); default: openb-gpu-nodes.csv beside --trace")
 	fs.StringVar(&loadPath, "load-latency", "", "model load latencies in ms, one per row (GenTD26's basemodel load latency); default: gentd26-basemodel-load-latency-ms.csv beside --trace")
-	fs.Float64Var(&speed, "service-speed", 1, "azure-llm: times the service model's speed (0.5 halves it, 2 doubles it)")
+	fs.Float64Var(&speed, "service-speed", 1, "azure-llm, mooncake: times the service model's speed (0.5 halves it, 2 doubles it)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
 	fs.DurationVar(&from, "from", 0, "replay only what arrived this long after the trace's first request or task, or later (168h: from the eighth day); with --to, to tune on some days and check on others")
@@ -66,8 +68,8 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return err
 	}
 	switch {
-	case format != replay.FormatGenTD26 && format != replay.FormatAzureLLM && format != replay.FormatOpenB:
-		return usageError{fmt.Errorf("--format %q: want gentd26, azure-llm or openb", format)}
+	case format != replay.FormatGenTD26 && format != replay.FormatAzureLLM && format != replay.FormatMooncake && format != replay.FormatOpenB:
+		return usageError{fmt.Errorf("--format %q: want gentd26, azure-llm, mooncake or openb", format)}
 	case trace == "":
 		return usageError{fmt.Errorf("--trace: required, the %s trace file", format)}
 	case speed <= 0 || speed > 100:
@@ -109,7 +111,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	if format == replay.FormatOpenB {
 		writeChart, err = replayOpenB(ctx, tr, replay.OpenBConfig{Seed: seed, Limit: limit, Nodes: openbNodes, Progress: progress}, &report, stdout)
 	} else {
-		if format == replay.FormatAzureLLM {
+		if format == replay.FormatAzureLLM || format == replay.FormatMooncake {
 			report.ServiceSpeed = speed
 		}
 		writeChart, err = replayInference(ctx, tr.Scenario, progress, &report, stdout)

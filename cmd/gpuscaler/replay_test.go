@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
 )
 
 const tracesDir = "../../../shared/testdata/traces"
@@ -29,6 +31,9 @@ func TestReplayCommand(t *testing.T) {
 		{"azure-llm", "azure-llm-2023-conv.csv", "2000", // six minutes: the first five are warm-up
 			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
+		{"mooncake", "mooncake-conversation.jsonl", "1500", // seven minutes: the first five are warm-up
+			[]string{"always-on", "seeds-hpa-gpu-util", "keda-poll-backlog", "gpuscaler-backlog", "gpuscaler"},
+			[]string{"name", "gpu_hours", "wait_p50_s", "wait_p99_s", "wait_mean_s", "cold_start_fraction"}},
 		{"openb", "openb-pods-default.csv", "150",
 			[]string{"gpuscaler-backlog", "gpuscaler"},
 			[]string{"name", "job_wait_p50_s", "job_wait_p99_s", "pending_jobs_max", "pending_gpu_hours"}},
@@ -42,7 +47,7 @@ func TestReplayCommand(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 			}
-			for _, want := range append([]string{"targets (issue 14)", "CC BY 4.0", "wrote " + jsonPath, "wrote " + chartPath}, tc.policies...) {
+			for _, want := range append([]string{"targets:", replay.Attribution[tc.format], "wrote " + jsonPath, "wrote " + chartPath}, tc.policies...) {
 				if !strings.Contains(stdout.String(), want) {
 					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 				}
@@ -106,7 +111,7 @@ func TestReplayFlagErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		"no format":      {[]string{"--trace", trace}, 2, `--format "": want gentd26, azure-llm or openb`},
+		"no format":      {[]string{"--trace", trace}, 2, `--format "": want gentd26, azure-llm, mooncake or openb`},
 		"unknown format": {[]string{"--format", "csv", "--trace", trace}, 2, `--format "csv"`},
 		"no trace":       {[]string{"--format", "gentd26"}, 2, "--trace: required"},
 		"zero speed":     {[]string{"--format", "azure-llm", "--trace", trace, "--service-speed", "0"}, 2, "--service-speed 0: want a factor above 0"},

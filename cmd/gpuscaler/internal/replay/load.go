@@ -14,6 +14,7 @@ import (
 const (
 	FormatGenTD26  = "gentd26"
 	FormatAzureLLM = "azure-llm"
+	FormatMooncake = "mooncake"
 	FormatOpenB    = "openb"
 )
 
@@ -24,7 +25,7 @@ type LoadOptions struct {
 	// Nodes is openb's node list; empty: openb-gpu-nodes.csv beside the trace.
 	Nodes string
 	// LoadLatency is the model load latencies in ms (GenTD26's basemodel load latency)
-	// that gentd26 and azure-llm draw from; empty: gentd26-basemodel-load-latency-ms.csv
+	// that the inference formats draw from; empty: gentd26-basemodel-load-latency-ms.csv
 	// beside the trace.
 	LoadLatency string
 	// From and To keep what arrived within [From, To) of the trace's first request or
@@ -33,7 +34,7 @@ type LoadOptions struct {
 	// Limit keeps the first Limit requests of what From and To keep (openb: passed on
 	// as OpenBConfig.Limit); 0: all.
 	Limit int
-	// Speed is azure-llm's service model speed factor (LLMServiceModel.Service).
+	// Speed is the LLM formats' service model speed factor (LLMServiceModel.Service).
 	Speed float64
 	// Seed draws the model loads and the clocks' phases.
 	Seed uint64
@@ -48,8 +49,8 @@ type Trace struct {
 	Nodes    []traces.OpenBNode
 }
 
-// Load reads the trace at path in format (FormatGenTD26, FormatAzureLLM or
-// FormatOpenB), keeps the part opt selects and, for the inference formats, builds
+// Load reads the trace at path in format (FormatGenTD26, FormatAzureLLM,
+// FormatMooncake or FormatOpenB), keeps the part opt selects and, for the inference formats, builds
 // its scenario. Its errors name the file, and the flag of a file not given.
 func Load(format, path string, opt LoadOptions) (*Trace, error) {
 	switch format {
@@ -71,8 +72,16 @@ func Load(format, path string, opt LoadOptions) (*Trace, error) {
 		return scenarioTrace(format, path, opt, func(load *traces.Durations) (*Scenario, error) {
 			return AzureLLM(head(reqs, opt.Limit), DefaultLLMServiceModel, opt.Speed, load, opt.Seed)
 		})
+	case FormatMooncake:
+		reqs, err := readRequests(path, traces.ReadMooncake, func(r traces.MooncakeRequest) time.Time { return time.Time{}.Add(r.At) }, opt)
+		if err != nil {
+			return nil, err
+		}
+		return scenarioTrace(format, path, opt, func(load *traces.Durations) (*Scenario, error) {
+			return Mooncake(head(reqs, opt.Limit), DefaultLLMServiceModel, opt.Speed, load, opt.Seed)
+		})
 	}
-	return nil, fmt.Errorf("--format %q: want gentd26, azure-llm or openb", format)
+	return nil, fmt.Errorf("--format %q: want gentd26, azure-llm, mooncake or openb", format)
 }
 
 // loadOpenB reads openb's tasks at path, keeps those created within opt's window, and

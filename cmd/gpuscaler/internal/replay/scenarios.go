@@ -115,20 +115,52 @@ func (m LLMServiceModel) Service(ctx, gen int, speed float64) time.Duration {
 	return time.Duration(float64(d) / speed)
 }
 
-// AzureLLM is the scale-out scenario: one LLM service taking the trace's requests, its
-// service times from model at speed, KEDA's defaults with maxReplicaCount 32. The
-// backlog metric is swept over queueTarget 4 to 64 and queue-demand over targetWait.
+// LLMRequest is one request of a dense LLM trace: when it arrived, from the trace's
+// start, and its prompt and output tokens.
+type LLMRequest struct {
+	At             time.Duration
+	Prompt, Output int
+}
+
+// AzureLLM is the scale-out scenario on Azure's conversation hour (see LLM).
 func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float64, load *traces.Durations, seed uint64) (*Scenario, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("Azure LLM: no requests")
 	}
+	llm := make([]LLMRequest, len(reqs))
+	for i, r := range reqs {
+		llm[i] = LLMRequest{At: r.At.Sub(reqs[0].At), Prompt: r.ContextTokens, Output: r.GeneratedTokens}
+	}
+	return LLM(FormatAzureLLM, llm, model, speed, load, seed)
+}
+
+// Mooncake is the scale-out scenario on Mooncake's conversation hour (see LLM): another
+// service, with long contexts, and arrivals recorded in steps of about 3 s.
+func Mooncake(reqs []traces.MooncakeRequest, model LLMServiceModel, speed float64, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("Mooncake: no requests")
+	}
+	llm := make([]LLMRequest, len(reqs))
+	for i, r := range reqs {
+		llm[i] = LLMRequest{At: r.At - reqs[0].At, Prompt: r.InputTokens, Output: r.OutputTokens}
+	}
+	return LLM(FormatMooncake, llm, model, speed, load, seed)
+}
+
+// LLM is the scale-out scenario of a dense LLM trace: one service taking the trace's
+// requests, their service times from model at speed, KEDA's defaults with
+// maxReplicaCount 32. The backlog metric is swept over queueTarget 1 to 64 and
+// queue-demand over targetWait.
+func LLM(trace string, reqs []LLMRequest, model LLMServiceModel, speed float64, load *traces.Durations, seed uint64) (*Scenario, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("%s: no requests", trace)
+	}
 	if speed <= 0 {
 		return nil, fmt.Errorf("--service-speed %g: want above 0", speed)
 	}
-	start := reqs[0].At
 	svc := inference.Service{Name: "llm"}
 	for _, r := range reqs {
-		svc.Requests = append(svc.Requests, inference.Request{At: r.At.Sub(start), Service: model.Service(r.ContextTokens, r.GeneratedTokens, speed)})
+		svc.Requests = append(svc.Requests, inference.Request{At: r.At, Service: model.Service(r.Prompt, r.Output, speed)})
 	}
 	cfg := kedaDefaults(load, seed)
 	cfg.Concurrency, cfg.MaxReplicas = model.Concurrency, 32
@@ -137,7 +169,7 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	// measured, and so is the scale-down from the stop at its end, which the service
 	// never saw: GPU-hours run to the last request's arrival.
 	cfg.WarmUp, cfg.CutEnd = 5*time.Minute, true
-	sc := &Scenario{Trace: "azure-llm", Services: []inference.Service{svc}, Config: cfg, Tail: 15 * time.Minute,
+	sc := &Scenario{Trace: trace, Services: []inference.Service{svc}, Config: cfg, Tail: 15 * time.Minute,
 		Recommends: fmt.Sprintf("queue-demand, targetWait %s, concurrency %d, pushed activation", inference.RecommendedTargetWait, model.Concurrency)}
 	c := model.Concurrency
 	sc.Policies = []inference.Policy{
@@ -147,7 +179,7 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 		inference.BacklogPolicy(inference.PolicyBacklog, c, true),
 		inference.DemandPolicy(inference.RecommendedTargetWait, c, 0, "targetWait="+inference.RecommendedTargetWait.String()),
 	}
-	for _, q := range []int{4, 8, 16, 32, 64} {
+	for _, q := range QueueTargetSweep {
 		sc.Sweeps = append(sc.Sweeps, inference.BacklogPolicy(inference.PolicyBacklog, q, true))
 	}
 	for _, w := range TargetWaitSweep() {
@@ -155,6 +187,10 @@ func AzureLLM(reqs []traces.AzureLLMRequest, model LLMServiceModel, speed float6
 	}
 	return sc, nil
 }
+
+// QueueTargetSweep is the settings of queueTarget the dense LLM scenarios sweep: 1 to
+// 64, doubling.
+var QueueTargetSweep = []int{1, 2, 4, 8, 16, 32, 64}
 
 // TargetWaitSweep is the settings of targetWait that the Azure LLM scenario sweeps: 10 ms,
 // then twelve a decade, the E12 series of preferred numbers (1, 1.2, 1.5, … 8.2), from

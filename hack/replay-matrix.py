@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Runs the dense LLM replays (Azure LLM and Mooncake conversation hours) at seeds 1-3 and
+service speeds x0.5, x1 and x2, the conditions `make replay` checks, and tells for each
+trace and target in how many of the nine runs it was met, with each miss.
+
+Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
+                             [--out DIR] [BIN] [TRACES_DIR]
+  BIN         the gpuscaler binary (default bin/gpuscaler)
+  TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
+  --out DIR   keep each run's JSON there (default: a temporary directory)
+
+Each replay takes about a second; two run at a time. Exits 1 when a target was missed."""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FILES = {"azure-llm": "azure-llm-2023-conv.csv", "mooncake": "mooncake-conversation.jsonl"}
+
+
+def option(args, name, default):
+    if name in args:
+        i = args.index(name)
+        value = args[i + 1]
+        del args[i:i + 2]
+        return value
+    return default
+
+
+def replay(binary, traces, out_dir, trace, speed, seed):
+    out = os.path.join(out_dir, f"{trace}-x{speed}-seed{seed}.json")
+    subprocess.run([binary, "replay", "--quiet", "--format", trace, "--service-speed", speed, "--seed", str(seed),
+                    "--trace", os.path.join(traces, FILES[trace]), "--json", out], check=True, capture_output=True)
+    with open(out) as f:
+        return trace, speed, seed, json.load(f)["targets"]
+
+
+def main():
+    args = sys.argv[1:]
+    seeds = option(args, "--seeds", "1,2,3").split(",")
+    speeds = option(args, "--speeds", "0.5,1,2").split(",")
+    which = option(args, "--traces", "azure-llm,mooncake").split(",")
+    out_dir = option(args, "--out", None)
+    binary = args[0] if args else "bin/gpuscaler"
+    traces = args[1] if len(args) > 1 else "../shared/testdata/traces"
+    runs = [(t, s, n) for t in which for s in speeds for n in seeds]
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+        results = list(pool.map(lambda r: replay(binary, traces, out_dir or tmp, *r), runs))
+    failed = False
+    for trace in which:
+        print(f"== {trace}: {len(speeds) * len(seeds)} runs (speeds {', '.join('x' + s for s in speeds)}; seeds {', '.join(seeds)})")
+        names = [t["name"] for t in next(r[3] for r in results if r[0] == trace)]
+        for name in names:
+            misses = [(s, n, t["measured"]) for tr, s, n, ts in results if tr == trace for t in ts
+                      if t["name"] == name and not t["met"]]
+            met = len(speeds) * len(seeds) - len(misses)
+            print(f"  {met}/{len(speeds) * len(seeds)} met  {name.split(':')[0]}")
+            for s, n, measured in misses:
+                failed = True
+                print(f"      x{s} seed {n}: {measured}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
