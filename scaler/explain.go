@@ -440,16 +440,17 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 			add("The queue's backlog %s is at or below activationQueueDepth %s: the queue alone does not activate the trigger.", num(backlog), num(t.ActivationQueueDepth))
 		}
 		if r.queue.demand {
-			if q.ServiceSeconds == 0 {
-				add("queue-demand %.3g: no item has been seen to finish since this scaler started, so the service time is unknown, and the metric is the backlog over concurrency %d.",
+			n := r.queue.need
+			switch {
+			case n.Backlog:
+				add("queue-demand %.3g: no item has been seen to finish, so the service time is unknown, and the metric is the backlog over concurrency %d.",
 					r.queue.value, t.Concurrency)
-			} else {
-				model := "Erlang's model, as targetWait is shorter than the service time"
-				if demand.Fluid(t.TargetWait, q.ServiceSeconds) {
-					model = "the fluid model, as targetWait is a service time or more"
+			default:
+				add("queue-demand %.3g: replicas of %d slots for 99 in 100 items to start within targetWait %s, looking %s ahead (%s): %.3g serve %.3g arrivals a second of %.3g s each, %.3g start the %d waiting (see docs/triggers.md).",
+					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, q.ArrivalRate, q.ServiceSeconds, n.Draining, q.Waiting)
+				if n.Replicas < n.Serving+n.Draining {
+					add("That is capped at %.3g: a slot for every item in flight, waiting or expected over the horizon.", n.Most)
 				}
-				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see docs/triggers.md).",
-					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait, model)
 			}
 		}
 	}
@@ -581,3 +582,11 @@ func mostReplicas(ms []*gpuscalerv1.MetricAnswer) (most int64, failed int) {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// horizonWhy says where queue-demand's horizon comes from.
+func horizonWhy(h time.Duration) string {
+	if h == demand.Window {
+		return "a minute, as the cold start is unknown"
+	}
+	return fmt.Sprintf("the cold start and the HPA's %s sync", demand.HPASync)
+}

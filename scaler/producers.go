@@ -254,7 +254,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		Stored:         timestamppb.New(e.newest),
 		Age:            durationpb.New(now.Sub(e.newest)),
 		Stale:          q.live == 0,
-		ArrivalRate:    q.demand.Rate(),
+		ArrivalRate:    q.demand.Arrivals,
 		ServiceSeconds: q.demand.Service,
 	}
 	for id, p := range e.producers {

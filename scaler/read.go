@@ -3,6 +3,8 @@ package scaler
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // The read of a trigger, in one place. KEDA's calls (IsActive, StreamIsActive and
@@ -140,8 +142,10 @@ type metricReading struct {
 	// running is what of the backlog is being worked on now (in flight, ack pending):
 	// the capacity cap keeps it.
 	running float64
-	// demand says the value is queue-demand, not queue-backlog.
+	// demand says the value is queue-demand, not queue-backlog; need is then how it was
+	// made, for explain.
 	demand bool
+	need   demand.Need
 	err    error
 }
 

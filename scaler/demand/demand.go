@@ -107,69 +107,85 @@ type Inputs struct {
 // BurstWindow.
 func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
 
-// Replicas is the queue-demand metric: the replicas, each serving c = concurrency items
-// at once, that the queue's traffic needs for its items to start within targetWait
-// (docs/triggers.md, "Scaling on demand"). Which of two models answers depends on how
-// targetWait compares with the service time S:
+// HPASync is how often the HPA reads the metric and acts on it (kube-controller-manager's
+// --horizontal-pod-autoscaler-sync-period, 15 s by default): a replica asked for now is
+// asked for up to this late.
+const HPASync = 15 * time.Second
+
+// Horizon is how far ahead the metric looks: how long replicas asked for now take to
+// serve, the HPA's sync and the cold start, or Window while the cold start is unknown
+// (a minute: about a model load and a sync).
+func Horizon(coldStart time.Duration) time.Duration {
+	if coldStart <= 0 {
+		return Window
+	}
+	return coldStart + HPASync
+}
+
+// Need is the queue-demand metric and its parts, for explain.
+type Need struct {
+	// Replicas is the metric: Serving plus Draining, at most Most.
+	Replicas float64
+	// Serving is the replicas that serve the arrivals; Draining those that start the
+	// items waiting now; Most the replicas that would give every item in flight,
+	// waiting or expected over the horizon a slot of its own.
+	Serving, Draining, Most float64
+	// Horizon is how far ahead the metric looked (see Horizon).
+	Horizon time.Duration
+	// Backlog says the service time is unknown and the metric is the backlog over
+	// concurrency.
+	Backlog bool
+}
+
+// Replicas is the queue-demand metric (see Demand).
+func Replicas(in Inputs) float64 { return Demand(in).Replicas }
+
+// Demand is the queue-demand metric: the replicas, each serving c = concurrency items at
+// once, that the queue's traffic needs for 99 in 100 of its items to start within
+// targetWait T, cold starts included (docs/triggers.md, "Scaling on demand"). It looks
+// a horizon H ahead, how long replicas asked for now take to serve (Horizon), and is the
+// sum of two parts:
 //
-//   - Erlang, while targetWait is shorter than S: serving plus draining. Serving is the
-//     fewest slots m that serve the arrivals, λ per second (the larger of the rates
-//     over Window and BurstWindow) of S seconds each, with at most 1 in 100 of them
-//     waiting longer than targetWait, over c: m/c replicas, a fraction the HPA rounds up
-//     with its tolerance. The chance an arrival waits longer than w in a queue served by
-//     m slots is C(m, λS)·e^(−(m−λS)·w/S), C being Erlang's C formula (the M/M/m
-//     queue). λS is the slots Little's law says are busy; a short targetWait buys
-//     headroom above them for the randomness of arrivals. Draining starts the items
-//     waiting now within targetWait, shorter than S, so a slot each: waiting/c replicas
-//     (a replica added for them starts c at once; counting c/S a second of each,
-//     waiting·S/(c·targetWait), would ask for more replicas than there are items).
-//   - Fluid, once targetWait is at least S: the replicas that start the items waiting
-//     now and those arriving over the next Window within targetWait of it,
-//     (waiting + λ·Window)·S / (c·(targetWait + Window)). A wait that long lets a queue
-//     absorb the randomness Erlang pays headroom for, and lets it stand for a while
-//     rather than ask for a replica at every fluctuation, which the HPA would hold for
-//     its 5-minute scale-down window. There it is always the fewer replicas of the two
-//     (Erlang's serving exceeds λS/c, and its drain, at least c/S a second of each
-//     replica, waiting·S/(c·targetWait), exceeds the fluid's), so it is also the fewer
-//     that still meets the wait.
+//   - Draining: the items waiting now, q, started within T + H, by which replicas asked
+//     for now are serving and a wait of T has been allowed: a slot starts (T+H)/S items
+//     of S seconds each over that span, but never more than one item that is waiting
+//     now, so q·min(S, T+H)/(T+H) slots.
+//   - Serving: the arrivals, λ a second (over Window), of S seconds each. Started
+//     within T of the horizon's end, the arrivals of the horizon need λS·H/(T+H) busy
+//     slots (the fluid model: a queue of λT may stand, its items each waiting T), and
+//     to keep 99 in 100 of them within T, the fewest slots m that Erlang's C formula
+//     says keep the chance of waiting longer than T at most 1 in 100 for that load:
+//     C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys headroom above
+//     λS for the randomness of arrivals, so no arrival waits for a cold start; a long
+//     one lets a queue stand rather than ask for a replica at every fluctuation, which
+//     the HPA would hold for its 5-minute scale-down window.
 //
-// Unlike backlog / queueTarget, the metric follows the arrival rate, which it sees in
-// the first report of a burst, and the items that piled up while replicas loaded ask for
-// what starts them within targetWait, not for a replica per queueTarget items, which
-// arrives after the burst is over.
+// The sum, over c, is at most the items in flight, waiting and expected over the
+// horizon, λH, over c: a slot each. The arrival rate is the minute's, never a burst's
+// alone: the items a burst brings are waiting and drained, and counted again as a rate
+// that repeats only as far as the minute's rate says.
 //
-// Until an item has been seen to finish, S is unknown and the metric is the backlog
-// over c: every item held by a replica at once, as queue-backlog with queueTarget c.
-func Replicas(in Inputs) float64 {
-	e, targetWait, waiting, inFlight := in.Traffic, in.TargetWait, in.Waiting, in.InFlight
+// The parts are continuous in T: as T shrinks towards 0 the metric becomes Erlang's for
+// the whole load plus a slot for each waiting item over the horizon, and as T grows past
+// S it becomes the fluid model's. Until an item has been seen to finish, S is unknown
+// and the metric is the backlog over c: every item held by a replica at once, as
+// queue-backlog with queueTarget c.
+func Demand(in Inputs) Need {
+	e := in.Traffic
 	c := max(in.Concurrency, 1)
+	h := Horizon(in.ColdStart)
 	if e.Service == 0 {
-		return (waiting + inFlight) / float64(c)
+		v := (in.Waiting + in.InFlight) / float64(c)
+		return Need{Replicas: v, Draining: v, Most: v, Horizon: h, Backlog: true}
 	}
-	wait, rate := targetWait.Seconds(), e.Rate()
-	if Fluid(targetWait, e.Service) {
-		return fluidReplicas(rate, e.Service, wait, c, waiting)
+	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
+	n := Need{Horizon: h,
+		Serving:  ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c),
+		Draining: in.Waiting * min(s, t+hs) / (t + hs) / float64(c),
+		Most:     (in.InFlight + in.Waiting + e.Arrivals*hs) / float64(c),
 	}
-	return erlangReplicas(rate, e.Service, wait, c, waiting)
-}
-
-// Fluid says whether Replicas answers by the fluid model, targetWait being at least the
-// service time (in seconds), rather than by Erlang's.
-func Fluid(targetWait time.Duration, service float64) bool {
-	return targetWait.Seconds() >= service
-}
-
-// erlangReplicas is Erlang's model: serving λ within wait, plus a slot for each item
-// waiting now.
-func erlangReplicas(rate, service, wait float64, c int, waiting float64) float64 {
-	return ServingReplicas(rate*service, service, wait, c) + waiting/float64(c)
-}
-
-// fluidReplicas is the fluid model: the items waiting now and those arriving over the
-// next Window, started within wait of it.
-func fluidReplicas(rate, service, wait float64, c int, waiting float64) float64 {
-	h := Window.Seconds()
-	return (waiting + rate*h) * service / (float64(c) * (wait + h))
+	n.Replicas = min(n.Serving+n.Draining, n.Most)
+	return n
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

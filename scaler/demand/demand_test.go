@@ -73,21 +73,109 @@ func TestServingReplicasLargeLoads(t *testing.T) {
 }
 
 // TestReplicas: until an item is seen to finish, the metric is the backlog over the
-// concurrency; then, within a wait shorter than a service time, Erlang's serving plus
-// draining, where the waiting items need one slot each, not the 20·20/(4·10) = 10
-// replicas that starting c/S a second per replica would take.
+// concurrency; then serving plus draining over the horizon, a minute while the cold
+// start is unknown.
 func TestReplicas(t *testing.T) {
 	if got := Replicas(Inputs{Traffic: Estimate{Arrivals: 3}, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 6, InFlight: 2}); got != 2 {
 		t.Errorf("no service time yet: Replicas = %g, want (6+2)/4 = 2", got)
 	}
+	// Half an arrival a second of 20 s each, within 10 s: the arrivals of the next
+	// minute need 10·60/70 busy slots, and Erlang's headroom for their p99; the 20
+	// waiting start within 70 s, a slot starting 70/20 of them.
 	e := Estimate{Arrivals: 0.5, Service: 20}
-	want := ServingReplicas(10, 20, 10, 4) + 20/4.0
-	if got := Replicas(Inputs{Traffic: e, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 20, InFlight: 3}); got != want {
-		t.Errorf("Replicas = %g, want %g", got, want)
+	n := Demand(Inputs{Traffic: e, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 20, InFlight: 3})
+	if want := ServingReplicas(10*60/70.0, 20, 10, 4); n.Serving != want {
+		t.Errorf("serving %g, want %g", n.Serving, want)
 	}
-	// Within 5 s, a quarter of the service time: 4 waiting still need one slot each.
-	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 4, TargetWait: 5 * time.Second, Waiting: 4, InFlight: 3}), ServingReplicas(10, 20, 5, 4)+1; got != want {
-		t.Errorf("Replicas within 5 s = %g, want %g", got, want)
+	if want := 20 * 20 / 70.0 / 4; math.Abs(n.Draining-want) > 1e-12 {
+		t.Errorf("draining %g, want %g", n.Draining, want)
+	}
+	if n.Horizon != Window || n.Replicas != n.Serving+n.Draining {
+		t.Errorf("got %+v, want the sum over a horizon of a minute", n)
+	}
+	// Items of 10 min each: a slot starts one of the waiting within 70 s, not 70/600.
+	e.Service = 600
+	if got, want := Demand(Inputs{Traffic: e, Concurrency: 4, TargetWait: 10 * time.Second, Waiting: 20}).Draining, 20/4.0; got != want {
+		t.Errorf("draining items longer than the horizon: %g, want a slot each, %g", got, want)
+	}
+}
+
+// TestBurstCountedOnce is issue 26's defect 2: a one-off burst of 100 items at one item
+// per replica asked for 160 replicas at S = 10 s and T = 2 s, 411 at S = 60 s and
+// T = 10 s, 3,086 at S = 600 s and T = 30 s: counted once in the 20 s rate, multiplied
+// by S as if it would repeat, and again as waiting. The metric now reads the minute's
+// rate and is never more than a slot for each item waiting or expected over the horizon
+// at that rate.
+func TestBurstCountedOnce(t *testing.T) {
+	idle := &gpuscalerv1.QueueReport{ProducerId: "p", Sequence: 1}
+	burst := &gpuscalerv1.QueueReport{ProducerId: "p", Sequence: 2, Waiting: 100, Arrivals: 100}
+	for _, tc := range []struct {
+		service, wait float64
+		before        float64
+	}{{10, 2, 160}, {60, 10, 411}, {600, 30, 3086}} {
+		e := Estimate{Service: tc.service}.Next(idle, burst, time.Second)
+		expected := e.Arrivals * Window.Seconds() // the minute's rate over the next minute
+		n := Demand(Inputs{Traffic: e, Concurrency: 1, TargetWait: time.Duration(tc.wait * float64(time.Second)), Waiting: 100})
+		if most := 100 + expected; n.Replicas > most+1e-9 {
+			t.Errorf("S=%g T=%g: %g replicas for 100 waiting and %.0f expected, want at most %.0f (%g before)", tc.service, tc.wait, n.Replicas, expected, most, tc.before)
+		}
+		if n.Replicas >= tc.before/1.5 && tc.before > 200 {
+			t.Errorf("S=%g T=%g: %g replicas, near the %g of before", tc.service, tc.wait, n.Replicas, tc.before)
+		}
+	}
+}
+
+// TestDemandIsContinuousAndFallsWithTheWait is issue 26's defect 3: the metric switched
+// from Erlang's model to the fluid one at T = S, its waiting term falling about 7× there,
+// so a noisy S near T made it flap. Now a longer targetWait never asks for more, and a
+// step across S moves it no more than the step does elsewhere.
+func TestDemandIsContinuousAndFallsWithTheWait(t *testing.T) {
+	for _, c := range []int{1, 8} {
+		for _, s := range []float64{0.5, 6.65, 30} {
+			for _, rate := range []float64{0, 0.3, 5, 80} {
+				for _, waiting := range []float64{0, 7, 400} {
+					e := Estimate{Arrivals: rate, Service: s}
+					at := func(w float64) float64 {
+						return Replicas(Inputs{Traffic: e, Concurrency: c, TargetWait: time.Duration(w * float64(time.Second)), Waiting: waiting, InFlight: rate * s})
+					}
+					prev := math.Inf(1)
+					for w := 0.01; w < 3600; w *= 1.05 {
+						v := at(w)
+						if v > prev+1e-9 {
+							t.Fatalf("λ=%g S=%g c=%d waiting=%g: %g replicas within %.3g s, more than %g within a shorter wait", rate, s, c, waiting, v, w, prev)
+						}
+						prev = v
+					}
+					// Across S, a step of 0.2%: no jump beyond one slot (Erlang's slots are
+					// whole) or 0.5%.
+					if below, above := at(s*0.999), at(s*1.001); below-above > max(1/float64(c), below/200)+1e-9 {
+						t.Errorf("λ=%g S=%g c=%d waiting=%g: %g just below S, %g just above", rate, s, c, waiting, below, above)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestHorizonIsTheColdStart is issue 26's defect 5: the metric had no idea how long a
+// new replica takes. It looks as far ahead as replicas asked for now take to serve, the
+// HPA's sync and the cold start, and provisions for the arrivals of that span: a longer
+// cold start never asks for fewer serving replicas.
+func TestHorizonIsTheColdStart(t *testing.T) {
+	if h := Horizon(0); h != Window {
+		t.Errorf("cold start unknown: horizon %s, want %s", h, Window)
+	}
+	if h := Horizon(90 * time.Second); h != 105*time.Second {
+		t.Errorf("cold start 90s: horizon %s, want 1m45s", h)
+	}
+	e := Estimate{Arrivals: 5, Service: 6.65}
+	prev := 0.0
+	for _, cold := range []time.Duration{time.Second, 30 * time.Second, 52 * time.Second, 90 * time.Second, 5 * time.Minute} {
+		n := Demand(Inputs{Traffic: e, Concurrency: 8, TargetWait: 10 * time.Second, ColdStart: cold, InFlight: 33})
+		if n.Horizon != cold+HPASync || n.Serving < prev {
+			t.Errorf("cold start %s: %+v, want horizon %s and at least %g serving", cold, n, cold+HPASync, prev)
+		}
+		prev = n.Serving
 	}
 }
 
@@ -116,8 +204,7 @@ func FuzzDemand(f *testing.F) {
 }
 
 // TestBurstRaisesTheRateFast: five arrivals a second for ten seconds after nothing. The
-// minute's estimate has seen 15% of that rate, the burst's 39%; the metric serves the
-// larger.
+// minute's estimate has seen 15% of that rate, the burst's 39%.
 func TestBurstRaisesTheRateFast(t *testing.T) {
 	var (
 		e    Estimate
@@ -137,57 +224,5 @@ func TestBurstRaisesTheRateFast(t *testing.T) {
 	if want := 5 * -math.Expm1(-10.0/20); math.Abs(e.Burst-want) > 1e-9 {
 		t.Errorf("rate over 20 s = %g, want %g", e.Burst, want)
 	}
-	e.Service = 1
-	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 500 * time.Millisecond, Waiting: 0, InFlight: 0}), ServingReplicas(e.Burst, 1, 0.5, 1); got != want {
-		t.Errorf("Replicas = %g, want %g, serving the burst's rate", got, want)
-	}
 }
 
-// TestReplicasFluidOnceTheWaitIsAService: two arrivals a second of 5 s each. Within 30 s,
-// a wait of six service times, the fluid model asks for (0 + 2·60)·5 / (30 + 60) = 6.67
-// replicas where Erlang asks for 11 (C(11, 10)·e^(−6) < 1%): the fewer. Within 2 s,
-// less than a service time, Erlang alone.
-func TestReplicasFluidOnceTheWaitIsAService(t *testing.T) {
-	e := Estimate{Arrivals: 2, Burst: 2, Service: 5}
-	if got := ServingReplicas(10, 5, 30, 1); got != 11 {
-		t.Fatalf("ServingReplicas(10, 5, 30, 1) = %g, want 11", got)
-	}
-	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 30 * time.Second, Waiting: 0, InFlight: 10}), 120*5/90.0; math.Abs(got-want) > 1e-9 {
-		t.Errorf("Replicas within 30 s = %g, want the fluid %g", got, want)
-	}
-	// 45 waiting within 30 s: Erlang 11 + 45·5/30 = 18.5; fluid (45 + 120)·5/90 = 9.17.
-	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 30 * time.Second, Waiting: 45, InFlight: 10}), 165*5/90.0; math.Abs(got-want) > 1e-9 {
-		t.Errorf("Replicas with 45 waiting = %g, want the fluid %g", got, want)
-	}
-	if got, want := Replicas(Inputs{Traffic: e, Concurrency: 1, TargetWait: 2 * time.Second, Waiting: 0, InFlight: 10}), ServingReplicas(10, 5, 2, 1); got != want {
-		t.Errorf("Replicas within 2 s = %g, want Erlang's %g", got, want)
-	}
-}
-
-// TestFluidIsTheFewerOnceTheWaitIsAService: for targetWait at or above the service time
-// the metric is the fluid model alone, and that is the fewer replicas of the two models
-// at every load, backlog and concurrency tried: Erlang's serving exceeds λS/c and its
-// drain, even at its least (c/S a second per replica: waiting·S/(c·T)), exceeds the
-// fluid's, so the switch at S is the same as taking the fewer.
-func TestFluidIsTheFewerOnceTheWaitIsAService(t *testing.T) {
-	for _, c := range []int{1, 4, 8} {
-		for _, s := range []float64{0.1, 1, 6.65, 30} {
-			for _, w := range []float64{1, 1.5, 4, 60, 3600} {
-				wait := s * w
-				for rate := 0.0; rate < 500; rate = rate*2.5 + 0.01 {
-					for _, waiting := range []float64{0, 1, 37, 5000} {
-						fluid := fluidReplicas(rate, s, wait, c, waiting)
-						erlang := ServingReplicas(rate*s, s, wait, c) + waiting*s/(float64(c)*wait)
-						if fluid > erlang {
-							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: fluid %g above Erlang's %g", rate, s, wait, c, waiting, fluid, erlang)
-						}
-						e := Estimate{Arrivals: rate, Burst: rate, Service: s}
-						if got := Replicas(Inputs{Traffic: e, Concurrency: c, TargetWait: time.Duration(wait * float64(time.Second)), Waiting: waiting, InFlight: 0}); math.Abs(got-fluid) > 1e-9*max(fluid, 1) {
-							t.Fatalf("λ=%g S=%g T=%g c=%d waiting=%g: Replicas = %g, want the fluid %g", rate, s, wait, c, waiting, got, fluid)
-						}
-					}
-				}
-			}
-		}
-	}
-}
