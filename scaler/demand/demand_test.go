@@ -225,4 +225,3 @@ func TestBurstRaisesTheRateFast(t *testing.T) {
 		t.Errorf("rate over 20 s = %g, want %g", e.Burst, want)
 	}
 }
-
