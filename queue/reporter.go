@@ -134,6 +134,8 @@ type Reporter struct {
 	traffic     gpuscalerv1.QueueTraffic
 	buf         []byte
 	lastBacklog uint64 // backlog in the last report published
+	failing     bool   // the last publish failed; logged once per run of failures
+	held        bool   // a report is held back while NATS is not connected; logged once
 	// sent is the arrivals and drops totals in the last report published: the report's
 	// arrivals and dropped are the totals less these.
 	sent struct{ arrivals, dropped uint64 }
@@ -143,8 +145,6 @@ type Reporter struct {
 	integral int64
 	at       int64
 	estimate demand.Estimate
-	failing     bool   // the last publish failed; logged once per run of failures
-	held        bool   // a report is held back while NATS is not connected; logged once
 
 	closeOnce sync.Once
 	closeErr  error
