@@ -441,7 +441,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 		}
 		if r.queue.demand {
 			if q.ServiceSeconds == 0 {
-				add("queue-demand %.3g: no item has been seen to finish since this scaler started, so the service time is unknown, and the metric is the backlog over concurrency %d.",
+				add("queue-demand %.3g: no item has been seen to finish, so the service time is unknown, and the metric is the backlog over concurrency %d.",
 					r.queue.value, t.Concurrency)
 			} else {
 				model := "Erlang's model, as targetWait is shorter than the service time"
@@ -451,6 +451,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				add("queue-demand %.3g: the replicas of %d slots that start 99 in 100 of %.3g arrivals a second, %.3g s each, and the %d waiting, within targetWait %s, by %s (see docs/triggers.md).",
 					r.queue.value, t.Concurrency, q.ArrivalRate, q.ServiceSeconds, q.Waiting, t.TargetWait, model)
 			}
+			add("%s", trafficSource(q))
 		}
 	}
 	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {
@@ -581,3 +582,23 @@ func mostReplicas(ms []*gpuscalerv1.MetricAnswer) (most int64, failed int) {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// trafficSource says where a queue's arrival rate and service time come from: measured
+// by its producers, the same figures on every scaler replica, or estimated by this
+// replica from the differences between their reports since it started.
+func trafficSource(q *gpuscalerv1.QueueStatus) string {
+	live := 0
+	for _, p := range q.GetProducers() {
+		if !p.GetStopped() && !p.GetStale() {
+			live++
+		}
+	}
+	switch m := int(q.GetMeasuringProducers()); {
+	case m > 0 && m == live:
+		return "Its arrival rate and service time are measured by its producers: every scaler replica reads the same."
+	case m > 0:
+		return fmt.Sprintf("Its arrival rate and service time are measured by %d of its %d live producers; for the others they are estimated from differences between reports (a producer that does not measure), since this scaler replica started.", m, live)
+	default:
+		return "Its arrival rate and service time are estimated from differences between reports (a producer that does not measure), since this scaler replica started."
+	}
+}
