@@ -259,14 +259,14 @@ func (s *State) forgetQueues(cutoff time.Time) int {
 func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv1.QueueStatus {
 	q := e.sum(now, staleAfter)
 	st := &gpuscalerv1.QueueStatus{
-		Namespace:      e.namespace,
-		Queue:          e.queue,
-		Waiting:        clampInt64(uint64(q.waiting)),
-		InFlight:       clampInt64(uint64(q.inFlight)),
-		Backlog:        clampInt64(uint64(q.waiting + q.inFlight)),
-		Stored:         timestamppb.New(e.newest),
-		Age:            durationpb.New(now.Sub(e.newest)),
-		Stale:          q.live == 0,
+		Namespace:          e.namespace,
+		Queue:              e.queue,
+		Waiting:            clampInt64(uint64(q.waiting)),
+		InFlight:           clampInt64(uint64(q.inFlight)),
+		Backlog:            clampInt64(uint64(q.waiting + q.inFlight)),
+		Stored:             timestamppb.New(e.newest),
+		Age:                durationpb.New(now.Sub(e.newest)),
+		Stale:              q.live == 0,
 		ArrivalRate:        q.demand.Rate(),
 		ServiceSeconds:     q.demand.Service,
 		MeasuringProducers: int32(q.measuring),
