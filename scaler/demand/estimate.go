@@ -151,18 +151,25 @@ func (t Totals) Since(prev Totals, length time.Duration) Interval {
 
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
 // above gpuscalerv1.MaxTrafficRate and a service time above
-// gpuscalerv1.MaxServiceSeconds are reported at those bounds, so the report stays valid.
-// It does not allocate.
+// gpuscalerv1.MaxServiceSeconds are reported at those bounds, and a figure that is not
+// a number as 0, so the report stays valid. It does not allocate.
 func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
-	rate := func(v float64) float64 { return min(max(v, 0), gpuscalerv1.MaxTrafficRate) }
 	dst.ArrivalsTotal = totals.Arrivals
 	dst.CompletionsTotal = totals.Completions
 	dst.DroppedTotal = totals.Dropped
-	dst.BusySecondsTotal = max(totals.Busy, 0)
-	dst.ArrivalRate = rate(e.Arrivals)
-	dst.BurstRate = rate(e.Burst)
-	dst.DropRate = rate(e.Dropped)
-	dst.ServiceSeconds = min(max(e.Service, 0), gpuscalerv1.MaxServiceSeconds)
+	dst.BusySecondsTotal = bounded(totals.Busy, math.MaxFloat64)
+	dst.ArrivalRate = bounded(e.Arrivals, gpuscalerv1.MaxTrafficRate)
+	dst.BurstRate = bounded(e.Burst, gpuscalerv1.MaxTrafficRate)
+	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
+	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
+}
+
+// bounded returns v within 0 to hi; 0 for NaN.
+func bounded(v, hi float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return min(v, hi)
 }
 
 // FromTraffic returns the estimate a producer reported (a valid QueueTraffic:
