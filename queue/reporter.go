@@ -106,8 +106,8 @@ type Reporter struct {
 	// left the queue unserved.
 	arrivals atomic.Uint64
 	dropped  atomic.Uint64
-	// busy integrates the items in flight over time and counts completions, changed by
-	// Started and Finished (and Set) after the change to counts.
+	// busy integrates the items in flight over time and counts completions: Started and
+	// Finished change it after they change counts. Set does not (see set).
 	busy busy
 	// set is true once Set was called: the Reporter then knows neither arrivals nor
 	// completions for sure, and its reports carry no traffic.
