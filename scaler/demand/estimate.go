@@ -177,6 +177,8 @@ func bounded(v, hi float64) float64 {
 // or the items in flight, only the service time; for Add to weigh producers by Little's
 // law it takes the completions to be the arrivals less the drops, as they are in a
 // steady state, and the items in flight to be those completions times the service time.
+// A producer that has seen no item finish (service time 0) weighs nothing: its unknown
+// service time must not pull the others' towards 0.
 func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 	e := Estimate{
 		Arrivals: t.GetArrivalRate(),
@@ -184,7 +186,9 @@ func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 		Dropped:  t.GetDropRate(),
 		Service:  t.GetServiceSeconds(),
 	}
-	e.Completions = max(e.Arrivals-e.Dropped, 0)
-	e.InFlight = e.Completions * e.Service
+	if e.Service > 0 {
+		e.Completions = max(e.Arrivals-e.Dropped, 0)
+		e.InFlight = e.Completions * e.Service
+	}
 	return e
 }

@@ -105,6 +105,11 @@ func TestAddMeasuredProducers(t *testing.T) {
 	if s := a.Add(idle); s.Service != 2 {
 		t.Errorf("with an idle producer: service %g s, want 2", s.Service)
 	}
+	// One that has seen nothing finish yet adds its arrivals, not its unknown service.
+	fresh := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 7, BurstRate: 7})
+	if s := a.Add(fresh); s.Service != 2 || s.Rate() != 10 {
+		t.Errorf("with a producer that has seen nothing finish: %g arrivals a second of %g s, want 10 of 2", s.Rate(), s.Service)
+	}
 }
 
 // FuzzFold folds any intervals and reads the estimate back through a report: it stays
