@@ -7,8 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/scalertest"
 )
 
 // TestBusyIntegral: the items in flight, changed at known times, integrate exactly: one
@@ -198,5 +203,61 @@ func TestSetReportsNoTraffic(t *testing.T) {
 	r.Set(4, 1)
 	if q := sub.next(); q.GetTraffic() != nil || q.GetWaiting() != 4 {
 		t.Fatalf("report after Set(4, 1): %v, want waiting 4 and no traffic", q)
+	}
+}
+
+// TestScalerReplicasAgree runs the restart the issue is about with real parts: a
+// Reporter measures a queue's traffic while one scaler reads its reports, then a second
+// scaler starts and reads only the stream's last report. Both read the producer's
+// service time, the same to the last bit, and about the same arrival rate (it falls a
+// little with each idle report). A scaler that estimated from the differences between
+// reports would know no service time from one report, and a rate of 0.
+func TestScalerReplicasAgree(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
+	first, _ := scalertest.Start(t, ns.ClientURL())
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: 20 * time.Millisecond})
+	const workers, items = 4, 20
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range items {
+				r.Enqueued(1)
+				r.Started(1)
+				time.Sleep(5 * time.Millisecond) // the work
+				r.Finished(1)
+			}
+		})
+	}
+	wg.Wait()
+	sub.until(func(q *gpuscalerv1.QueueReport) bool {
+		return q.GetTraffic().GetCompletionsTotal() == workers*items && q.Backlog() == 0
+	})
+	second, _ := scalertest.Start(t, ns.ClientURL())
+
+	explain := func(s *scaler.Scaler) *gpuscalerv1.QueueStatus {
+		t.Helper()
+		conn, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ex, err := gpuscalerv1.NewExplainerClient(conn).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm",
+			Metadata: map[string]string{"queue": "jobs", "targetWait": "1s"}})
+		if err != nil {
+			t.Fatalf("Explain: %v", err)
+		}
+		return ex.GetQueue()
+	}
+	b, a := explain(second), explain(first)
+	if a.GetServiceSeconds() == 0 || b.GetServiceSeconds() != a.GetServiceSeconds() {
+		t.Errorf("service time: %g s on the replica started after the reports, %g s on the one that read them all; want the same, above 0",
+			b.GetServiceSeconds(), a.GetServiceSeconds())
+	}
+	if ra, rb := a.GetArrivalRate(), b.GetArrivalRate(); ra == 0 || rb < ra/2 || rb > 2*ra {
+		t.Errorf("arrival rate: %g/s on the replica started after the reports, %g/s on the one that read them all; want about the same", rb, ra)
+	}
+	if a.GetMeasuringProducers() != 1 || b.GetMeasuringProducers() != 1 {
+		t.Errorf("measuring producers: %d and %d, want 1 and 1", a.GetMeasuringProducers(), b.GetMeasuringProducers())
 	}
 }
