@@ -17,8 +17,16 @@
 // falls silent leaves it after the trigger's staleAfter. While no producer of a queue is
 // live the scaler knows nothing of it, and says so rather than read 0.
 //
+// A Reporter measures its share of the queue's traffic where it is exact, as it sees every
+// item arrive, start and finish: the arrivals, completions and drops since it started, the
+// item-seconds in flight, and its own windowed estimates of the arrival rate and the
+// service time (scaler/demand, the same arithmetic the scaler uses). Every report carries
+// them (QueueReport.traffic), so every scaler replica, one that restarted a second ago
+// included, reads the same figures.
+//
 // `gpuscaler publish queue` is the shell equivalent of one report. The package meets the
-// scaler only in the event contract (proto/gpuscaler/v1) and does not import it.
+// scaler in the event contract (proto/gpuscaler/v1) and in scaler/demand, the estimator
+// both sides share (pure arithmetic over the contract); it imports nothing else of it.
 package queue
 
 import (
@@ -36,6 +44,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // Defaults for the zero Config.
@@ -70,8 +79,9 @@ type Config struct {
 }
 
 // Reporter reports one queue's state to NATS. Its methods are safe for concurrent use,
-// and Enqueued, Started, Finished and Set never block on NATS: they update counters and
-// at most wake the Reporter's goroutine, without allocating.
+// and Enqueued, Started, Finished, Dropped and Set never block, on NATS or on each
+// other: they update counters and at most wake the Reporter's goroutine, without
+// allocating.
 //
 // It publishes a report when it starts, at once when the queue goes from empty to
 // non-empty while the last report showed it empty, every Config.Interval after the
@@ -92,10 +102,19 @@ type Reporter struct {
 	// counts holds the packed waiting and in-flight counts; every method updates it
 	// atomically.
 	counts atomic.Uint64
-	// arrivals counts items enqueued since the last report published, dropped the
-	// items that left the queue unserved since then.
+	// arrivals counts the items enqueued since the Reporter started, dropped those that
+	// left the queue unserved.
 	arrivals atomic.Uint64
 	dropped  atomic.Uint64
+	// busy integrates the items in flight over time and counts completions: Started and
+	// Finished change it after they change counts. Set does not (see set).
+	busy busy
+	// set is true once Set was called: the Reporter then knows neither arrivals nor
+	// completions for sure, and its reports carry no traffic.
+	set atomic.Bool
+	// epoch is when the Reporter started; busy's times are nanoseconds since, read
+	// from the monotonic clock.
+	epoch time.Time
 	// wake tells the goroutine that the queue went from empty to non-empty.
 	wake chan struct{}
 	// heldReports counts the times a due report waited for NATS to connect; tests read it.
@@ -112,10 +131,20 @@ type Reporter struct {
 	// Owned by the goroutine, then by Close once done is closed.
 	msg         gpuscalerv1.QueueReport
 	observedAt  timestamppb.Timestamp
+	traffic     gpuscalerv1.QueueTraffic
 	buf         []byte
 	lastBacklog uint64 // backlog in the last report published
 	failing     bool   // the last publish failed; logged once per run of failures
 	held        bool   // a report is held back while NATS is not connected; logged once
+	// sent is the arrivals and drops totals in the last report published: the report's
+	// arrivals and dropped are the totals less these.
+	sent struct{ arrivals, dropped uint64 }
+	// The traffic measured up to the last report attempted, published or not: the
+	// totals, busy's integral and its time then, and the estimate.
+	totals   demand.Totals
+	integral int64
+	at       int64
+	estimate demand.Estimate
 
 	closeOnce sync.Once
 	closeErr  error
@@ -156,6 +185,7 @@ func NewReporter(nc *nats.Conn, namespace, name string, cfg Config) (*Reporter, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reporter{
+		epoch:   time.Now(),
 		wake:    make(chan struct{}, 1),
 		nc:      nc,
 		subject: subject,
@@ -182,10 +212,10 @@ func (r *Reporter) Enqueued(n int) {
 	if k == 0 {
 		return
 	}
-	woke := r.update(func(c counts) counts { return c.enqueued(k) })
+	old, c := r.update(func(c counts) counts { return c.enqueued(k) })
 	// Before the wake-up, so the report it brings includes them.
 	r.arrivals.Add(k)
-	if woke {
+	if old.empty() && !c.empty() {
 		r.wakeUp()
 	}
 }
@@ -197,19 +227,25 @@ func (r *Reporter) Started(n int) {
 	if k == 0 {
 		return
 	}
-	if r.update(func(c counts) counts { return c.started(k) }) {
+	old, c := r.update(func(c counts) counts { return c.started(k) })
+	r.busy.change(int64(c.inFlight())-int64(old.inFlight()), 0, r.now())
+	if old.empty() && !c.empty() {
 		r.wakeUp() // started without being enqueued
 	}
 }
 
 // Finished records n items done, failed or abandoned once started: n fewer in flight,
-// not below 0. n ≤ 0 does nothing. An item that leaves before it started is Dropped.
+// not below 0, and n more completions (those that were in flight). n ≤ 0 does nothing.
+// An item that leaves before it started is Dropped: a completion counts towards the
+// service time.
 func (r *Reporter) Finished(n int) {
 	k := count(n)
 	if k == 0 {
 		return
 	}
-	r.update(func(c counts) counts { return c.finished(k) }) // never makes a queue non-empty
+	old, c := r.update(func(c counts) counts { return c.finished(k) }) // never makes a queue non-empty
+	done := old.inFlight() - c.inFlight()
+	r.busy.change(-int64(done), done, r.now())
 }
 
 // Dropped records n waiting items that left the queue without being served (a hold that
@@ -228,26 +264,33 @@ func (r *Reporter) Dropped(n int) {
 
 // Set replaces both counts, for a program that reads its queue's length rather than
 // counting changes. Negative counts are 0. It leaves arrivals alone: only Enqueued
-// counts them.
+// counts them. Such a program does not tell the Reporter when items finish, so once Set
+// is called the Reporter measures no traffic: its reports carry none, and the scaler
+// estimates the queue's traffic from the differences between them, as for any producer
+// that does not measure.
 func (r *Reporter) Set(waiting, inFlight int) {
 	c := packCounts(count(waiting), count(inFlight))
+	r.set.Store(true)
 	if old := counts(r.counts.Swap(uint64(c))); old.empty() && !c.empty() {
 		r.wakeUp()
 	}
 }
 
-// update applies f to the counts atomically, and reports whether that made an empty
-// queue non-empty. The closures above capture only an integer and are inlined, so this
-// does not allocate.
-func (r *Reporter) update(f func(counts) counts) (becameNonEmpty bool) {
+// update applies f to the counts atomically, and returns the counts before and after.
+// The closures above capture only an integer and are inlined, so this does not
+// allocate.
+func (r *Reporter) update(f func(counts) counts) (old, c counts) {
 	for {
 		old := r.counts.Load()
 		c := f(counts(old))
 		if r.counts.CompareAndSwap(old, uint64(c)) {
-			return counts(old).empty() && !c.empty()
+			return counts(old), c
 		}
 	}
 }
+
+// now is the time since the Reporter started, in nanoseconds, from the monotonic clock.
+func (r *Reporter) now() int64 { return int64(time.Since(r.epoch)) }
 
 func (r *Reporter) wakeUp() {
 	select {
@@ -339,13 +382,21 @@ func (r *Reporter) run(ctx context.Context) {
 }
 
 // publish sends one report of counts c, with the arrivals and drops counted since the
-// last report. On failure the sequence number, the arrivals and the drops are kept for
-// the next one.
+// last report published, and the traffic measured up to now. On failure the sequence
+// number is kept for the next report, which counts the arrivals and drops of this one
+// too; the traffic's totals never go back.
 func (r *Reporter) publish(c counts) error {
-	arrivals, dropped := r.arrivals.Swap(0), r.dropped.Swap(0)
+	arrivals, dropped := r.arrivals.Load(), r.dropped.Load()
 	now := time.Now()
 	r.observedAt.Seconds, r.observedAt.Nanos = now.Unix(), int32(now.Nanosecond())
-	r.msg.Waiting, r.msg.InFlight, r.msg.Arrivals, r.msg.Dropped = c.waiting(), c.inFlight(), arrivals, dropped
+	r.msg.Waiting, r.msg.InFlight = c.waiting(), c.inFlight()
+	r.msg.Arrivals, r.msg.Dropped = arrivals-r.sent.arrivals, dropped-r.sent.dropped
+	r.measure(arrivals, dropped)
+	if r.set.Load() {
+		r.msg.Traffic = nil
+	} else {
+		r.msg.Traffic = &r.traffic
+	}
 	r.msg.Sequence++
 	size := r.msg.SizeVT()
 	if cap(r.buf) < size {
@@ -359,12 +410,27 @@ func (r *Reporter) publish(c counts) error {
 	}
 	if err != nil {
 		r.msg.Sequence--
-		r.arrivals.Add(arrivals)
-		r.dropped.Add(dropped)
 		return err
 	}
+	r.sent.arrivals, r.sent.dropped = arrivals, dropped
 	r.lastBacklog = c.backlog()
 	return nil
+}
+
+// measure folds the interval since the last report attempted into the Reporter's
+// estimate, with the arrivals and drops totals read for this report, and fills r.traffic.
+func (r *Reporter) measure(arrivals, dropped uint64) {
+	integral, completions, at := r.busy.read(r.now)
+	totals := demand.Totals{
+		Arrivals:    arrivals,
+		Completions: completions,
+		Dropped:     dropped,
+		// The integral wraps around in 64 bits; the difference of two is exact.
+		Busy: r.totals.Busy + float64(integral-r.integral)/float64(time.Second),
+	}
+	r.estimate = r.estimate.Fold(totals.Since(r.totals, time.Duration(at-r.at)))
+	r.totals, r.integral, r.at = totals, integral, at
+	r.estimate.Traffic(totals, &r.traffic)
 }
 
 // defaultProducerID returns the host name, made a valid producer id, with a random

@@ -230,7 +230,9 @@ func TestStoppedNATS(t *testing.T) {
 	held := r.heldReports.Load()
 	testkit.Eventually(t, 10*time.Second, func() bool { return r.heldReports.Load() >= held+3 })
 	size := (&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: MaxCount, InFlight: MaxCount, Arrivals: 1 << 40,
-		ObservedAt: timestamppb.Now(), ProducerId: r.cfg.ProducerID, Sequence: 1 << 20}).SizeVT()
+		ObservedAt: timestamppb.Now(), ProducerId: r.cfg.ProducerID, Sequence: 1 << 20,
+		Traffic: &gpuscalerv1.QueueTraffic{ArrivalsTotal: 1 << 40, CompletionsTotal: 1 << 40, DroppedTotal: 1 << 40,
+			BusySecondsTotal: 1, ArrivalRate: 1, BurstRate: 1, DropRate: 1, ServiceSeconds: 1}}).SizeVT()
 	onePub := len(fmt.Sprintf("PUB gpuscaler.v1.queue.ml.jobs %d\r\n", size)) + size + 2
 	if n, err := nc.Buffered(); err != nil || n > onePub {
 		t.Errorf("reconnect buffer holds %d bytes (%v), want at most one report (%d bytes): reports must wait for NATS, not queue for it", n, err, onePub)
@@ -238,9 +240,14 @@ func TestStoppedNATS(t *testing.T) {
 
 	ns = natstest.Start(t, addr, dir)
 	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
-	sub.until(func(q *gpuscalerv1.QueueReport) bool {
+	got := sub.until(func(q *gpuscalerv1.QueueReport) bool {
 		return q.GetWaiting() == goroutines*iterations && q.GetInFlight() == 0
 	})
+	// What was counted while NATS was away is in the traffic's totals all the same.
+	if tr := got[len(got)-1].GetTraffic(); tr.GetArrivalsTotal() != 2*goroutines*iterations || tr.GetCompletionsTotal() != goroutines*iterations {
+		t.Errorf("traffic after NATS came back: %d arrivals, %d completions; want %d, %d",
+			tr.GetArrivalsTotal(), tr.GetCompletionsTotal(), 2*goroutines*iterations, goroutines*iterations)
+	}
 	if err := r.Close(); err != nil {
 		t.Errorf("Close after NATS came back: %v", err)
 	}

@@ -452,6 +452,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 					add("That is capped at %.3g: a slot for every item in flight, waiting or expected over the horizon.", n.Most)
 				}
 			}
+			add("%s", trafficSource(q))
 		}
 	}
 	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {
@@ -589,4 +590,24 @@ func horizonWhy(h time.Duration) string {
 		return "a minute, as the cold start is unknown"
 	}
 	return fmt.Sprintf("the cold start and the HPA's %s sync", demand.HPASync)
+}
+
+// trafficSource says where a queue's arrival rate and service time come from: measured
+// by its producers, the same figures on every scaler replica, or estimated by this
+// replica from the differences between their reports since it started.
+func trafficSource(q *gpuscalerv1.QueueStatus) string {
+	live := 0
+	for _, p := range q.GetProducers() {
+		if !p.GetStopped() && !p.GetStale() {
+			live++
+		}
+	}
+	switch m := int(q.GetMeasuringProducers()); {
+	case m > 0 && m == live:
+		return "Its arrival rate and service time are measured by its producers: every scaler replica reads the same."
+	case m > 0:
+		return fmt.Sprintf("Its arrival rate and service time are measured by %d of its %d live producers; for the others they are estimated from differences between reports (a producer that does not measure), since this scaler replica started.", m, live)
+	default:
+		return "Its arrival rate and service time are estimated from differences between reports (a producer that does not measure), since this scaler replica started."
+	}
 }

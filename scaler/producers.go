@@ -39,7 +39,9 @@ type queueEntry struct {
 type producerEntry struct {
 	report *gpuscalerv1.QueueReport
 	stored time.Time
-	// demand is the producer's traffic as its reports so far tell it.
+	// demand is the producer's traffic: as its last report measured it, or, for a
+	// producer that does not measure, as the differences between its reports so far
+	// tell it.
 	demand demand.Estimate
 	// silent is set by MarkSilentProducers once the report is older than the scaler's
 	// default staleAfter, so a producer's falling silent is counted and logged once.
@@ -134,8 +136,14 @@ func (s *State) applyQueue(r *gpuscalerv1.QueueReport, stored time.Time) error {
 }
 
 // nextDemand is the producer's traffic estimate once report r, stored at stored, follows
-// old (nil: the producer's first report since this scaler started).
+// old (nil: the producer's first report since this scaler started). A report that carries
+// the producer's own measure of its traffic says it all, so a replica that just started
+// holds the same estimate as one that read every report; otherwise it is folded from the
+// differences between r and old's report.
 func (old *producerEntry) nextDemand(r *gpuscalerv1.QueueReport, stored time.Time) demand.Estimate {
+	if t := r.GetTraffic(); t != nil {
+		return demand.FromTraffic(t)
+	}
 	if old == nil {
 		return demand.Estimate{}
 	}
@@ -149,7 +157,9 @@ func (p *producerEntry) live(now time.Time, staleAfter time.Duration) bool {
 
 // queueSum is a queue's reading: the sums over its live producers.
 type queueSum struct {
-	live              int
+	live int
+	// measuring is how many of them report their own measure of their traffic.
+	measuring         int
 	waiting, inFlight float64
 	demand            demand.Estimate
 }
@@ -165,6 +175,9 @@ func (e *queueEntry) sum(now time.Time, staleAfter time.Duration) queueSum {
 			q.demand = p.demand // one producer's estimate as it is
 		} else {
 			q.demand = q.demand.Add(p.demand)
+		}
+		if p.report.GetTraffic() != nil {
+			q.measuring++
 		}
 		q.waiting += float64(p.report.GetWaiting())
 		q.inFlight += float64(p.report.GetInFlight())
@@ -246,16 +259,17 @@ func (s *State) forgetQueues(cutoff time.Time) int {
 func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv1.QueueStatus {
 	q := e.sum(now, staleAfter)
 	st := &gpuscalerv1.QueueStatus{
-		Namespace:      e.namespace,
-		Queue:          e.queue,
-		Waiting:        clampInt64(uint64(q.waiting)),
-		InFlight:       clampInt64(uint64(q.inFlight)),
-		Backlog:        clampInt64(uint64(q.waiting + q.inFlight)),
-		Stored:         timestamppb.New(e.newest),
-		Age:            durationpb.New(now.Sub(e.newest)),
-		Stale:          q.live == 0,
-		ArrivalRate:    q.demand.Arrivals,
-		ServiceSeconds: q.demand.Service,
+		Namespace:          e.namespace,
+		Queue:              e.queue,
+		Waiting:            clampInt64(uint64(q.waiting)),
+		InFlight:           clampInt64(uint64(q.inFlight)),
+		Backlog:            clampInt64(uint64(q.waiting + q.inFlight)),
+		Stored:             timestamppb.New(e.newest),
+		Age:                durationpb.New(now.Sub(e.newest)),
+		Stale:              q.live == 0,
+		ArrivalRate:        q.demand.Arrivals,
+		ServiceSeconds:     q.demand.Service,
+		MeasuringProducers: int32(q.measuring),
 	}
 	for id, p := range e.producers {
 		st.Producers = append(st.Producers, &gpuscalerv1.ProducerStatus{
@@ -265,6 +279,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 			Stored:     timestamppb.New(p.stored),
 			Age:        durationpb.New(now.Sub(p.stored)),
 			Stale:      !p.live(now, staleAfter),
+			Measured:   p.report.GetTraffic() != nil,
 		})
 	}
 	if e.stopped != "" {

@@ -83,6 +83,8 @@ func TestStatusPageRequests(t *testing.T) {
 		"bad namespace":          {"GET", "/status?namespace=Not_A_Namespace", http.StatusBadRequest, []string{`namespace "Not_A_Namespace": `}, nil},
 		"namespace filter":       {"GET", "/status?namespace=ml", http.StatusOK, []string{"ml/llm", "ml/idle-worker", "gpu-node-a", "gpu-node-b", "<b>jobs</b>"}, []string{"web/&lt;img", "<b>render</b>"}},
 		"namespace filter nodes": {"GET", "/status?namespace=web", http.StatusOK, []string{"gpu-node-a", "<b>render</b>"}, []string{"gpu-node-b", "ml/idle-worker", "<b>jobs</b>"}},
+		"a producer that does not measure": {"GET", "/status?namespace=ml", http.StatusOK,
+			[]string{`title="its traffic is estimated from differences between its reports (a producer that does not measure)">estimated</span>`}, []string{">measured</span>"}},
 		"trigger id not a number": {"GET", "/status/trigger?id=llm", http.StatusBadRequest,
 			[]string{`id "llm": want the number of a trigger on /status`}, nil},
 		"trigger not recorded": {"GET", "/status/trigger?id=999", http.StatusNotFound,

@@ -333,7 +333,14 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				if q.GetServiceSeconds() > 0 {
 					service = fmt.Sprintf("%.3g s", q.GetServiceSeconds())
 				}
-				fmt.Fprintf(w, "  arrivals %.3g/s, service time %s\n", q.GetArrivalRate(), service)
+				source := "estimated from differences between reports (a producer that does not measure)"
+				switch m := int(q.GetMeasuringProducers()); {
+				case m > 0 && m == live:
+					source = "measured by its producers"
+				case m > 0:
+					source = fmt.Sprintf("measured by %d of %d live producers, estimated for the others from differences between reports", m, live)
+				}
+				fmt.Fprintf(w, "  arrivals %.3g/s, service time %s: %s\n", q.GetArrivalRate(), service, source)
 			}
 		}
 	}

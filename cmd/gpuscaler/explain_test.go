@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -246,6 +248,27 @@ func TestPrintExplanationCPUAndMemory(t *testing.T) {
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("explain output does not match %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestPrintExplanationTrafficSource: the queue's line of arrivals and service time says
+// whether its live producers measured them or the scaler estimated them.
+func TestPrintExplanationTrafficSource(t *testing.T) {
+	producers := []*gpuscalerv1.ProducerStatus{{ProducerId: "gw-0", Measured: true}, {ProducerId: "gw-1"}, {ProducerId: "old", Stale: true}}
+	for measuring, want := range map[int32]string{
+		0: "service time 5 s: estimated from differences between reports (a producer that does not measure)",
+		1: "service time 5 s: measured by 1 of 2 live producers, estimated for the others from differences between reports",
+		2: "service time 5 s: measured by its producers",
+	} {
+		ex := &gpuscalerv1.Explanation{Effective: map[string]string{"queue": "q", "targetWait": "10s"}, Queue: &gpuscalerv1.QueueStatus{
+			Namespace: "ml", Queue: "q", ArrivalRate: 2, ServiceSeconds: 5, MeasuringProducers: measuring, Producers: producers,
+			Stored: timestamppb.Now(), Age: durationpb.New(time.Second),
+		}}
+		var out strings.Builder
+		printExplanation(&out, explainTarget{}, "scaler:9090", ex)
+		if !strings.Contains(out.String(), "arrivals 2/s, "+want+"\n") {
+			t.Errorf("%d measuring: explain output does not say %q:\n%s", measuring, want, out.String())
 		}
 	}
 }

@@ -111,6 +111,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			// Count the request before a worker can take it, so that Started never
 			// comes first. This loop is the only sender, so the send cannot block.
 			if len(requests) == cap(requests) {
+				// Refused, but it was demand: an arrival, dropped unserved (not a
+				// completion, which would shorten the service time the scaler reads).
+				r.Enqueued(1)
+				r.Dropped(1)
 				log.Warn("queue full; request refused")
 			} else {
 				r.Enqueued(1)

@@ -20,10 +20,10 @@ const MaxEventBytes = 256 << 10
 // MaxQueueReportBytes bounds a QueueReport's encoded size, headers included where a
 // stream counts them. The largest QueueReport the contract allows (its names as long as
 // ValidateNamespace, MaxQueueNameLen and MaxProducerIDLen let them be, every number at its
-// widest) encodes in 536 bytes (TestMaxQueueReportBytes); the rest is room for fields a
-// later version adds. The queue stream refuses larger messages, and Decode drops them
-// unread, so a producer inventing queues stores at most this much per subject, not
-// MaxEventBytes.
+// widest, its traffic and cold start included) encodes in 625 bytes
+// (TestMaxQueueReportBytes); the rest is room for fields a later version adds. The queue
+// stream refuses larger messages, and Decode drops them unread, so a producer inventing
+// queues stores at most this much per subject, not MaxEventBytes.
 const MaxQueueReportBytes = 1 << 10
 
 // Event is one decoded, validated message: Node is set for a KindNode subject, Queue for

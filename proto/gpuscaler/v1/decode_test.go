@@ -222,6 +222,47 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeQueueTraffic: a report's traffic figures must be finite, not negative, and
+// within their bounds; a report that breaks that is invalid, and dropped as one.
+func TestDecodeQueueTraffic(t *testing.T) {
+	valid := func() *QueueTraffic {
+		return &QueueTraffic{ArrivalsTotal: 10, CompletionsTotal: 8, DroppedTotal: 1, BusySecondsTotal: 40,
+			ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5}
+	}
+	for name, tc := range map[string]struct {
+		edit func(*QueueTraffic)
+		want string // in the error; empty: valid
+	}{
+		"valid":                      {edit: func(*QueueTraffic) {}},
+		"zero":                       {edit: func(q *QueueTraffic) { *q = QueueTraffic{} }},
+		"at the bounds":              {edit: func(q *QueueTraffic) { q.ArrivalRate, q.ServiceSeconds = MaxTrafficRate, MaxServiceSeconds }},
+		"NaN arrival rate":           {edit: func(q *QueueTraffic) { q.ArrivalRate = math.NaN() }, want: "arrival_rate NaN"},
+		"negative burst rate":        {edit: func(q *QueueTraffic) { q.BurstRate = -1 }, want: "burst_rate -1"},
+		"infinite drop rate":         {edit: func(q *QueueTraffic) { q.DropRate = math.Inf(1) }, want: "drop_rate +Inf"},
+		"rate above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalRate = 2 * MaxTrafficRate }, want: "arrival_rate 2e+09"},
+		"NaN service":                {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.NaN() }, want: "service_seconds NaN"},
+		"service above the bound":    {edit: func(q *QueueTraffic) { q.ServiceSeconds = 2 * MaxServiceSeconds }, want: "service_seconds"},
+		"negative busy seconds":      {edit: func(q *QueueTraffic) { q.BusySecondsTotal = -0.5 }, want: "busy_seconds_total -0.5"},
+		"infinite busy seconds":      {edit: func(q *QueueTraffic) { q.BusySecondsTotal = math.Inf(1) }, want: "busy_seconds_total +Inf"},
+		"negative zero is not below": {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.Copysign(0, -1) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := valid()
+			tc.edit(tr)
+			data, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3, Traffic: tr})
+			ev, err := Decode("gpuscaler.v1.queue.ml.jobs.gw-0", data)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Decode = %v, want it taken", err)
+			case tc.want == "" && !proto.Equal(ev.Queue.GetTraffic(), tr):
+				t.Fatalf("Decode gave traffic %v, want %v", ev.Queue.GetTraffic(), tr)
+			case tc.want != "" && (!errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Decode = %v; want an ErrInvalidEvent saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestBacklogSaturates(t *testing.T) {
 	r := &QueueReport{Waiting: math.MaxUint64 - 1, InFlight: 5}
 	if got := r.Backlog(); got != math.MaxUint64 {
@@ -235,8 +276,11 @@ func TestBacklogSaturates(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	nodeData, _ := proto.Marshal(validNodeReport())
 	queueData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3})
+	trafficData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3, ColdStartSeconds: 30,
+		Traffic: &QueueTraffic{ArrivalsTotal: 10, CompletionsTotal: 8, DroppedTotal: 1, BusySecondsTotal: 40, ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5}})
 	f.Add("gpuscaler.v1.node.gpu-node-1", nodeData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
+	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", trafficData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", nodeData)
 	f.Add("gpuscaler.v1.node.gpu-node-1", []byte{0x0a, 0x80})
 	withResources := validNodeReport()
@@ -278,6 +322,12 @@ func TestMaxQueueReportBytes(t *testing.T) {
 		Waiting:    math.MaxUint64, InFlight: math.MaxUint64, Arrivals: math.MaxUint64,
 		Sequence: math.MaxUint64, Dropped: math.MaxUint64, Stopped: true,
 		ObservedAt: &timestamppb.Timestamp{Seconds: math.MinInt64, Nanos: math.MinInt32},
+		Traffic: &QueueTraffic{
+			ArrivalsTotal: math.MaxUint64, CompletionsTotal: math.MaxUint64, DroppedTotal: math.MaxUint64,
+			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, BurstRate: MaxTrafficRate, DropRate: MaxTrafficRate,
+			ServiceSeconds: MaxServiceSeconds,
+		},
+		ColdStartSeconds: 1,
 	}
 	if err := r.Validate(); err != nil {
 		t.Fatalf("the largest report is invalid: %v", err)
@@ -286,8 +336,8 @@ func TestMaxQueueReportBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) != 536 {
-		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 536", len(data))
+	if len(data) != 625 {
+		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 625", len(data))
 	}
 	if room := MaxQueueReportBytes - len(data); room < 256 {
 		t.Errorf("the largest QueueReport encodes in %d bytes, leaving %d of MaxQueueReportBytes (%d) for new fields, want at least 256", len(data), room, MaxQueueReportBytes)

@@ -1053,7 +1053,10 @@ type QueueTraffic struct {
 	// Exponentially weighted estimates (scaler/demand: Window, BurstWindow): arrivals per
 	// second over a minute and over 20 s, drops per second over a minute, and the seconds
 	// an item spends in flight (busy-seconds over completions, a minute's worth; 0 until
-	// an item finishes).
+	// an item finishes). The scaler reads these as they are. Every figure must be finite
+	// and not negative, the rates at most MaxTrafficRate a second and the service time at
+	// most MaxServiceSeconds (validate.go); a report that breaks that is invalid, and
+	// dropped.
 	ArrivalRate    float64 `protobuf:"fixed64,5,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
 	BurstRate      float64 `protobuf:"fixed64,6,opt,name=burst_rate,json=burstRate,proto3" json:"burst_rate,omitempty"`
 	DropRate       float64 `protobuf:"fixed64,7,opt,name=drop_rate,json=dropRate,proto3" json:"drop_rate,omitempty"`

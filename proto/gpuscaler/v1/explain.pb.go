@@ -418,13 +418,19 @@ type QueueStatus struct {
 	// What the queue's reports say of its traffic, which the queue-demand metric
 	// (targetWait) reads: arrivals per second, the larger of the rates over the last minute
 	// and the last 20 s; and the seconds an item takes by Little's law, 0 until an item is
-	// seen to finish since this scaler started.
+	// seen to finish. Producers that measure their traffic report these figures, the same
+	// for every scaler replica; for the others the scaler estimates them from the
+	// differences between their reports since it started.
 	ArrivalRate    float64 `protobuf:"fixed64,12,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
 	ServiceSeconds float64 `protobuf:"fixed64,13,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
 	// Every producer the scaler holds a report of, by id; live ones count in the sums.
-	Producers     []*ProducerStatus `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Producers []*ProducerStatus `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
+	// Of the live producers, those whose reports carry their own measure of their traffic
+	// (QueueReport.traffic). The others' share of arrival_rate and service_seconds is
+	// estimated from the differences between their reports.
+	MeasuringProducers int32 `protobuf:"varint,15,opt,name=measuring_producers,json=measuringProducers,proto3" json:"measuring_producers,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -541,6 +547,13 @@ func (x *QueueStatus) GetProducers() []*ProducerStatus {
 	return nil
 }
 
+func (x *QueueStatus) GetMeasuringProducers() int32 {
+	if x != nil {
+		return x.MeasuringProducers
+	}
+	return 0
+}
+
 // ProducerStatus is one producer's last report of a queue.
 type ProducerStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -553,7 +566,10 @@ type ProducerStatus struct {
 	Stopped bool `protobuf:"varint,6,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	// Older than the trigger's staleAfter (in an explanation) or the scaler's default
 	// (on the status page): it no longer counts.
-	Stale         bool `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	Stale bool `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Its last report carries its own measure of its traffic (QueueReport.traffic);
+	// otherwise its traffic is estimated from the differences between its reports.
+	Measured      bool `protobuf:"varint,8,opt,name=measured,proto3" json:"measured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +649,13 @@ func (x *ProducerStatus) GetStopped() bool {
 func (x *ProducerStatus) GetStale() bool {
 	if x != nil {
 		return x.Stale
+	}
+	return false
+}
+
+func (x *ProducerStatus) GetMeasured() bool {
+	if x != nil {
+		return x.Measured
 	}
 	return false
 }
@@ -1301,7 +1324,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xc2\x03\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xf3\x03\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1315,8 +1338,9 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\rfrom_consumer\x18\v \x01(\bR\ffromConsumer\x12!\n" +
 	"\farrival_rate\x18\f \x01(\x01R\varrivalRate\x12'\n" +
 	"\x0fservice_seconds\x18\r \x01(\x01R\x0eserviceSeconds\x12:\n" +
-	"\tproducers\x18\x0e \x03(\v2\x1c.gpuscaler.v1.ProducerStatusR\tproducersJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
-	"\"\xf9\x01\n" +
+	"\tproducers\x18\x0e \x03(\v2\x1c.gpuscaler.v1.ProducerStatusR\tproducers\x12/\n" +
+	"\x13measuring_producers\x18\x0f \x01(\x05R\x12measuringProducersJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\"\x95\x02\n" +
 	"\x0eProducerStatus\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\tR\n" +
 	"producerId\x12\x18\n" +
@@ -1325,7 +1349,8 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x06stored\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06stored\x12+\n" +
 	"\x03age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x18\n" +
 	"\astopped\x18\x06 \x01(\bR\astopped\x12\x14\n" +
-	"\x05stale\x18\a \x01(\bR\x05stale\"\xe7\x04\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\x12\x1a\n" +
+	"\bmeasured\x18\b \x01(\bR\bmeasured\"\xe7\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +

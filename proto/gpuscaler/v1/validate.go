@@ -299,8 +299,19 @@ func (p *PodRef) validate() error {
 	return nil
 }
 
+// Bounds of a QueueReport's traffic. A billion items a second is far above what one
+// producer hands out, and a service time of 30 years far above any item's; beyond them a
+// figure is a broken or hostile producer, and read as one it would ask for replicas
+// without end.
+const (
+	MaxTrafficRate    = 1e9
+	MaxServiceSeconds = 1e9
+)
+
 // Validate reports whether r is a well-formed QueueReport: a valid namespace, queue name
-// and producer id.
+// and producer id, and, where it carries its traffic, figures that are finite, not
+// negative, rates of at most MaxTrafficRate a second and a service time of at most
+// MaxServiceSeconds.
 func (r *QueueReport) Validate() error {
 	if err := ValidateNamespace(r.GetNamespace()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -310,6 +321,31 @@ func (r *QueueReport) Validate() error {
 	}
 	if err := ValidateProducerID(r.GetProducerId()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if t := r.GetTraffic(); t != nil {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("%w: queue %s/%s, producer %q: traffic: %w", ErrInvalidEvent, r.GetNamespace(), r.GetQueue(), r.GetProducerId(), err)
+		}
+	}
+	return nil
+}
+
+// validate checks t's figures against their bounds. NaN fails every comparison, so
+// each check is written to fail on it.
+func (t *QueueTraffic) validate() error {
+	for _, f := range []struct {
+		name  string
+		v, to float64
+	}{
+		{"busy_seconds_total", t.GetBusySecondsTotal(), math.MaxFloat64},
+		{"arrival_rate", t.GetArrivalRate(), MaxTrafficRate},
+		{"burst_rate", t.GetBurstRate(), MaxTrafficRate},
+		{"drop_rate", t.GetDropRate(), MaxTrafficRate},
+		{"service_seconds", t.GetServiceSeconds(), MaxServiceSeconds},
+	} {
+		if !(f.v >= 0 && f.v <= f.to) {
+			return fmt.Errorf("%s %v is outside 0–%g", f.name, f.v, f.to)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,194 @@
+package demand
+
+import (
+	"math"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// Window is the time constant of a queue's demand estimates: each interval weighs in
+// by 1 − e^(−Δ/Window), Δ being its length, so what happened a minute ago counts for
+// about a third of what happens now. Short enough to follow a burst within a HPA sync
+// or two, long enough that one busy second is not read as the rate.
+const Window = time.Minute
+
+// BurstWindow is the time constant of a second, faster estimate of the arrival rate.
+// The metric takes the larger of the two: a burst raises the rate within seconds,
+// where the minute-long estimate would see a third of it after 20 s, and its end is
+// forgotten over the minute. Replay chose it: 10 s asked too often for replicas that
+// came after the burst, 30 s came late (see docs/replay.md).
+const BurstWindow = 20 * time.Second
+
+// Estimate is a queue's traffic, or one producer's share of it, folded in interval by
+// interval (Fold). Where the producer measures (queue.Reporter does), it folds its own
+// exact figures and publishes the result in every report (QueueTraffic), so every scaler
+// replica, one started a second ago included, reads the same estimate from the stream
+// (FromTraffic). For a producer that does not, the scaler folds what the differences
+// between its reports tell (Next), and a replica that restarts starts that estimate
+// from nothing.
+type Estimate struct {
+	// Arrivals and Completions are items per second; InFlight is the items being
+	// worked on, averaged over time.
+	Arrivals, Completions, InFlight float64
+	// Burst is the arrival rate over BurstWindow.
+	Burst float64
+	// Dropped is the rate of items that left the queue unserved (timed out, cancelled,
+	// refused), per second.
+	Dropped float64
+	// Service is how long an item takes, in seconds, by Little's law: inFlight /
+	// completions. Zero until an item is seen to finish. It is kept while the queue is
+	// idle: it is a property of the work, not of the traffic.
+	Service float64
+}
+
+// Interval is what happened to a queue, or to a producer's share of it, over one
+// interval: the figures Fold takes.
+type Interval struct {
+	// Length is the interval's length.
+	Length time.Duration
+	// Arrivals, Completions and Dropped are the items that arrived, finished after they
+	// started, and left unstarted in it.
+	Arrivals, Completions, Dropped float64
+	// Busy is the item-seconds in flight over it: the integral of the items in flight
+	// over time.
+	Busy float64
+}
+
+// Fold returns e with interval iv folded in: every rate moves towards iv's by
+// 1 − e^(−length/Window) (the arrival rate also over BurstWindow), and the service time
+// is the busy item-seconds over the completions, both over Window, once iv saw an item
+// finish. An interval shorter than a millisecond counts as one.
+func (e Estimate) Fold(iv Interval) Estimate {
+	secs := max(iv.Length.Seconds(), 1e-3)
+	e = e.foldArrivals(secs, iv.Arrivals, iv.Dropped)
+	alpha := -math.Expm1(-secs / Window.Seconds())
+	e.Completions += alpha * (max(iv.Completions, 0)/secs - e.Completions)
+	e.InFlight += alpha * (max(iv.Busy, 0)/secs - e.InFlight)
+	if iv.Completions > 0 && e.Completions > 0 {
+		e.Service = e.InFlight / e.Completions
+	}
+	return e
+}
+
+// foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
+// completions and service alone.
+func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
+	alpha := -math.Expm1(-secs / Window.Seconds())
+	fast := -math.Expm1(-secs / BurstWindow.Seconds())
+	e.Arrivals += alpha * (max(arrivals, 0)/secs - e.Arrivals)
+	e.Burst += fast * (max(arrivals, 0)/secs - e.Burst)
+	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
+	return e
+}
+
+// Next folds report r, stored dt after prev (the producer's previous report, nil if
+// none), into e: the estimate of a producer that does not measure its traffic (its
+// reports carry no QueueTraffic).
+//
+// Completions are not in the report: they are what left the backlog, the previous
+// backlog plus the arrivals less the backlog now, less the items the report says were
+// dropped unserved (a drop that counted as a completion would shorten the service time
+// towards 0). The busy item-seconds are the trapezoid of the two reports' items in
+// flight. That holds only between consecutive reports of one producer; across a gap in
+// its sequence (a lost report), arrivals and drops are still folded in but completions
+// are not.
+func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estimate {
+	if prev == nil {
+		return Estimate{}
+	}
+	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
+		return e.foldArrivals(max(dt.Seconds(), 1e-3), float64(r.GetArrivals()), float64(r.GetDropped()))
+	}
+	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog()) - float64(r.GetDropped())
+	return e.Fold(Interval{
+		Length:      dt,
+		Arrivals:    float64(r.GetArrivals()),
+		Completions: max(finished, 0),
+		Dropped:     float64(r.GetDropped()),
+		Busy:        (float64(prev.GetInFlight()) + float64(r.GetInFlight())) / 2 * max(dt.Seconds(), 1e-3),
+	})
+}
+
+// Add returns the estimate of a queue whose traffic is e's and o's, two of its
+// producers': the rates and the items in flight add, and the service time is, by
+// Little's law again, the summed in flight over the summed completions; while neither
+// completes, the longer of the two known. Estimates read from reports (FromTraffic)
+// combine the same way, each weighing in by the completion rate FromTraffic gives it.
+func (e Estimate) Add(o Estimate) Estimate {
+	s := Estimate{
+		Arrivals:    e.Arrivals + o.Arrivals,
+		Completions: e.Completions + o.Completions,
+		InFlight:    e.InFlight + o.InFlight,
+		Burst:       e.Burst + o.Burst,
+		Dropped:     e.Dropped + o.Dropped,
+		Service:     max(e.Service, o.Service),
+	}
+	if s.Completions > 0 && s.Service > 0 {
+		s.Service = s.InFlight / s.Completions
+	}
+	return s
+}
+
+// Totals are a producer's counts of its share of a queue since it started: the totals a
+// QueueTraffic carries.
+type Totals struct {
+	Arrivals, Completions, Dropped uint64
+	// Busy is the item-seconds in flight.
+	Busy float64
+}
+
+// Since returns the interval from prev to t, length long: the figures Fold takes.
+func (t Totals) Since(prev Totals, length time.Duration) Interval {
+	return Interval{
+		Length:      length,
+		Arrivals:    float64(t.Arrivals - prev.Arrivals),
+		Completions: float64(t.Completions - prev.Completions),
+		Dropped:     float64(t.Dropped - prev.Dropped),
+		Busy:        t.Busy - prev.Busy,
+	}
+}
+
+// Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
+// above gpuscalerv1.MaxTrafficRate and a service time above
+// gpuscalerv1.MaxServiceSeconds are reported at those bounds, and a figure that is not
+// a number as 0, so the report stays valid. It does not allocate.
+func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
+	dst.ArrivalsTotal = totals.Arrivals
+	dst.CompletionsTotal = totals.Completions
+	dst.DroppedTotal = totals.Dropped
+	dst.BusySecondsTotal = bounded(totals.Busy, math.MaxFloat64)
+	dst.ArrivalRate = bounded(e.Arrivals, gpuscalerv1.MaxTrafficRate)
+	dst.BurstRate = bounded(e.Burst, gpuscalerv1.MaxTrafficRate)
+	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
+	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
+}
+
+// bounded returns v within 0 to hi; 0 for NaN.
+func bounded(v, hi float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return min(v, hi)
+}
+
+// FromTraffic returns the estimate a producer reported (a valid QueueTraffic:
+// gpuscalerv1.QueueReport.Validate). The report does not carry the completion rate
+// or the items in flight, only the service time; for Add to weigh producers by Little's
+// law it takes the completions to be the arrivals less the drops, as they are in a
+// steady state, and the items in flight to be those completions times the service time.
+// A producer that has seen no item finish (service time 0) weighs nothing: its unknown
+// service time must not pull the others' towards 0.
+func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
+	e := Estimate{
+		Arrivals: t.GetArrivalRate(),
+		Burst:    t.GetBurstRate(),
+		Dropped:  t.GetDropRate(),
+		Service:  t.GetServiceSeconds(),
+	}
+	if e.Service > 0 {
+		e.Completions = max(e.Arrivals-e.Dropped, 0)
+		e.InFlight = e.Completions * e.Service
+	}
+	return e
+}

@@ -1,0 +1,136 @@
+package demand
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+)
+
+// TestFoldLeavesDropsOut: two arrivals a second, one of them dropped, and ten items
+// always in flight: one completes a second, in ten seconds. The drops have a rate of
+// their own, and do not shorten the service time.
+func TestFoldLeavesDropsOut(t *testing.T) {
+	var e Estimate
+	for range 120 {
+		e = e.Fold(Interval{Length: time.Second, Arrivals: 2, Completions: 1, Dropped: 1, Busy: 10})
+	}
+	if math.Abs(e.Service-10) > 1e-9 {
+		t.Errorf("service time = %g s, want 10", e.Service)
+	}
+	if want := -math.Expm1(-120.0 / 60); math.Abs(e.Dropped-want) > 1e-9 || math.Abs(e.Arrivals-2*want) > 1e-9 {
+		t.Errorf("rates: %g arrivals, %g drops a second; want %g, %g", e.Arrivals, e.Dropped, 2*want, want)
+	}
+}
+
+// TestFoldKeepsServiceWhileIdle: the service time is a property of the work; an idle
+// minute leaves it as it was, while the rates fall.
+func TestFoldKeepsServiceWhileIdle(t *testing.T) {
+	e := Estimate{}.Fold(Interval{Length: time.Second, Arrivals: 4, Completions: 4, Busy: 8})
+	for range 60 {
+		e = e.Fold(Interval{Length: time.Second})
+	}
+	if e.Service != 2 {
+		t.Errorf("service time after an idle minute = %g s, want 2", e.Service)
+	}
+	if e.Arrivals >= 4*-math.Expm1(-1.0/60) {
+		t.Errorf("arrival rate after an idle minute = %g, want it fallen", e.Arrivals)
+	}
+}
+
+// TestNextIsFoldOfDifferences: the fallback folds what two consecutive reports imply
+// (completions from the backlog, busy seconds by the trapezoid), through the same
+// Fold a measuring producer runs.
+func TestNextIsFoldOfDifferences(t *testing.T) {
+	prev := &gpuscalerv1.QueueReport{ProducerId: "p", Sequence: 1, Waiting: 6, InFlight: 4}
+	r := &gpuscalerv1.QueueReport{ProducerId: "p", Sequence: 2, Waiting: 3, InFlight: 2, Arrivals: 5, Dropped: 1}
+	// Left the backlog: 10 + 5 − 5 − 1 dropped = 9 completions; in flight (4+2)/2 for 2 s.
+	got := Estimate{}.Next(prev, r, 2*time.Second)
+	want := Estimate{}.Fold(Interval{Length: 2 * time.Second, Arrivals: 5, Completions: 9, Dropped: 1, Busy: 6})
+	if got != want {
+		t.Errorf("Next = %+v, want %+v", got, want)
+	}
+}
+
+// TestTrafficRoundTrip: what a measuring producer reports (Traffic) is what the scaler
+// reads back (FromTraffic): the rates and the service time, as they are.
+func TestTrafficRoundTrip(t *testing.T) {
+	var e Estimate
+	totals, prev := Totals{}, Totals{}
+	for i := range 90 {
+		prev, totals = totals, Totals{Arrivals: totals.Arrivals + 3, Completions: totals.Completions + 2, Dropped: totals.Dropped + 1, Busy: totals.Busy + 8}
+		if i == 80 {
+			totals.Arrivals += 50 // a burst
+		}
+		e = e.Fold(totals.Since(prev, time.Second))
+	}
+	var tr gpuscalerv1.QueueTraffic
+	e.Traffic(totals, &tr)
+	if tr.GetArrivalsTotal() != totals.Arrivals || tr.GetCompletionsTotal() != 180 || tr.GetDroppedTotal() != 90 || tr.GetBusySecondsTotal() != 720 {
+		t.Errorf("totals %v, want %+v", &tr, totals)
+	}
+	got := FromTraffic(&tr)
+	if got.Arrivals != e.Arrivals || got.Burst != e.Burst || got.Dropped != e.Dropped || got.Service != e.Service || got.Rate() != e.Rate() {
+		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates and service time of %+v", got, e)
+	}
+	if math.Abs(got.Service-4) > 1e-9 {
+		t.Errorf("service time = %g s, want 8 busy seconds over 2 completions a second, 4", got.Service)
+	}
+}
+
+// TestTrafficStaysValid: figures beyond what a report may carry are reported at the
+// bounds, so a producer's report is never dropped as invalid.
+func TestTrafficStaysValid(t *testing.T) {
+	var tr gpuscalerv1.QueueTraffic
+	Estimate{Arrivals: 1e300, Burst: math.Inf(1), Dropped: -1, Service: 1e20}.Traffic(Totals{Busy: -3}, &tr)
+	r := &gpuscalerv1.QueueReport{Namespace: "ml", Queue: "q", ProducerId: "p", Traffic: &tr}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("Traffic made an invalid report: %v", err)
+	}
+}
+
+// TestAddMeasuredProducers: two producers' reported figures add by Little's law, each
+// weighed by the completions FromTraffic takes it to have (arrivals less drops): 3 a
+// second of 2 s and 1 a second of 10 s are 4 a second of 4 s.
+func TestAddMeasuredProducers(t *testing.T) {
+	a := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 3, BurstRate: 3, ServiceSeconds: 2})
+	b := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 2, BurstRate: 2, DropRate: 1, ServiceSeconds: 10})
+	s := a.Add(b)
+	if s.Rate() != 5 || math.Abs(s.Service-4) > 1e-9 || s.Dropped != 1 {
+		t.Errorf("sum = %+v, want 5 arrivals a second, 1 dropped, 4 s each", s)
+	}
+	// An idle producer that knows its service time leaves the other's alone.
+	idle := FromTraffic(&gpuscalerv1.QueueTraffic{ServiceSeconds: 60})
+	if s := a.Add(idle); s.Service != 2 {
+		t.Errorf("with an idle producer: service %g s, want 2", s.Service)
+	}
+	// One that has seen nothing finish yet adds its arrivals, not its unknown service.
+	fresh := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 7, BurstRate: 7})
+	if s := a.Add(fresh); s.Service != 2 || s.Rate() != 10 {
+		t.Errorf("with a producer that has seen nothing finish: %g arrivals a second of %g s, want 10 of 2", s.Rate(), s.Service)
+	}
+}
+
+// FuzzFold folds any intervals and reads the estimate back through a report: it stays
+// finite and not negative, the report valid, and the metric a finite number of replicas.
+func FuzzFold(f *testing.F) {
+	f.Add(int64(time.Second), 2.0, 1.0, 1.0, 10.0, uint16(30))
+	f.Add(int64(0), 0.0, 0.0, 0.0, 0.0, uint16(1))
+	f.Add(int64(-5), math.MaxFloat64, math.MaxFloat64, math.NaN(), math.Inf(1), uint16(65535))
+	f.Fuzz(func(t *testing.T, length int64, arrivals, completions, dropped, busy float64, waitSeconds uint16) {
+		var e Estimate
+		for i := range 6 {
+			e = e.Fold(Interval{Length: time.Duration(length >> i), Arrivals: arrivals, Completions: completions, Dropped: dropped, Busy: busy})
+		}
+		var tr gpuscalerv1.QueueTraffic
+		e.Traffic(Totals{}, &tr)
+		if err := (&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "q", ProducerId: "p", Traffic: &tr}).Validate(); err != nil {
+			t.Fatalf("Traffic of %+v: %v", e, err)
+		}
+		v := Replicas(Inputs{Traffic: FromTraffic(&tr).Add(FromTraffic(&tr)), Concurrency: 2, TargetWait: time.Duration(waitSeconds%3600+1) * time.Second, Waiting: 3})
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			t.Fatalf("Replicas = %g from %v", v, &tr)
+		}
+	})
+}

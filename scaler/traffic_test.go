@@ -1,0 +1,107 @@
+package scaler
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/test/testkit"
+)
+
+// measuredReport is report seq of producer p of ml/q, a producer that measures its
+// traffic: a steady 2 arrivals a second (3 over the last 20 s), of which 0.5 a second
+// are dropped, each served item 5 s in flight.
+func measuredReport(p string, seq uint64) *gpuscalerv1.QueueReport {
+	r := report(p, seq, 4, 8, 2)
+	r.Traffic = &gpuscalerv1.QueueTraffic{
+		ArrivalsTotal: 2 * seq, CompletionsTotal: 3 * seq / 2, DroppedTotal: seq / 2, BusySecondsTotal: 7.5 * float64(seq),
+		ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5,
+	}
+	return r
+}
+
+// TestReplicasAgreeAfterRestart: one scaler replica reads a measuring producer's reports
+// all along; a second starts after them and reads only the last, which the stream keeps.
+// Both read the producer's own figures, the same, at once: before, each replica
+// estimated them from the differences between the reports it had seen, and one that
+// had seen a single report read a rate of 0, then 5% of it a second later.
+func TestReplicasAgreeAfterRestart(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	first := startScaler(t, ns.ClientURL(), Config{})
+	pub := newPublisher(t, ns.ClientURL())
+	subject, _ := gpuscalerv1.QueueSubject("ml", "q", "gw")
+	const reports = 30
+	for seq := uint64(1); seq <= reports; seq++ {
+		data, _ := proto.Marshal(measuredReport("gw", seq))
+		pub.raw(subject, data)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return lastSequence(first.State(), "gw") == reports })
+	second := startScaler(t, ns.ClientURL(), Config{})
+	testkit.Eventually(t, 5*time.Second, func() bool { return lastSequence(second.State(), "gw") == reports })
+
+	md := map[string]string{"queue": "q", "targetWait": "2s", "concurrency": "4"}
+	r := ref("ml", "llm", md)
+	var values []float64
+	for name, s := range map[string]*testScaler{"running all along": first, "just started": second} {
+		ex, err := gpuscalerv1.NewExplainerClient(s.conn).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
+		if err != nil {
+			t.Fatalf("%s: Explain: %v", name, err)
+		}
+		q := ex.GetQueue()
+		if q.GetArrivalRate() != 3 || q.GetServiceSeconds() != 5 || q.GetMeasuringProducers() != 1 {
+			t.Errorf("%s: arrivals %g/s, service %g s, %d measuring producers; want the producer's 3/s (over 20 s), 5 s, 1",
+				name, q.GetArrivalRate(), q.GetServiceSeconds(), q.GetMeasuringProducers())
+		}
+		wantReason(t, ex, "measured by its producers: every scaler replica reads the same")
+		resp, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: MetricQueueDemand})
+		if err != nil {
+			t.Fatalf("%s: GetMetrics: %v", name, err)
+		}
+		values = append(values, resp.GetMetricValues()[0].GetMetricValueFloat())
+	}
+	if values[0] != values[1] {
+		t.Errorf("queue-demand: %g on one replica, %g on the other; want the same", values[0], values[1])
+	}
+}
+
+// lastSequence is the sequence number of producer p's last report of ml/q that s holds.
+func lastSequence(s *State, p string) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if e := s.queues[queueKey{"ml", "q"}]; e != nil && e.producers[p] != nil {
+		return e.producers[p].report.GetSequence()
+	}
+	return 0
+}
+
+// TestMeasuredProducersAdd: two producers of one queue, one measuring, one not. The
+// rates add, and the explanation says which figures were measured.
+func TestMeasuredProducersAdd(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	s := NewState(func() time.Time { return now })
+	s.Apply(gpuscalerv1.Event{Queue: measuredReport("a", 1)}, t0)
+	// b: four finish in the second between its reports, with four in flight: S = 1 s.
+	s.Apply(gpuscalerv1.Event{Queue: report("b", 1, 4, 4, 8)}, t0)
+	now = t0.Add(time.Second)
+	s.Apply(gpuscalerv1.Event{Queue: report("b", 2, 2, 4, 2)}, now)
+	ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
+		Metadata: map[string]string{"queue": "q", "targetWait": "500ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := ex.GetQueue()
+	b := s.queues[queueKey{"ml", "q"}].producers["b"].demand
+	if want := 3 + b.Rate(); q.GetArrivalRate() != want {
+		t.Errorf("arrival rate %g/s, want a's 3 + b's %g", q.GetArrivalRate(), b.Rate())
+	}
+	// By Little's law over both: a's 1.5 completions a second of 5 s, b's of 1 s.
+	if want := (1.5*5 + b.InFlight) / (1.5 + b.Completions); q.GetServiceSeconds() != want {
+		t.Errorf("service %g s, want %g", q.GetServiceSeconds(), want)
+	}
+	wantReason(t, ex, "measured by 1 of its 2 live producers")
+}
