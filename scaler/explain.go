@@ -168,6 +168,9 @@ func effective(t *Trigger) map[string]string {
 		if t.TargetWait > 0 {
 			m[KeyTargetWait] = t.TargetWait.String()
 			m[KeyConcurrency] = strconv.Itoa(t.Concurrency)
+			if t.ColdStart > 0 {
+				m[KeyColdStart] = t.ColdStart.String()
+			}
 		} else {
 			m[KeyQueueTarget] = num(t.QueueTarget)
 		}
