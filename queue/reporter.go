@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -96,6 +97,8 @@ type Reporter struct {
 	// items that left the queue unserved since then.
 	arrivals atomic.Uint64
 	dropped  atomic.Uint64
+	// coldStart holds the latest measured cold start, in seconds, as float64 bits.
+	coldStart atomic.Uint64
 	// wake tells the goroutine that the queue went from empty to non-empty.
 	wake chan struct{}
 	// heldReports counts the times a due report waited for NATS to connect; tests read it.
@@ -226,6 +229,15 @@ func (r *Reporter) Dropped(n int) {
 	r.dropped.Add(k)
 }
 
+// ColdStart records d as how long a new replica of the workload took to serve, as this
+// producer last measured it (a gateway: a backend from first seen not ready to ready).
+// Every later report carries it, until a new figure replaces it, so the scaler knows it
+// when the workload is at zero and no replica is starting. d ≤ 0 clears it: not
+// measured. It is one atomic store, without allocating.
+func (r *Reporter) ColdStart(d time.Duration) {
+	r.coldStart.Store(math.Float64bits(max(d, 0).Seconds()))
+}
+
 // Set replaces both counts, for a program that reads its queue's length rather than
 // counting changes. Negative counts are 0. It leaves arrivals alone: only Enqueued
 // counts them.
@@ -346,6 +358,7 @@ func (r *Reporter) publish(c counts) error {
 	now := time.Now()
 	r.observedAt.Seconds, r.observedAt.Nanos = now.Unix(), int32(now.Nanosecond())
 	r.msg.Waiting, r.msg.InFlight, r.msg.Arrivals, r.msg.Dropped = c.waiting(), c.inFlight(), arrivals, dropped
+	r.msg.ColdStartSeconds = math.Float64frombits(r.coldStart.Load())
 	r.msg.Sequence++
 	size := r.msg.SizeVT()
 	if cap(r.buf) < size {
