@@ -95,7 +95,7 @@ const MaxStaleAfter = 24 * time.Hour
 // project measured), and a figure over an hour is a mistake in units rather than a load.
 const (
 	MinColdStart = time.Second
-	MaxColdStart = time.Hour
+	MaxColdStart = gpuscalerv1.MaxColdStartSeconds * time.Second
 )
 
 // fromEnvSuffix marks a key whose value KEDA resolved from the workload's environment.
