@@ -3,6 +3,8 @@ package scaler
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // The read of a trigger, in one place. KEDA's calls (IsActive, StreamIsActive and
@@ -102,7 +104,15 @@ func (s *State) Read(t *Trigger) Reading {
 		if sel == nil {
 			sel = s.selectionFor(t.Namespace, t.PodSelector, key)
 		}
-		s.judgeGPUs(t, now, s.sumGPUs(t, sel, now), &r)
+		sum := s.sumGPUs(t, sel, now)
+		s.judgeGPUs(t, now, sum, &r)
+		if q := &r.queue; q.demand && q.err == nil && q.coldStart.source == "" {
+			// Neither the trigger nor a producer gives a cold start: the collectors may.
+			if q.coldStart = collectorColdStart(sel, sum, t.Namespace, now); q.coldStart.source != "" {
+				q.demandIn.ColdStart = q.coldStart.duration()
+				q.value = demand.Replicas(q.demandIn)
+			}
+		}
 	}
 	return r
 }
@@ -140,9 +150,12 @@ type metricReading struct {
 	// running is what of the backlog is being worked on now (in flight, ack pending):
 	// the capacity cap keeps it.
 	running float64
-	// demand says the value is queue-demand, not queue-backlog.
-	demand bool
-	err    error
+	// demand says the value is queue-demand, not queue-backlog; demandIn is what it was
+	// computed from, and coldStart the cold start in it and whose figure that is.
+	demand    bool
+	demandIn  demand.Inputs
+	coldStart coldStartFigure
+	err       error
 }
 
 // Metric returns the named metric's value. It fails with ErrUnavailable when the data is
