@@ -30,8 +30,9 @@ const (
 
 // coldStartMemory is how long a selection's remembered cold start stands against smaller
 // ones the collectors measure later: a larger figure replaces it at once, a smaller one
-// only once no read has seen the remembered pod for this long. A workload at zero keeps
-// its figure however long it stays there.
+// only once reads have seen smaller ones alone for this long, with pods running. A
+// workload at zero keeps its figure however long it stays there, and one quick start
+// after it does not replace it.
 const coldStartMemory = time.Hour
 
 // coldStartFigure is a trigger's cold start and whose figure it is. The zero value is
@@ -111,22 +112,34 @@ func collectorColdStart(sel *selection, sum gpuSums, ns string, now time.Time) c
 }
 
 // rememberColdStart keeps the largest cold start the collectors measured of the
-// selection's pods, and returns the figure to use now: cur, what a read sees now, or the
-// one remembered where it is larger. cur replaces the remembered figure when it is as
-// large or larger, or when no read has seen the remembered pod for coldStartMemory, so
-// a slow start is not forgotten when a quick one follows, nor when the pods are gone.
-// Reads may race; each stores a figure a read saw, and the next read settles it.
+// selection's pods, and returns the figure to use now: cur, the largest a read sees now,
+// or the one remembered where it is larger. cur replaces the remembered figure when it
+// is as large or larger (the remembered pod itself, while it runs), or once reads have
+// seen only smaller ones for coldStartMemory: a slow start is not forgotten when quick
+// ones follow, nor while the pods are gone. Reads may race; each stores what a read saw,
+// and the next read settles it. It allocates only when the figure changes.
 func (sel *selection) rememberColdStart(cur coldStartFigure, now time.Time) coldStartFigure {
 	rem := sel.coldStart.Load()
-	switch {
-	case cur.seconds > 0 && (rem == nil || cur.seconds >= rem.seconds || now.Sub(time.Unix(0, sel.coldStartSeen.Load())) > coldStartMemory):
-		if rem == nil || *rem != cur {
-			sel.coldStart.Store(&cur)
+	if cur.seconds == 0 {
+		sel.coldStartOthers.Store(0)
+		if rem != nil {
+			return *rem
 		}
-		sel.coldStartSeen.Store(now.UnixNano())
 		return cur
-	case rem != nil:
-		return *rem
 	}
+	if rem != nil && cur.seconds < rem.seconds {
+		since := sel.coldStartOthers.Load()
+		if since == 0 {
+			sel.coldStartOthers.Store(now.UnixNano())
+			return *rem
+		}
+		if now.Sub(time.Unix(0, since)) <= coldStartMemory {
+			return *rem
+		}
+	}
+	if rem == nil || *rem != cur {
+		sel.coldStart.Store(&cur)
+	}
+	sel.coldStartOthers.Store(0)
 	return cur
 }

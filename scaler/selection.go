@@ -34,9 +34,10 @@ type selection struct {
 	lastRead atomic.Int64
 	// coldStart is the largest cold start the collectors measured of the selected pods
 	// that a read saw, kept after the pods are gone (see rememberColdStart), and
-	// coldStartSeen when a read last saw that pod (State's clock, Unix nanoseconds).
-	coldStart     atomic.Pointer[coldStartFigure]
-	coldStartSeen atomic.Int64
+	// coldStartOthers since when reads have seen only smaller ones (State's clock, Unix
+	// nanoseconds; 0: they have not).
+	coldStart       atomic.Pointer[coldStartFigure]
+	coldStartOthers atomic.Int64
 }
 
 type selKey struct{ namespace, selector string }
