@@ -424,8 +424,9 @@ type QueueStatus struct {
 	// Every producer the scaler holds a report of, by id; live ones count in the sums.
 	Producers []*ProducerStatus `protobuf:"bytes,14,rep,name=producers,proto3" json:"producers,omitempty"`
 	// How long a new replica takes to serve, as the queue-demand metric reads it. In an
-	// explanation, the figure the trigger's metric used and where it came from; on the
-	// status page, the largest its live producers measured. Unset when none is known.
+	// explanation of a targetWait trigger, the figure its metric used and where it came
+	// from (the trigger's coldStart, its producers, or the collectors of its selected
+	// pods); elsewhere, the largest its live producers measured. Unset when none is known.
 	ColdStart     *ColdStart `protobuf:"bytes,15,opt,name=cold_start,json=coldStart,proto3" json:"cold_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
