@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,4 +202,81 @@ func endpointOf(ip, uid string, ready bool) discoveryv1.Endpoint {
 		Conditions: discoveryv1.EndpointConditions{Ready: &ready},
 		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "llm-" + uid, UID: types.UID(uid)},
 	}
+}
+
+// TestGatewayColdStartOfAQueueOfTwoServices: a queue that two Service routes count in
+// gets the larger of their Services' figures, and a route added later does not measure
+// an endpoint that was already starting when it was made.
+func TestGatewayColdStartOfAQueueOfTwoServices(t *testing.T) {
+	clock := newFakeClock()
+	kube := newFakeKube(t)
+	route := func(name, service, prefix string) string {
+		return "- {name: " + name + ", service: {name: " + service + ", port: 8000}, queue: llm, holdTimeout: 1m, pathPrefix: " + prefix + "}\n"
+	}
+	tg := startGateway(t, "routes:\n"+route("small", "small-server", "/small")+route("big", "big-server", "/big"), Config{Kube: kube, Now: clock.now})
+	starting := func(backend, uid string) func() bool {
+		return func() bool {
+			tg.starts.mu.Lock()
+			defer tg.starts.mu.Unlock()
+			s := tg.starts.services[backend]
+			if s == nil {
+				return false
+			}
+			_, ok := s.starting[uid]
+			return ok
+		}
+	}
+	coldStart := func() time.Duration { return time.Duration(tg.counter("llm").coldStart.Load()) }
+
+	putSlice(t, kube, sliceOf("small-server", "a", endpointOf("10.0.0.1", "uid-s1", false)))
+	putSlice(t, kube, sliceOf("big-server", "a", endpointOf("10.0.1.1", "uid-b1", false)))
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return starting("small-server:8000", "uid-s1")() && starting("big-server:8000", "uid-b1")()
+	})
+	clock.advance(20 * time.Second)
+	putSlice(t, kube, sliceOf("small-server", "a", endpointOf("10.0.0.1", "uid-s1", true)))
+	testkit.Eventually(t, 5*time.Second, func() bool { return coldStart() == 20*time.Second })
+	clock.advance(30 * time.Second)
+	putSlice(t, kube, sliceOf("big-server", "a", endpointOf("10.0.1.1", "uid-b1", true)))
+	testkit.Eventually(t, 5*time.Second, func() bool { return coldStart() == 50*time.Second })
+
+	// A quicker start of the small Service leaves the queue at the big one's figure.
+	putSlice(t, kube, sliceOf("small-server", "a", endpointOf("10.0.0.1", "uid-s1", true), endpointOf("10.0.0.2", "uid-s2", false)))
+	testkit.Eventually(t, 5*time.Second, starting("small-server:8000", "uid-s2"))
+	clock.advance(5 * time.Second)
+	putSlice(t, kube, sliceOf("small-server", "a", endpointOf("10.0.0.1", "uid-s1", true), endpointOf("10.0.0.2", "uid-s2", true)))
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return testutil.CollectAndCount(tg.m.coldStartSeconds, "gpuscaler_gateway_cold_start_seconds") == 2 &&
+			histogramCount(t, tg, "small") == 2
+	})
+	if got := coldStart(); got != 50*time.Second {
+		t.Errorf("queue llm's cold start %s, want the big Service's 50s", got)
+	}
+
+	// A route made while its Service's endpoint is starting: when that began is unknown.
+	putSlice(t, kube, sliceOf("new-server", "a", endpointOf("10.0.2.1", "uid-n1", false)))
+	testkit.Eventually(t, 5*time.Second, func() bool { return len(tg.slices.states("new-server", 8000)) == 1 })
+	tg.writeRoutes(t, "routes:\n"+route("small", "small-server", "/small")+route("big", "big-server", "/big")+route("new", "new-server", "/new"))
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		tg.starts.mu.Lock()
+		defer tg.starts.mu.Unlock()
+		s := tg.starts.services["new-server:8000"]
+		return s != nil && len(s.starting) == 1 && s.starting["uid-n1"].IsZero()
+	})
+	clock.advance(time.Hour)
+	putSlice(t, kube, sliceOf("new-server", "a", endpointOf("10.0.2.1", "uid-n1", true)))
+	testkit.Eventually(t, 5*time.Second, func() bool { return !starting("new-server:8000", "uid-n1")() })
+	if got := coldStart(); got != 50*time.Second {
+		t.Errorf("queue llm's cold start %s after the new route's endpoint became ready, want 50s still", got)
+	}
+}
+
+// histogramCount returns the observations of route's cold start histogram.
+func histogramCount(t *testing.T, tg *testGateway, route string) uint64 {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := tg.m.coldStartSeconds.WithLabelValues(route).(prometheus.Histogram).Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
