@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuscaler/gpuscaler/internal/natstest"
+	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/test/testkit"
 )
@@ -190,4 +192,15 @@ func TestProducerColdStartOverNATS(t *testing.T) {
 	if !strings.Contains(ex.GetQueue().GetColdStart().Describe(), `31.5s, measured by producer "gw-1"`) {
 		t.Errorf("explain's cold start %v", ex.GetQueue().GetColdStart())
 	}
+
+	// The status page: the queue's figure and the producer's, and on the page of a
+	// trigger KEDA asked about, the figure its queue-demand used.
+	keyed := ref("ml", "svc", map[string]string{"queue": "q", "targetWait": "10s", "coldStart": "1m"})
+	if _, err := s.client.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: keyed, MetricName: MetricQueueDemand}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, s, http.MethodGet, "/status")
+	wantContains(t, "GET /status", body, "31.5s, measured by producer &#34;gw-1&#34;", "cold start 31.5 s")
+	_, body = get(t, s, http.MethodGet, "/status/trigger?id=1")
+	wantContains(t, "GET /status/trigger?id=1", body, `<td class="small" id="cold-start" title="what queue-demand plans for">1m0s, the trigger&#39;s coldStart key</td>`)
 }
