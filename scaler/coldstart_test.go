@@ -171,12 +171,11 @@ func TestProducerColdStartOverNATS(t *testing.T) {
 	s := startScaler(t, ns.ClientURL(), Config{})
 	pub := newPublisher(t, ns.ClientURL())
 	subject, _ := gpuscalerv1.QueueSubject("ml", "q", "gw-1")
-	data, _ := proto.Marshal(coldReport("gw-1", 1, 31.5))
-	pub.raw(subject, data)
+	pub.raw(subject, mustMarshal(t, coldReport("gw-1", 1, 31.5)))
 	var queues []*gpuscalerv1.QueueStatus
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		queues = s.state.Queues(time.Minute)
-		return len(queues) == 1
+		return len(queues) == 1 && queues[0].GetQueue() == "q"
 	})
 	q := queues[0]
 	if want := (&gpuscalerv1.ColdStart{Seconds: 31.5, Source: "producer", ProducerId: "gw-1"}); !proto.Equal(q.GetColdStart(), want) {
@@ -192,6 +191,18 @@ func TestProducerColdStartOverNATS(t *testing.T) {
 	if !strings.Contains(ex.GetQueue().GetColdStart().Describe(), `31.5s, measured by producer "gw-1"`) {
 		t.Errorf("explain's cold start %v", ex.GetQueue().GetColdStart())
 	}
+
+	// A collector's figure reaches it through NATS too, decoded by the follower's
+	// NodeDecoder, for a trigger whose producers measured none.
+	pub.raw(gpuscalerv1.QueueSubjectPrefix+"ml.q2.gw-2", mustMarshal(t, &gpuscalerv1.QueueReport{Namespace: "ml", Queue: "q2", ProducerId: "gw-2", Sequence: 1, Waiting: 1}))
+	pub.node(&gpuscalerv1.NodeReport{Node: "n1", Source: "sim", Gpus: []*gpuscalerv1.GPUSample{coldPod("GPU-0", "llm-0", 28)}})
+	explainer := gpuscalerv1.NewExplainerClient(s.conn)
+	want := &gpuscalerv1.ColdStart{Seconds: 28, Source: "collector", Pod: "ml/llm-0", Node: "n1"}
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		ex, err := explainer.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc2",
+			Metadata: map[string]string{"queue": "q2", "targetWait": "10s", "podSelector": "app=llm", "gpuUtilTarget": "80"}})
+		return err == nil && proto.Equal(ex.GetQueue().GetColdStart(), want)
+	})
 
 	// The status page: the queue's figure and the producer's, and on the page of a
 	// trigger KEDA asked about, the figure its queue-demand used.
