@@ -1,7 +1,6 @@
 package scaler
 
 import (
-	"math"
 	"time"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
@@ -70,7 +69,7 @@ func (f coldStartFigure) proto() *gpuscalerv1.ColdStart {
 // validated with its report; a producer's is not, so a report with a figure that makes
 // no sense still counts its queue.
 func measuredColdStart(seconds float64) float64 {
-	if !(seconds > 0 && seconds <= gpuscalerv1.MaxColdStartSeconds) || math.IsNaN(seconds) {
+	if !(seconds > 0 && seconds <= gpuscalerv1.MaxColdStartSeconds) { // NaN is neither
 		return 0
 	}
 	return seconds
