@@ -987,6 +987,9 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},
+		{"ml", KeyTargetWait, "10s", KeyColdStart, "45s", true, 0},
+		{"ml", KeyTargetWait, "10s", "coldStartFromEnv", "1h0m0.000000001s", true, 0},
+		{"ml", KeyColdStart, "45s", "", "", true, 0},
 		{"ml", KeyPushInterval, "0s", "", "", true, 0},
 		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
 		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},
@@ -1069,6 +1072,9 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	}
 	if err := gpuscalerv1.ValidateNamespace(ns); err != nil {
 		t.Errorf("accepted namespace %q, want it rejected: %v", ns, err)
+	}
+	if tr.ColdStart != 0 && (tr.TargetWait == 0 || tr.ColdStart < MinColdStart || tr.ColdStart > MaxColdStart) {
+		t.Errorf("ColdStart %s with targetWait %s: want 0, or %s to %s with a targetWait", tr.ColdStart, tr.TargetWait, MinColdStart, MaxColdStart)
 	}
 	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 	if !finite(tr.QueueTarget) || tr.QueueTarget <= 0 {
@@ -1186,7 +1192,10 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 
 	specs := tr.MetricSpecs()
 	var want []string
-	if tr.Queue != "" || tr.Stream != "" {
+	switch {
+	case tr.TargetWait > 0:
+		want = append(want, MetricQueueDemand)
+	case tr.Queue != "" || tr.Stream != "":
 		want = append(want, MetricQueueBacklog)
 	}
 	if tr.GPUUtilTarget > 0 {
