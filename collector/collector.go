@@ -42,6 +42,8 @@ type Config struct {
 	// connection tries to go, since when, and why it fails (natsconn.Conn.Problem). Nil
 	// asks the connection only whether it is connected.
 	NATSProblem func() error
+	// Now is the clock the pods' cold starts are measured by; nil means time.Now.
+	Now func() time.Time
 }
 
 // Collector reads the node's GPUs every interval, attributes them to pods and publishes
@@ -64,6 +66,8 @@ type Collector struct {
 	pending   []byte
 	// warned remembers the problems logged once, by kind.
 	warned sync.Map
+	// starts measures the pods' cold starts; owned by Report's caller.
+	starts *coldStarts
 }
 
 // New builds a collector for cfg.Node that reads src, attributes with attrib and pods
@@ -79,7 +83,10 @@ func New(cfg Config, src Source, attrib Attributor, pods PodDirectory, nc *nats.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Collector{cfg: cfg, subject: subject, source: src, attrib: attrib, pods: pods, nc: nc, log: log}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Collector{cfg: cfg, subject: subject, source: src, attrib: attrib, pods: pods, nc: nc, log: log, starts: newColdStarts()}
 	c.metrics = newCollectorMetrics(reg, src.Name(), nc.IsConnected, c.lastPublish)
 	return c, nil
 }
@@ -177,6 +184,7 @@ func (c *Collector) Report(ctx context.Context) (*gpuscalerv1.NodeReport, error)
 	if err := c.attribute(ctx, r); err != nil {
 		return nil, err
 	}
+	c.starts.stamp(r, c.cfg.Now())
 	if err := r.Validate(); err != nil {
 		c.metrics.errors.WithLabelValues("invalid").Inc()
 		return nil, err

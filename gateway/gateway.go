@@ -29,6 +29,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,10 @@ type Counter interface {
 	Started(n int)  // n moved from waiting to in flight (forwarded upstream)
 	Finished(n int) // n in flight done (last byte of response, or client gone mid-response)
 	Dropped(n int)  // n waiting items that left without being served: counted apart from completions
-	Close() error   // last report, marked as a clean stop
+	// ColdStart records how long a new backend replica took to serve, as the gateway
+	// last measured it, for every later report (see coldStarts).
+	ColdStart(d time.Duration)
+	Close() error // last report, marked as a clean stop
 }
 
 // Defaults for the zero Config.
@@ -115,6 +119,8 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the gateway's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Now is the clock cold starts are measured by; nil means time.Now.
+	Now func() time.Time
 }
 
 func (c *Config) defaults() {
@@ -132,6 +138,9 @@ func (c *Config) defaults() {
 	setDefault(&c.RetryAfter, DefaultRetryAfter)
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.ServiceAddr == nil {
 		c.ServiceAddr = ClusterServiceAddr
@@ -155,11 +164,12 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 
 type nopCounter struct{}
 
-func (nopCounter) Enqueued(int) {}
-func (nopCounter) Started(int)  {}
-func (nopCounter) Finished(int) {}
-func (nopCounter) Dropped(int)  {}
-func (nopCounter) Close() error { return nil }
+func (nopCounter) Enqueued(int)            {}
+func (nopCounter) Started(int)             {}
+func (nopCounter) Finished(int)            {}
+func (nopCounter) Dropped(int)             {}
+func (nopCounter) ColdStart(time.Duration) {}
+func (nopCounter) Close() error            { return nil }
 
 // Gateway is the front door. Serve it with Run; it is an http.Handler too.
 type Gateway struct {
@@ -169,6 +179,7 @@ type Gateway struct {
 	proxy   *httputil.ReverseProxy
 	probes  *http.Client
 	slices  *sliceWatcher // nil without Kubernetes
+	starts  *coldStarts   // the Service backends' cold starts
 	limits  holdLimits
 	routing atomic.Pointer[routing] // nil until Run applies the first routes
 	// stopping: Run's grace is over; held requests are answered "shutting-down".
@@ -206,6 +217,7 @@ func New(cfg Config) (*Gateway, error) {
 		limits:   holdLimits{maxHeld: cfg.MaxHeld, maxHeldBytes: cfg.MaxHeldBytes},
 		counters: map[string]*sharedCounter{},
 		probes:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		starts:   newColdStarts(cfg.Now),
 	}
 	t, data, err := g.readRoutes()
 	if err != nil {
@@ -410,6 +422,14 @@ func (g *Gateway) applyLocked(t *routes.Table) error {
 			}
 		}
 	}
+	backends := map[string]bool{}
+	for _, r := range t.Routes() {
+		if r.ServiceName != "" {
+			backends[serviceBackend(r)] = true
+		}
+	}
+	g.starts.retain(backends)
+	fresh := map[string]*routes.Route{} // the Service backends of the routes made, by key
 	for _, s := range made {
 		r := next.table.ByName(s.name)
 		if r.URL != nil {
@@ -419,7 +439,13 @@ func (g *Gateway) applyLocked(t *routes.Table) error {
 			})
 		} else if g.slices != nil {
 			g.refreshService(s, r)
+			fresh[serviceBackend(r)] = r
 		}
+	}
+	// What a new route's endpoints did before it was made is unknown: those not ready
+	// now are not measured.
+	for _, r := range fresh {
+		g.measureColdStarts(next, r, true)
 	}
 	return nil
 }
@@ -451,15 +477,64 @@ func (g *Gateway) releaseCounterLocked(queue string) {
 	}
 }
 
-// serviceChanged refreshes the routes to Service name after its slices changed.
-func (g *Gateway) serviceChanged(name string) {
+// serviceChanged refreshes the routes to Service name after its slices changed, and
+// measures its cold starts; initial says the change is the slices' first read.
+func (g *Gateway) serviceChanged(name string, initial bool) {
 	rt := g.routing.Load()
 	if rt == nil {
 		return // Run reads every slice when it applies the first routes
 	}
+	measured := map[string]bool{}
 	for _, r := range rt.table.Routes() {
 		if r.ServiceName == name {
 			g.refreshService(rt.states[r.Name], r)
+			if b := serviceBackend(r); !measured[b] {
+				measured[b] = true
+				g.measureColdStarts(rt, r, initial)
+			}
+		}
+	}
+}
+
+// serviceBackend names a route's Service backend, the Service and port, for the cold
+// starts measured of it.
+func serviceBackend(r *routes.Route) string {
+	return r.ServiceName + ":" + strconv.Itoa(r.ServicePort)
+}
+
+// measureColdStarts reads the endpoints of r's Service backend into the cold starts
+// (see coldStarts), observes each one measured for every route to that backend, and
+// gives each queue those routes count in its new figure: the largest over the Service
+// backends of its routes. unknownBefore: see coldStarts.observe.
+func (g *Gateway) measureColdStarts(rt *routing, r *routes.Route, unknownBefore bool) {
+	backend := serviceBackend(r)
+	measured, _ := g.starts.observe(backend, g.slices.states(r.ServiceName, r.ServicePort), unknownBefore)
+	if len(measured) == 0 {
+		return
+	}
+	queues := map[string]bool{}
+	for _, other := range rt.table.Routes() {
+		if other.ServiceName == "" || serviceBackend(other) != backend {
+			continue
+		}
+		queues[other.Queue] = true
+		h := g.m.coldStartSeconds.WithLabelValues(other.Name)
+		for _, d := range measured {
+			h.Observe(d.Seconds())
+		}
+	}
+	for q := range queues {
+		var figure time.Duration
+		var counter Counter
+		for _, other := range rt.table.Routes() {
+			if other.Queue == q && other.ServiceName != "" {
+				figure = max(figure, g.starts.figure(serviceBackend(other)))
+				counter = rt.states[other.Name].counter
+			}
+		}
+		if figure > 0 && counter != nil {
+			counter.ColdStart(figure)
+			g.log.Info("backend cold start measured", "queue", q, "backend", backend, "measured", measured, "reported", figure)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 // countingCounter is a real, minimal Counter: it counts each call, as a Reporter would.
 type countingCounter struct {
 	enqueued, started, finished, dropped, closed atomic.Int64
+	coldStart                                    atomic.Int64 // the last ColdStart, in nanoseconds
 }
 
 func (c *countingCounter) Enqueued(n int) { c.enqueued.Add(int64(n)) }
@@ -36,6 +37,8 @@ func (c *countingCounter) Started(n int)  { c.started.Add(int64(n)) }
 func (c *countingCounter) Finished(n int) { c.finished.Add(int64(n)) }
 func (c *countingCounter) Dropped(n int)  { c.dropped.Add(int64(n)) }
 func (c *countingCounter) Close() error   { c.closed.Add(1); return nil }
+
+func (c *countingCounter) ColdStart(d time.Duration) { c.coldStart.Store(int64(d)) }
 
 func (c *countingCounter) String() string {
 	return fmt.Sprintf("enqueued %d, started %d, finished %d, dropped %d, closed %d",

@@ -11,7 +11,10 @@ type metrics struct {
 	held            *prometheus.GaugeVec     // route: requests waiting for a ready backend now
 	holdSeconds     *prometheus.HistogramVec // route: time from arrival to forwarding or giving up
 	upstreamSeconds *prometheus.HistogramVec // route: time from forwarding to the response's last byte
-	reloads         *prometheus.CounterVec   // result: ok or error
+	// coldStartSeconds, route: a backend replica's time from its endpoint first seen not
+	// ready to ready (see coldStarts).
+	coldStartSeconds *prometheus.HistogramVec
+	reloads          *prometheus.CounterVec // result: ok or error
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,13 +38,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from forwarding a request to the last byte of its response, by route.",
 			Buckets: buckets,
 		}, []string{"route"}),
+		coldStartSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gpuscaler_gateway_cold_start_seconds",
+			Help: "Time a new backend replica of a Service route took from its endpoint first seen not ready to ready, by route.",
+			// From a second (a small model on a warm node) to an hour (a large one
+			// pulled and loaded on a new node), closest where model loads fall.
+			Buckets: []float64{1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800, 3600},
+		}, []string{"route"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_gateway_route_reloads_total",
 			Help: "Routes file reloads, by result: ok, or error (the last good routes stay).",
 		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.held, m.holdSeconds, m.upstreamSeconds, m.reloads)
+		reg.MustRegister(m.requests, m.held, m.holdSeconds, m.upstreamSeconds, m.coldStartSeconds, m.reloads)
 	}
 	return m
 }

@@ -35,13 +35,8 @@ const byService = "service"
 // endpointSlice is what the gateway reads of a discovery.k8s.io/v1 EndpointSlice
 // (k8s.io/api/discovery/v1 types.go, the same JSON names).
 type endpointSlice struct {
-	Endpoints []struct {
-		Addresses  []string `json:"addresses"`
-		Conditions struct {
-			Ready *bool `json:"ready"`
-		} `json:"conditions"`
-	} `json:"endpoints"`
-	Ports []struct {
+	Endpoints []sliceEndpoint `json:"endpoints"`
+	Ports     []struct {
 		Port     *int32  `json:"port"`
 		Protocol *string `json:"protocol"`
 	} `json:"ports"`
@@ -54,8 +49,9 @@ type sliceWatcher struct {
 }
 
 // newSliceWatcher watches namespace ns's EndpointSlices through client, calling
-// onChange with the Service name of every slice added, changed or deleted.
-func newSliceWatcher(client dynamic.Interface, ns string, onChange func(service string)) (*sliceWatcher, error) {
+// onChange with the Service name of every slice added, changed or deleted, and whether
+// it is one of the slices' first read (the informer's initial list).
+func newSliceWatcher(client dynamic.Interface, ns string, onChange func(service string, initial bool)) (*sliceWatcher, error) {
 	res := client.Resource(EndpointSlicesResource).Namespace(ns)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -77,20 +73,20 @@ func newSliceWatcher(client dynamic.Interface, ns string, onChange func(service 
 			return nil, nil
 		},
 	})
-	changed := func(obj any) {
+	changed := func(obj any, initial bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			if name := u.GetLabels()[labelServiceName]; name != "" {
-				onChange(name)
+				onChange(name, initial)
 			}
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    changed,
-		UpdateFunc: func(_, obj any) { changed(obj) },
-		DeleteFunc: changed,
+		UpdateFunc: func(_, obj any) { changed(obj, false) },
+		DeleteFunc: func(obj any) { changed(obj, false) },
 	}); err != nil {
 		return nil, err
 	}
@@ -109,9 +105,36 @@ func (w *sliceWatcher) synced() bool { return w.informer.HasSynced() }
 // Services: a slice port matches when its number is the route's port, or when it is
 // the slice's only port (a one-port Service whose targetPort differs).
 func (w *sliceWatcher) endpoints(service string, port int) (addrs []string, noSlices bool) {
+	noSlices = w.each(service, port, func(e *sliceEndpoint, target int) {
+		if e.ready() {
+			addrs = append(addrs, net.JoinHostPort(e.Addresses[0], strconv.Itoa(target)))
+		}
+	})
+	slices.Sort(addrs)
+	return slices.Compact(addrs), noSlices
+}
+
+// states returns every endpoint of Service service's port, ready or not, for the cold
+// start measurement (see coldStarts); one per pod.
+func (w *sliceWatcher) states(service string, port int) []endpointState {
+	var out []endpointState
+	w.each(service, port, func(e *sliceEndpoint, _ int) {
+		key := e.Addresses[0]
+		if e.TargetRef != nil && e.TargetRef.UID != "" {
+			key = e.TargetRef.UID
+		}
+		out = append(out, endpointState{key: key, ready: e.ready()})
+	})
+	return out
+}
+
+// each calls f with every endpoint that has an address on Service service's port (see
+// endpoints), and the target port it matched; it reports whether the Service has no
+// EndpointSlice at all.
+func (w *sliceWatcher) each(service string, port int, f func(e *sliceEndpoint, target int)) (noSlices bool) {
 	objs, err := w.informer.GetIndexer().ByIndex(byService, service)
 	if err != nil || len(objs) == 0 {
-		return nil, true
+		return true
 	}
 	for _, obj := range objs {
 		s, err := decodeSlice(obj)
@@ -131,17 +154,32 @@ func (w *sliceWatcher) endpoints(service string, port int) (addrs []string, noSl
 		if target < 0 {
 			continue
 		}
-		for _, e := range s.Endpoints {
-			// A nil ready is an unknown state, which consumers should read as ready
-			// (k8s.io/api/discovery/v1 EndpointConditions.Ready).
-			if (e.Conditions.Ready != nil && !*e.Conditions.Ready) || len(e.Addresses) == 0 {
-				continue
+		for i := range s.Endpoints {
+			if e := &s.Endpoints[i]; len(e.Addresses) > 0 {
+				f(e, target)
 			}
-			addrs = append(addrs, net.JoinHostPort(e.Addresses[0], strconv.Itoa(target)))
 		}
 	}
-	slices.Sort(addrs)
-	return slices.Compact(addrs), false
+	return false
+}
+
+// sliceEndpoint is one endpoint of an EndpointSlice: its addresses, its ready
+// condition, and the pod it stands for (targetRef).
+type sliceEndpoint struct {
+	Addresses  []string `json:"addresses"`
+	Conditions struct {
+		Ready *bool `json:"ready"`
+	} `json:"conditions"`
+	TargetRef *struct {
+		UID string `json:"uid"`
+	} `json:"targetRef"`
+}
+
+// ready reports whether the endpoint takes requests. A nil ready is an unknown state,
+// which consumers should read as ready (k8s.io/api/discovery/v1
+// EndpointConditions.Ready).
+func (e *sliceEndpoint) ready() bool {
+	return e.Conditions.Ready == nil || *e.Conditions.Ready
 }
 
 // decodeSlice reads what the gateway needs of an EndpointSlice the informer holds.

@@ -36,7 +36,7 @@ func TestSliceEndpoints(t *testing.T) {
 		slice("cold-a", "cold", one, ep("10.0.2.1", ptr(false))),
 		slice("other-a", "other", two, ep("10.0.3.1", ptr(true))),
 	)
-	w, err := newSliceWatcher(client, "ml", func(string) {})
+	w, err := newSliceWatcher(client, "ml", func(string, bool) {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -115,6 +116,8 @@ type Reporter struct {
 	// epoch is when the Reporter started; busy's times are nanoseconds since, read
 	// from the monotonic clock.
 	epoch time.Time
+	// coldStart holds the latest measured cold start, in seconds, as float64 bits.
+	coldStart atomic.Uint64
 	// wake tells the goroutine that the queue went from empty to non-empty.
 	wake chan struct{}
 	// heldReports counts the times a due report waited for NATS to connect; tests read it.
@@ -262,6 +265,15 @@ func (r *Reporter) Dropped(n int) {
 	r.dropped.Add(k)
 }
 
+// ColdStart records d as how long a new replica of the workload took to serve, as this
+// producer last measured it (a gateway: a backend from first seen not ready to ready).
+// Every later report carries it, until a new figure replaces it, so the scaler knows it
+// when the workload is at zero and no replica is starting. d ≤ 0 clears it: not
+// measured. It is one atomic store, without allocating.
+func (r *Reporter) ColdStart(d time.Duration) {
+	r.coldStart.Store(math.Float64bits(max(d, 0).Seconds()))
+}
+
 // Set replaces both counts, for a program that reads its queue's length rather than
 // counting changes. Negative counts are 0. It leaves arrivals alone: only Enqueued
 // counts them. Such a program does not tell the Reporter when items finish, so once Set
@@ -397,6 +409,7 @@ func (r *Reporter) publish(c counts) error {
 	} else {
 		r.msg.Traffic = &r.traffic
 	}
+	r.msg.ColdStartSeconds = math.Float64frombits(r.coldStart.Load())
 	r.msg.Sequence++
 	size := r.msg.SizeVT()
 	if cap(r.buf) < size {

@@ -396,3 +396,49 @@ func TestFlappingQueueIsNotReportedPerFlap(t *testing.T) {
 		t.Errorf("%d reports for %d flaps within one interval, want at most 3", last.GetSequence(), flaps)
 	}
 }
+
+// TestColdStartCarriedInEveryReport checks the measured cold start is in every report
+// after ColdStart, the final one included, until replaced or cleared, and that recording
+// it allocates nothing (it is called from a gateway's watch of endpoints).
+func TestColdStartCarriedInEveryReport(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	if q := sub.next(); q.GetColdStartSeconds() != 0 {
+		t.Fatalf("first report: cold start %g, want 0 (not measured)", q.GetColdStartSeconds())
+	}
+	r.ColdStart(45500 * time.Millisecond)
+	r.Enqueued(1) // an empty queue gets work: a report at once
+	if q := sub.next(); q.GetColdStartSeconds() != 45.5 {
+		t.Fatalf("report after ColdStart(45.5s): cold start %g, want 45.5", q.GetColdStartSeconds())
+	}
+	r.Dropped(1)
+	r.Enqueued(1) // the last report showed work: no report until the heartbeat
+	r.ColdStart(-time.Second)
+	r.ColdStart(31 * time.Second)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if q := sub.next(); !q.GetStopped() || q.GetColdStartSeconds() != 31 {
+		t.Fatalf("final report: %v, want stopped, cold start 31", q)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.ColdStart(time.Minute) }); n != 0 {
+		t.Errorf("ColdStart allocates %g times, want 0", n)
+	}
+}
+
+// TestColdStartCleared checks a figure of 0 or less clears the one recorded.
+func TestColdStartCleared(t *testing.T) {
+	ns := natstest.Start(t, "", "")
+	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: time.Hour})
+	sub.next()
+	r.ColdStart(20 * time.Second)
+	r.ColdStart(-time.Second)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if q := sub.next(); q.GetColdStartSeconds() != 0 {
+		t.Fatalf("final report: cold start %g, want 0 once cleared", q.GetColdStartSeconds())
+	}
+}

@@ -72,6 +72,10 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 
 	if t.Queue != "" {
 		ex.Queue = s.state.queueStatus(t, now)
+		if r.queue.demand {
+			// The figure the metric used, whoever gave it, rather than the producers'.
+			ex.Queue.ColdStart = r.queue.coldStart.proto()
+		}
 	} else if t.Stream != "" {
 		ex.Queue = &gpuscalerv1.QueueStatus{Namespace: t.Namespace, Queue: t.Stream + "/" + t.Consumer, FromConsumer: true}
 		if uncapped.defined && uncapped.err == nil {
@@ -99,6 +103,18 @@ func (s *Server) Explain(_ context.Context, req *gpuscalerv1.ExplainRequest) (*g
 		ex.Reasons = append(ex.Reasons, podClaimsReason(s.state.ChecksPodClaims()))
 	}
 	return ex, nil
+}
+
+// coldStartReason says which cold start the queue-demand metric read, and whose.
+func coldStartReason(t *Trigger, c *gpuscalerv1.ColdStart) string {
+	if c == nil {
+		where := "no producer of the queue measured one (a gateway does, for a Service route)"
+		if t.PodSelector != nil {
+			where += ", nor did a collector of a pod podSelector selects"
+		}
+		return "Cold start (how long a new replica takes to serve) unknown: the trigger gives no coldStart, " + where + ". Give the trigger a coldStart if new replicas take long to serve."
+	}
+	return "Cold start (how long a new replica takes to serve): " + c.Describe() + " (see docs/triggers.md, Cold starts)."
 }
 
 // podClaimsReason says whom the scaler believes of which pods hold a node's GPUs.
@@ -168,6 +184,9 @@ func effective(t *Trigger) map[string]string {
 		if t.TargetWait > 0 {
 			m[KeyTargetWait] = t.TargetWait.String()
 			m[KeyConcurrency] = strconv.Itoa(t.Concurrency)
+			if t.ColdStart > 0 {
+				m[KeyColdStart] = t.ColdStart.String()
+			}
 		} else {
 			m[KeyQueueTarget] = num(t.QueueTarget)
 		}
@@ -453,6 +472,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				}
 			}
 			add("%s", trafficSource(q))
+			add("%s", coldStartReason(t, q.ColdStart))
 		}
 	}
 	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {

@@ -79,6 +79,10 @@ func copyPod(p *gpuscalerv1.PodRef) *gpuscalerv1.PodRef {
 		u := p.GetGpuUtil()
 		c.GpuUtil = &u
 	}
+	if p.ColdStartSeconds != nil {
+		cs := p.GetColdStartSeconds()
+		c.ColdStartSeconds = &cs
+	}
 	return c
 }
 

@@ -51,7 +51,9 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	m.active = m.value > t.ActivationQueueDepth // on the backlog, whatever the metric
 	if t.TargetWait > 0 {
 		m.demand = true
-		m.need = demand.Demand(demand.Inputs{Traffic: q.demand, Concurrency: t.Concurrency, TargetWait: t.TargetWait, Waiting: q.waiting, InFlight: m.running})
+		m.coldStart = triggerColdStart(t, q)
+		m.demandIn = demand.Inputs{Traffic: q.demand, Concurrency: t.Concurrency, TargetWait: t.TargetWait, ColdStart: m.coldStart.duration(), Waiting: q.waiting, InFlight: m.running}
+		m.need = demand.Demand(m.demandIn)
 		m.value = m.need.Replicas
 	}
 	return m

@@ -162,14 +162,21 @@ type queueSum struct {
 	measuring         int
 	waiting, inFlight float64
 	demand            demand.Estimate
+	// coldStart is the largest cold start the live producers measured, in seconds (0:
+	// none), and coldStartBy the producer that did (the first by id, on a tie).
+	coldStart   float64
+	coldStartBy string
 }
 
 // sum adds up the producers live at now, for staleAfter.
 func (e *queueEntry) sum(now time.Time, staleAfter time.Duration) queueSum {
 	var q queueSum
-	for _, p := range e.producers {
+	for id, p := range e.producers {
 		if !p.live(now, staleAfter) {
 			continue
+		}
+		if c := measuredColdStart(p.report.GetColdStartSeconds()); c > q.coldStart || c > 0 && c == q.coldStart && id < q.coldStartBy {
+			q.coldStart, q.coldStartBy = c, id
 		}
 		if q.live++; q.live == 1 {
 			q.demand = p.demand // one producer's estimate as it is
@@ -270,6 +277,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		ArrivalRate:        q.demand.Arrivals,
 		ServiceSeconds:     q.demand.Service,
 		MeasuringProducers: int32(q.measuring),
+		ColdStart:          q.producerColdStart().proto(),
 	}
 	for id, p := range e.producers {
 		st.Producers = append(st.Producers, &gpuscalerv1.ProducerStatus{
@@ -280,6 +288,8 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 			Age:        durationpb.New(now.Sub(p.stored)),
 			Stale:      !p.live(now, staleAfter),
 			Measured:   p.report.GetTraffic() != nil,
+			// Read as the sum reads it: a figure the scaler does not take shows as none.
+			ColdStartSeconds: measuredColdStart(p.report.GetColdStartSeconds()),
 		})
 	}
 	if e.stopped != "" {

@@ -104,7 +104,16 @@ func (s *State) Read(t *Trigger) Reading {
 		if sel == nil {
 			sel = s.selectionFor(t.Namespace, t.PodSelector, key)
 		}
-		s.judgeGPUs(t, now, s.sumGPUs(t, sel, now), &r)
+		sum := s.sumGPUs(t, sel, now)
+		s.judgeGPUs(t, now, sum, &r)
+		if q := &r.queue; q.demand && q.err == nil && q.coldStart.source == "" {
+			// Neither the trigger nor a producer gives a cold start: the collectors may.
+			if q.coldStart = collectorColdStart(sel, sum, t.Namespace, now); q.coldStart.source != "" {
+				q.demandIn.ColdStart = q.coldStart.duration()
+				q.need = demand.Demand(q.demandIn)
+				q.value = q.need.Replicas
+			}
+		}
 	}
 	return r
 }
@@ -142,11 +151,14 @@ type metricReading struct {
 	// running is what of the backlog is being worked on now (in flight, ack pending):
 	// the capacity cap keeps it.
 	running float64
-	// demand says the value is queue-demand, not queue-backlog; need is then how it was
-	// made, for explain.
-	demand bool
-	need   demand.Need
-	err    error
+	// demand says the value is queue-demand, not queue-backlog; demandIn is what it was
+	// computed from, need how (for explain), and coldStart the cold start in it and
+	// whose figure that is.
+	demand    bool
+	demandIn  demand.Inputs
+	need      demand.Need
+	coldStart coldStartFigure
+	err       error
 }
 
 // Metric returns the named metric's value. It fails with ErrUnavailable when the data is

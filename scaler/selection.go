@@ -32,6 +32,12 @@ type selection struct {
 	// lastRead is when a trigger last read the selection (State's clock, Unix
 	// nanoseconds): Forget drops selections no trigger has read for selectionIdleAfter.
 	lastRead atomic.Int64
+	// coldStart is the largest cold start the collectors measured of the selected pods
+	// that a read saw, kept after the pods are gone (see rememberColdStart), and
+	// coldStartOthers since when reads have seen only smaller ones (State's clock, Unix
+	// nanoseconds; 0: they have not).
+	coldStart       atomic.Pointer[coldStartFigure]
+	coldStartOthers atomic.Int64
 }
 
 type selKey struct{ namespace, selector string }
@@ -48,6 +54,10 @@ type selPart struct {
 	first, unknown, noUtil, noMem int32
 	pods                          int32
 	gpus, util, mem               float64
+	// coldStart is the largest cold start measured of the node's selected pods, and
+	// coldStartAt the view of its pod; -1 when none was measured.
+	coldStart   float64
+	coldStartAt int32
 }
 
 func (p *selPart) view(i int32) gpuView { return p.e.nsGPUs[p.ns][i] }
@@ -62,7 +72,7 @@ func (v *gpuView) selectedBy(sel labels.Selector) bool {
 // views at the positions in only (ascending), or every view when only is nil. It reports
 // false when the selector selects none of them (and can tell).
 func (e *nodeEntry) part(p *selPart, j int, sel labels.Selector, only []int32) bool {
-	*p = selPart{e: e, ns: int32(j), first: -1, unknown: -1, noUtil: -1, noMem: -1}
+	*p = selPart{e: e, ns: int32(j), first: -1, unknown: -1, noUtil: -1, noMem: -1, coldStartAt: -1}
 	var seen [16]string // the node's selected pods: a pod never spans nodes
 	pods := seen[:0]
 	views := e.nsGPUs[j]
@@ -83,6 +93,9 @@ func (e *nodeEntry) part(p *selPart, j int, sel labels.Selector, only []int32) b
 			continue
 		}
 		p.gpus += v.share
+		if v.coldStart > p.coldStart {
+			p.coldStart, p.coldStartAt = v.coldStart, at
+		}
 		if !slices.Contains(pods, v.pod) {
 			pods = append(pods, v.pod)
 			p.pods++
@@ -345,6 +358,9 @@ func (s *State) sumGPUs(t *Trigger, sel *selection, now time.Time) gpuSums {
 		}
 		sum.gpus += p.gpus
 		sum.pods += int(p.pods)
+		if p.coldStart > sum.coldStart { // the first node by name, on a tie
+			sum.coldStart, sum.coldStartPod = p.coldStart, culprit{p.e, p.view(p.coldStartAt)}
+		}
 		sum.util += p.util
 		sum.mem += p.mem
 	}
@@ -362,6 +378,10 @@ type gpuSums struct {
 	pods                          int
 	util, mem                     float64
 	stale, unknown, noUtil, noMem culprit
+	// coldStart is the largest cold start measured of the selected pods, in seconds, and
+	// coldStartPod where: 0 and none when none was.
+	coldStart    float64
+	coldStartPod culprit
 }
 
 // selectionIdleAfter is how long a selection no trigger reads is still kept up to date.

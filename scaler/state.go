@@ -122,6 +122,9 @@ type gpuView struct {
 	memPct  float64   // framebuffer used in GPU-percent; valid when hasMem
 	hasUtil bool
 	hasMem  bool
+	// coldStart is the pod's cold start as its collector measured it, in seconds; 0 when
+	// not measured (see coldStartOfPod).
+	coldStart float64
 	// labelsUnknown says the collector could not read the pod's labels: no podSelector
 	// can tell whether it selects the pod.
 	labelsUnknown bool
@@ -437,6 +440,7 @@ func (e *nodeEntry) indexNamespaces(r *gpuscalerv1.NodeReport, prev *nodeEntry, 
 			if hasMem {
 				v.memPct, v.hasMem = memPct*share, true
 			}
+			v.coldStart = coldStartOfPod(p)
 			add(p, c, v)
 		}
 	}

@@ -36,9 +36,12 @@ import (
 var statusHTML string
 
 var statusTemplates = template.Must(template.New("status").Funcs(template.FuncMap{
-	"dur":  fmtDuration,
-	"age":  func(d *durationpb.Duration) string { return fmtDuration(d.AsDuration()) },
-	"num":  num,
+	"dur": fmtDuration,
+	"age": func(d *durationpb.Duration) string { return fmtDuration(d.AsDuration()) },
+	"num": num,
+	"coldStart": func(c *gpuscalerv1.ColdStart) string {
+		return c.Describe()
+	},
 	"pct":  func(v *float64) string { return strconv.FormatFloat(*v, 'f', 0, 64) + "%" },
 	"free": fmtFree,
 	// labels writes a node's labels as a nodeSelector would match them: k=v, sorted.

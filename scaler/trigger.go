@@ -48,6 +48,7 @@ const (
 	KeyConsumer             = metadata.KeyConsumer
 	KeyTargetWait           = metadata.KeyTargetWait
 	KeyConcurrency          = metadata.KeyConcurrency
+	KeyColdStart            = metadata.KeyColdStart
 	KeyPushInterval         = metadata.KeyPushInterval
 	KeyCPUPerReplica        = metadata.KeyCPUPerReplica
 	KeyMemoryPerReplica     = metadata.KeyMemoryPerReplica

@@ -326,6 +326,9 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				case p.GetStale():
 					state += ", stale: left out"
 				}
+				if c := p.GetColdStartSeconds(); c > 0 {
+					state += fmt.Sprintf(", measured cold start %.3g s", c)
+				}
 				fmt.Fprintf(w, "    producer %q: %s, %s ago\n", p.GetProducerId(), state, age(p.GetAge()))
 			}
 			if ex.GetEffective()["targetWait"] != "" {
@@ -341,6 +344,7 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 					source = fmt.Sprintf("measured by %d of %d live producers, estimated for the others from differences between reports", m, live)
 				}
 				fmt.Fprintf(w, "  arrivals %.3g/s, service time %s: %s\n", q.GetArrivalRate(), service, source)
+				fmt.Fprintf(w, "  cold start %s\n", q.GetColdStart().Describe())
 			}
 		}
 	}

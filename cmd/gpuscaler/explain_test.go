@@ -272,3 +272,29 @@ func TestPrintExplanationTrafficSource(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintExplanationColdStart: the text says the cold start queue-demand used and
+// whose it is, and what each producer's last report carried.
+func TestPrintExplanationColdStart(t *testing.T) {
+	queue := func(c *gpuscalerv1.ColdStart) *gpuscalerv1.Explanation {
+		return &gpuscalerv1.Explanation{
+			Effective: map[string]string{"queue": "q", "targetWait": "10s"},
+			Queue: &gpuscalerv1.QueueStatus{Namespace: "ml", Queue: "q", Stored: timestamppb.Now(), Age: durationpb.New(time.Second), ColdStart: c,
+				Producers: []*gpuscalerv1.ProducerStatus{{ProducerId: "gw-1", Age: durationpb.New(time.Second), ColdStartSeconds: 31.5}}},
+		}
+	}
+	for c, want := range map[*gpuscalerv1.ColdStart]string{
+		nil: "  cold start unknown\n",
+		{Seconds: 31.5, Source: "producer", ProducerId: "gw-1"}:            "  cold start 31.5s, measured by producer \"gw-1\"\n",
+		{Seconds: 28, Source: "collector", Pod: "ml/llm-0", Node: "gpu-a"}: "  cold start 28s, measured by the collector of node gpu-a on pod ml/llm-0\n",
+		{Seconds: 45, Source: "trigger"}:                                   "  cold start 45s, the trigger's coldStart key\n",
+	} {
+		var out strings.Builder
+		printExplanation(&out, explainTarget{}, "scaler:9090", queue(c))
+		for _, w := range []string{want, `producer "gw-1": 0 waiting + 0 in flight, measured cold start 31.5 s`} {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("explain output does not hold %q:\n%s", w, out.String())
+			}
+		}
+	}
+}

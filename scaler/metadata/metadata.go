@@ -46,6 +46,7 @@ const (
 	KeyConsumer             = "consumer"
 	KeyTargetWait           = "targetWait"
 	KeyConcurrency          = "concurrency"
+	KeyColdStart            = "coldStart"
 	KeyPushInterval         = "pushInterval"
 	KeyCPUPerReplica        = "cpuPerReplica"
 	KeyMemoryPerReplica     = "memoryPerReplica"
@@ -89,6 +90,14 @@ const (
 // MaxStaleAfter bounds staleAfter, and the scaler's default for it.
 const MaxStaleAfter = 24 * time.Hour
 
+// Bounds of coldStart. A replica of a GPU workload takes seconds at least (a container
+// start, a model's weights read into GPU memory: 23 to 90 s in the traces and models the
+// project measured), and a figure over an hour is a mistake in units rather than a load.
+const (
+	MinColdStart = time.Second
+	MaxColdStart = gpuscalerv1.MaxColdStartSeconds * time.Second
+)
+
 // fromEnvSuffix marks a key whose value KEDA resolved from the workload's environment.
 const fromEnvSuffix = "FromEnv"
 
@@ -101,7 +110,7 @@ var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
 	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyCPUPerReplica, KeyMemoryPerReplica,
-	KeyStaleAfter, KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval,
+	KeyStaleAfter, KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyPushInterval,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -140,6 +149,12 @@ type Trigger struct {
 	// Concurrency is the items one replica serves at once (1 unless given).
 	TargetWait  time.Duration
 	Concurrency int
+	// ColdStart is how long a new replica takes to serve, as the trigger states it; 0
+	// when not given, and then the scaler uses a measured figure where it has one (a
+	// producer's, then the collector's). A stated figure wins over a measured one: the
+	// author knows what a first start costs (an image pull, a node brought up) that no
+	// measurement of an earlier start saw.
+	ColdStart time.Duration
 
 	// PodSelector selects the workload's pods; their GPUs are the workload's. Nil when
 	// the trigger measures no GPUs. With CapacityAware it selects the Jobs' pods, and
@@ -271,6 +286,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	t.Consumer = p.name(KeyConsumer, validateJetStreamName, "a JetStream consumer name: no '.', '*', '>', '/', '\\' or white space")
 	p.durationIn(KeyTargetWait, &t.TargetWait, 10*time.Millisecond, MaxStaleAfter, `a duration from 10ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
+	p.durationIn(KeyColdStart, &t.ColdStart, MinColdStart, MaxColdStart, `a duration from 1s to 1h, such as "45s"`)
 	p.durationIn(KeyPushInterval, &t.PushInterval, 0, MaxStaleAfter, `a duration from 0s to 24h, such as "30s"; at most the ScaledObject's cooldownPeriod`)
 	if p.err != nil {
 		return nil, p.err
@@ -379,13 +395,16 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	return nil
 }
 
-// checkDemand checks the keys of the demand metric (targetWait, concurrency) against the
+// checkDemand checks the keys of the demand metric (targetWait, concurrency, coldStart) against the
 // rest of the trigger.
 func (t *Trigger) checkDemand(md map[string]string, fail func(key, want string) error) error {
 	_, waitGiven := md[KeyTargetWait]
 	if !waitGiven {
 		if _, ok := md[KeyConcurrency]; ok {
 			return fail(KeyConcurrency, "targetWait set too: concurrency sizes the queue-demand metric, which targetWait asks for")
+		}
+		if _, ok := md[KeyColdStart]; ok {
+			return fail(KeyColdStart, "targetWait set too: coldStart shapes the queue-demand metric, which targetWait asks for; queue-backlog does not read it")
 		}
 		return nil
 	}

@@ -40,6 +40,7 @@ type triggerView struct {
 	Consumer             string
 	TargetWait           time.Duration
 	Concurrency          int
+	ColdStart            time.Duration
 	PushInterval         time.Duration
 }
 
@@ -77,6 +78,7 @@ func viewOf(tr *Trigger) triggerView {
 		Consumer:             tr.Consumer,
 		TargetWait:           tr.TargetWait,
 		Concurrency:          tr.Concurrency,
+		ColdStart:            tr.ColdStart,
 		PushInterval:         tr.PushInterval,
 	}
 }
@@ -257,6 +259,8 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"targetWait":              {metaWith(baseQueue, KeyTargetWait, "30s"), queue, func(v *triggerView) { v.TargetWait = 30 * time.Second }},
 		"targetWait, minutes":     {metaWith(baseQueue, KeyTargetWait, " 2m "), queue, func(v *triggerView) { v.TargetWait = 2 * time.Minute }},
 		"targetWait, concurrency": {metaWith(baseQueue, KeyTargetWait, "10s", KeyConcurrency, "8"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.Concurrency = 8 }},
+		"targetWait, coldStart":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, " 45s "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = 45 * time.Second }},
+		"coldStart, the bounds":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, "1h"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = time.Hour }},
 
 		"podSelector set-based": {metaOf(KeyPodSelector, "tier in (gpu,cpu)", KeyGPUUtilTarget, "70"), nil, func(v *triggerView) {
 			v.PodSelector = "tier in (cpu,gpu)"
@@ -455,6 +459,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseCapacity, KeyMemoryPerReplica, "a Kubernetes quantity of memory from 1 byte to 1Pi", "", " ", "0", "-1Gi", "64GB", "64 Gi", "abc", "1025Ti", "2Pi", "1e16", "NaN")
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
+	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyColdStart, "a duration from 1s to 1h", "0s", "999ms", "-5s", "45", "abc", "", "1h1s", "9999999999h", "NaNs")
 
 	add(baseQueue, KeyPushInterval, "a duration from 0s to 24h", "-1s", "30", "abc", "", "1d", "24h1s", "9999999999h")
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
@@ -486,7 +491,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter,
-		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyPushInterval, KeyCPUPerReplica, KeyMemoryPerReplica,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyPushInterval, KeyCPUPerReplica, KeyMemoryPerReplica,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -642,6 +647,12 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"concurrency without targetWait": {
 			metadata: metaWith(baseQueue, KeyConcurrency, "8"), key: KeyConcurrency, value: "8", want: "targetWait set too",
 		},
+		"coldStart without targetWait": {
+			metadata: metaWith(baseQueue, KeyColdStart, "45s"), key: KeyColdStart, value: "45s", want: "targetWait set too",
+		},
+		"coldStart with only pods": {
+			metadata: metaWith(baseGPU, KeyColdStart, "45s"), key: KeyColdStart, value: "45s", want: "targetWait set too",
+		},
 		"targetWait with queueTarget": {
 			metadata: metaWith(baseQueue, KeyTargetWait, "30s", KeyQueueTarget, "4"), key: KeyQueueTarget, value: "4", want: "no targetWait too",
 		},
@@ -686,7 +697,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule", KeyMinReplicaCount, "2",
 			KeyCPUPerReplica, "7500m", KeyMemoryPerReplica, "60Gi"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
-		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyPushInterval, "10s"),
+		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyColdStart, "90s", KeyPushInterval, "10s"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
@@ -976,6 +987,9 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyStaleAfter, "999ms", "", "", true, 0},
 		{"ml", KeyStaleAfter, "2m", "", "", true, 3},
 		{"ml", KeyStream, "WORK", KeyConsumer, "workers", false, 0},
+		{"ml", KeyTargetWait, "10s", KeyColdStart, "45s", true, 0},
+		{"ml", KeyTargetWait, "10s", "coldStartFromEnv", "1h0m0.000000001s", true, 0},
+		{"ml", KeyColdStart, "45s", "", "", true, 0},
 		{"ml", KeyPushInterval, "0s", "", "", true, 0},
 		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
 		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},
@@ -1058,6 +1072,9 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	}
 	if err := gpuscalerv1.ValidateNamespace(ns); err != nil {
 		t.Errorf("accepted namespace %q, want it rejected: %v", ns, err)
+	}
+	if tr.ColdStart != 0 && (tr.TargetWait == 0 || tr.ColdStart < MinColdStart || tr.ColdStart > MaxColdStart) {
+		t.Errorf("ColdStart %s with targetWait %s: want 0, or %s to %s with a targetWait", tr.ColdStart, tr.TargetWait, MinColdStart, MaxColdStart)
 	}
 	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 	if !finite(tr.QueueTarget) || tr.QueueTarget <= 0 {
@@ -1175,7 +1192,10 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 
 	specs := tr.MetricSpecs()
 	var want []string
-	if tr.Queue != "" || tr.Stream != "" {
+	switch {
+	case tr.TargetWait > 0:
+		want = append(want, MetricQueueDemand)
+	case tr.Queue != "" || tr.Stream != "":
 		want = append(want, MetricQueueBacklog)
 	}
 	if tr.GPUUtilTarget > 0 {

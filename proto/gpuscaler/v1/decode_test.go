@@ -80,7 +80,11 @@ func TestNodeReportValidate(t *testing.T) {
 		"other pod invalid": {mutate: func(r *NodeReport) {
 			r.Gpus[0].OtherPods = []*PodRef{{Namespace: "ml"}}
 		}, wantErr: "pod: name is required"},
-		"pod util over 100": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.GpuUtil = proto.Float64(101) }, wantErr: "pod ml/llm-0: gpu_util 101 is outside 0–100"},
+		"pod util over 100":           {mutate: func(r *NodeReport) { r.Gpus[0].Pod.GpuUtil = proto.Float64(101) }, wantErr: "pod ml/llm-0: gpu_util 101 is outside 0–100"},
+		"pod cold start":              {mutate: func(r *NodeReport) { r.Gpus[0].Pod.ColdStartSeconds = proto.Float64(45.5) }},
+		"pod cold start over 1h":      {mutate: func(r *NodeReport) { r.Gpus[0].Pod.ColdStartSeconds = proto.Float64(3601) }, wantErr: "pod ml/llm-0: cold_start_seconds 3601 is outside 0–3600"},
+		"pod cold start negative":     {mutate: func(r *NodeReport) { r.Gpus[0].Pod.ColdStartSeconds = proto.Float64(-1) }, wantErr: "cold_start_seconds -1 is outside"},
+		"pod cold start not a number": {mutate: func(r *NodeReport) { r.Gpus[0].Pod.ColdStartSeconds = proto.Float64(math.NaN()) }, wantErr: "cold_start_seconds NaN is outside"},
 		"too many pods on a device": {mutate: func(r *NodeReport) {
 			for i := range MaxPodsPerGPU {
 				r.Gpus[0].OtherPods = append(r.Gpus[0].OtherPods, &PodRef{Namespace: "ml", Name: fmt.Sprintf("p%d", i)})

@@ -782,9 +782,14 @@ type PodRef struct {
 	// On a shared device, this pod's own utilisation of it in percent, measured from the
 	// device's per-process samples (NVML) for the pod's processes; absent when not
 	// measured, and then the device's figure is split evenly among its pods.
-	GpuUtil       *float64 `protobuf:"fixed64,9,opt,name=gpu_util,json=gpuUtil,proto3,oneof" json:"gpu_util,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GpuUtil *float64 `protobuf:"fixed64,9,opt,name=gpu_util,json=gpuUtil,proto3,oneof" json:"gpu_util,omitempty"`
+	// How long the pod took to serve, in seconds, as its collector measured it: from when
+	// it first saw the pod hold its devices to the first report in which their
+	// utilisation was above 10% (collector.BusyUtil). Absent until then, and for a pod
+	// first seen busy (a collector restarted under it), whose start it did not see.
+	ColdStartSeconds *float64 `protobuf:"fixed64,10,opt,name=cold_start_seconds,json=coldStartSeconds,proto3,oneof" json:"cold_start_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PodRef) Reset() {
@@ -876,6 +881,13 @@ func (x *PodRef) GetLabelsUnknown() bool {
 func (x *PodRef) GetGpuUtil() float64 {
 	if x != nil && x.GpuUtil != nil {
 		return *x.GpuUtil
+	}
+	return 0
+}
+
+func (x *PodRef) GetColdStartSeconds() float64 {
+	if x != nil && x.ColdStartSeconds != nil {
+		return *x.ColdStartSeconds
 	}
 	return 0
 }
@@ -1236,7 +1248,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x0f_fb_total_bytesB\x0e\n" +
 	"\f_power_wattsB\x16\n" +
 	"\x14_temperature_celsiusB\b\n" +
-	"\x06_minor\"\xf1\x02\n" +
+	"\x06_minor\"\xbb\x03\n" +
 	"\x06PodRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -1248,11 +1260,14 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"owner_name\x18\a \x01(\tR\townerName\x12%\n" +
 	"\x0elabels_unknown\x18\b \x01(\bR\rlabelsUnknown\x12\x1e\n" +
-	"\bgpu_util\x18\t \x01(\x01H\x00R\agpuUtil\x88\x01\x01\x1a9\n" +
+	"\bgpu_util\x18\t \x01(\x01H\x00R\agpuUtil\x88\x01\x01\x121\n" +
+	"\x12cold_start_seconds\x18\n" +
+	" \x01(\x01H\x01R\x10coldStartSeconds\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
-	"\t_gpu_util\"\xa6\x03\n" +
+	"\t_gpu_utilB\x15\n" +
+	"\x13_cold_start_seconds\"\xa6\x03\n" +
 	"\vQueueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +

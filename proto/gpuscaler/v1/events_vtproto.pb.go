@@ -673,6 +673,12 @@ func (m *PodRef) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ColdStartSeconds != nil {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(*m.ColdStartSeconds))))
+		i--
+		dAtA[i] = 0x51
+	}
 	if m.GpuUtil != nil {
 		i -= 8
 		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(*m.GpuUtil))))
@@ -1250,6 +1256,9 @@ func (m *PodRef) SizeVT() (n int) {
 		n += 2
 	}
 	if m.GpuUtil != nil {
+		n += 9
+	}
+	if m.ColdStartSeconds != nil {
 		n += 9
 	}
 	n += len(m.unknownFields)
@@ -3485,6 +3494,18 @@ func (m *PodRef) UnmarshalVT(dAtA []byte) error {
 			iNdEx += 8
 			v2 := float64(math.Float64frombits(v))
 			m.GpuUtil = &v2
+		case 10:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ColdStartSeconds", wireType)
+			}
+			var v uint64
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+			v2 := float64(math.Float64frombits(v))
+			m.ColdStartSeconds = &v2
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -416,8 +416,7 @@ type QueueStatus struct {
 	// rather than producers' reports; stored and producers are then unset.
 	FromConsumer bool `protobuf:"varint,11,opt,name=from_consumer,json=fromConsumer,proto3" json:"from_consumer,omitempty"`
 	// What the queue's reports say of its traffic, which the queue-demand metric
-	// (targetWait) reads: arrivals per second, the larger of the rates over the last minute
-	// and the last 20 s; and the seconds an item takes by Little's law, 0 until an item is
+	// (targetWait) reads: arrivals per second over the last minute; and the seconds an item takes by Little's law, 0 until an item is
 	// seen to finish. Producers that measure their traffic report these figures, the same
 	// for every scaler replica; for the others the scaler estimates them from the
 	// differences between their reports since it started.
@@ -429,8 +428,13 @@ type QueueStatus struct {
 	// (QueueReport.traffic). The others' share of arrival_rate and service_seconds is
 	// estimated from the differences between their reports.
 	MeasuringProducers int32 `protobuf:"varint,15,opt,name=measuring_producers,json=measuringProducers,proto3" json:"measuring_producers,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How long a new replica takes to serve, as the queue-demand metric reads it. In an
+	// explanation of a targetWait trigger, the figure its metric used and where it came
+	// from (the trigger's coldStart, its producers, or the collectors of its selected
+	// pods); elsewhere, the largest its live producers measured. Unset when none is known.
+	ColdStart     *ColdStart `protobuf:"bytes,16,opt,name=cold_start,json=coldStart,proto3" json:"cold_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -554,6 +558,94 @@ func (x *QueueStatus) GetMeasuringProducers() int32 {
 	return 0
 }
 
+func (x *QueueStatus) GetColdStart() *ColdStart {
+	if x != nil {
+		return x.ColdStart
+	}
+	return nil
+}
+
+// ColdStart is how long a new replica of a workload takes to serve, and whose figure it
+// is (docs/triggers.md, "Cold starts").
+type ColdStart struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Seconds float64                `protobuf:"fixed64,1,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	// "trigger": the trigger's coldStart key; "producer": measured by producer_id, a
+	// producer of the queue (a gateway); "collector": measured by the collector of node
+	// on pod, one the trigger's podSelector selects.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	ProducerId    string `protobuf:"bytes,3,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Pod           string `protobuf:"bytes,4,opt,name=pod,proto3" json:"pod,omitempty"`
+	Node          string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdStart) Reset() {
+	*x = ColdStart{}
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdStart) ProtoMessage() {}
+
+func (x *ColdStart) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdStart.ProtoReflect.Descriptor instead.
+func (*ColdStart) Descriptor() ([]byte, []int) {
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ColdStart) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *ColdStart) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ColdStart) GetProducerId() string {
+	if x != nil {
+		return x.ProducerId
+	}
+	return ""
+}
+
+func (x *ColdStart) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *ColdStart) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 // ProducerStatus is one producer's last report of a queue.
 type ProducerStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -569,14 +661,16 @@ type ProducerStatus struct {
 	Stale bool `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
 	// Its last report carries its own measure of its traffic (QueueReport.traffic);
 	// otherwise its traffic is estimated from the differences between its reports.
-	Measured      bool `protobuf:"varint,8,opt,name=measured,proto3" json:"measured,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Measured bool `protobuf:"varint,8,opt,name=measured,proto3" json:"measured,omitempty"`
+	// The cold start its last report carried, in seconds; 0: it measured none.
+	ColdStartSeconds float64 `protobuf:"fixed64,9,opt,name=cold_start_seconds,json=coldStartSeconds,proto3" json:"cold_start_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ProducerStatus) Reset() {
 	*x = ProducerStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +682,7 @@ func (x *ProducerStatus) String() string {
 func (*ProducerStatus) ProtoMessage() {}
 
 func (x *ProducerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[5]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +695,7 @@ func (x *ProducerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerStatus.ProtoReflect.Descriptor instead.
 func (*ProducerStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{5}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProducerStatus) GetProducerId() string {
@@ -660,6 +754,13 @@ func (x *ProducerStatus) GetMeasured() bool {
 	return false
 }
 
+func (x *ProducerStatus) GetColdStartSeconds() float64 {
+	if x != nil {
+		return x.ColdStartSeconds
+	}
+	return 0
+}
+
 // NodeStatus is the latest report of one node.
 type NodeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -691,7 +792,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +804,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[6]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +817,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{6}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -810,7 +911,7 @@ type GPUStatus struct {
 
 func (x *GPUStatus) Reset() {
 	*x = GPUStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +923,7 @@ func (x *GPUStatus) String() string {
 func (*GPUStatus) ProtoMessage() {}
 
 func (x *GPUStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[7]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +936,7 @@ func (x *GPUStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUStatus.ProtoReflect.Descriptor instead.
 func (*GPUStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{7}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GPUStatus) GetDevice() string {
@@ -880,7 +981,7 @@ type GPUHold struct {
 
 func (x *GPUHold) Reset() {
 	*x = GPUHold{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +993,7 @@ func (x *GPUHold) String() string {
 func (*GPUHold) ProtoMessage() {}
 
 func (x *GPUHold) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[8]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1006,7 @@ func (x *GPUHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUHold.ProtoReflect.Descriptor instead.
 func (*GPUHold) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{8}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GPUHold) GetNamespace() string {
@@ -962,7 +1063,7 @@ type UnattributedStatus struct {
 
 func (x *UnattributedStatus) Reset() {
 	*x = UnattributedStatus{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1075,7 @@ func (x *UnattributedStatus) String() string {
 func (*UnattributedStatus) ProtoMessage() {}
 
 func (x *UnattributedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[9]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1088,7 @@ func (x *UnattributedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnattributedStatus.ProtoReflect.Descriptor instead.
 func (*UnattributedStatus) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{9}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnattributedStatus) GetDevice() string {
@@ -1047,7 +1148,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1160,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[10]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1173,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{10}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Capacity) GetSlots() int32 {
@@ -1185,7 +1286,7 @@ type NodeCapacity struct {
 
 func (x *NodeCapacity) Reset() {
 	*x = NodeCapacity{}
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1298,7 @@ func (x *NodeCapacity) String() string {
 func (*NodeCapacity) ProtoMessage() {}
 
 func (x *NodeCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuscaler_v1_explain_proto_msgTypes[11]
+	mi := &file_gpuscaler_v1_explain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1311,7 @@ func (x *NodeCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCapacity.ProtoReflect.Descriptor instead.
 func (*NodeCapacity) Descriptor() ([]byte, []int) {
-	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{11}
+	return file_gpuscaler_v1_explain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeCapacity) GetNode() string {
@@ -1324,7 +1425,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xf3\x03\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xab\x04\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1339,8 +1440,17 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\farrival_rate\x18\f \x01(\x01R\varrivalRate\x12'\n" +
 	"\x0fservice_seconds\x18\r \x01(\x01R\x0eserviceSeconds\x12:\n" +
 	"\tproducers\x18\x0e \x03(\v2\x1c.gpuscaler.v1.ProducerStatusR\tproducers\x12/\n" +
-	"\x13measuring_producers\x18\x0f \x01(\x05R\x12measuringProducersJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
-	"\"\x95\x02\n" +
+	"\x13measuring_producers\x18\x0f \x01(\x05R\x12measuringProducers\x126\n" +
+	"\n" +
+	"cold_start\x18\x10 \x01(\v2\x17.gpuscaler.v1.ColdStartR\tcoldStartJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\"\x84\x01\n" +
+	"\tColdStart\x12\x18\n" +
+	"\aseconds\x18\x01 \x01(\x01R\aseconds\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1f\n" +
+	"\vproducer_id\x18\x03 \x01(\tR\n" +
+	"producerId\x12\x10\n" +
+	"\x03pod\x18\x04 \x01(\tR\x03pod\x12\x12\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\"\xc3\x02\n" +
 	"\x0eProducerStatus\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\tR\n" +
 	"producerId\x12\x18\n" +
@@ -1350,7 +1460,8 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x03age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12\x18\n" +
 	"\astopped\x18\x06 \x01(\bR\astopped\x12\x14\n" +
 	"\x05stale\x18\a \x01(\bR\x05stale\x12\x1a\n" +
-	"\bmeasured\x18\b \x01(\bR\bmeasured\"\xe7\x04\n" +
+	"\bmeasured\x18\b \x01(\bR\bmeasured\x12,\n" +
+	"\x12cold_start_seconds\x18\t \x01(\x01R\x10coldStartSeconds\"\xe7\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -1432,59 +1543,61 @@ func file_gpuscaler_v1_explain_proto_rawDescGZIP() []byte {
 	return file_gpuscaler_v1_explain_proto_rawDescData
 }
 
-var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_gpuscaler_v1_explain_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_gpuscaler_v1_explain_proto_goTypes = []any{
 	(*ExplainRequest)(nil),        // 0: gpuscaler.v1.ExplainRequest
 	(*Explanation)(nil),           // 1: gpuscaler.v1.Explanation
 	(*Answer)(nil),                // 2: gpuscaler.v1.Answer
 	(*MetricAnswer)(nil),          // 3: gpuscaler.v1.MetricAnswer
 	(*QueueStatus)(nil),           // 4: gpuscaler.v1.QueueStatus
-	(*ProducerStatus)(nil),        // 5: gpuscaler.v1.ProducerStatus
-	(*NodeStatus)(nil),            // 6: gpuscaler.v1.NodeStatus
-	(*GPUStatus)(nil),             // 7: gpuscaler.v1.GPUStatus
-	(*GPUHold)(nil),               // 8: gpuscaler.v1.GPUHold
-	(*UnattributedStatus)(nil),    // 9: gpuscaler.v1.UnattributedStatus
-	(*Capacity)(nil),              // 10: gpuscaler.v1.Capacity
-	(*NodeCapacity)(nil),          // 11: gpuscaler.v1.NodeCapacity
-	nil,                           // 12: gpuscaler.v1.ExplainRequest.MetadataEntry
-	nil,                           // 13: gpuscaler.v1.Explanation.EffectiveEntry
-	nil,                           // 14: gpuscaler.v1.NodeStatus.FreeEntry
-	nil,                           // 15: gpuscaler.v1.NodeStatus.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*NodeScheduling)(nil),        // 18: gpuscaler.v1.NodeScheduling
+	(*ColdStart)(nil),             // 5: gpuscaler.v1.ColdStart
+	(*ProducerStatus)(nil),        // 6: gpuscaler.v1.ProducerStatus
+	(*NodeStatus)(nil),            // 7: gpuscaler.v1.NodeStatus
+	(*GPUStatus)(nil),             // 8: gpuscaler.v1.GPUStatus
+	(*GPUHold)(nil),               // 9: gpuscaler.v1.GPUHold
+	(*UnattributedStatus)(nil),    // 10: gpuscaler.v1.UnattributedStatus
+	(*Capacity)(nil),              // 11: gpuscaler.v1.Capacity
+	(*NodeCapacity)(nil),          // 12: gpuscaler.v1.NodeCapacity
+	nil,                           // 13: gpuscaler.v1.ExplainRequest.MetadataEntry
+	nil,                           // 14: gpuscaler.v1.Explanation.EffectiveEntry
+	nil,                           // 15: gpuscaler.v1.NodeStatus.FreeEntry
+	nil,                           // 16: gpuscaler.v1.NodeStatus.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*NodeScheduling)(nil),        // 19: gpuscaler.v1.NodeScheduling
 }
 var file_gpuscaler_v1_explain_proto_depIdxs = []int32{
-	12, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
-	16, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
+	13, // 0: gpuscaler.v1.ExplainRequest.metadata:type_name -> gpuscaler.v1.ExplainRequest.MetadataEntry
+	17, // 1: gpuscaler.v1.Explanation.read_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: gpuscaler.v1.Explanation.answer:type_name -> gpuscaler.v1.Answer
-	13, // 3: gpuscaler.v1.Explanation.effective:type_name -> gpuscaler.v1.Explanation.EffectiveEntry
+	14, // 3: gpuscaler.v1.Explanation.effective:type_name -> gpuscaler.v1.Explanation.EffectiveEntry
 	4,  // 4: gpuscaler.v1.Explanation.queue:type_name -> gpuscaler.v1.QueueStatus
-	6,  // 5: gpuscaler.v1.Explanation.nodes:type_name -> gpuscaler.v1.NodeStatus
-	10, // 6: gpuscaler.v1.Explanation.capacity:type_name -> gpuscaler.v1.Capacity
+	7,  // 5: gpuscaler.v1.Explanation.nodes:type_name -> gpuscaler.v1.NodeStatus
+	11, // 6: gpuscaler.v1.Explanation.capacity:type_name -> gpuscaler.v1.Capacity
 	3,  // 7: gpuscaler.v1.Answer.metrics:type_name -> gpuscaler.v1.MetricAnswer
-	16, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
-	17, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
-	5,  // 10: gpuscaler.v1.QueueStatus.producers:type_name -> gpuscaler.v1.ProducerStatus
-	16, // 11: gpuscaler.v1.ProducerStatus.stored:type_name -> google.protobuf.Timestamp
-	17, // 12: gpuscaler.v1.ProducerStatus.age:type_name -> google.protobuf.Duration
-	16, // 13: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
-	17, // 14: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
-	7,  // 15: gpuscaler.v1.NodeStatus.gpus:type_name -> gpuscaler.v1.GPUStatus
-	9,  // 16: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
-	14, // 17: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
-	15, // 18: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
-	18, // 19: gpuscaler.v1.NodeStatus.scheduling:type_name -> gpuscaler.v1.NodeScheduling
-	8,  // 20: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
-	11, // 21: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
-	17, // 22: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
-	0,  // 23: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
-	1,  // 24: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
-	24, // [24:25] is the sub-list for method output_type
-	23, // [23:24] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	17, // 8: gpuscaler.v1.QueueStatus.stored:type_name -> google.protobuf.Timestamp
+	18, // 9: gpuscaler.v1.QueueStatus.age:type_name -> google.protobuf.Duration
+	6,  // 10: gpuscaler.v1.QueueStatus.producers:type_name -> gpuscaler.v1.ProducerStatus
+	5,  // 11: gpuscaler.v1.QueueStatus.cold_start:type_name -> gpuscaler.v1.ColdStart
+	17, // 12: gpuscaler.v1.ProducerStatus.stored:type_name -> google.protobuf.Timestamp
+	18, // 13: gpuscaler.v1.ProducerStatus.age:type_name -> google.protobuf.Duration
+	17, // 14: gpuscaler.v1.NodeStatus.stored:type_name -> google.protobuf.Timestamp
+	18, // 15: gpuscaler.v1.NodeStatus.age:type_name -> google.protobuf.Duration
+	8,  // 16: gpuscaler.v1.NodeStatus.gpus:type_name -> gpuscaler.v1.GPUStatus
+	10, // 17: gpuscaler.v1.NodeStatus.unattributed:type_name -> gpuscaler.v1.UnattributedStatus
+	15, // 18: gpuscaler.v1.NodeStatus.free:type_name -> gpuscaler.v1.NodeStatus.FreeEntry
+	16, // 19: gpuscaler.v1.NodeStatus.labels:type_name -> gpuscaler.v1.NodeStatus.LabelsEntry
+	19, // 20: gpuscaler.v1.NodeStatus.scheduling:type_name -> gpuscaler.v1.NodeScheduling
+	9,  // 21: gpuscaler.v1.GPUStatus.holds:type_name -> gpuscaler.v1.GPUHold
+	12, // 22: gpuscaler.v1.Capacity.nodes:type_name -> gpuscaler.v1.NodeCapacity
+	18, // 23: gpuscaler.v1.NodeCapacity.age:type_name -> google.protobuf.Duration
+	0,  // 24: gpuscaler.v1.Explainer.Explain:input_type -> gpuscaler.v1.ExplainRequest
+	1,  // 25: gpuscaler.v1.Explainer.Explain:output_type -> gpuscaler.v1.Explanation
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_gpuscaler_v1_explain_proto_init() }
@@ -1493,14 +1606,14 @@ func file_gpuscaler_v1_explain_proto_init() {
 		return
 	}
 	file_gpuscaler_v1_events_proto_init()
-	file_gpuscaler_v1_explain_proto_msgTypes[8].OneofWrappers = []any{}
+	file_gpuscaler_v1_explain_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuscaler_v1_explain_proto_rawDesc), len(file_gpuscaler_v1_explain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

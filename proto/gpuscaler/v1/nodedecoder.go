@@ -55,11 +55,12 @@ type gpuSlot struct {
 	u32 [2]uint32  // mig_instance_id, minor
 }
 
-// podSlot is a reused PodRef with room for its optional gpu_util and its labels.
+// podSlot is a reused PodRef with room for its optional gpu_util and
+// cold_start_seconds, and its labels.
 type podSlot struct {
 	PodRef
-	gpuUtil float64
-	labels  map[string]string
+	gpuUtil, coldStart float64
+	labels             map[string]string
 }
 
 // Decode decodes a NodeReport and validates it, as Decode does for a node subject, in
@@ -463,6 +464,8 @@ func (s *podSlot) decode(b []byte) error {
 			m.LabelsUnknown, err = w.bool(typ, "LabelsUnknown")
 		case 9:
 			m.GpuUtil, err = w.double(typ, "GpuUtil", &s.gpuUtil)
+		case 10:
+			m.ColdStartSeconds, err = w.double(typ, "ColdStartSeconds", &s.coldStart)
 		default:
 			err = w.skip(pre)
 		}

@@ -21,8 +21,8 @@ func sharedNodeReport() *NodeReport {
 		&GPUSample{
 			Uuid: "GPU-2", Index: 2, Shared: true, GpuUtil: proto.Float64(90), Minor: proto.Uint32(2),
 			XidErrors: 3, LastXid: 79, Unhealthy: "XID 79: fallen off the bus",
-			Pod:       &PodRef{Namespace: "ml", Name: "a", Uid: "u-a", OwnerKind: "ReplicaSet", OwnerName: "rs", GpuUtil: proto.Float64(30)},
-			OtherPods: []*PodRef{{Namespace: "ml", Name: "b", GpuUtil: proto.Float64(60), LabelsUnknown: true}, {Namespace: "web", Name: "c", Labels: map[string]string{"app": "c", "tier": "gpu"}}},
+			Pod:       &PodRef{Namespace: "ml", Name: "a", Uid: "u-a", OwnerKind: "ReplicaSet", OwnerName: "rs", GpuUtil: proto.Float64(30), ColdStartSeconds: proto.Float64(45.5)},
+			OtherPods: []*PodRef{{Namespace: "ml", Name: "b", GpuUtil: proto.Float64(60), LabelsUnknown: true, ColdStartSeconds: proto.Float64(0)}, {Namespace: "web", Name: "c", Labels: map[string]string{"app": "c", "tier": "gpu"}}},
 		},
 		&GPUSample{Uuid: "GPU-3", Index: 3},
 	)

@@ -277,6 +277,11 @@ func (g *GPUSample) PodAt(i int) *PodRef {
 // Healthy reports whether the device is healthy: its Unhealthy reason is empty.
 func (g *GPUSample) Healthy() bool { return g.GetUnhealthy() == "" }
 
+// MaxColdStartSeconds bounds a cold start, measured or stated: a replica that takes
+// longer than an hour to serve was not loading all that time (a pod idle with no work
+// reads as one that never went busy), and a stated figure that long is a slip of units.
+const MaxColdStartSeconds = 3600
+
 func (p *PodRef) validate() error {
 	if err := ValidateNamespace(p.GetNamespace()); err != nil {
 		return fmt.Errorf("pod: %w", err)
@@ -286,6 +291,9 @@ func (p *PodRef) validate() error {
 	}
 	if p.GpuUtil != nil && !(*p.GpuUtil >= 0 && *p.GpuUtil <= 100) {
 		return fmt.Errorf("pod %s/%s: gpu_util %v is outside 0–100", p.GetNamespace(), p.GetName(), *p.GpuUtil)
+	}
+	if p.ColdStartSeconds != nil && !(*p.ColdStartSeconds >= 0 && *p.ColdStartSeconds <= MaxColdStartSeconds) {
+		return fmt.Errorf("pod %s/%s: cold_start_seconds %v is outside 0–%d", p.GetNamespace(), p.GetName(), *p.ColdStartSeconds, MaxColdStartSeconds)
 	}
 	if n := len(p.GetLabels()); n > MaxPodLabels {
 		return fmt.Errorf("pod %s/%s: %d labels, more than %d", p.GetNamespace(), p.GetName(), n, MaxPodLabels)
