@@ -13,13 +13,13 @@ import (
 )
 
 // measuredReport is report seq of producer p of ml/q, a producer that measures its
-// traffic: a steady 2 arrivals a second (3 over the last 20 s), of which 0.5 a second
-// are dropped, each served item 5 s in flight.
+// traffic: a steady 2 arrivals a second, of which 0.5 a second are dropped, the other
+// 1.5 served, each 5 s in flight.
 func measuredReport(p string, seq uint64) *gpuscalerv1.QueueReport {
 	r := report(p, seq, 4, 8, 2)
 	r.Traffic = &gpuscalerv1.QueueTraffic{
 		ArrivalsTotal: 2 * seq, CompletionsTotal: 3 * seq / 2, DroppedTotal: seq / 2, BusySecondsTotal: 7.5 * float64(seq),
-		ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5,
+		ArrivalRate: 2, CompletionRate: 1.5, DropRate: 0.5, ServiceSeconds: 5,
 	}
 	return r
 }
@@ -52,8 +52,8 @@ func TestReplicasAgreeAfterRestart(t *testing.T) {
 			t.Fatalf("%s: Explain: %v", name, err)
 		}
 		q := ex.GetQueue()
-		if q.GetArrivalRate() != 3 || q.GetServiceSeconds() != 5 || q.GetMeasuringProducers() != 1 {
-			t.Errorf("%s: arrivals %g/s, service %g s, %d measuring producers; want the producer's 3/s (over 20 s), 5 s, 1",
+		if q.GetArrivalRate() != 2 || q.GetServiceSeconds() != 5 || q.GetMeasuringProducers() != 1 {
+			t.Errorf("%s: arrivals %g/s, service %g s, %d measuring producers; want the producer's 2/s, 5 s, 1",
 				name, q.GetArrivalRate(), q.GetServiceSeconds(), q.GetMeasuringProducers())
 		}
 		wantReason(t, ex, "measured by its producers: every scaler replica reads the same")
@@ -96,8 +96,8 @@ func TestMeasuredProducersAdd(t *testing.T) {
 	}
 	q := ex.GetQueue()
 	b := s.queues[queueKey{"ml", "q"}].producers["b"].demand
-	if want := 3 + b.Rate(); q.GetArrivalRate() != want {
-		t.Errorf("arrival rate %g/s, want a's 3 + b's %g", q.GetArrivalRate(), b.Rate())
+	if want := 2 + b.Arrivals; q.GetArrivalRate() != want {
+		t.Errorf("arrival rate %g/s, want a's 2 + b's %g", q.GetArrivalRate(), b.Arrivals)
 	}
 	// By Little's law over both: a's 1.5 completions a second of 5 s, b's of 1 s.
 	if want := (1.5*5 + b.InFlight) / (1.5 + b.Completions); q.GetServiceSeconds() != want {

@@ -24,10 +24,6 @@ type Inputs struct {
 	Waiting, InFlight float64
 }
 
-// Rate is the arrival rate the metric serves: the larger of the rates over Window and
-// BurstWindow.
-func (e Estimate) Rate() float64 { return max(e.Arrivals, e.Burst) }
-
 // HPASync is how often the HPA reads the metric and acts on it (kube-controller-manager's
 // --horizontal-pod-autoscaler-sync-period, 15 s by default): a replica asked for now is
 // asked for up to this late.

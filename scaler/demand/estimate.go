@@ -13,13 +13,6 @@ import (
 // or two, long enough that one busy second is not read as the rate.
 const Window = time.Minute
 
-// BurstWindow is the time constant of a second, faster estimate of the arrival rate.
-// The metric takes the larger of the two: a burst raises the rate within seconds,
-// where the minute-long estimate would see a third of it after 20 s, and its end is
-// forgotten over the minute. Replay chose it: 10 s asked too often for replicas that
-// came after the burst, 30 s came late (see docs/replay.md).
-const BurstWindow = 20 * time.Second
-
 // Estimate is a queue's traffic, or one producer's share of it, folded in interval by
 // interval (Fold). Where the producer measures (queue.Reporter does), it folds its own
 // exact figures and publishes the result in every report (QueueTraffic), so every scaler
@@ -31,8 +24,6 @@ type Estimate struct {
 	// Arrivals and Completions are items per second; InFlight is the items being
 	// worked on, averaged over time.
 	Arrivals, Completions, InFlight float64
-	// Burst is the arrival rate over BurstWindow.
-	Burst float64
 	// Dropped is the rate of items that left the queue unserved (timed out, cancelled,
 	// refused), per second.
 	Dropped float64
@@ -56,7 +47,7 @@ type Interval struct {
 }
 
 // Fold returns e with interval iv folded in: every rate moves towards iv's by
-// 1 − e^(−length/Window) (the arrival rate also over BurstWindow), and the service time
+// 1 − e^(−length/Window), and the service time
 // is the busy item-seconds over the completions, both over Window, once iv saw an item
 // finish. An interval shorter than a millisecond counts as one.
 func (e Estimate) Fold(iv Interval) Estimate {
@@ -75,9 +66,7 @@ func (e Estimate) Fold(iv Interval) Estimate {
 // completions and service alone.
 func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
 	alpha := -math.Expm1(-secs / Window.Seconds())
-	fast := -math.Expm1(-secs / BurstWindow.Seconds())
 	e.Arrivals += alpha * (max(arrivals, 0)/secs - e.Arrivals)
-	e.Burst += fast * (max(arrivals, 0)/secs - e.Burst)
 	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
 	return e
 }
@@ -114,13 +103,12 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // producers': the rates and the items in flight add, and the service time is, by
 // Little's law again, the summed in flight over the summed completions; while neither
 // completes, the longer of the two known. Estimates read from reports (FromTraffic)
-// combine the same way, each weighing in by the completion rate FromTraffic gives it.
+// combine the same way, each weighing in by its reported completion rate.
 func (e Estimate) Add(o Estimate) Estimate {
 	s := Estimate{
 		Arrivals:    e.Arrivals + o.Arrivals,
 		Completions: e.Completions + o.Completions,
 		InFlight:    e.InFlight + o.InFlight,
-		Burst:       e.Burst + o.Burst,
 		Dropped:     e.Dropped + o.Dropped,
 		Service:     max(e.Service, o.Service),
 	}
@@ -159,7 +147,7 @@ func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.DroppedTotal = totals.Dropped
 	dst.BusySecondsTotal = bounded(totals.Busy, math.MaxFloat64)
 	dst.ArrivalRate = bounded(e.Arrivals, gpuscalerv1.MaxTrafficRate)
-	dst.BurstRate = bounded(e.Burst, gpuscalerv1.MaxTrafficRate)
+	dst.CompletionRate = bounded(e.Completions, gpuscalerv1.MaxTrafficRate)
 	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
 	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
 }
@@ -173,21 +161,18 @@ func bounded(v, hi float64) float64 {
 }
 
 // FromTraffic returns the estimate a producer reported (a valid QueueTraffic:
-// gpuscalerv1.QueueReport.Validate). The report does not carry the completion rate
-// or the items in flight, only the service time; for Add to weigh producers by Little's
-// law it takes the completions to be the arrivals less the drops, as they are in a
-// steady state, and the items in flight to be those completions times the service time.
+// gpuscalerv1.QueueReport.Validate). For Add to weigh producers by Little's law it
+// takes the items in flight to be the completions times the service time.
 // A producer that has seen no item finish (service time 0) weighs nothing: its unknown
 // service time must not pull the others' towards 0.
 func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 	e := Estimate{
 		Arrivals: t.GetArrivalRate(),
-		Burst:    t.GetBurstRate(),
 		Dropped:  t.GetDropRate(),
 		Service:  t.GetServiceSeconds(),
 	}
 	if e.Service > 0 {
-		e.Completions = max(e.Arrivals-e.Dropped, 0)
+		e.Completions = t.GetCompletionRate()
 		e.InFlight = e.Completions * e.Service
 	}
 	return e

@@ -71,7 +71,7 @@ func TestTrafficRoundTrip(t *testing.T) {
 		t.Errorf("totals %v, want %+v", &tr, totals)
 	}
 	got := FromTraffic(&tr)
-	if got.Arrivals != e.Arrivals || got.Burst != e.Burst || got.Dropped != e.Dropped || got.Service != e.Service || got.Rate() != e.Rate() {
+	if got.Arrivals != e.Arrivals || got.Completions != e.Completions || got.Dropped != e.Dropped || got.Service != e.Service {
 		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates and service time of %+v", got, e)
 	}
 	if math.Abs(got.Service-4) > 1e-9 {
@@ -83,7 +83,7 @@ func TestTrafficRoundTrip(t *testing.T) {
 // bounds, so a producer's report is never dropped as invalid.
 func TestTrafficStaysValid(t *testing.T) {
 	var tr gpuscalerv1.QueueTraffic
-	Estimate{Arrivals: 1e300, Burst: math.Inf(1), Dropped: -1, Service: 1e20}.Traffic(Totals{Busy: -3}, &tr)
+	Estimate{Arrivals: 1e300, Completions: math.Inf(1), Dropped: -1, Service: 1e20}.Traffic(Totals{Busy: -3}, &tr)
 	r := &gpuscalerv1.QueueReport{Namespace: "ml", Queue: "q", ProducerId: "p", Traffic: &tr}
 	if err := r.Validate(); err != nil {
 		t.Fatalf("Traffic made an invalid report: %v", err)
@@ -91,13 +91,13 @@ func TestTrafficStaysValid(t *testing.T) {
 }
 
 // TestAddMeasuredProducers: two producers' reported figures add by Little's law, each
-// weighed by the completions FromTraffic takes it to have (arrivals less drops): 3 a
-// second of 2 s and 1 a second of 10 s are 4 a second of 4 s.
+// weighed by its reported completions: 3 a second of 2 s and 1 a second of 10 s are 4 a
+// second of 4 s.
 func TestAddMeasuredProducers(t *testing.T) {
-	a := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 3, BurstRate: 3, ServiceSeconds: 2})
-	b := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 2, BurstRate: 2, DropRate: 1, ServiceSeconds: 10})
+	a := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 3, CompletionRate: 3, ServiceSeconds: 2})
+	b := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 2, CompletionRate: 1, DropRate: 1, ServiceSeconds: 10})
 	s := a.Add(b)
-	if s.Rate() != 5 || math.Abs(s.Service-4) > 1e-9 || s.Dropped != 1 {
+	if s.Arrivals != 5 || math.Abs(s.Service-4) > 1e-9 || s.Dropped != 1 {
 		t.Errorf("sum = %+v, want 5 arrivals a second, 1 dropped, 4 s each", s)
 	}
 	// An idle producer that knows its service time leaves the other's alone.
@@ -106,9 +106,9 @@ func TestAddMeasuredProducers(t *testing.T) {
 		t.Errorf("with an idle producer: service %g s, want 2", s.Service)
 	}
 	// One that has seen nothing finish yet adds its arrivals, not its unknown service.
-	fresh := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 7, BurstRate: 7})
-	if s := a.Add(fresh); s.Service != 2 || s.Rate() != 10 {
-		t.Errorf("with a producer that has seen nothing finish: %g arrivals a second of %g s, want 10 of 2", s.Rate(), s.Service)
+	fresh := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 7})
+	if s := a.Add(fresh); s.Service != 2 || s.Arrivals != 10 {
+		t.Errorf("with a producer that has seen nothing finish: %g arrivals a second of %g s, want 10 of 2", s.Arrivals, s.Service)
 	}
 }
 

@@ -231,7 +231,7 @@ func TestDecode(t *testing.T) {
 func TestDecodeQueueTraffic(t *testing.T) {
 	valid := func() *QueueTraffic {
 		return &QueueTraffic{ArrivalsTotal: 10, CompletionsTotal: 8, DroppedTotal: 1, BusySecondsTotal: 40,
-			ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5}
+			ArrivalRate: 2, CompletionRate: 1.5, DropRate: 0.5, ServiceSeconds: 5}
 	}
 	for name, tc := range map[string]struct {
 		edit func(*QueueTraffic)
@@ -241,7 +241,7 @@ func TestDecodeQueueTraffic(t *testing.T) {
 		"zero":                       {edit: func(q *QueueTraffic) { *q = QueueTraffic{} }},
 		"at the bounds":              {edit: func(q *QueueTraffic) { q.ArrivalRate, q.ServiceSeconds = MaxTrafficRate, MaxServiceSeconds }},
 		"NaN arrival rate":           {edit: func(q *QueueTraffic) { q.ArrivalRate = math.NaN() }, want: "arrival_rate NaN"},
-		"negative burst rate":        {edit: func(q *QueueTraffic) { q.BurstRate = -1 }, want: "burst_rate -1"},
+		"negative completion rate":   {edit: func(q *QueueTraffic) { q.CompletionRate = -1 }, want: "completion_rate -1"},
 		"infinite drop rate":         {edit: func(q *QueueTraffic) { q.DropRate = math.Inf(1) }, want: "drop_rate +Inf"},
 		"rate above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalRate = 2 * MaxTrafficRate }, want: "arrival_rate 2e+09"},
 		"NaN service":                {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.NaN() }, want: "service_seconds NaN"},
@@ -281,7 +281,7 @@ func FuzzDecode(f *testing.F) {
 	nodeData, _ := proto.Marshal(validNodeReport())
 	queueData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3})
 	trafficData, _ := proto.Marshal(&QueueReport{Namespace: "ml", Queue: "jobs", ProducerId: "gw-0", Waiting: 3, ColdStartSeconds: 30,
-		Traffic: &QueueTraffic{ArrivalsTotal: 10, CompletionsTotal: 8, DroppedTotal: 1, BusySecondsTotal: 40, ArrivalRate: 2, BurstRate: 3, DropRate: 0.5, ServiceSeconds: 5}})
+		Traffic: &QueueTraffic{ArrivalsTotal: 10, CompletionsTotal: 8, DroppedTotal: 1, BusySecondsTotal: 40, ArrivalRate: 2, CompletionRate: 1.5, DropRate: 0.5, ServiceSeconds: 5}})
 	f.Add("gpuscaler.v1.node.gpu-node-1", nodeData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", queueData)
 	f.Add("gpuscaler.v1.queue.ml.jobs.gw-0", trafficData)
@@ -328,7 +328,7 @@ func TestMaxQueueReportBytes(t *testing.T) {
 		ObservedAt: &timestamppb.Timestamp{Seconds: math.MinInt64, Nanos: math.MinInt32},
 		Traffic: &QueueTraffic{
 			ArrivalsTotal: math.MaxUint64, CompletionsTotal: math.MaxUint64, DroppedTotal: math.MaxUint64,
-			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, BurstRate: MaxTrafficRate, DropRate: MaxTrafficRate,
+			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, CompletionRate: MaxTrafficRate, DropRate: MaxTrafficRate,
 			ServiceSeconds: MaxServiceSeconds,
 		},
 		ColdStartSeconds: 1,

@@ -1062,15 +1062,15 @@ type QueueTraffic struct {
 	DroppedTotal     uint64 `protobuf:"varint,3,opt,name=dropped_total,json=droppedTotal,proto3" json:"dropped_total,omitempty"`
 	// Item-seconds in flight since the first report: the integral of in_flight over time.
 	BusySecondsTotal float64 `protobuf:"fixed64,4,opt,name=busy_seconds_total,json=busySecondsTotal,proto3" json:"busy_seconds_total,omitempty"`
-	// Exponentially weighted estimates (scaler/demand: Window, BurstWindow): arrivals per
-	// second over a minute and over 20 s, drops per second over a minute, and the seconds
-	// an item spends in flight (busy-seconds over completions, a minute's worth; 0 until
-	// an item finishes). The scaler reads these as they are. Every figure must be finite
+	// Exponentially weighted estimates over a minute (scaler/demand: Window): arrivals,
+	// completions and drops per second, and the seconds an item spends in flight
+	// (busy-seconds over completions; 0 until an item finishes). The completion rate lets
+	// the scaler add producers' service times by Little's law. The scaler reads these as they are. Every figure must be finite
 	// and not negative, the rates at most MaxTrafficRate a second and the service time at
 	// most MaxServiceSeconds (validate.go); a report that breaks that is invalid, and
 	// dropped.
 	ArrivalRate    float64 `protobuf:"fixed64,5,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
-	BurstRate      float64 `protobuf:"fixed64,6,opt,name=burst_rate,json=burstRate,proto3" json:"burst_rate,omitempty"`
+	CompletionRate float64 `protobuf:"fixed64,6,opt,name=completion_rate,json=completionRate,proto3" json:"completion_rate,omitempty"`
 	DropRate       float64 `protobuf:"fixed64,7,opt,name=drop_rate,json=dropRate,proto3" json:"drop_rate,omitempty"`
 	ServiceSeconds float64 `protobuf:"fixed64,8,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -1142,9 +1142,9 @@ func (x *QueueTraffic) GetArrivalRate() float64 {
 	return 0
 }
 
-func (x *QueueTraffic) GetBurstRate() float64 {
+func (x *QueueTraffic) GetCompletionRate() float64 {
 	if x != nil {
-		return x.BurstRate
+		return x.CompletionRate
 	}
 	return 0
 }
@@ -1283,15 +1283,14 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\astopped\x18\n" +
 	" \x01(\bR\astopped\x124\n" +
 	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
-	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xbd\x02\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xc7\x02\n" +
 	"\fQueueTraffic\x12%\n" +
 	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
 	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
 	"\rdropped_total\x18\x03 \x01(\x04R\fdroppedTotal\x12,\n" +
 	"\x12busy_seconds_total\x18\x04 \x01(\x01R\x10busySecondsTotal\x12!\n" +
-	"\farrival_rate\x18\x05 \x01(\x01R\varrivalRate\x12\x1d\n" +
-	"\n" +
-	"burst_rate\x18\x06 \x01(\x01R\tburstRate\x12\x1b\n" +
+	"\farrival_rate\x18\x05 \x01(\x01R\varrivalRate\x12'\n" +
+	"\x0fcompletion_rate\x18\x06 \x01(\x01R\x0ecompletionRate\x12\x1b\n" +
 	"\tdrop_rate\x18\a \x01(\x01R\bdropRate\x12'\n" +
 	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 

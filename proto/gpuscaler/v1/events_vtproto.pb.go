@@ -916,9 +916,9 @@ func (m *QueueTraffic) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x39
 	}
-	if m.BurstRate != 0 {
+	if m.CompletionRate != 0 {
 		i -= 8
-		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.BurstRate))))
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.CompletionRate))))
 		i--
 		dAtA[i] = 0x31
 	}
@@ -1337,7 +1337,7 @@ func (m *QueueTraffic) SizeVT() (n int) {
 	if m.ArrivalRate != 0 {
 		n += 9
 	}
-	if m.BurstRate != 0 {
+	if m.CompletionRate != 0 {
 		n += 9
 	}
 	if m.DropRate != 0 {
@@ -3983,7 +3983,7 @@ func (m *QueueTraffic) UnmarshalVT(dAtA []byte) error {
 			m.ArrivalRate = float64(math.Float64frombits(v))
 		case 6:
 			if wireType != 1 {
-				return fmt.Errorf("proto: wrong wireType = %d for field BurstRate", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field CompletionRate", wireType)
 			}
 			var v uint64
 			if (iNdEx + 8) > l {
@@ -3991,7 +3991,7 @@ func (m *QueueTraffic) UnmarshalVT(dAtA []byte) error {
 			}
 			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
 			iNdEx += 8
-			m.BurstRate = float64(math.Float64frombits(v))
+			m.CompletionRate = float64(math.Float64frombits(v))
 		case 7:
 			if wireType != 1 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DropRate", wireType)

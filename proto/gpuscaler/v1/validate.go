@@ -347,7 +347,7 @@ func (t *QueueTraffic) validate() error {
 	}{
 		{"busy_seconds_total", t.GetBusySecondsTotal(), math.MaxFloat64},
 		{"arrival_rate", t.GetArrivalRate(), MaxTrafficRate},
-		{"burst_rate", t.GetBurstRate(), MaxTrafficRate},
+		{"completion_rate", t.GetCompletionRate(), MaxTrafficRate},
 		{"drop_rate", t.GetDropRate(), MaxTrafficRate},
 		{"service_seconds", t.GetServiceSeconds(), MaxServiceSeconds},
 	} {
