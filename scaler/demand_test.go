@@ -137,6 +137,6 @@ func TestExplainQueueDemand(t *testing.T) {
 	if q := ex.GetQueue(); q.GetServiceSeconds() != 1 || q.GetArrivalRate() <= 0 {
 		t.Errorf("queue status: service %g s, arrivals %g/s; want 1 s and a positive rate", q.GetServiceSeconds(), q.GetArrivalRate())
 	}
-	wantReason(t, ex, "to start within targetWait 500ms, looking 1m0s ahead (a minute, as the cold start is unknown)")
+	wantReason(t, ex, "to start within targetWait 500ms, looking 1m0s ahead (a minute, at least)")
 	wantReason(t, ex, "arrivals a second of 1 s each, 0.0331 start the 2 waiting")
 }

@@ -607,7 +607,7 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // horizonWhy says where queue-demand's horizon comes from.
 func horizonWhy(h time.Duration) string {
 	if h == demand.Window {
-		return "a minute, as the cold start is unknown"
+		return "a minute, at least"
 	}
 	return fmt.Sprintf("the cold start and the HPA's %s sync", demand.HPASync)
 }

@@ -159,21 +159,25 @@ func TestDemandIsContinuousAndFallsWithTheWait(t *testing.T) {
 
 // TestHorizonIsTheColdStart is issue 26's defect 5: the metric had no idea how long a
 // new replica takes. It looks as far ahead as replicas asked for now take to serve, the
-// HPA's sync and the cold start, and provisions for the arrivals of that span: a longer
-// cold start never asks for fewer serving replicas.
+// HPA's sync and the cold start, and never less than a minute; and it provisions for
+// the arrivals of that span: a longer cold start never asks for fewer serving replicas.
 func TestHorizonIsTheColdStart(t *testing.T) {
-	if h := Horizon(0); h != Window {
-		t.Errorf("cold start unknown: horizon %s, want %s", h, Window)
-	}
-	if h := Horizon(90 * time.Second); h != 105*time.Second {
-		t.Errorf("cold start 90s: horizon %s, want 1m45s", h)
-	}
 	e := Estimate{Arrivals: 5, Service: 6.65}
 	prev := 0.0
-	for _, cold := range []time.Duration{time.Second, 30 * time.Second, 52 * time.Second, 90 * time.Second, 5 * time.Minute} {
-		n := Demand(Inputs{Traffic: e, Concurrency: 8, TargetWait: 10 * time.Second, ColdStart: cold, InFlight: 33})
-		if n.Horizon != cold+HPASync || n.Serving < prev {
-			t.Errorf("cold start %s: %+v, want horizon %s and at least %g serving", cold, n, cold+HPASync, prev)
+	for _, tc := range []struct{ cold, horizon time.Duration }{
+		{0, Window}, // unknown
+		{time.Second, Window},
+		{30 * time.Second, Window},
+		{52 * time.Second, 67 * time.Second},
+		{90 * time.Second, 105 * time.Second},
+		{5 * time.Minute, 5*time.Minute + HPASync},
+	} {
+		if h := Horizon(tc.cold); h != tc.horizon {
+			t.Errorf("cold start %s: horizon %s, want %s", tc.cold, h, tc.horizon)
+		}
+		n := Demand(Inputs{Traffic: e, Concurrency: 8, TargetWait: 10 * time.Second, ColdStart: tc.cold, InFlight: 33})
+		if n.Horizon != tc.horizon || n.Serving < prev {
+			t.Errorf("cold start %s: %+v, want horizon %s and at least %g serving", tc.cold, n, tc.horizon, prev)
 		}
 		prev = n.Serving
 	}

@@ -19,6 +19,7 @@ import (
 	pb "github.com/gpuscaler/gpuscaler/proto/externalscaler"
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 	"github.com/gpuscaler/gpuscaler/scaler"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // Request is one request to an inference service: when it arrived, since the trace
@@ -167,6 +168,14 @@ type sim struct {
 	lastReport  time.Duration
 	lastBacklog uint64
 	arrivals    uint64
+
+	// What the producer measures and reports, as queue.Reporter does (QueueTraffic):
+	// totals counted as things happen, sent as of the last report, and its estimate.
+	totals, sent demand.Totals
+	traffic      demand.Estimate
+	// loads are the latest model loads, created to ready, as the gateway measures a
+	// backend's cold start; the producer reports the largest (gateway.recentStarts).
+	loads []time.Duration
 
 	so  kedarules.ScaledObject
 	hpa kedarules.HPA
@@ -339,6 +348,7 @@ func (s *sim) advance(at time.Duration) {
 		return
 	}
 	n := len(s.reps)
+	s.totals.Busy += float64(s.inFl) * (at - s.now).Seconds()
 	s.run.gpuSeconds += float64(n) * s.paid(s.now, at)
 	s.run.timeline.hold(s.now, at, n)
 	s.now = at
@@ -350,16 +360,26 @@ func (s *sim) handle(ctx context.Context, kind int) error {
 		c := heap.Pop(&s.done).(completion)
 		c.r.busy--
 		s.inFl--
+		s.totals.Completions++
 		if c.r.leaving && c.r.busy == 0 {
 			s.remove(c.r)
 		}
 		s.dispatch()
 	case evReady:
+		for _, r := range s.reps {
+			if r.readyAt == s.now && r.readyAt > r.created {
+				s.loads = append(s.loads, r.readyAt-r.created)
+				if len(s.loads) > recentLoads {
+					s.loads = s.loads[1:]
+				}
+			}
+		}
 		s.dispatch()
 	case evArrival:
 		s.queue = append(s.queue, s.reqIdx)
 		s.reqIdx++
 		s.arrivals++
+		s.totals.Arrivals++
 		s.dispatch()
 		if s.pol.Kind == KindScaler && s.lastBacklog == 0 && s.backlog() > 0 {
 			if s.skippedHeartbeats() {
@@ -417,11 +437,27 @@ func (s *sim) report() {
 	s.arrivals = 0
 }
 
+// recentLoads is how many of the latest model loads the producer's cold start is the
+// largest of, as the gateway's (gateway.recentStarts).
+const recentLoads = 5
+
 func (s *sim) apply(waiting, inFlight, arrivals uint64) {
 	s.seq++
 	stored := s.clock()
+	// The producer measures: the arrivals this report carries, and every completion and
+	// busy second up to now (a heartbeat the replay skipped has none: the service slept).
+	cur := demand.Totals{Arrivals: s.sent.Arrivals + arrivals, Completions: s.totals.Completions, Busy: s.totals.Busy}
+	s.traffic = s.traffic.Fold(cur.Since(s.sent, s.now-s.lastReport))
+	s.sent = cur
+	traffic := &gpuscalerv1.QueueTraffic{}
+	s.traffic.Traffic(cur, traffic)
+	var cold time.Duration
+	for _, l := range s.loads {
+		cold = max(cold, l)
+	}
 	r := &gpuscalerv1.QueueReport{Namespace: namespace, Queue: "q", Waiting: waiting, InFlight: inFlight,
-		Arrivals: arrivals, ObservedAt: timestamppb.New(stored), ProducerId: "replay", Sequence: s.seq}
+		Arrivals: arrivals, ObservedAt: timestamppb.New(stored), ProducerId: "replay", Sequence: s.seq,
+		Traffic: traffic, ColdStartSeconds: cold.Seconds()}
 	if err := s.state.Apply(gpuscalerv1.Event{Queue: r}, stored); err != nil {
 		panic(fmt.Sprintf("replay: apply queue report: %v", err)) // one queue per state: no limit applies
 	}
