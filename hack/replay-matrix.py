@@ -4,10 +4,11 @@ service speeds x0.5, x1 and x2, the conditions `make replay` checks, and tells f
 trace and target in how many of the nine runs it was met, with each miss.
 
 Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
-                             [--out DIR] [BIN] [TRACES_DIR]
+                             [--load-scale X] [--out DIR] [BIN] [TRACES_DIR]
   BIN         the gpuscaler binary (default bin/gpuscaler)
   TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
   --out DIR   keep each run's JSON there (default: a temporary directory)
+  --load-scale X  passed to every replay: model loads X times as long
 
 Each replay takes about a second; two run at a time. Exits 1 when a target was missed."""
 import concurrent.futures
@@ -29,10 +30,10 @@ def option(args, name, default):
     return default
 
 
-def replay(binary, traces, out_dir, trace, speed, seed):
+def replay(binary, traces, out_dir, extra, trace, speed, seed):
     out = os.path.join(out_dir, f"{trace}-x{speed}-seed{seed}.json")
     subprocess.run([binary, "replay", "--quiet", "--format", trace, "--service-speed", speed, "--seed", str(seed),
-                    "--trace", os.path.join(traces, FILES[trace]), "--json", out], check=True, capture_output=True)
+                    "--trace", os.path.join(traces, FILES[trace]), "--json", out] + extra, check=True, capture_output=True)
     with open(out) as f:
         return trace, speed, seed, json.load(f)["targets"]
 
@@ -43,13 +44,15 @@ def main():
     speeds = option(args, "--speeds", "0.5,1,2").split(",")
     which = option(args, "--traces", "azure-llm,mooncake").split(",")
     out_dir = option(args, "--out", None)
+    load_scale = option(args, "--load-scale", None)
+    extra = ["--load-scale", load_scale] if load_scale else []
     binary = args[0] if args else "bin/gpuscaler"
     traces = args[1] if len(args) > 1 else "../shared/testdata/traces"
     runs = [(t, s, n) for t in which for s in speeds for n in seeds]
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(2) as pool:
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
-        results = list(pool.map(lambda r: replay(binary, traces, out_dir or tmp, *r), runs))
+        results = list(pool.map(lambda r: replay(binary, traces, out_dir or tmp, extra, *r), runs))
     failed = False
     for trace in which:
         print(f"== {trace}: {len(speeds) * len(seeds)} runs (speeds {', '.join('x' + s for s in speeds)}; seeds {', '.join(seeds)})")

@@ -44,7 +44,7 @@ missed; --json and --chart write the same for tools and people. The traces are C
 func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) (err error) {
 	var (
 		format, trace, nodesPath, loadPath, jsonPath, chartPath string
-		speed                                                   float64
+		speed, loadScale                                        float64
 		seed                                                    uint64
 		limit, openbNodes                                       int
 		quiet                                                   bool
@@ -56,6 +56,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&nodesPath, "nodes", "", "openb's node list (openb_node_list_gpu_node.csv); default: openb-gpu-nodes.csv beside --trace")
 	fs.StringVar(&loadPath, "load-latency", "", "model load latencies in ms, one per row (GenTD26's basemodel load latency); default: gentd26-basemodel-load-latency-ms.csv beside --trace")
 	fs.Float64Var(&speed, "service-speed", 1, "azure-llm, mooncake: times the service model's speed (0.5 halves it, 2 doubles it)")
+	fs.Float64Var(&loadScale, "load-scale", 1, "gentd26, azure-llm, mooncake: times every model load drawn (3: loads of about 70-160 s rather than 23-52 s), to see what a slower cold start does to the same traffic")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
 	fs.DurationVar(&from, "from", 0, "replay only what arrived this long after the trace's first request or task, or later (168h: from the eighth day); with --to, to tune on some days and check on others")
@@ -74,6 +75,8 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--trace: required, the %s trace file", format)}
 	case speed <= 0 || speed > 100:
 		return usageError{fmt.Errorf("--service-speed %g: want a factor above 0, such as 0.5 or 2", speed)}
+	case loadScale <= 0 || loadScale > 100:
+		return usageError{fmt.Errorf("--load-scale %g: want a factor above 0, such as 3", loadScale)}
 	case limit < 0:
 		return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}
 	case openbNodes < 0:
@@ -102,7 +105,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 
 	start := time.Now()
 	tr, err := replay.Load(format, trace, replay.LoadOptions{Nodes: nodesPath, LoadLatency: loadPath,
-		From: from, To: to, Limit: limit, Speed: speed, Seed: seed})
+		From: from, To: to, Limit: limit, Speed: speed, Seed: seed, LoadScale: loadScale})
 	if err != nil {
 		return err
 	}
@@ -113,6 +116,9 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	} else {
 		if format == replay.FormatAzureLLM || format == replay.FormatMooncake {
 			report.ServiceSpeed = speed
+		}
+		if loadScale != 1 {
+			report.LoadScale = loadScale
 		}
 		writeChart, err = replayInference(ctx, tr.Scenario, progress, &report, stdout)
 	}
@@ -183,6 +189,9 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 	if report.ServiceSpeed != 0 {
 		title += fmt.Sprintf(", service model ×%g", report.ServiceSpeed)
 	}
+	if report.LoadScale != 0 {
+		title += fmt.Sprintf(", model loads ×%g", report.LoadScale)
+	}
 	return func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }, nil
 }
 
@@ -193,6 +202,8 @@ type replayReport struct {
 	Attribution  string  `json:"attribution"`
 	Seed         uint64  `json:"seed"`
 	ServiceSpeed float64 `json:"service_speed,omitempty"`
+	// LoadScale is --load-scale when not 1.
+	LoadScale float64 `json:"load_scale,omitempty"`
 	// Recommends says what the policy "gpuscaler" is for this trace.
 	Recommends string                               `json:"gpuscaler_is,omitempty"`
 	Requests   int                                  `json:"requests,omitempty"`

@@ -38,6 +38,9 @@ type LoadOptions struct {
 	Speed float64
 	// Seed draws the model loads and the clocks' phases.
 	Seed uint64
+	// LoadScale multiplies every model load drawn (0: 1), to ask what a slower load
+	// (a larger model, a colder node) would do to the same traffic.
+	LoadScale float64
 }
 
 // Trace is a trace loaded for replay: for gentd26 and azure-llm a Scenario for
@@ -145,6 +148,11 @@ func loadLatency(trace string, opt LoadOptions) (*traces.Durations, error) {
 	loads, err := readTrace(path, traces.ReadLoadLatency)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if opt.LoadScale > 0 && opt.LoadScale != 1 {
+		for i := range loads {
+			loads[i] = time.Duration(float64(loads[i]) * opt.LoadScale)
+		}
 	}
 	load, err := traces.NewDurations(loads)
 	if err != nil {

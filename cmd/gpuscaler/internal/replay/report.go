@@ -126,7 +126,7 @@ func DenseTargets(res *inference.Result) []Target {
 	if bestAt != "" {
 		m = fmt.Sprintf("%.0f%% fewer (%s)", 100*best, bestAt)
 	}
-	out = append(out, Target{Name: "frontier: for some gpuscaler-backlog point, a gpuscaler point with ≥ 20% fewer GPU-hours at no worse p99 wait",
+	out = append(out, Target{Name: "beaten: for some gpuscaler-backlog point, a gpuscaler point with ≥ 20% fewer GPU-hours at no worse p99 wait",
 		Measured: m, Met: best >= beaten})
 
 	// Honoured and efficient, for each targetWait in range.
