@@ -4,13 +4,14 @@ service speeds x0.5, x1 and x2, the conditions `make replay` checks, and tells f
 trace and target in how many of the nine runs it was met, with each miss.
 
 Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
-                             [--load-scale X] [--out DIR] [BIN] [TRACES_DIR]
+                             [--load-scale X] [--out DIR] [--strict] [BIN] [TRACES_DIR]
   BIN         the gpuscaler binary (default bin/gpuscaler)
   TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
   --out DIR   keep each run's JSON there (default: a temporary directory)
   --load-scale X  passed to every replay: model loads X times as long
 
-Each replay takes about a second; two run at a time. Exits 1 when a target was missed."""
+Each replay takes about a second; two run at a time. With --strict it exits 1 when a
+target was missed (make replay reports them and goes on)."""
 import concurrent.futures
 import json
 import os
@@ -43,6 +44,8 @@ def main():
     seeds = option(args, "--seeds", "1,2,3").split(",")
     speeds = option(args, "--speeds", "0.5,1,2").split(",")
     which = option(args, "--traces", "azure-llm,mooncake").split(",")
+    strict = "--strict" in args
+    args = [a for a in args if a != "--strict"]
     out_dir = option(args, "--out", None)
     load_scale = option(args, "--load-scale", None)
     extra = ["--load-scale", load_scale] if load_scale else []
@@ -65,7 +68,7 @@ def main():
             for s, n, measured in misses:
                 failed = True
                 print(f"      x{s} seed {n}: {measured}")
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed and strict else 0)
 
 
 if __name__ == "__main__":
