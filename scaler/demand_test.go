@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +140,28 @@ func TestExplainQueueDemand(t *testing.T) {
 	}
 	wantReason(t, ex, "to start within targetWait 500ms, looking 1m0s ahead (a minute, at least)")
 	wantReason(t, ex, "arrivals a second of 1 s each, 0.0331 start the 2 waiting")
+}
+
+// TestExplainTargetWaitBelowTheColdStart: a targetWait shorter than the cold start is
+// explained as a promise that holds only while replicas are up, and the horizon is the
+// cold start and the sync.
+func TestExplainTargetWaitBelowTheColdStart(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	s := NewState(func() time.Time { return now })
+	s.Apply(gpuscalerv1.Event{Queue: report("p", 1, 4, 4, 8)}, t0)
+	now = t0.Add(time.Second)
+	s.Apply(gpuscalerv1.Event{Queue: report("p", 2, 2, 4, 2)}, now)
+	for wait, below := range map[string]bool{"10s": true, "2m": false} {
+		ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
+			Metadata: map[string]string{"queue": "q", "targetWait": wait, "coldStart": "90s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantReason(t, ex, "looking 1m45s ahead (the cold start and the HPA's 15s sync)")
+		said := strings.Contains(strings.Join(ex.GetReasons(), "\n"), "is shorter than the cold start 1m30s")
+		if said != below {
+			t.Errorf("targetWait %s, cold start 90s: says it is shorter: %t, want %t:\n%s", wait, said, below, strings.Join(ex.GetReasons(), "\n"))
+		}
+	}
 }

@@ -473,6 +473,10 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 			}
 			add("%s", trafficSource(q))
 			add("%s", coldStartReason(t, q.ColdStart))
+			if cold := r.queue.coldStart.duration(); cold > t.TargetWait {
+				add("targetWait %s is shorter than the cold start %s: it holds while replicas are up before the items come, which the metric's headroom is for; a wake from zero, or a burst beyond that headroom, waits a cold start whatever the metric.",
+					t.TargetWait, cold.Round(time.Second))
+			}
 		}
 	}
 	if t.PodSelector != nil && r.hasGPU && r.gpuActiveErr == nil {
