@@ -329,7 +329,8 @@ func sameDefault(doc, help string) bool {
 
 // foreignFlags are flags the docs name that belong to another program than gpuscaler.
 var foreignFlags = map[string]string{
-	"--holdout":                 "hack/frontier-matrix.py's",
+	"--seeds":                   "hack/replay-matrix.py's",
+	"--speeds":                  "hack/replay-matrix.py's",
 	"--kubernetes-virtual-gpus": "dcgm-exporter's",
 }
 
