@@ -70,10 +70,12 @@ func (c *coldStarts) stamp(r *gpuscalerv1.NodeReport, now time.Time) {
 		case !s.seen || s.seconds != nil || s.since.IsZero():
 		case busy[s] && s.fresh:
 			s.since = time.Time{} // busy when first seen: its start was not seen
+		case now.Sub(s.since) > gpuscalerv1.MaxColdStartSeconds*time.Second:
+			// Idle this long, it was not loading all the while; and a figure this large
+			// would make the report invalid, whether it is busy now or not.
+			s.since = time.Time{}
 		case busy[s]:
 			s.seconds = proto.Float64(now.Sub(s.since).Seconds())
-		case now.Sub(s.since) > gpuscalerv1.MaxColdStartSeconds*time.Second:
-			s.since = time.Time{} // idle this long, it was not loading all the while
 		}
 	}
 	for _, g := range r.GetGpus() {

@@ -112,3 +112,24 @@ func TestColdStartValidates(t *testing.T) {
 }
 
 func pct(v float64) *float64 { return &v }
+
+// TestColdStartPastAnHourIsNone: a pod idle for just under an hour and busy just after
+// it is not measured, rather than stamped with a figure PodRef's validation refuses,
+// which would make every report of the node invalid for as long as the pod lives.
+func TestColdStartPastAnHourIsNone(t *testing.T) {
+	p := &gpuscalerv1.PodRef{Namespace: "ml", Name: "llm-0"}
+	s := newColdStarts()
+	s.first = false
+	r := &gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: "GPU-0", GpuUtil: pct(0), Pod: p}}}
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	s.stamp(r, at)
+	s.stamp(r, at.Add(3599*time.Second))
+	r.Gpus[0].GpuUtil = pct(100)
+	s.stamp(r, at.Add(3601*time.Second))
+	if p.ColdStartSeconds != nil {
+		t.Errorf("cold start %v after an hour and a second, want none", *p.ColdStartSeconds)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
 )
 
 // The gateway measures how long a new backend replica takes to serve, its cold start,
@@ -83,8 +85,9 @@ func (c *coldStarts) observe(service string, eps []endpointState, unknownBefore 
 		case e.ready:
 			s.served[e.key] = true
 			delete(s.starting, e.key)
-			if starting && !since.IsZero() {
-				d := max(now.Sub(since), 0)
+			if d := max(now.Sub(since), 0); starting && !since.IsZero() && d <= gpuscalerv1.MaxColdStartSeconds*time.Second {
+				// Not ready for over an hour (a crash loop, a stuck probe) is no model
+				// load: the scaler would drop a figure that large.
 				measured = append(measured, d)
 				s.recent = append(s.recent, d)
 				if len(s.recent) > recentStarts {

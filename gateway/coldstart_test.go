@@ -48,6 +48,12 @@ func TestColdStartsObserve(t *testing.T) {
 			{15 * s, "a+", false, []time.Duration{45 * s}, 45 * s},
 			{time.Minute, "a+", false, nil, 45 * s},
 		},
+		"not ready for over an hour (a crash loop) is no cold start": {
+			{0, "a", false, nil, 0},
+			{time.Hour + s, "a+", false, nil, 0},
+			{0, "b", false, nil, 0},
+			{time.Hour, "b+", false, []time.Duration{time.Hour}, time.Hour},
+		},
 		"ready at once: nothing measured": {
 			{0, "a+", false, nil, 0},
 		},
