@@ -112,15 +112,25 @@ func TestBurstCountedOnce(t *testing.T) {
 	for _, tc := range []struct {
 		service, wait float64
 		before        float64
-	}{{10, 2, 160}, {60, 10, 411}, {600, 30, 3086}} {
+		capped        bool // the cap, a slot per item, binds
+	}{{10, 2, 160, false}, {60, 10, 411, false}, {600, 30, 3086, true}} {
 		e := Estimate{Service: tc.service}.Next(idle, burst, time.Second)
 		expected := e.Arrivals * Window.Seconds() // the minute's rate over the next minute
 		n := Demand(Inputs{Traffic: e, Concurrency: 1, TargetWait: time.Duration(tc.wait * float64(time.Second)), Waiting: 100})
-		if most := 100 + expected; n.Replicas > most+1e-9 {
-			t.Errorf("S=%g T=%g: %g replicas for 100 waiting and %.0f expected, want at most %.0f (%g before)", tc.service, tc.wait, n.Replicas, expected, most, tc.before)
+		most, sum := 100+expected, n.Serving+n.Draining
+		if math.Abs(n.Most-most) > 1e-9 || n.Replicas != min(sum, most) {
+			t.Errorf("S=%g T=%g: %+v, want serving plus draining, at most %g", tc.service, tc.wait, n, most)
 		}
-		if n.Replicas >= tc.before/1.5 && tc.before > 200 {
-			t.Errorf("S=%g T=%g: %g replicas, near the %g of before", tc.service, tc.wait, n.Replicas, tc.before)
+		if capped := sum > most; capped != tc.capped {
+			t.Errorf("S=%g T=%g: serving %g plus draining %g against the cap %g: capped %t, want %t", tc.service, tc.wait, n.Serving, n.Draining, most, capped, tc.capped)
+		}
+		// Before the cap, the waiting items count once each: at most a slot per item
+		// waiting, and the rate's slots for the minute's arrivals only S long each.
+		if n.Draining > 100+1e-9 {
+			t.Errorf("S=%g T=%g: draining %g for 100 items", tc.service, tc.wait, n.Draining)
+		}
+		if n.Replicas > tc.before/2 {
+			t.Errorf("S=%g T=%g: %g replicas, more than half the %g of before", tc.service, tc.wait, n.Replicas, tc.before)
 		}
 	}
 }
@@ -131,7 +141,7 @@ func TestBurstCountedOnce(t *testing.T) {
 // step across S moves it no more than the step does elsewhere.
 func TestDemandIsContinuousAndFallsWithTheWait(t *testing.T) {
 	for _, c := range []int{1, 8} {
-		for _, s := range []float64{0.5, 6.65, 30} {
+		for _, s := range []float64{0.5, 6.65, 30, 600} {
 			for _, rate := range []float64{0, 0.3, 5, 80} {
 				for _, waiting := range []float64{0, 7, 400} {
 					e := Estimate{Arrivals: rate, Service: s}
@@ -146,10 +156,16 @@ func TestDemandIsContinuousAndFallsWithTheWait(t *testing.T) {
 						}
 						prev = v
 					}
-					// Across S, a step of 0.2%: no jump beyond one slot (Erlang's slots are
-					// whole) or 0.5%.
-					if below, above := at(s*0.999), at(s*1.001); below-above > max(1/float64(c), below/200)+1e-9 {
-						t.Errorf("λ=%g S=%g c=%d waiting=%g: %g just below S, %g just above", rate, s, c, waiting, below, above)
+					// Across S, where the old metric switched models, and across S − H,
+					// where draining stops giving a slot to each waiting item: a step of
+					// 0.2% moves it no more than a slot (Erlang's slots are whole) or 0.5%.
+					for _, at0 := range []float64{s, s - Window.Seconds()} {
+						if at0 <= 0 {
+							continue
+						}
+						if below, above := at(at0*0.999), at(at0*1.001); below-above > max(1/float64(c), below/200)+1e-9 {
+							t.Errorf("λ=%g S=%g c=%d waiting=%g: %g just below %g s, %g just above", rate, s, c, waiting, below, at0, above)
+						}
 					}
 				}
 			}

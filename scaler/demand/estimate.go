@@ -9,8 +9,8 @@ import (
 
 // Window is the time constant of a queue's demand estimates: each interval weighs in
 // by 1 − e^(−Δ/Window), Δ being its length, so what happened a minute ago counts for
-// about a third of what happens now. Short enough to follow a burst within a HPA sync
-// or two, long enough that one busy second is not read as the rate.
+// about a third of what happens now. Long enough that one busy second is not read as the
+// rate; a burst shows at once in the items waiting, which the metric drains.
 const Window = time.Minute
 
 // Estimate is a queue's traffic, or one producer's share of it, folded in interval by
@@ -101,9 +101,12 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 
 // Add returns the estimate of a queue whose traffic is e's and o's, two of its
 // producers': the rates and the items in flight add, and the service time is, by
-// Little's law again, the summed in flight over the summed completions; while neither
-// completes, the longer of the two known. Estimates read from reports (FromTraffic)
-// combine the same way, each weighing in by its reported completion rate.
+// Little's law again, the mean of the two known ones weighed by their completions
+// (Σ completions·S ÷ Σ completions); while neither completes, the longer of the two
+// known. Each producer's own S weighs in, not its items in flight: S is kept while a
+// producer's completions fade (items in flight, none finishing), where in flight over
+// completions would grow without bound, and a producer that knows no S yet adds
+// nothing to the others'.
 func (e Estimate) Add(o Estimate) Estimate {
 	s := Estimate{
 		Arrivals:    e.Arrivals + o.Arrivals,
@@ -112,8 +115,15 @@ func (e Estimate) Add(o Estimate) Estimate {
 		Dropped:     e.Dropped + o.Dropped,
 		Service:     max(e.Service, o.Service),
 	}
-	if s.Completions > 0 && s.Service > 0 {
-		s.Service = s.InFlight / s.Completions
+	var weight, weighed float64
+	for _, x := range []Estimate{e, o} {
+		if x.Service > 0 && x.Completions > 0 {
+			weight += x.Completions
+			weighed += x.Completions * x.Service
+		}
+	}
+	if weight > 0 {
+		s.Service = weighed / weight
 	}
 	return s
 }

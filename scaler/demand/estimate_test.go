@@ -134,3 +134,19 @@ func FuzzFold(f *testing.F) {
 		}
 	})
 }
+
+// TestAddKeepsEachServiceTime: a producer that does not measure keeps its service time
+// while its completions fade with items still in flight; a second, idle producer joining
+// the queue must not turn the first's 600 s into its in flight over its completions
+// (1,631 s here), as summing the two did.
+func TestAddKeepsEachServiceTime(t *testing.T) {
+	busy := Estimate{Arrivals: 0.01, Completions: 0.001, InFlight: 1.631, Service: 600}
+	if s := busy.Add(Estimate{}); s.Service != 600 {
+		t.Errorf("with an idle producer: service %g s, want 600", s.Service)
+	}
+	// Two that complete: weighed by their completions, 1 a second of 2 s and 3 of 6 s.
+	a, b := Estimate{Completions: 1, InFlight: 2, Service: 2}, Estimate{Completions: 3, InFlight: 18, Service: 6}
+	if s := a.Add(b); math.Abs(s.Service-5) > 1e-12 {
+		t.Errorf("service %g s, want (1·2 + 3·6)/4 = 5", s.Service)
+	}
+}
