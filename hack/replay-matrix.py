@@ -25,6 +25,8 @@ FILES = {"azure-llm": "azure-llm-2023-conv.csv", "mooncake": "mooncake-conversat
 def option(args, name, default):
     if name in args:
         i = args.index(name)
+        if i + 1 == len(args):
+            sys.exit(f"{name} needs a value")
         value = args[i + 1]
         del args[i:i + 2]
         return value
@@ -33,8 +35,10 @@ def option(args, name, default):
 
 def replay(binary, traces, out_dir, extra, trace, speed, seed):
     out = os.path.join(out_dir, f"{trace}-x{speed}-seed{seed}.json")
-    subprocess.run([binary, "replay", "--quiet", "--format", trace, "--service-speed", speed, "--seed", str(seed),
-                    "--trace", os.path.join(traces, FILES[trace]), "--json", out] + extra, check=True, capture_output=True)
+    run = subprocess.run([binary, "replay", "--quiet", "--format", trace, "--service-speed", speed, "--seed", str(seed),
+                          "--trace", os.path.join(traces, FILES[trace]), "--json", out] + extra, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{trace} x{speed} seed {seed}: gpuscaler replay exited {run.returncode}:\n{run.stderr}")
     with open(out) as f:
         return trace, speed, seed, json.load(f)["targets"]
 

@@ -73,9 +73,9 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--format %q: want gentd26, azure-llm, mooncake or openb", format)}
 	case trace == "":
 		return usageError{fmt.Errorf("--trace: required, the %s trace file", format)}
-	case speed <= 0 || speed > 100:
+	case !(speed > 0 && speed <= 100): // NaN too
 		return usageError{fmt.Errorf("--service-speed %g: want a factor above 0, such as 0.5 or 2", speed)}
-	case loadScale <= 0 || loadScale > 100:
+	case !(loadScale > 0 && loadScale <= 100):
 		return usageError{fmt.Errorf("--load-scale %g: want a factor above 0, such as 3", loadScale)}
 	case limit < 0:
 		return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}

@@ -1065,9 +1065,10 @@ type QueueTraffic struct {
 	// Exponentially weighted estimates over a minute (scaler/demand: Window): arrivals,
 	// completions and drops per second, and the seconds an item spends in flight
 	// (busy-seconds over completions; 0 until an item finishes). The completion rate lets
-	// the scaler add producers' service times by Little's law. The scaler reads these as they are. Every figure must be finite
-	// and not negative, the rates at most MaxTrafficRate a second and the service time at
-	// most MaxServiceSeconds (validate.go); a report that breaks that is invalid, and
+	// the scaler add producers' service times by Little's law. The scaler reads these as
+	// they are. Every figure must be finite and not negative, the rates at most
+	// MaxTrafficRate a second and the service time at most MaxServiceSeconds
+	// (validate.go); a report that breaks that is invalid, and
 	// dropped.
 	ArrivalRate    float64 `protobuf:"fixed64,5,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
 	CompletionRate float64 `protobuf:"fixed64,6,opt,name=completion_rate,json=completionRate,proto3" json:"completion_rate,omitempty"`

@@ -23,9 +23,9 @@ const (
 //     RecommendedTargetWait, the p99 wait its users accept once warm;
 //   - a service that scales to zero on sparse traffic (GenTD26): queue-backlog with
 //     queueTarget the replica's concurrency. There the model load sets the p99 whatever
-//     the metric, and queue-demand, which provisions for the rate a burst shows, holds
-//     more replicas than the burst's items (replay shows it in the frontier
-//     "gpuscaler-demand").
+//     the metric, and queue-demand, which provisions for the minute's rate a burst
+//     raises, holds more replicas than the burst's items (replay shows it in the
+//     frontier "gpuscaler-demand").
 const (
 	RecommendedTargetWait = 10 * time.Second
 	RecommendedCooldown   = 300 * time.Second

@@ -170,7 +170,8 @@ type sim struct {
 	arrivals    uint64
 
 	// What the producer measures and reports, as queue.Reporter does (QueueTraffic):
-	// totals counted as things happen, sent as of the last report, and its estimate.
+	// completions and busy seconds counted as things happen (arrivals are s.arrivals,
+	// since the last report), the totals as of the last report, and its estimate.
 	totals, sent demand.Totals
 	traffic      demand.Estimate
 	// loads are the latest model loads, created to ready, as the gateway measures a
@@ -379,7 +380,6 @@ func (s *sim) handle(ctx context.Context, kind int) error {
 		s.queue = append(s.queue, s.reqIdx)
 		s.reqIdx++
 		s.arrivals++
-		s.totals.Arrivals++
 		s.dispatch()
 		if s.pol.Kind == KindScaler && s.lastBacklog == 0 && s.backlog() > 0 {
 			if s.skippedHeartbeats() {

@@ -111,9 +111,14 @@ func DenseTargets(res *inference.Result) []Target {
 				}
 			}
 		}
-		worst = max(worst, cheapest/b.GPUHours)
-		if cheapest > frontierCost*b.GPUHours {
+		switch {
+		case math.IsInf(cheapest, 1):
+			missed = append(missed, fmt.Sprintf("%s (no point within %s of its p99 %s)", b.Setting, secs(frontierWait), secs(b.WaitP99)))
+		case cheapest > frontierCost*b.GPUHours:
 			missed = append(missed, fmt.Sprintf("%s (%s)", b.Setting, more(cheapest/b.GPUHours)))
+		}
+		if !math.IsInf(cheapest, 1) {
+			worst = max(worst, cheapest/b.GPUHours)
 		}
 	}
 	m := fmt.Sprintf("every backlog point, at most %s", more(worst))
@@ -175,15 +180,16 @@ func DenseTargets(res *inference.Result) []Target {
 	out = append(out, Target{Name: "efficient: at each such targetWait, ≤ 1.05 × the GPU-hours of the cheapest swept point with a p99 wait within it",
 		Measured: m, Met: len(dear) == 0})
 
-	// Monotonic: over the whole sweep, each setting against every shorter one.
+	// Monotonic: over the whole sweep, each setting against every shorter one, in
+	// whatever order the sweep ran.
 	var rises []string
 	worstRise := 0.0
-	for i, d := range demand {
+	for _, d := range demand {
 		w, ok := targetWaitOf(d.Setting)
 		if !ok {
 			continue
 		}
-		for _, e := range demand[:i] {
+		for _, e := range demand {
 			if v, ok := targetWaitOf(e.Setting); ok && v < w {
 				worstRise = max(worstRise, d.GPUHours/e.GPUHours)
 				if d.GPUHours > monotonic*e.GPUHours {
