@@ -126,10 +126,7 @@ func TestExplainQueueDemand(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
 	s := NewState(func() time.Time { return now })
-	// Four finish in the second between the reports, with four in flight: S = 1 s.
-	s.Apply(gpuscalerv1.Event{Queue: report("p", 1, 4, 4, 8)}, t0)
-	now = t0.Add(time.Second)
-	s.Apply(gpuscalerv1.Event{Queue: report("p", 2, 2, 4, 2)}, now)
+	now = seenToFinish(s, "p", t0)
 	ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
 		Metadata: map[string]string{"queue": "q", "targetWait": "500ms"}})
 	if err != nil {
@@ -149,9 +146,7 @@ func TestExplainTargetWaitBelowTheColdStart(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
 	s := NewState(func() time.Time { return now })
-	s.Apply(gpuscalerv1.Event{Queue: report("p", 1, 4, 4, 8)}, t0)
-	now = t0.Add(time.Second)
-	s.Apply(gpuscalerv1.Event{Queue: report("p", 2, 2, 4, 2)}, now)
+	now = seenToFinish(s, "p", t0)
 	for wait, below := range map[string]bool{"10s": true, "2m": false} {
 		ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
 			Metadata: map[string]string{"queue": "q", "targetWait": wait, "coldStart": "90s"}})
@@ -164,4 +159,14 @@ func TestExplainTargetWaitBelowTheColdStart(t *testing.T) {
 			t.Errorf("targetWait %s, cold start 90s: says it is shorter: %t, want %t:\n%s", wait, said, below, strings.Join(ex.GetReasons(), "\n"))
 		}
 	}
+}
+
+// seenToFinish applies two reports of producer id of ml/q to s, stored at t0 and a
+// second later, which it returns: four items finish between them with four in flight,
+// so the service time is 1 s, and two wait.
+func seenToFinish(s *State, id string, t0 time.Time) time.Time {
+	s.Apply(gpuscalerv1.Event{Queue: report(id, 1, 4, 4, 8)}, t0)
+	at := t0.Add(time.Second)
+	s.Apply(gpuscalerv1.Event{Queue: report(id, 2, 2, 4, 2)}, at)
+	return at
 }

@@ -85,10 +85,7 @@ func TestMeasuredProducersAdd(t *testing.T) {
 	now := t0
 	s := NewState(func() time.Time { return now })
 	s.Apply(gpuscalerv1.Event{Queue: measuredReport("a", 1)}, t0)
-	// b: four finish in the second between its reports, with four in flight: S = 1 s.
-	s.Apply(gpuscalerv1.Event{Queue: report("b", 1, 4, 4, 8)}, t0)
-	now = t0.Add(time.Second)
-	s.Apply(gpuscalerv1.Event{Queue: report("b", 2, 2, 4, 2)}, now)
+	now = seenToFinish(s, "b", t0) // b: S = 1 s
 	ex, err := NewLocalServer(s).Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "svc",
 		Metadata: map[string]string{"queue": "q", "targetWait": "500ms"}})
 	if err != nil {
