@@ -174,7 +174,7 @@ func printBaselines(out io.Writer, s *Summary) {
 		fmt.Fprintln(out, "  compared        nothing: no request was served, so there is nothing to replay")
 		return
 	}
-	fmt.Fprintf(out, "  compared        the run's %d requests replayed (internal/replay) on a model of this cluster, the same requests under each policy:\n", s.ReplayedRequests)
+	fmt.Fprintf(out, "  compared        the run's %d requests replayed as gpuscaler replay does, on a model of this cluster, the same requests under each policy:\n", s.ReplayedRequests)
 	const format = "                  %-19s %-35s %4s %6s %8s %7s %5s\n"
 	fmt.Fprintf(out, format, "policy", "setting", "peak", "GPU-s", "wait p50", "p99", "cold")
 	row := func(policy, setting string, peak int, gpuSecs, p50, p99, cold float64) {
