@@ -1,7 +1,8 @@
-// Package demand estimates a queue's traffic from its producer's reports (arrival rate,
-// service time by Little's law) and turns it into the replicas that traffic needs: the
-// queue-demand metric (docs/triggers.md, "Scaling on demand"). It is pure arithmetic, apart
-// from the scaler, so its fuzz target runs fast and replay can check it by hand.
+// Package demand folds a queue's traffic (arrival rate, service time by Little's law), as
+// its producers measure it or as the scaler estimates it from their reports, and turns
+// it into the replicas that traffic needs: the queue-demand metric (docs/triggers.md,
+// "Scaling on demand"). It is pure arithmetic, apart from the scaler, so the producer API
+// can share it, its fuzz targets run fast and replay can check it by hand.
 package demand
 
 import (
