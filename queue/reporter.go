@@ -143,11 +143,10 @@ type Reporter struct {
 	// arrivals and dropped are the totals less these.
 	sent struct{ arrivals, dropped uint64 }
 	// The traffic measured up to the last report attempted, published or not: the
-	// totals, busy's integral and its time then, and the estimate.
-	totals   demand.Totals
+	// totals and the estimate, and busy's integral and its time then.
+	account  demand.Measure
 	integral int64
 	at       int64
-	estimate demand.Estimate
 
 	closeOnce sync.Once
 	closeErr  error
@@ -439,11 +438,10 @@ func (r *Reporter) measure(arrivals, dropped uint64) {
 		Completions: completions,
 		Dropped:     dropped,
 		// The integral wraps around in 64 bits; the difference of two is exact.
-		Busy: r.totals.Busy + float64(integral-r.integral)/float64(time.Second),
+		Busy: r.account.Totals.Busy + float64(integral-r.integral)/float64(time.Second),
 	}
-	r.estimate = r.estimate.Fold(totals.Since(r.totals, time.Duration(at-r.at)))
-	r.totals, r.integral, r.at = totals, integral, at
-	r.estimate.Traffic(totals, &r.traffic)
+	r.account.Report(totals, time.Duration(at-r.at), &r.traffic)
+	r.integral, r.at = integral, at
 }
 
 // defaultProducerID returns the host name, made a valid producer id, with a random

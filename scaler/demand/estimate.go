@@ -147,6 +147,22 @@ func (t Totals) Since(prev Totals, length time.Duration) Interval {
 	}
 }
 
+// Measure is a measuring producer's account between its reports: its totals as of the
+// last report and its estimate. queue.Reporter keeps one, and so does the replay's
+// producer, so both report alike.
+type Measure struct {
+	Totals   Totals
+	Estimate Estimate
+}
+
+// Report folds in what happened since the last report, the totals now, length after
+// it, and fills dst with the figures this report carries. It does not allocate.
+func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.QueueTraffic) {
+	m.Estimate = m.Estimate.Fold(now.Since(m.Totals, length))
+	m.Totals = now
+	m.Estimate.Traffic(now, dst)
+}
+
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
 // above gpuscalerv1.MaxTrafficRate and a service time above
 // gpuscalerv1.MaxServiceSeconds are reported at those bounds, and a figure that is not

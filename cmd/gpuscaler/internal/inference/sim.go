@@ -171,9 +171,9 @@ type sim struct {
 
 	// What the producer measures and reports, as queue.Reporter does (QueueTraffic):
 	// completions and busy seconds counted as things happen (arrivals are s.arrivals,
-	// since the last report), the totals as of the last report, and its estimate.
-	totals, sent demand.Totals
-	traffic      demand.Estimate
+	// since the last report), and its account as of the last report.
+	totals  demand.Totals
+	measure demand.Measure
 	// loads are the latest model loads, created to ready, as the gateway measures a
 	// backend's cold start; the producer reports the largest (gateway.recentStarts).
 	loads []time.Duration
@@ -446,11 +446,9 @@ func (s *sim) apply(waiting, inFlight, arrivals uint64) {
 	stored := s.clock()
 	// The producer measures: the arrivals this report carries, and every completion and
 	// busy second up to now (a heartbeat the replay skipped has none: the service slept).
-	cur := demand.Totals{Arrivals: s.sent.Arrivals + arrivals, Completions: s.totals.Completions, Busy: s.totals.Busy}
-	s.traffic = s.traffic.Fold(cur.Since(s.sent, s.now-s.lastReport))
-	s.sent = cur
+	cur := demand.Totals{Arrivals: s.measure.Totals.Arrivals + arrivals, Completions: s.totals.Completions, Busy: s.totals.Busy}
 	traffic := &gpuscalerv1.QueueTraffic{}
-	s.traffic.Traffic(cur, traffic)
+	s.measure.Report(cur, s.now-s.lastReport, traffic)
 	var cold time.Duration
 	for _, l := range s.loads {
 		cold = max(cold, l)
