@@ -95,12 +95,7 @@ func TestColdStartFromDevicesToBusy(t *testing.T) {
 
 // TestColdStartValidates checks a measured figure is one the scaler takes.
 func TestColdStartValidates(t *testing.T) {
-	p := &gpuscalerv1.PodRef{Namespace: "ml", Name: "llm-0"}
-	s := newColdStarts()
-	s.first = false
-	r := &gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: "GPU-0", GpuUtil: pct(0), Pod: p}}}
-	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	s.stamp(r, at)
+	p, s, r, at := idlePodSeen()
 	r.Gpus[0].GpuUtil = pct(100)
 	s.stamp(r, at.Add(59*time.Minute))
 	if p.GetColdStartSeconds() != 59*60 {
@@ -113,16 +108,24 @@ func TestColdStartValidates(t *testing.T) {
 
 func pct(v float64) *float64 { return &v }
 
-// TestColdStartPastAnHourIsNone: a pod idle for just under an hour and busy just after
-// it is not measured, rather than stamped with a figure PodRef's validation refuses,
-// which would make every report of the node invalid for as long as the pod lives.
-func TestColdStartPastAnHourIsNone(t *testing.T) {
+// idlePodSeen returns a pod on one idle GPU, the cold starts of a collector past its
+// first report, and the report, which that collector has stamped at the time returned:
+// the pod was seen then, idle, so its start is measured from there.
+func idlePodSeen() (*gpuscalerv1.PodRef, *coldStarts, *gpuscalerv1.NodeReport, time.Time) {
 	p := &gpuscalerv1.PodRef{Namespace: "ml", Name: "llm-0"}
 	s := newColdStarts()
 	s.first = false
 	r := &gpuscalerv1.NodeReport{Node: "n1", Gpus: []*gpuscalerv1.GPUSample{{Uuid: "GPU-0", GpuUtil: pct(0), Pod: p}}}
 	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	s.stamp(r, at)
+	return p, s, r, at
+}
+
+// TestColdStartPastAnHourIsNone: a pod idle for just under an hour and busy just after
+// it is not measured, rather than stamped with a figure PodRef's validation refuses,
+// which would make every report of the node invalid for as long as the pod lives.
+func TestColdStartPastAnHourIsNone(t *testing.T) {
+	p, s, r, at := idlePodSeen()
 	s.stamp(r, at.Add(3599*time.Second))
 	r.Gpus[0].GpuUtil = pct(100)
 	s.stamp(r, at.Add(3601*time.Second))
