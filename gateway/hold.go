@@ -4,7 +4,9 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"math"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -172,6 +174,26 @@ type holdLimits struct {
 	maxHeldBytes int64
 }
 
+// listed reports whether addr, acquired before, is still where requests may go: one of
+// the ready endpoints, or the fixed target of a ready backend.
+func (s *routeState) listed(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fixed != "" {
+		return s.ready && addr == s.fixed
+	}
+	return slices.Contains(s.endpoints, addr)
+}
+
+// rehold releases addr, where a request of n bytes went and that no longer takes it,
+// and holds the request again, first in line (it came before those held now) and
+// within no limit (it was let in), as acquire does. It returns the new address, or ""
+// and the hold's error.
+func (s *routeState) rehold(ctx context.Context, addr string, n int64, deadline time.Time) (string, error) {
+	s.release(addr)
+	return s.hold(ctx, n, deadline, holdLimits{maxHeld: math.MaxInt, maxHeldBytes: math.MaxInt64}, s.onHold, true)
+}
+
 // acquire returns where a request with a body of n bytes goes, holding it until the
 // backend can take it, ctx ends (errClientGone), the deadline passes (errHoldTimeout)
 // or the route goes (errRouteRemoved). Held requests go first come first, and a new
@@ -179,8 +201,13 @@ type holdLimits struct {
 // errOverflow at once. onHold is called with +1 when the request starts being held and
 // -1 when it stops.
 func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, lim holdLimits, onHold func(int)) (string, error) {
+	return s.hold(ctx, n, deadline, lim, onHold, false)
+}
+
+// hold is acquire, the request held first in line when first is set.
+func (s *routeState) hold(ctx context.Context, n int64, deadline time.Time, lim holdLimits, onHold func(int), first bool) (string, error) {
 	s.mu.Lock()
-	if s.waiters.Len() == 0 {
+	if s.waiters.Len() == 0 || first {
 		if addr, ok := s.tryAcquireLocked(); ok {
 			s.mu.Unlock()
 			return addr, nil
@@ -193,7 +220,11 @@ func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, l
 	s.held++
 	s.heldBytes += n
 	w := &waiter{ready: make(chan struct{})}
-	w.el = s.waiters.PushBack(w)
+	if first {
+		w.el = s.waiters.PushFront(w)
+	} else {
+		w.el = s.waiters.PushBack(w)
+	}
 	s.mu.Unlock()
 	onHold(1)
 	defer func() {

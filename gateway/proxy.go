@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,13 +24,15 @@ import (
 // context.
 type forward struct {
 	state    *routeState
-	addr     string                  // the endpoint, or fixed target, acquired
+	route    *routes.Route
+	addr     string                  // the endpoint, or fixed target, acquired; "" once released
 	deadline time.Time               // the end of the hold budget, which bounds dial retries
 	client   context.Context         // the client's request context
 	ctx      context.Context         // the upstream request's
 	cancel   context.CancelCauseFunc // cancels the upstream request
 	code     int                     // set by the error handler
 	reason   string
+	conn     connTrace // the last attempt's connection (retryTransport)
 }
 
 type forwardKey struct{}
@@ -74,12 +78,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.counter.Started(1)
 	forwarded := time.Now()
-	fw := &forward{state: st, addr: addr, deadline: deadline, client: r.Context()}
+	fw := &forward{state: st, route: route, addr: addr, deadline: deadline, client: r.Context()}
 	rec := &recorder{ResponseWriter: w}
 	defer func() {
 		// ReverseProxy panics with http.ErrAbortHandler when a response breaks off
 		// after its header went out; count it all the same.
-		st.release(addr)
+		if fw.addr != "" { // where the request went last (see retryTransport)
+			st.release(fw.addr)
+		}
 		st.counter.Finished(1)
 		st.upstreamSeconds.Observe(time.Since(forwarded).Seconds())
 		code := rec.code
@@ -96,7 +102,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.done(r, route.Name, code, fw.reason, time.Since(arrived))
 	}()
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardKey{}, fw))
+	ctx, cancel := context.WithCancelCause(httptrace.WithClientTrace(context.WithValue(r.Context(), forwardKey{}, fw), fw.conn.hooks()))
 	defer cancel(nil)
 	fw.ctx, fw.cancel = ctx, cancel
 	out := r.WithContext(ctx)
@@ -126,21 +132,31 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 
 // refuse answers a request that was never forwarded.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState, route *routes.Route, err error, held time.Duration) {
+	if errors.Is(err, errClientGone) {
+		g.done(r, route.Name, StatusClientClosed, "", held)
+		return
+	}
+	code, reason := g.answerUnheld(w, st, route, err)
+	g.done(r, route.Name, code, reason, held)
+}
+
+// answerUnheld answers a request whose hold ended without a replica to take it
+// (errOverflow, errRouteRemoved, errHoldTimeout), and returns the code and reason it
+// answered with.
+func (g *Gateway) answerUnheld(w http.ResponseWriter, st *routeState, route *routes.Route, err error) (int, string) {
 	ns := g.cfg.Namespace
 	switch {
-	case errors.Is(err, errClientGone):
-		g.done(r, route.Name, StatusClientClosed, "", held)
 	case errors.Is(err, errOverflow):
 		writeError(w, http.StatusServiceUnavailable, ReasonOverflow,
 			fmt.Sprintf("route %s holds as many requests as it may (%d requests, %d bytes) waiting for %s", route.Name, g.limits.maxHeld, g.limits.maxHeldBytes, route.BackendName()),
 			g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonOverflow, held)
+		return http.StatusServiceUnavailable, ReasonOverflow
 	case errors.Is(err, errRouteRemoved) && g.stopping.Load():
 		writeError(w, http.StatusServiceUnavailable, ReasonShuttingDown, "the gateway is stopping; send the request again", g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonShuttingDown, held)
+		return http.StatusServiceUnavailable, ReasonShuttingDown
 	case errors.Is(err, errRouteRemoved):
 		writeError(w, http.StatusServiceUnavailable, ReasonRouteRemoved, fmt.Sprintf("route %s was removed while the request waited", route.Name), g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonRouteRemoved, held)
+		return http.StatusServiceUnavailable, ReasonRouteRemoved
 	default: // errHoldTimeout
 		msg := fmt.Sprintf("%s had no ready replica within %s", route.BackendName(), route.HoldTimeout)
 		st.mu.Lock()
@@ -154,7 +170,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *routeState,
 			g.log.Warn("held requests time out: the route's Service has no EndpointSlice; is its name right?", "route", route.Name, "service", route.ServiceName, "namespace", ns)
 		}
 		writeError(w, http.StatusServiceUnavailable, ReasonHoldTimeout, msg, g.cfg.RetryAfter)
-		g.done(r, route.Name, http.StatusServiceUnavailable, ReasonHoldTimeout, held)
+		return http.StatusServiceUnavailable, ReasonHoldTimeout
 	}
 }
 
@@ -206,6 +222,10 @@ func (g *Gateway) newProxy() *httputil.ReverseProxy {
 			switch {
 			case fw.client.Err() != nil:
 				fw.code = StatusClientClosed // nobody to answer
+			case errors.Is(err, errHoldTimeout), errors.Is(err, errRouteRemoved):
+				// Given back to the hold by retryTransport, and no replica took it.
+				fw.code, fw.reason = g.answerUnheld(w, fw.state, fw.route, err)
+				return
 			case isDialError(err):
 				fw.code, fw.reason = http.StatusBadGateway, ReasonUnreachable
 				writeError(w, fw.code, fw.reason, fmt.Sprintf("%s refused connections until the hold timeout: %v", fw.state.name, err), g.cfg.RetryAfter)
@@ -238,9 +258,20 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// retryTransport dials again, after a short fixed pause, an endpoint that refused the
-// connection, until the request's hold deadline: nothing was sent, so it is safe, and
-// a replica that just turned ready may not listen yet.
+// retryTransport sends a request again when it provably never reached a server's
+// handler, within the request's hold deadline:
+//   - a refused dial (nothing was sent): again after a short fixed pause, as a replica
+//     that just turned ready may not listen yet;
+//   - a connection that had been idle, closed by the server before any byte of an
+//     answer: at once, on another connection. A server closes its idle keep-alive
+//     connections when it shuts down (its pod deleted at a scale-down), and one may be
+//     taken for a request in the instant before the close arrives. Go's transport
+//     resends only idempotent methods there; an inference request is a POST, and runs
+//     nowhere until it is sent again.
+//
+// When the endpoint it went to has meanwhile left the route's ready endpoints, the
+// request goes back to the hold instead (first in line), and on to a replica that
+// takes it or to the hold's usual end: its timeout, or its client gone.
 type retryTransport struct {
 	log   *slog.Logger
 	base  http.RoundTripper
@@ -249,18 +280,50 @@ type retryTransport struct {
 
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	fw, _ := req.Context().Value(forwardKey{}).(*forward)
+	if fw == nil {
+		return t.base.RoundTrip(req)
+	}
 	for {
+		fw.conn.reused.Store(false)
+		fw.conn.answered.Store(false)
 		resp, err := t.base.RoundTrip(req)
-		if err == nil || fw == nil || !isDialError(err) || time.Until(fw.deadline) < t.pause {
+		if err == nil || req.Context().Err() != nil {
 			return resp, err
 		}
-		t.log.Debug("connection refused; dialling again", "route", fw.state.name, "endpoint", fw.addr, "err", err)
-		timer := time.NewTimer(t.pause)
-		select {
-		case <-req.Context().Done():
-			timer.Stop()
-			return nil, err
-		case <-timer.C:
+		var pause time.Duration
+		switch {
+		case isDialError(err):
+			pause = t.pause
+		case fw.conn.reused.Load() && !fw.conn.answered.Load() && !isTimeout(err):
+			t.log.Debug("the server closed an idle connection; sending again", "route", fw.state.name, "endpoint", fw.addr, "err", err)
+		default:
+			return resp, err
+		}
+		if !fw.state.listed(fw.addr) {
+			t.log.Debug("endpoint gone; holding the request for another", "route", fw.state.name, "endpoint", fw.addr, "err", err)
+			addr, herr := fw.state.rehold(req.Context(), fw.addr, req.ContentLength, fw.deadline)
+			fw.addr = addr
+			if herr != nil {
+				return nil, herr
+			}
+			again := *req
+			u := *req.URL
+			target := fw.state.targetURL(addr)
+			u.Scheme, u.Host = target.Scheme, target.Host
+			again.URL = &u
+			req = &again
+		} else if pause > 0 {
+			if time.Until(fw.deadline) < pause {
+				return resp, err
+			}
+			t.log.Debug("connection refused; dialling again", "route", fw.state.name, "endpoint", fw.addr, "err", err)
+			timer := time.NewTimer(pause)
+			select {
+			case <-req.Context().Done():
+				timer.Stop()
+				return nil, err
+			case <-timer.C:
+			}
 		}
 		if req.GetBody != nil {
 			again := *req
@@ -269,6 +332,20 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			req = &again
 		}
+	}
+}
+
+// connTrace is what an attempt to send a request learnt of its connection: whether it
+// had been used before, and whether any byte of an answer came back on it. The
+// transport calls its hooks from its own goroutines.
+type connTrace struct {
+	reused, answered atomic.Bool
+}
+
+func (c *connTrace) hooks() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn:              func(i httptrace.GotConnInfo) { c.reused.Store(i.Reused) },
+		GotFirstResponseByte: func() { c.answered.Store(true) },
 	}
 }
 

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/test/testkit"
+)
+
+// closingBackend is an HTTP/1.1 server on a raw listener that answers the first
+// request of each connection and keeps it open, then closes it as the next request
+// on it arrives, unanswered and unread: what a model server does to its idle
+// keep-alive connections when its pod is deleted (uvicorn, Go's Shutdown), in the
+// instant before the gateway learns the endpoint is gone. got lists the bodies it
+// answered, in order.
+type closingBackend struct {
+	addr string
+	mu   sync.Mutex
+	got  []string
+	cut  int // requests it closed the connection on
+}
+
+func newClosingBackend(t *testing.T) *closingBackend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	b := &closingBackend{addr: lis.Addr().String()}
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go b.serve(conn)
+		}
+	}()
+	return b
+}
+
+func (b *closingBackend) serve(conn net.Conn) {
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	body, _ := io.ReadAll(req.Body)
+	b.mu.Lock()
+	b.got = append(b.got, string(body))
+	b.mu.Unlock()
+	fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := br.Peek(1); err != nil { // the next request's first byte
+		return
+	}
+	b.mu.Lock()
+	b.cut++
+	b.mu.Unlock()
+	// Closed with the request unread: the kernel answers with a reset.
+}
+
+func (b *closingBackend) answered() ([]string, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.got...), b.cut
+}
+
+// TestIdleConnectionClosedByTheServerIsResent: the second request goes out on the
+// connection the first left idle, and the server closes it as the request arrives.
+// Nothing came back, so the request never ran: the gateway sends it again on a new
+// connection rather than answer 502 (Go's transport resends only idempotent methods;
+// an inference request is a POST).
+func TestIdleConnectionClosedByTheServerIsResent(t *testing.T) {
+	for _, tc := range []struct{ name, route string }{
+		{"service", ""},                   // to the Service's address, as kube-proxy balances
+		{"endpoints", ", concurrency: 4"}, // to the endpoint itself
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newClosingBackend(t)
+			tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 1m"+tc.route+"}\n",
+				Config{ServiceAddr: func(string, string, int) string { return b.addr }})
+			tg.setSlice(t, "llm-server", b.addr, true)
+			for _, body := range []string{"first", "second", "third"} {
+				if o := wait(t, send(t.Context(), "POST", tg.URL+"/v1/completions", body, nil)); o.resp.StatusCode != 200 || o.body != body {
+					t.Fatalf("%s: got %d %q, want 200 %q", body, o.resp.StatusCode, o.body, body)
+				}
+			}
+			got, cut := b.answered()
+			if strings.Join(got, " ") != "first second third" || cut != 2 {
+				t.Errorf("the backend answered %q and closed %d connections under a request, want first, second, third and 2", got, cut)
+			}
+			if c := tg.counter("llm").counts(); c != [4]int64{3, 3, 3, 0} {
+				t.Errorf("counted (enqueued, started, finished, dropped) %v, want 3 started and finished", c)
+			}
+			if n := testkit.CountLines(tg.log.String(), "the server closed an idle connection; sending again"); n != 2 {
+				t.Errorf("logged the resend %d times, want 2:\n%s", n, tg.log)
+			}
+		})
+	}
+}
+
+// TestGoneEndpointGivesTheRequestBackToTheHold: the endpoint a request was given
+// refuses connections and then leaves the Service's endpoints (its pod was deleted);
+// the request goes back to the hold and on to the replica that is ready now, rather
+// than dial the gone one until its hold timeout.
+func TestGoneEndpointGivesTheRequestBackToTheHold(t *testing.T) {
+	gone := testkit.FreeAddr(t)
+	b := echo(t, nil)
+	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 1m, concurrency: 2}\n", Config{})
+	tg.setSlice(t, "llm-server", gone, true)
+	res := send(t.Context(), "POST", tg.URL+"/v1/chat", "moved", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	tg.setSlice(t, "llm-server", strings.TrimPrefix(b.URL, "http://"), true)
+	if o := wait(t, res); o.resp.StatusCode != 200 || o.body != "POST /v1/chat moved" {
+		t.Fatalf("got %d %q, want 200 from the ready endpoint", o.resp.StatusCode, o.body)
+	}
+	if !strings.Contains(tg.log.String(), "endpoint gone; holding the request for another") {
+		t.Errorf("the move was not logged:\n%s", tg.log)
+	}
+	if c := tg.counter("llm").counts(); c != [4]int64{1, 1, 1, 0} {
+		t.Errorf("counted (enqueued, started, finished, dropped) %v, want 1 started and finished", c)
+	}
+}
+
+// TestGoneEndpointAndNoneReadyTimesOut: given back to the hold with no replica ready,
+// the request ends at its hold timeout as any held request does: 503 hold-timeout, not
+// 502, and the endpoint it held is released.
+func TestGoneEndpointAndNoneReadyTimesOut(t *testing.T) {
+	gone := testkit.FreeAddr(t)
+	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 300ms, concurrency: 1}\n", Config{})
+	tg.setSlice(t, "llm-server", gone, true)
+	res := send(t.Context(), "POST", tg.URL+"/v1/chat", "late", nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	tg.setSlice(t, "llm-server", gone, false)
+	wantError(t, wait(t, res), 503, ReasonHoldTimeout, true, "had no ready replica within 300ms")
+	if st := tg.routing.Load().states["llm"]; st != nil {
+		st.mu.Lock()
+		inFlight := len(st.inFlight)
+		st.mu.Unlock()
+		if inFlight != 0 {
+			t.Errorf("%d endpoints still count a request in flight, want none", inFlight)
+		}
+	}
+}
