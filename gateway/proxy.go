@@ -258,8 +258,7 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// retryTransport sends a request again when it provably never reached a server's
-// handler, within the request's hold deadline:
+// retryTransport sends a request again, within its hold deadline, when it did not run:
 //   - a refused dial (nothing was sent): again after a short fixed pause, as a replica
 //     that just turned ready may not listen yet;
 //   - a connection that had been idle, closed by the server before any byte of an
@@ -267,7 +266,8 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 //     connections when it shuts down (its pod deleted at a scale-down), and one may be
 //     taken for a request in the instant before the close arrives. Go's transport
 //     resends only idempotent methods there; an inference request is a POST, and runs
-//     nowhere until it is sent again.
+//     nowhere until it is sent again. (A server that read the request and died before
+//     answering gets it twice; an inference request has no effect but its answer.)
 //
 // When the endpoint it went to has meanwhile left the route's ready endpoints, the
 // request goes back to the hold instead (first in line), and on to a replica that
