@@ -186,8 +186,9 @@ func (s *routeState) listed(addr string) bool {
 }
 
 // rehold releases addr, where a request of n bytes went and that no longer takes it,
-// and holds the request again, first in line (it came before those held now) and
-// within no limit (it was let in), as acquire does. It returns the new address, or ""
+// and holds the request again, at the head of the line (it came before most of those
+// held now; requests given an address while it was away keep it) and within no limit
+// (it was let in), as acquire does. It returns the new address, or ""
 // and the hold's error.
 func (s *routeState) rehold(ctx context.Context, addr string, n int64, deadline time.Time) (string, error) {
 	s.release(addr)

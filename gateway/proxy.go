@@ -33,6 +33,7 @@ type forward struct {
 	code     int                     // set by the error handler
 	reason   string
 	conn     connTrace // the last attempt's connection (retryTransport)
+	resent   bool      // sent again after its idle connection was closed (retryTransport)
 }
 
 type forwardKey struct{}
@@ -191,6 +192,9 @@ func (g *Gateway) done(r *http.Request, route string, code int, reason string, t
 // within the hold budget, with first-byte and idle timeouts, streams flushed as written.
 func (g *Gateway) newProxy() *httputil.ReverseProxy {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	// HTTP/1.1 only, https backends included: a custom DialContext and no
+	// ForceAttemptHTTP2 or Protocols keep the transport from HTTP/2, which
+	// retryTransport's test of a reused connection assumes.
 	base := &http.Transport{
 		DialContext:           dialer.DialContext,
 		MaxIdleConns:          1024,
@@ -262,12 +266,15 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 //   - a refused dial (nothing was sent): again after a short fixed pause, as a replica
 //     that just turned ready may not listen yet;
 //   - a connection that had been idle, closed by the server before any byte of an
-//     answer: at once, on another connection. A server closes its idle keep-alive
+//     answer: once, at once, on a new connection. A server closes its idle keep-alive
 //     connections when it shuts down (its pod deleted at a scale-down), and one may be
 //     taken for a request in the instant before the close arrives. Go's transport
 //     resends only idempotent methods there; an inference request is a POST, and runs
 //     nowhere until it is sent again. (A server that read the request and died before
 //     answering gets it twice; an inference request has no effect but its answer.)
+//     This holds for HTTP/1.1, one request per connection at a time, which is all the
+//     transport speaks (newProxy): over HTTP/2 nearly every request is on a reused
+//     connection, and a stream lost mid-work would be sent again.
 //
 // When the endpoint it went to has meanwhile left the route's ready endpoints, the
 // request goes back to the hold instead (first in line), and on to a replica that
@@ -294,8 +301,16 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case isDialError(err):
 			pause = t.pause
-		case fw.conn.reused.Load() && !fw.conn.answered.Load() && !isTimeout(err):
+		case fw.conn.reused.Load() && !fw.conn.answered.Load() && !isTimeout(err) && !fw.resent && time.Now().Before(fw.deadline):
+			// Once per request: the idle connections left may be to the same closing
+			// server, so they go, and the request goes out on a new one. A request that
+			// breaks its server itself is then sent twice at most, not once per pooled
+			// connection.
+			fw.resent = true
 			t.log.Debug("the server closed an idle connection; sending again", "route", fw.state.name, "endpoint", fw.addr, "err", err)
+			if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+				ci.CloseIdleConnections()
+			}
 		default:
 			return resp, err
 		}

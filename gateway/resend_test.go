@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,6 +127,14 @@ func TestGoneEndpointGivesTheRequestBackToTheHold(t *testing.T) {
 	if !strings.Contains(tg.log.String(), "endpoint gone; holding the request for another") {
 		t.Errorf("the move was not logged:\n%s", tg.log)
 	}
+	// The slot it took at the ready endpoint is given back when it ends (after the
+	// answer is written), and the gone endpoint's was given back when it moved.
+	st := tg.routing.Load().states["llm"]
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.inFlight) == 0
+	})
 	if c := tg.counter("llm").counts(); c != [4]int64{1, 1, 1, 0} {
 		t.Errorf("counted (enqueued, started, finished, dropped) %v, want 1 started and finished", c)
 	}
@@ -149,5 +158,86 @@ func TestGoneEndpointAndNoneReadyTimesOut(t *testing.T) {
 		if inFlight != 0 {
 			t.Errorf("%d endpoints still count a request in flight, want none", inFlight)
 		}
+	}
+}
+
+// breakingBackend answers requests on kept-alive connections, except those whose body
+// is "break": it reads one, then, as a server that the request crashes would, closes
+// the connection without an answer, or after the first bytes of one when partial is
+// set. got counts the "break" requests it read.
+type breakingBackend struct {
+	addr    string
+	partial bool
+	got     atomic.Int64
+}
+
+func newBreakingBackend(t *testing.T, partial bool) *breakingBackend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	b := &breakingBackend{addr: lis.Addr().String(), partial: partial}
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					if string(body) == "break" {
+						b.got.Add(1)
+						if b.partial {
+							fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Le")
+						}
+						return
+					}
+					fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				}
+			}()
+		}
+	}()
+	return b
+}
+
+// TestARequestThatBreaksItsServerIsSentTwiceAtMost: a request that closes its
+// server's connection every time is not sent again once per idle connection in the
+// pool (8 here) but once, on a new connection, and then answered 502; one that got
+// the first bytes of an answer is not sent again at all.
+func TestARequestThatBreaksItsServerIsSentTwiceAtMost(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partial bool
+		want    int64
+	}{{"unanswered", false, 2}, {"answered in part", true, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBreakingBackend(t, tc.partial)
+			tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 1m, concurrency: 16}\n",
+				Config{ServiceAddr: func(string, string, int) string { return b.addr }})
+			tg.setSlice(t, "llm-server", b.addr, true)
+			// Eight requests at once leave eight idle connections in the pool.
+			var warm []<-chan outcome
+			for range 8 {
+				warm = append(warm, send(t.Context(), "POST", tg.URL+"/v1/completions", "ok", nil))
+			}
+			for _, w := range warm {
+				if o := wait(t, w); o.resp.StatusCode != 200 {
+					t.Fatalf("warm-up: got %d %q", o.resp.StatusCode, o.body)
+				}
+			}
+			wantError(t, wait(t, send(t.Context(), "POST", tg.URL+"/v1/completions", "break", nil)), 502, ReasonUpstreamError, false, "upstream")
+			if got := b.got.Load(); got != tc.want {
+				t.Errorf("the backend read the request %d times, want %d", got, tc.want)
+			}
+		})
 	}
 }
