@@ -4,11 +4,13 @@ service speeds x0.5, x1 and x2, the conditions `make replay` checks, and tells f
 trace and target in how many of the nine runs it was met, with each miss.
 
 Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
-                             [--load-scale X] [--out DIR] [--strict] [BIN] [TRACES_DIR]
+                             [--load-scale X] [--reverse] [--out DIR] [--strict] [BIN] [TRACES_DIR]
   BIN         the gpuscaler binary (default bin/gpuscaler)
   TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
   --out DIR   keep each run's JSON there (default: a temporary directory)
   --load-scale X  passed to every replay: model loads X times as long
+  --reverse   passed to every replay: the hours played backwards, traffic no setting
+              was tuned on (rises become falls and falls rises)
 
 Each replay takes about a second; two run at a time. With --strict it exits 1 when a
 target was missed (make replay reports them and goes on)."""
@@ -49,10 +51,11 @@ def main():
     speeds = option(args, "--speeds", "0.5,1,2").split(",")
     which = option(args, "--traces", "azure-llm,mooncake").split(",")
     strict = "--strict" in args
-    args = [a for a in args if a != "--strict"]
+    reverse = "--reverse" in args
+    args = [a for a in args if a not in ("--strict", "--reverse")]
     out_dir = option(args, "--out", None)
     load_scale = option(args, "--load-scale", None)
-    extra = ["--load-scale", load_scale] if load_scale else []
+    extra = (["--load-scale", load_scale] if load_scale else []) + (["--reverse"] if reverse else [])
     binary = args[0] if args else "bin/gpuscaler"
     traces = args[1] if len(args) > 1 else "../shared/testdata/traces"
     runs = [(t, s, n) for t in which for s in speeds for n in seeds]
@@ -62,7 +65,8 @@ def main():
         results = list(pool.map(lambda r: replay(binary, traces, out_dir or tmp, extra, *r), runs))
     failed = False
     for trace in which:
-        print(f"== {trace}: {len(speeds) * len(seeds)} runs (speeds {', '.join('x' + s for s in speeds)}; seeds {', '.join(seeds)})")
+        backwards = ", played backwards" if reverse else ""
+        print(f"== {trace}: {len(speeds) * len(seeds)} runs (speeds {', '.join('x' + s for s in speeds)}; seeds {', '.join(seeds)}{backwards})")
         names = [t["name"] for t in next(r[3] for r in results if r[0] == trace)]
         for name in names:
             misses = [(s, n, t["measured"]) for tr, s, n, ts in results if tr == trace for t in ts

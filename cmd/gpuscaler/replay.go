@@ -47,7 +47,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		speed, loadScale                                        float64
 		seed                                                    uint64
 		limit, openbNodes                                       int
-		quiet                                                   bool
+		quiet, reverse                                          bool
 		from, to                                                time.Duration
 	)
 	fs := newFlagSet("replay", "replay --format gentd26|azure-llm|mooncake|openb --trace FILE [flags]", replayAbout, stdout)
@@ -57,6 +57,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&loadPath, "load-latency", "", "model load latencies in ms, one per row (GenTD26's basemodel load latency); default: gentd26-basemodel-load-latency-ms.csv beside --trace")
 	fs.Float64Var(&speed, "service-speed", 1, "azure-llm, mooncake: times the service model's speed (0.5 halves it, 2 doubles it)")
 	fs.Float64Var(&loadScale, "load-scale", 1, "gentd26, azure-llm, mooncake: times every model load drawn (3: loads of about 70-160 s rather than 23-52 s), to see what a slower cold start does to the same traffic")
+	fs.BoolVar(&reverse, "reverse", false, "gentd26, azure-llm, mooncake: play the requests backwards in time (rises become falls and falls rises; the same traffic in an order nothing was tuned on)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
 	fs.DurationVar(&from, "from", 0, "replay only what arrived this long after the trace's first request or task, or later (168h: from the eighth day); with --to, to tune on some days and check on others")
@@ -85,6 +86,8 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--from %s --to %s: want durations since the trace's start, 0 or more", from, to)}
 	case to != 0 && to <= from:
 		return usageError{fmt.Errorf("--to %s: want after --from %s", to, from)}
+	case reverse && format == replay.FormatOpenB:
+		return usageError{fmt.Errorf("--reverse: only for the request traces (gentd26, azure-llm, mooncake), not openb")}
 	}
 	// Open the outputs before the replay: a typo should not cost the run. A replay that
 	// fails leaves no file it created.
@@ -105,7 +108,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 
 	start := time.Now()
 	tr, err := replay.Load(format, trace, replay.LoadOptions{Nodes: nodesPath, LoadLatency: loadPath,
-		From: from, To: to, Limit: limit, Speed: speed, Seed: seed, LoadScale: loadScale})
+		From: from, To: to, Limit: limit, Speed: speed, Seed: seed, LoadScale: loadScale, Reverse: reverse})
 	if err != nil {
 		return err
 	}
@@ -120,6 +123,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		if loadScale != 1 {
 			report.LoadScale = loadScale
 		}
+		report.Reversed = reverse
 		writeChart, err = replayInference(ctx, tr.Scenario, progress, &report, stdout)
 	}
 	if err != nil {
@@ -174,7 +178,11 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 	report.Requests, report.Services, report.Policies, report.Frontiers = res.Requests, res.Services, res.Policies, res.Frontiers
 	report.Recommends = sc.Recommends
 	report.Targets = replay.InferenceTargets(format, res)
-	fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), sc.Recommends)
+	backwards := ""
+	if report.Reversed {
+		backwards = " (played backwards)"
+	}
+	fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed%s; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), backwards, sc.Recommends)
 	switch {
 	case res.WarmUp > 0 && res.CutEnd:
 		fmt.Fprintf(stdout, "the trace is cut from a running service: its first %s are run but not measured, and GPU-hours end at its last arrival; %d requests measured\n", res.WarmUp, res.Measured)
@@ -192,6 +200,9 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 	if report.LoadScale != 0 {
 		title += fmt.Sprintf(", model loads ×%g", report.LoadScale)
 	}
+	if report.Reversed {
+		title += ", played backwards"
+	}
 	return func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }, nil
 }
 
@@ -204,6 +215,8 @@ type replayReport struct {
 	ServiceSpeed float64 `json:"service_speed,omitempty"`
 	// LoadScale is --load-scale when not 1.
 	LoadScale float64 `json:"load_scale,omitempty"`
+	// Reversed is --reverse.
+	Reversed bool `json:"reversed,omitempty"`
 	// Recommends says what the policy "gpuscaler" is for this trace.
 	Recommends string                               `json:"gpuscaler_is,omitempty"`
 	Requests   int                                  `json:"requests,omitempty"`

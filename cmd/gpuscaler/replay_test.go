@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -121,6 +122,7 @@ func TestReplayFlagErrors(t *testing.T) {
 		"no load file":   {[]string{"--format", "azure-llm", "--trace", trace, "--load-latency", "/none.csv"}, 1, "--load-latency: open /none.csv"},
 		"all warm-up":    {[]string{"--format", "azure-llm", "--trace", trace, "--limit", "100"}, 1, "no request arrives after the first 5m0s"},
 		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, `--json "/nonexistent/r.json": no such file or directory`},
+		"openb reversed": {[]string{"--format", "openb", "--trace", trace, "--reverse"}, 2, "--reverse: only for the request traces"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -147,5 +149,44 @@ func TestReplayFailedRunLeavesNoOutputs(t *testing.T) {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: %v; want it removed with the failed run", p, err)
 		}
+	}
+}
+
+// TestReplayReverse: --reverse plays the trace backwards, says so, and records it in
+// the JSON; the same requests are replayed, in another order.
+func TestReplayReverse(t *testing.T) {
+	trace := filepath.Join(tracesDir, "mooncake-conversation.jsonl")
+	outputs := map[bool]map[string]any{}
+	for _, reverse := range []bool{false, true} {
+		jsonPath := filepath.Join(t.TempDir(), "r.json")
+		args := []string{"replay", "--quiet", "--format", "mooncake", "--trace", trace, "--limit", "1500", "--json", jsonPath}
+		if reverse {
+			args = append(args, "--reverse")
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, mapEnv(nil), &stdout, &stderr); code != 0 {
+			t.Fatalf("--reverse=%v: exit %d\n%s", reverse, code, stderr.String())
+		}
+		if got := strings.Contains(stdout.String(), "(played backwards)"); got != reverse {
+			t.Errorf("--reverse=%v: says it played backwards: %v\n%s", reverse, got, stdout.String())
+		}
+		var got map[string]any
+		data, err := os.ReadFile(jsonPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := got["reversed"].(bool); r != reverse {
+			t.Errorf("--reverse=%v: JSON reversed is %v", reverse, got["reversed"])
+		}
+		outputs[reverse] = got
+	}
+	if outputs[false]["requests"] != outputs[true]["requests"] {
+		t.Errorf("forwards %v requests, backwards %v: want the same", outputs[false]["requests"], outputs[true]["requests"])
+	}
+	if fmt.Sprint(outputs[false]["policies"]) == fmt.Sprint(outputs[true]["policies"]) {
+		t.Error("backwards gave the same policies' results as forwards: was it reversed?")
 	}
 }

@@ -41,6 +41,9 @@ type LoadOptions struct {
 	// LoadScale multiplies every model load drawn (0: 1), to ask what a slower load
 	// (a larger model, a colder node) would do to the same traffic.
 	LoadScale float64
+	// Reverse plays the inference formats' requests backwards in time (see
+	// Scenario.Reverse).
+	Reverse bool
 }
 
 // Trace is a trace loaded for replay: for gentd26 and azure-llm a Scenario for
@@ -134,6 +137,9 @@ func scenarioTrace(format, trace string, opt LoadOptions, build func(load *trace
 	sc, err := build(load)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Reverse {
+		sc.Reverse()
 	}
 	return &Trace{Format: format, Scenario: sc}, nil
 }

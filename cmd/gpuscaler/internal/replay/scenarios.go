@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -27,6 +28,27 @@ type Scenario struct {
 	// Tail is how long the replay goes on after the last request, for every policy to
 	// scale down.
 	Tail time.Duration
+}
+
+// Reverse plays the scenario's requests backwards in time: one that arrived d before
+// the last request now arrives d after the first, with the same service time. The
+// traffic keeps its rate, mix and bursts, and its rises become falls and its falls
+// rises: the same statistics in an order no setting was tuned on. A sharp fall, which
+// costs a scaler nothing, becomes a sharp rise, which it must meet within a cold start.
+func (sc *Scenario) Reverse() {
+	first, last := time.Duration(math.MaxInt64), time.Duration(0)
+	for _, svc := range sc.Services {
+		if n := len(svc.Requests); n > 0 {
+			first, last = min(first, svc.Requests[0].At), max(last, svc.Requests[n-1].At)
+		}
+	}
+	for _, svc := range sc.Services {
+		reqs := svc.Requests
+		slices.Reverse(reqs)
+		for i := range reqs {
+			reqs[i].At = first + last - reqs[i].At
+		}
+	}
 }
 
 // kedaDefaults is a ScaledObject left at KEDA's defaults, with the HPA

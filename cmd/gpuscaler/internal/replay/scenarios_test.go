@@ -1,9 +1,12 @@
 package replay
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 )
 
 // TestTargetWaitSweep: the sweep runs from 10 ms to 10 min, twelve settings a decade
@@ -23,5 +26,26 @@ func TestTargetWaitSweep(t *testing.T) {
 		if !slices.Contains(ws, want) {
 			t.Errorf("sweep %v lacks %s", ws, want)
 		}
+	}
+}
+
+// TestReverse: a request d before the last arrives d after the first, in arrival order,
+// with its own service time, across services; played backwards twice, the scenario is
+// what it was.
+func TestReverse(t *testing.T) {
+	s := time.Second
+	sc := &Scenario{Services: []inference.Service{
+		{Name: "a", Requests: []inference.Request{{At: 10 * s, Service: 1 * s}, {At: 12 * s, Service: 2 * s}, {At: 40 * s, Service: 3 * s}}},
+		{Name: "b", Requests: []inference.Request{{At: 20 * s, Service: 4 * s}, {At: 50 * s, Service: 5 * s}}},
+	}}
+	orig := fmt.Sprint(sc.Services)
+	sc.Reverse()
+	want := "[{a [{20s 3s} {48s 2s} {50s 1s}]} {b [{10s 5s} {40s 4s}]}]"
+	if got := fmt.Sprint(sc.Services); got != want {
+		t.Errorf("reversed: %s, want %s", got, want)
+	}
+	sc.Reverse()
+	if got := fmt.Sprint(sc.Services); got != orig {
+		t.Errorf("reversed twice: %s, want %s", got, orig)
 	}
 }
