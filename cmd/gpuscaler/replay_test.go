@@ -56,21 +56,14 @@ func TestReplayCommand(t *testing.T) {
 			if !strings.Contains(stderr.String(), "replay: 100%") {
 				t.Errorf("stderr shows no progress:\n%s", stderr.String())
 			}
-			var got map[string]any
-			data, err := os.ReadFile(jsonPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(data, &got); err != nil {
-				t.Fatal(err)
-			}
+			got := readJSONObject(t, jsonPath)
 			count := "requests"
 			if tc.format == "openb" {
 				count = "jobs"
 			}
 			for _, k := range []string{"trace", count, "policies", "frontiers", "targets"} {
 				if _, ok := got[k]; !ok {
-					t.Errorf("JSON lacks %q: %s", k, data)
+					t.Errorf("JSON lacks %q: %v", k, got)
 				}
 			}
 			policies, _ := got["policies"].([]any)
@@ -170,14 +163,7 @@ func TestReplayReverse(t *testing.T) {
 		if got := strings.Contains(stdout.String(), "(played backwards)"); got != reverse {
 			t.Errorf("--reverse=%v: says it played backwards: %v\n%s", reverse, got, stdout.String())
 		}
-		var got map[string]any
-		data, err := os.ReadFile(jsonPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(data, &got); err != nil {
-			t.Fatal(err)
-		}
+		got := readJSONObject(t, jsonPath)
 		if r, _ := got["reversed"].(bool); r != reverse {
 			t.Errorf("--reverse=%v: JSON reversed is %v", reverse, got["reversed"])
 		}
@@ -189,4 +175,18 @@ func TestReplayReverse(t *testing.T) {
 	if fmt.Sprint(outputs[false]["policies"]) == fmt.Sprint(outputs[true]["policies"]) {
 		t.Error("backwards gave the same policies' results as forwards: was it reversed?")
 	}
+}
+
+// readJSONObject reads the JSON object in the file at path.
+func readJSONObject(t *testing.T, path string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return got
 }
