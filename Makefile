@@ -119,7 +119,7 @@ TRACES ?= ../shared/testdata/traces
 REPLAY_OUT ?= replay-out
 
 .PHONY: replay
-replay: build ## replay GenTD26, the dense LLM hours (Azure, Mooncake; service model ×0.5, ×1, ×2) and openb through every policy: tables here, JSON and charts in REPLAY_OUT; then the dense hours' targets over seeds 1-3 (about a minute)
+replay: build ## replay GenTD26, the dense LLM hours (Azure, Mooncake; service model ×0.5, ×1, ×2) and openb through every policy: tables here, JSON and charts in REPLAY_OUT; then the dense hours' targets over seeds 1-3, forwards and played backwards (about two minutes)
 	@mkdir -p $(REPLAY_OUT)
 	./bin/gpuscaler replay --format gentd26 --trace $(TRACES)/gentd26-lora-requests-2024-11-15_27.csv \
 	  --json $(REPLAY_OUT)/gentd26.json --chart $(REPLAY_OUT)/gentd26.svg
@@ -134,6 +134,8 @@ replay: build ## replay GenTD26, the dense LLM hours (Azure, Mooncake; service m
 	  --json $(REPLAY_OUT)/openb.json --chart $(REPLAY_OUT)/openb.svg
 	@echo; echo "== the dense hours' targets (issue 26), seeds 1-3"
 	python3 hack/replay-matrix.py --out $(REPLAY_OUT)/matrix ./bin/gpuscaler $(TRACES)
+	@echo; echo "== the same, the hours played backwards (held out: nothing was tuned on them)"
+	python3 hack/replay-matrix.py --reverse --out $(REPLAY_OUT)/matrix-reverse ./bin/gpuscaler $(TRACES)
 
 .PHONY: replay-smoke
 replay-smoke: build ## replay a short slice of each trace, as CI does: the command, its JSON and charts work on real data (seconds)
