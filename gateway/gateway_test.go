@@ -392,14 +392,25 @@ func TestConcurrencyHoldsWhatExceedsIt(t *testing.T) {
 	}
 }
 
+// sendToRefusingEndpoint starts a gateway with route llm, its Service's one ready
+// endpoint at a free port nothing listens on (route holds the route's other fields,
+// such as "holdTimeout: 1m, concurrency: 2"), and POSTs body to it; it returns once the
+// gateway has been refused and dials again. It returns the gateway, the endpoint's
+// address and the request's outcome to come.
+func sendToRefusingEndpoint(t *testing.T, route, body string) (*testGateway, string, <-chan outcome) {
+	t.Helper()
+	addr := testkit.FreeAddr(t)
+	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, "+route+"}\n", Config{})
+	tg.setSlice(t, "llm-server", addr, true)
+	res := send(t.Context(), "POST", tg.URL+"/v1/chat", body, nil)
+	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	return tg, addr, res
+}
+
 // TestDialRefusedIsRetried: an endpoint reported ready whose server does not listen
 // yet; the request goes through once it does, within the hold timeout.
 func TestDialRefusedIsRetried(t *testing.T) {
-	addr := testkit.FreeAddr(t)
-	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 1m, concurrency: 2}\n", Config{})
-	tg.setSlice(t, "llm-server", addr, true)
-	res := send(t.Context(), "POST", tg.URL+"/v1/chat", "resent", nil)
-	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	_, addr, res := sendToRefusingEndpoint(t, "holdTimeout: 1m, concurrency: 2", "resent")
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)

@@ -205,7 +205,7 @@ func (s *routeState) acquire(ctx context.Context, n int64, deadline time.Time, l
 	return s.hold(ctx, n, deadline, lim, onHold, false)
 }
 
-// hold is acquire, the request held first in line when first is set.
+// hold is acquire, the request held at the head of the line when first is set.
 func (s *routeState) hold(ctx context.Context, n int64, deadline time.Time, lim holdLimits, onHold func(int), first bool) (string, error) {
 	s.mu.Lock()
 	if s.waiters.Len() == 0 || first {

@@ -277,8 +277,8 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 //     connection, and a stream lost mid-work would be sent again.
 //
 // When the endpoint it went to has meanwhile left the route's ready endpoints, the
-// request goes back to the hold instead (first in line), and on to a replica that
-// takes it or to the hold's usual end: its timeout, or its client gone.
+// request goes back to the hold instead (at the head of the line), and on to a replica
+// that takes it or to the hold's usual end: its timeout, or its client gone.
 type retryTransport struct {
 	log   *slog.Logger
 	base  http.RoundTripper

@@ -30,26 +30,37 @@ type closingBackend struct {
 
 func newClosingBackend(t *testing.T) *closingBackend {
 	t.Helper()
+	b := &closingBackend{}
+	b.addr = serveRaw(t, b.serve)
+	return b
+}
+
+// serveRaw listens on a loopback port until the test ends, has serve handle each
+// connection in a goroutine of its own (and close it), and returns the address: a
+// backend whose every byte on the wire the test writes.
+func serveRaw(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lis.Close() })
-	b := &closingBackend{addr: lis.Addr().String()}
 	go func() {
 		for {
 			conn, err := lis.Accept()
 			if err != nil {
 				return
 			}
-			go b.serve(conn)
+			go func() {
+				defer conn.Close()
+				serve(conn)
+			}()
 		}
 	}()
-	return b
+	return lis.Addr().String()
 }
 
 func (b *closingBackend) serve(conn net.Conn) {
-	defer conn.Close()
 	br := bufio.NewReader(conn)
 	req, err := http.ReadRequest(br)
 	if err != nil {
@@ -114,12 +125,8 @@ func TestIdleConnectionClosedByTheServerIsResent(t *testing.T) {
 // the request goes back to the hold and on to the replica that is ready now, rather
 // than dial the gone one until its hold timeout.
 func TestGoneEndpointGivesTheRequestBackToTheHold(t *testing.T) {
-	gone := testkit.FreeAddr(t)
 	b := echo(t, nil)
-	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 1m, concurrency: 2}\n", Config{})
-	tg.setSlice(t, "llm-server", gone, true)
-	res := send(t.Context(), "POST", tg.URL+"/v1/chat", "moved", nil)
-	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	tg, _, res := sendToRefusingEndpoint(t, "holdTimeout: 1m, concurrency: 2", "moved")
 	tg.setSlice(t, "llm-server", strings.TrimPrefix(b.URL, "http://"), true)
 	if o := wait(t, res); o.resp.StatusCode != 200 || o.body != "POST /v1/chat moved" {
 		t.Fatalf("got %d %q, want 200 from the ready endpoint", o.resp.StatusCode, o.body)
@@ -144,11 +151,7 @@ func TestGoneEndpointGivesTheRequestBackToTheHold(t *testing.T) {
 // the request ends at its hold timeout as any held request does: 503 hold-timeout, not
 // 502, and the endpoint it held is released.
 func TestGoneEndpointAndNoneReadyTimesOut(t *testing.T) {
-	gone := testkit.FreeAddr(t)
-	tg := startGateway(t, "routes:\n- {name: llm, service: {name: llm-server, port: 8000}, queue: llm, holdTimeout: 300ms, concurrency: 1}\n", Config{})
-	tg.setSlice(t, "llm-server", gone, true)
-	res := send(t.Context(), "POST", tg.URL+"/v1/chat", "late", nil)
-	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tg.log.String(), "connection refused; dialling again") })
+	tg, gone, res := sendToRefusingEndpoint(t, "holdTimeout: 300ms, concurrency: 1", "late")
 	tg.setSlice(t, "llm-server", gone, false)
 	wantError(t, wait(t, res), 503, ReasonHoldTimeout, true, "had no ready replica within 300ms")
 	if st := tg.routing.Load().states["llm"]; st != nil {
@@ -173,40 +176,28 @@ type breakingBackend struct {
 
 func newBreakingBackend(t *testing.T, partial bool) *breakingBackend {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	b := &breakingBackend{addr: lis.Addr().String(), partial: partial}
-	go func() {
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				br := bufio.NewReader(conn)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(req.Body)
-					if string(body) == "break" {
-						b.got.Add(1)
-						if b.partial {
-							fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Le")
-						}
-						return
-					}
-					fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				}
-			}()
-		}
-	}()
+	b := &breakingBackend{partial: partial}
+	b.addr = serveRaw(t, b.serve)
 	return b
+}
+
+func (b *breakingBackend) serve(conn net.Conn) {
+	br := bufio.NewReader(conn)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		if string(body) == "break" {
+			b.got.Add(1)
+			if b.partial {
+				fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Le")
+			}
+			return
+		}
+		fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
 }
 
 // TestARequestThatBreaksItsServerIsSentTwiceAtMost: a request that closes its
