@@ -276,6 +276,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		Stale:              q.live == 0,
 		ArrivalRate:        q.demand.Arrivals,
 		ServiceSeconds:     q.demand.Service,
+		ArrivalDispersion:  q.demand.Dispersion,
 		MeasuringProducers: int32(q.measuring),
 		ColdStart:          q.producerColdStart().proto(),
 	}

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -101,4 +102,40 @@ func TestMeasuredProducersAdd(t *testing.T) {
 		t.Errorf("service %g s, want %g", q.GetServiceSeconds(), want)
 	}
 	wantReason(t, ex, "measured by 1 of its 2 live producers")
+}
+
+// TestBatchedArrivals: a measuring producer whose items arrive in batches (dispersion
+// 9) gets, at a targetWait too short for the slots to start the batch-mates in turn,
+// the slots the batch-mates ahead of each item need beyond what the same traffic
+// arriving at random gets; the explanation shows the dispersion and says why.
+func TestBatchedArrivals(t *testing.T) {
+	md := map[string]string{"queue": "q", "targetWait": "100ms", "concurrency": "2"}
+	value := func(dispersion float64) (float64, *gpuscalerv1.Explanation) {
+		t0 := time.Unix(1_700_000_000, 0)
+		s := NewState(func() time.Time { return t0 })
+		r := measuredReport("gw", 1)
+		r.Traffic.ArrivalDispersion = dispersion
+		s.Apply(gpuscalerv1.Event{Queue: r}, t0)
+		srv := NewLocalServer(s)
+		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+	}
+	random, _ := value(1)
+	batched, ex := value(9)
+	// Batches of about 9 put 4 batch-mates ahead of an item; at 2 arrivals a second,
+	// 0.2 of them start within 100 ms: 3.8 slots, 1.9 replicas of 2 slots.
+	if d := batched - random; math.Abs(d-1.9) > 1e-9 {
+		t.Errorf("queue-demand %g in batches, %g at random: %g more, want 1.9", batched, random, d)
+	}
+	if got := ex.GetQueue().GetArrivalDispersion(); got != 9 {
+		t.Errorf("explanation's dispersion %g, want the producer's 9", got)
+	}
+	wantReason(t, ex, "1.9 are for items that arrive together (dispersion 9)")
 }

@@ -343,7 +343,11 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				case m > 0:
 					source = fmt.Sprintf("measured by %d of %d live producers, estimated for the others from differences between reports", m, live)
 				}
-				fmt.Fprintf(w, "  arrivals %.3g/s, service time %s: %s\n", q.GetArrivalRate(), service, source)
+				dispersion := "unknown"
+				if d := q.GetArrivalDispersion(); d > 0 {
+					dispersion = fmt.Sprintf("%.3g", d)
+				}
+				fmt.Fprintf(w, "  arrivals %.3g/s (dispersion %s), service time %s: %s\n", q.GetArrivalRate(), dispersion, service, source)
 				fmt.Fprintf(w, "  cold start %s\n", q.GetColdStart().Describe())
 			}
 		}

@@ -47,10 +47,13 @@ func Horizon(coldStart time.Duration) time.Duration {
 type Need struct {
 	// Replicas is the metric: Serving plus Draining, at most Most.
 	Replicas float64
-	// Serving is the replicas that serve the arrivals; Draining those that start the
-	// items waiting now; Most the replicas that would give every item in flight,
-	// waiting or expected over the horizon a slot of its own.
+	// Serving is the replicas that serve the arrivals, Batched among them; Draining
+	// those that start the items waiting now; Most the replicas that would give every
+	// item in flight, waiting or expected over the horizon a slot of its own.
 	Serving, Draining, Most float64
+	// Batched is the part of Serving for items that arrive together: the slots their
+	// batch-mates ahead of them need at once (BatchSlots), over concurrency.
+	Batched float64
 	// Horizon is how far ahead the metric looked (see Horizon).
 	Horizon time.Duration
 	// Backlog says the service time is unknown and the metric is the backlog over
@@ -79,7 +82,9 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys headroom above
 //     λS for the randomness of arrivals, so no arrival waits for a cold start; a long
 //     one lets a queue stand rather than ask for a replica at every fluctuation, which
-//     the HPA would hold for its 5-minute scale-down window.
+//     the HPA would hold for its 5-minute scale-down window. Erlang's arrivals come
+//     one at a time; items that arrive together (a dispersion D above 1) each find
+//     their batch-mates ahead of them, and BatchSlots more slots start those.
 //
 // The sum, over c, is at most the items in flight, waiting and expected over the
 // horizon, λH, over c: a slot each. The arrival rate is the minute's, never a burst's
@@ -101,12 +106,28 @@ func Demand(in Inputs) Need {
 	}
 	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
 	n := Need{Horizon: h,
-		Serving:  ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c),
+		Batched:  BatchSlots(e.Dispersion, e.Arrivals, t) / float64(c),
 		Draining: in.Waiting * min(s, t+hs) / (t + hs) / float64(c),
 		Most:     (in.InFlight + in.Waiting + e.Arrivals*hs) / float64(c),
 	}
+	n.Serving = ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c) + n.Batched
 	n.Replicas = min(n.Serving+n.Draining, n.Most)
 	return n
+}
+
+// BatchSlots returns the slots, beyond Erlang's, that items arriving together need to
+// start within wait: an item that arrives in a batch finds the batch-mates that arrived
+// with it ahead of it, (d − 1)/2 of them on average (d being the arrivals' index of
+// dispersion, Estimate.Dispersion, which for batches arriving at random is the mean
+// batch an item arrives in, E[X²]/E[X]), and each needs a slot at once beyond the
+// λ·wait items the slots start within wait, as many as arrive. It is 0 for arrivals at
+// random (d ≤ 1), and falls to 0 once wait is long enough to start the batch-mates
+// in turn.
+func BatchSlots(d, arrivals, wait float64) float64 {
+	if !(d > 1) {
+		return 0
+	}
+	return max(0, (d-1)/2-arrivals*wait)
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

@@ -242,3 +242,46 @@ func TestRateOverAMinute(t *testing.T) {
 		t.Errorf("rate over a minute = %g, want %g", e.Arrivals, want)
 	}
 }
+
+// TestBatchSlots by hand: items arriving in batches of 21 (dispersion 21) find 10
+// batch-mates ahead of them on average. At 2 items a second, the slots start 2 of them
+// a second in turn: within 2 s, 4, leaving 6 that need a slot at once; within 5 s, all
+// of them. Arrivals at random, or smoother, or of an unknown dispersion, need none.
+func TestBatchSlots(t *testing.T) {
+	for _, tc := range []struct{ d, arrivals, wait, want float64 }{
+		{21, 2, 0, 10},
+		{21, 2, 2, 6},
+		{21, 2, 5, 0},
+		{21, 2, 60, 0},
+		{1, 2, 0, 0},
+		{0.5, 2, 0, 0},
+		{0, 2, 0, 0},
+		{math.NaN(), 2, 0, 0},
+	} {
+		if got := BatchSlots(tc.d, tc.arrivals, tc.wait); got != tc.want {
+			t.Errorf("BatchSlots(d=%g, λ=%g, wait=%g) = %g, want %g", tc.d, tc.arrivals, tc.wait, got, tc.want)
+		}
+	}
+}
+
+// TestDemandBatched: arrivals in batches add BatchSlots over the concurrency to what
+// Erlang's formula asks for arrivals at random, and nothing once targetWait starts the
+// batch-mates in turn; a dispersion of 1 is Erlang's answer, as an unknown one is.
+func TestDemandBatched(t *testing.T) {
+	in := Inputs{Traffic: Estimate{Arrivals: 3, Service: 13}, Concurrency: 8, TargetWait: 10 * time.Millisecond}
+	random := Demand(in)
+	in.Traffic.Dispersion = 1
+	if n := Demand(in); n != random || n.Batched != 0 {
+		t.Errorf("dispersion 1: %+v, want %+v, as for an unknown dispersion", n, random)
+	}
+	in.Traffic.Dispersion = 9
+	n := Demand(in)
+	want := BatchSlots(9, 3, 0.01) / 8
+	if math.Abs(n.Batched-want) > 1e-12 || math.Abs(n.Serving-random.Serving-want) > 1e-12 || n.Replicas != n.Serving+n.Draining {
+		t.Errorf("batches of about 9: %+v, want Erlang's %g plus %g", n, random.Serving, want)
+	}
+	in.TargetWait = 2 * time.Second
+	if n := Demand(in); n.Batched != 0 {
+		t.Errorf("targetWait 2s: batched %g, want 0: the slots start 6 items within it, the 4 batch-mates ahead included", n.Batched)
+	}
+}

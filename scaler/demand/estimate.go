@@ -13,6 +13,12 @@ import (
 // rate; a burst shows at once in the items waiting, which the metric drains.
 const Window = time.Minute
 
+// DispersionWindow is the time constant of a queue's dispersion (Estimate.Dispersion):
+// how its items arrive, at random or in batches, is a property of their source, not of
+// the traffic's level, so it is averaged over ten minutes, 600 report intervals of a
+// second.
+const DispersionWindow = 10 * time.Minute
+
 // Estimate is a queue's traffic, or one producer's share of it, folded in interval by
 // interval (Fold). Where the producer measures (queue.Reporter does), it folds its own
 // exact figures and publishes the result in every report (QueueTraffic), so every scaler
@@ -31,6 +37,19 @@ type Estimate struct {
 	// completions. Zero until an item is seen to finish. It is kept while the queue is
 	// idle: it is a property of the work, not of the traffic.
 	Service float64
+	// Dispersion is the index of dispersion of the arrivals over the intervals they are
+	// counted in (a producer's report interval, a second by default): the variance of
+	// an interval's arrivals over their mean, over DispersionWindow. It is 1 for items
+	// that arrive at random (a Poisson process) and, for batches arriving at random,
+	// the mean batch an item arrives in (E[X²]/E[X]); 0 until the rate has been
+	// learned (foldDispersion).
+	Dispersion float64
+
+	// What Dispersion is the ratio of, both over DispersionWindow: the squared
+	// deviation of an interval's arrivals from the arrival rate's, over its length
+	// (spread), and the arrival rate (level); and the seconds folded in, over which
+	// Arrivals has learned the rate.
+	spread, level, age float64
 }
 
 // Interval is what happened to a queue, or to a producer's share of it, over one
@@ -62,12 +81,37 @@ func (e Estimate) Fold(iv Interval) Estimate {
 	return e
 }
 
-// foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
-// completions and service alone.
+// foldArrivals folds arrivals and drops over secs seconds into e's rates and
+// dispersion, leaving completions and service alone.
 func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
+	arrivals = max(arrivals, 0)
+	e = e.foldDispersion(secs, arrivals)
 	alpha := -math.Expm1(-secs / Window.Seconds())
-	e.Arrivals += alpha * (max(arrivals, 0)/secs - e.Arrivals)
+	e.Arrivals += alpha * (arrivals/secs - e.Arrivals)
 	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
+	return e
+}
+
+// foldDispersion folds an interval of secs seconds that counted arrivals into e's
+// dispersion, before the interval is folded into the arrival rate. Of items arriving at
+// rate λ with index of dispersion D, an interval ℓ long counts n arrivals with variance
+// Dλℓ, so (n − λℓ)²/ℓ has mean Dλ whatever the length (a wake-up report's short
+// interval weighs in little), and D is its average over the average rate. λ is the
+// minute's arrival rate, so the rate's own rises and falls, which it follows, are not
+// read as dispersion. Counted from nothing, λ has gathered the weight
+// 1 − e^(−age/Window) and is divided by it; intervals are folded in once that is at
+// least a half (after 42 s), when no one early interval weighs much in it.
+func (e Estimate) foldDispersion(secs, arrivals float64) Estimate {
+	if learned := -math.Expm1(-e.age / Window.Seconds()); learned >= 0.5 && e.Arrivals > 0 {
+		beta := -math.Expm1(-secs / DispersionWindow.Seconds())
+		dev := arrivals - e.Arrivals/learned*secs
+		e.spread += beta * (dev*dev/secs - e.spread)
+		e.level += beta * (arrivals/secs - e.level)
+		if e.level > 0 {
+			e.Dispersion = e.spread / e.level
+		}
+	}
+	e.age += secs
 	return e
 }
 
@@ -106,7 +150,9 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // known. Each producer's own S weighs in, not its items in flight: S is kept while a
 // producer's completions fade (items in flight, none finishing), where in flight over
 // completions would grow without bound, and a producer that knows no S yet adds
-// nothing to the others'.
+// nothing to the others'. The dispersion is the known ones' weighed by their arrival
+// rates, as the variances of independent arrivals add; while neither has arrivals,
+// the larger known.
 func (e Estimate) Add(o Estimate) Estimate {
 	s := Estimate{
 		Arrivals:    e.Arrivals + o.Arrivals,
@@ -115,15 +161,23 @@ func (e Estimate) Add(o Estimate) Estimate {
 		Dropped:     e.Dropped + o.Dropped,
 		Service:     max(e.Service, o.Service),
 	}
-	var weight, weighed float64
+	var weight, weighed, rate, variance float64
 	for _, x := range []Estimate{e, o} {
 		if x.Service > 0 && x.Completions > 0 {
 			weight += x.Completions
 			weighed += x.Completions * x.Service
 		}
+		if x.Dispersion > 0 {
+			s.Dispersion = max(s.Dispersion, x.Dispersion)
+			rate += x.Arrivals
+			variance += x.Dispersion * x.Arrivals
+		}
 	}
 	if weight > 0 {
 		s.Service = weighed / weight
+	}
+	if rate > 0 {
+		s.Dispersion = variance / rate
 	}
 	return s
 }
@@ -164,9 +218,9 @@ func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.Queu
 }
 
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
-// above gpuscalerv1.MaxTrafficRate and a service time above
-// gpuscalerv1.MaxServiceSeconds are reported at those bounds, and a figure that is not
-// a number as 0, so the report stays valid. It does not allocate.
+// above gpuscalerv1.MaxTrafficRate, a service time above gpuscalerv1.MaxServiceSeconds
+// and a dispersion above gpuscalerv1.MaxDispersion are reported at those bounds, and a
+// figure that is not a number as 0, so the report stays valid. It does not allocate.
 func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.ArrivalsTotal = totals.Arrivals
 	dst.CompletionsTotal = totals.Completions
@@ -176,6 +230,7 @@ func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.CompletionRate = bounded(e.Completions, gpuscalerv1.MaxTrafficRate)
 	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
 	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
+	dst.ArrivalDispersion = bounded(e.Dispersion, gpuscalerv1.MaxDispersion)
 }
 
 // bounded returns v within 0 to hi; 0 for NaN.
@@ -193,9 +248,10 @@ func bounded(v, hi float64) float64 {
 // service time must not pull the others' towards 0.
 func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 	e := Estimate{
-		Arrivals: t.GetArrivalRate(),
-		Dropped:  t.GetDropRate(),
-		Service:  t.GetServiceSeconds(),
+		Arrivals:   t.GetArrivalRate(),
+		Dropped:    t.GetDropRate(),
+		Service:    t.GetServiceSeconds(),
+		Dispersion: t.GetArrivalDispersion(),
 	}
 	if e.Service > 0 {
 		e.Completions = t.GetCompletionRate()

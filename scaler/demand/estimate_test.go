@@ -2,6 +2,7 @@ package demand
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -71,8 +72,9 @@ func TestTrafficRoundTrip(t *testing.T) {
 		t.Errorf("totals %v, want %+v", &tr, totals)
 	}
 	got := FromTraffic(&tr)
-	if got.Arrivals != e.Arrivals || got.Completions != e.Completions || got.Dropped != e.Dropped || got.Service != e.Service {
-		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates and service time of %+v", got, e)
+	if got.Arrivals != e.Arrivals || got.Completions != e.Completions || got.Dropped != e.Dropped || got.Service != e.Service ||
+		got.Dispersion != e.Dispersion || e.Dispersion == 0 {
+		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates, service time and dispersion of %+v", got, e)
 	}
 	if math.Abs(got.Service-4) > 1e-9 {
 		t.Errorf("service time = %g s, want 8 busy seconds over 2 completions a second, 4", got.Service)
@@ -83,10 +85,14 @@ func TestTrafficRoundTrip(t *testing.T) {
 // bounds, so a producer's report is never dropped as invalid.
 func TestTrafficStaysValid(t *testing.T) {
 	var tr gpuscalerv1.QueueTraffic
-	Estimate{Arrivals: 1e300, Completions: math.Inf(1), Dropped: -1, Service: 1e20}.Traffic(Totals{Busy: -3}, &tr)
+	Estimate{Arrivals: 1e300, Completions: math.Inf(1), Dropped: -1, Service: 1e20, Dispersion: math.Inf(1)}.Traffic(Totals{Busy: -3}, &tr)
 	r := &gpuscalerv1.QueueReport{Namespace: "ml", Queue: "q", ProducerId: "p", Traffic: &tr}
 	if err := r.Validate(); err != nil {
 		t.Fatalf("Traffic made an invalid report: %v", err)
+	}
+	Estimate{Dispersion: math.NaN()}.Traffic(Totals{}, &tr)
+	if err := r.Validate(); err != nil || tr.GetArrivalDispersion() != 0 {
+		t.Fatalf("a dispersion that is not a number: reported %g (%v), want 0", tr.GetArrivalDispersion(), err)
 	}
 }
 
@@ -148,5 +154,97 @@ func TestAddKeepsEachServiceTime(t *testing.T) {
 	a, b := Estimate{Completions: 1, InFlight: 2, Service: 2}, Estimate{Completions: 3, InFlight: 18, Service: 6}
 	if s := a.Add(b); math.Abs(s.Service-5) > 1e-12 {
 		t.Errorf("service %g s, want (1·2 + 3·6)/4 = 5", s.Service)
+	}
+}
+
+// arrivalsIn counts the arrivals of a Poisson process of rate batches a second, each
+// batch batch items, in an interval secs long.
+func arrivalsIn(r *rand.Rand, rate, secs float64, batch int) float64 {
+	n := 0
+	for x := r.ExpFloat64() / rate; x < secs; x += r.ExpFloat64() / rate {
+		n += batch
+	}
+	return float64(n)
+}
+
+// TestDispersion: the index of dispersion, measured over report intervals of a second,
+// or of any length from 0.1 s to 3 s (the sum of squared deviations weighs each
+// interval by its length), is 1 for items arriving at random and the batch, 10, for
+// batches of 10 arriving at random; it is unknown (0) until the first 42 s.
+func TestDispersion(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rate         float64 // batches a second
+		batch        int
+		randomLength bool
+		want         float64
+	}{
+		{"at random, 1 s intervals", 3, 1, false, 1},
+		{"at random, intervals of 0.1-3 s", 3, 1, true, 1},
+		{"batches of 10, 1 s intervals", 0.3, 10, false, 10},
+		{"batches of 10, intervals of 0.1-3 s", 0.3, 10, true, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			var e Estimate
+			for elapsed := 0.0; elapsed < 3600; {
+				secs := 1.0
+				if tc.randomLength {
+					secs = 0.1 + 2.9*r.Float64()
+				}
+				e = e.Fold(Interval{Length: time.Duration(secs * float64(time.Second)), Arrivals: arrivalsIn(r, tc.rate, secs, tc.batch)})
+				elapsed += secs
+				if elapsed < 40 && e.Dispersion != 0 {
+					t.Fatalf("dispersion %g after %.0f s, want 0 (unknown) while the rate is learned", e.Dispersion, elapsed)
+				}
+			}
+			if math.Abs(e.Dispersion-tc.want) > 0.15*tc.want {
+				t.Errorf("dispersion = %.3g, want %g within 15%%", e.Dispersion, tc.want)
+			}
+		})
+	}
+}
+
+// TestDispersionFollowsTheRate: a rate that rises from 1 to 10 items a second over ten
+// minutes and falls back is the arrival rate's to follow, not dispersion; nor does a
+// first report that counts one arrival in no time at all (a Reporter woken at once by
+// its first item) spoil it, as it did when the rate was learned from it.
+func TestDispersionFollowsTheRate(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	e := Estimate{}.Fold(Interval{Arrivals: 1})
+	for i := range 2400 {
+		var rate float64
+		switch {
+		case i < 600:
+			rate = 1 + 9*float64(i)/600
+		case i < 1200:
+			rate = 10
+		case i < 1800:
+			rate = 10 - 9*float64(i-1200)/600
+		default:
+			rate = 1
+		}
+		e = e.Fold(Interval{Length: time.Second, Arrivals: arrivalsIn(r, rate, 1, 1)})
+		if i > 120 && (e.Dispersion < 0.8 || e.Dispersion > 1.3) {
+			t.Fatalf("second %d, rate %.1f a second: dispersion %.3g, want about 1", i, rate, e.Dispersion)
+		}
+	}
+}
+
+// TestAddDispersion: the variances of two producers' arrivals add, so their
+// dispersions weigh in by their arrival rates; one that does not know its own adds
+// nothing to the other's.
+func TestAddDispersion(t *testing.T) {
+	a := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 3, ArrivalDispersion: 1})
+	b := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 1, ArrivalDispersion: 9})
+	if s := a.Add(b); math.Abs(s.Dispersion-3) > 1e-12 {
+		t.Errorf("dispersion %g, want (3·1 + 1·9)/4 = 3", s.Dispersion)
+	}
+	if s := b.Add(FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalRate: 5})); s.Dispersion != 9 {
+		t.Errorf("with a producer that does not know its dispersion: %g, want 9", s.Dispersion)
+	}
+	idle := FromTraffic(&gpuscalerv1.QueueTraffic{ArrivalDispersion: 4})
+	if s := idle.Add(Estimate{}); s.Dispersion != 4 {
+		t.Errorf("an idle producer's dispersion alone: %g, want 4", s.Dispersion)
 	}
 }

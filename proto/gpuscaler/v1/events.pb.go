@@ -1074,8 +1074,15 @@ type QueueTraffic struct {
 	CompletionRate float64 `protobuf:"fixed64,6,opt,name=completion_rate,json=completionRate,proto3" json:"completion_rate,omitempty"`
 	DropRate       float64 `protobuf:"fixed64,7,opt,name=drop_rate,json=dropRate,proto3" json:"drop_rate,omitempty"`
 	ServiceSeconds float64 `protobuf:"fixed64,8,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The index of dispersion of the arrivals over the producer's report intervals, over
+	// ten minutes (scaler/demand: DispersionWindow): the variance of an interval's
+	// arrivals over their mean. 1 for items arriving at random, about the mean batch for
+	// items arriving in batches; 0 while unknown. The scaler gives arrivals in batches
+	// the headroom of their peakedness (docs/triggers.md). Finite, not negative, at most
+	// MaxDispersion.
+	ArrivalDispersion float64 `protobuf:"fixed64,9,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueTraffic) Reset() {
@@ -1160,6 +1167,13 @@ func (x *QueueTraffic) GetDropRate() float64 {
 func (x *QueueTraffic) GetServiceSeconds() float64 {
 	if x != nil {
 		return x.ServiceSeconds
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetArrivalDispersion() float64 {
+	if x != nil {
+		return x.ArrivalDispersion
 	}
 	return 0
 }
@@ -1284,7 +1298,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\astopped\x18\n" +
 	" \x01(\bR\astopped\x124\n" +
 	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
-	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xc7\x02\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xf6\x02\n" +
 	"\fQueueTraffic\x12%\n" +
 	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
 	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
@@ -1293,7 +1307,8 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\farrival_rate\x18\x05 \x01(\x01R\varrivalRate\x12'\n" +
 	"\x0fcompletion_rate\x18\x06 \x01(\x01R\x0ecompletionRate\x12\x1b\n" +
 	"\tdrop_rate\x18\a \x01(\x01R\bdropRate\x12'\n" +
-	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSeconds\x12-\n" +
+	"\x12arrival_dispersion\x18\t \x01(\x01R\x11arrivalDispersionB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once

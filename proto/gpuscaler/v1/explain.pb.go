@@ -432,9 +432,13 @@ type QueueStatus struct {
 	// explanation of a targetWait trigger, the figure its metric used and where it came
 	// from (the trigger's coldStart, its producers, or the collectors of its selected
 	// pods); elsewhere, the largest its live producers measured. Unset when none is known.
-	ColdStart     *ColdStart `protobuf:"bytes,16,opt,name=cold_start,json=coldStart,proto3" json:"cold_start,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ColdStart *ColdStart `protobuf:"bytes,16,opt,name=cold_start,json=coldStart,proto3" json:"cold_start,omitempty"`
+	// The arrivals' index of dispersion over the producers' report intervals, over ten
+	// minutes: 1 for items arriving at random, about the mean batch for items arriving in
+	// batches, whose batch-mates the queue-demand metric gives slots; 0 while unknown.
+	ArrivalDispersion float64 `protobuf:"fixed64,17,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -563,6 +567,13 @@ func (x *QueueStatus) GetColdStart() *ColdStart {
 		return x.ColdStart
 	}
 	return nil
+}
+
+func (x *QueueStatus) GetArrivalDispersion() float64 {
+	if x != nil {
+		return x.ArrivalDispersion
+	}
+	return 0
 }
 
 // ColdStart is how long a new replica of a workload takes to serve, and whose figure it
@@ -1425,7 +1436,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xab\x04\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xda\x04\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1442,7 +1453,8 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\tproducers\x18\x0e \x03(\v2\x1c.gpuscaler.v1.ProducerStatusR\tproducers\x12/\n" +
 	"\x13measuring_producers\x18\x0f \x01(\x05R\x12measuringProducers\x126\n" +
 	"\n" +
-	"cold_start\x18\x10 \x01(\v2\x17.gpuscaler.v1.ColdStartR\tcoldStartJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"cold_start\x18\x10 \x01(\v2\x17.gpuscaler.v1.ColdStartR\tcoldStart\x12-\n" +
+	"\x12arrival_dispersion\x18\x11 \x01(\x01R\x11arrivalDispersionJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
 	"\"\x84\x01\n" +
 	"\tColdStart\x12\x18\n" +
 	"\aseconds\x18\x01 \x01(\x01R\aseconds\x12\x16\n" +

@@ -308,18 +308,20 @@ func (p *PodRef) validate() error {
 }
 
 // Bounds of a QueueReport's traffic. A billion items a second is far above what one
-// producer hands out, and a service time of 30 years far above any item's; beyond them a
+// producer hands out, a service time of 30 years far above any item's, and a dispersion
+// of a billion (batches of a billion items) far above any traffic's; beyond them a
 // figure is a broken or hostile producer, and read as one it would ask for replicas
 // without end.
 const (
 	MaxTrafficRate    = 1e9
 	MaxServiceSeconds = 1e9
+	MaxDispersion     = 1e9
 )
 
 // Validate reports whether r is a well-formed QueueReport: a valid namespace, queue name
 // and producer id, and, where it carries its traffic, figures that are finite, not
-// negative, rates of at most MaxTrafficRate a second and a service time of at most
-// MaxServiceSeconds.
+// negative, rates of at most MaxTrafficRate a second, a service time of at most
+// MaxServiceSeconds and a dispersion of at most MaxDispersion.
 func (r *QueueReport) Validate() error {
 	if err := ValidateNamespace(r.GetNamespace()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -350,6 +352,7 @@ func (t *QueueTraffic) validate() error {
 		{"completion_rate", t.GetCompletionRate(), MaxTrafficRate},
 		{"drop_rate", t.GetDropRate(), MaxTrafficRate},
 		{"service_seconds", t.GetServiceSeconds(), MaxServiceSeconds},
+		{"arrival_dispersion", t.GetArrivalDispersion(), MaxDispersion},
 	} {
 		if !(f.v >= 0 && f.v <= f.to) {
 			return fmt.Errorf("%s %v is outside 0–%g", f.name, f.v, f.to)
