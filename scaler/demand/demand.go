@@ -84,7 +84,8 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     one lets a queue stand rather than ask for a replica at every fluctuation, which
 //     the HPA would hold for its 5-minute scale-down window. Erlang's arrivals come
 //     one at a time; items that arrive together (a dispersion D above 1) each find
-//     their batch-mates ahead of them, and BatchSlots more slots start those.
+//     their batch-mates ahead of them, and BatchSlots more slots start those that
+//     Erlang's slots do not start within T.
 //
 // The sum, over c, is at most the items in flight, waiting and expected over the
 // horizon, λH, over c: a slot each. The arrival rate is the minute's, never a burst's
@@ -106,28 +107,30 @@ func Demand(in Inputs) Need {
 	}
 	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
 	n := Need{Horizon: h,
-		Batched:  BatchSlots(e.Dispersion, e.Arrivals, t) / float64(c),
+		Serving:  ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c),
 		Draining: in.Waiting * min(s, t+hs) / (t + hs) / float64(c),
 		Most:     (in.InFlight + in.Waiting + e.Arrivals*hs) / float64(c),
 	}
-	n.Serving = ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c) + n.Batched
+	n.Batched = BatchSlots(e.Dispersion, n.Serving*float64(c), s, t) / float64(c)
+	n.Serving += n.Batched
 	n.Replicas = min(n.Serving+n.Draining, n.Most)
 	return n
 }
 
-// BatchSlots returns the slots, beyond Erlang's, that items arriving together need to
-// start within wait: an item that arrives in a batch finds the batch-mates that arrived
-// with it ahead of it, (d − 1)/2 of them on average (d being the arrivals' index of
-// dispersion, Estimate.Dispersion, which for batches arriving at random is the mean
-// batch an item arrives in, E[X²]/E[X]), and each needs a slot at once beyond the
-// λ·wait items the slots start within wait, as many as arrive. It is 0 for arrivals at
-// random (d ≤ 1), and falls to 0 once wait is long enough to start the batch-mates
-// in turn.
-func BatchSlots(d, arrivals, wait float64) float64 {
+// BatchSlots returns the slots, beyond the m that Erlang's formula gives, that items
+// arriving together need for the batch-mates ahead of them to start within the wait:
+// an item that arrives in a batch finds (d − 1)/2 batch-mates ahead of it on average
+// (d being the arrivals' index of dispersion, Estimate.Dispersion, which for batches
+// arriving at random is the mean batch an item arrives in, E[X²]/E[X]). The m slots,
+// items service seconds long, start m·wait/service of them in turn within the wait;
+// the others need slots of their own, each starting max(1, wait/service) of them. It
+// is 0 for arrivals at random (d ≤ 1), and once the wait is long enough for the m
+// slots to start the batch-mates.
+func BatchSlots(d, m, service, wait float64) float64 {
 	if !(d > 1) {
 		return 0
 	}
-	return max(0, (d-1)/2-arrivals*wait)
+	return max(0, (d-1)/2-m*wait/service) / max(1, wait/service)
 }
 
 // tail is the share of arrivals allowed to wait longer than targetWait: it makes

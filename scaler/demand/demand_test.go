@@ -244,29 +244,35 @@ func TestRateOverAMinute(t *testing.T) {
 }
 
 // TestBatchSlots by hand: items arriving in batches of 21 (dispersion 21) find 10
-// batch-mates ahead of them on average. At 2 items a second, the slots start 2 of them
-// a second in turn: within 2 s, 4, leaving 6 that need a slot at once; within 5 s, all
-// of them. Arrivals at random, or smoother, or of an unknown dispersion, need none.
+// batch-mates ahead of them on average. 4 busy slots of items 2 s long start 2 of them
+// a second in turn: none at once, leaving 10 that need slots of their own; within 1 s,
+// 2, leaving 8; within 4 s, 8, and the 2 left need one slot, which starts 2 in that
+// time; within 5 s, all of them. With no slots busy, a wait of 100 s for items of 10 s
+// takes a slot for every 10 of them. Arrivals at random, or smoother, or of an unknown
+// dispersion, need none.
 func TestBatchSlots(t *testing.T) {
-	for _, tc := range []struct{ d, arrivals, wait, want float64 }{
-		{21, 2, 0, 10},
-		{21, 2, 2, 6},
-		{21, 2, 5, 0},
-		{21, 2, 60, 0},
-		{1, 2, 0, 0},
-		{0.5, 2, 0, 0},
-		{0, 2, 0, 0},
-		{math.NaN(), 2, 0, 0},
+	for _, tc := range []struct{ d, m, service, wait, want float64 }{
+		{21, 4, 2, 0, 10},
+		{21, 4, 2, 1, 8},
+		{21, 4, 2, 4, 1},
+		{21, 4, 2, 5, 0},
+		{21, 4, 2, 60, 0},
+		{21, 0, 10, 100, 1},
+		{1, 4, 2, 0, 0},
+		{0.5, 4, 2, 0, 0},
+		{0, 4, 2, 0, 0},
+		{math.NaN(), 4, 2, 0, 0},
 	} {
-		if got := BatchSlots(tc.d, tc.arrivals, tc.wait); got != tc.want {
-			t.Errorf("BatchSlots(d=%g, λ=%g, wait=%g) = %g, want %g", tc.d, tc.arrivals, tc.wait, got, tc.want)
+		if got := BatchSlots(tc.d, tc.m, tc.service, tc.wait); got != tc.want {
+			t.Errorf("BatchSlots(d=%g, m=%g, S=%g, wait=%g) = %g, want %g", tc.d, tc.m, tc.service, tc.wait, got, tc.want)
 		}
 	}
 }
 
-// TestDemandBatched: arrivals in batches add BatchSlots over the concurrency to what
-// Erlang's formula asks for arrivals at random, and nothing once targetWait starts the
-// batch-mates in turn; a dispersion of 1 is Erlang's answer, as an unknown one is.
+// TestDemandBatched: arrivals in batches add BatchSlots for Erlang's slots over the
+// concurrency to what Erlang's formula asks for arrivals at random, and nothing once
+// targetWait lets those slots start the batch-mates in turn; a dispersion of 1 is
+// Erlang's answer, as an unknown one is.
 func TestDemandBatched(t *testing.T) {
 	in := Inputs{Traffic: Estimate{Arrivals: 3, Service: 13}, Concurrency: 8, TargetWait: 10 * time.Millisecond}
 	random := Demand(in)
@@ -276,7 +282,7 @@ func TestDemandBatched(t *testing.T) {
 	}
 	in.Traffic.Dispersion = 9
 	n := Demand(in)
-	want := BatchSlots(9, 3, 0.01) / 8
+	want := BatchSlots(9, random.Serving*8, 13, 0.01) / 8
 	if math.Abs(n.Batched-want) > 1e-12 || math.Abs(n.Serving-random.Serving-want) > 1e-12 || n.Replicas != n.Serving+n.Draining {
 		t.Errorf("batches of about 9: %+v, want Erlang's %g plus %g", n, random.Serving, want)
 	}

@@ -19,6 +19,10 @@ const Window = time.Minute
 // second.
 const DispersionWindow = 10 * time.Minute
 
+// maxDispersionInterval is the longest interval whose arrivals count in the dispersion:
+// ten report intervals of the default second.
+const maxDispersionInterval = 10 * time.Second
+
 // Estimate is a queue's traffic, or one producer's share of it, folded in interval by
 // interval (Fold). Where the producer measures (queue.Reporter does), it folds its own
 // exact figures and publishes the result in every report (QueueTraffic), so every scaler
@@ -98,11 +102,14 @@ func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
 // Dλℓ, so (n − λℓ)²/ℓ has mean Dλ whatever the length (a wake-up report's short
 // interval weighs in little), and D is its average over the average rate. λ is the
 // minute's arrival rate, so the rate's own rises and falls, which it follows, are not
-// read as dispersion. Counted from nothing, λ has gathered the weight
-// 1 − e^(−age/Window) and is divided by it; intervals are folded in once that is at
-// least a half (after 42 s), when no one early interval weighs much in it.
+// read as dispersion; nor are intervals longer than maxDispersionInterval (a
+// producer's gap, the replay's idle hours), over which the rate itself moves. Counted
+// from nothing, λ has gathered the weight 1 − e^(−age/Window) and is divided by it;
+// intervals are folded in once that is at least a half (after 42 s), when no one early
+// interval weighs much in it.
 func (e Estimate) foldDispersion(secs, arrivals float64) Estimate {
-	if learned := -math.Expm1(-e.age / Window.Seconds()); learned >= 0.5 && e.Arrivals > 0 {
+	learned := -math.Expm1(-e.age / Window.Seconds())
+	if learned >= 0.5 && e.Arrivals > 0 && secs <= maxDispersionInterval.Seconds() {
 		beta := -math.Expm1(-secs / DispersionWindow.Seconds())
 		dev := arrivals - e.Arrivals/learned*secs
 		e.spread += beta * (dev*dev/secs - e.spread)

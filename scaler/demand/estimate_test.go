@@ -248,3 +248,21 @@ func TestAddDispersion(t *testing.T) {
 		t.Errorf("an idle producer's dispersion alone: %g, want 4", s.Dispersion)
 	}
 }
+
+// TestDispersionLeavesLongIntervalsOut: an interval an hour long with no arrivals (a
+// producer's gap; the replay's report after a service slept) is the rate's to follow:
+// read against the rate before it, it drove the dispersion to its bound, and the
+// metric to slots for batches of a billion.
+func TestDispersionLeavesLongIntervalsOut(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var e Estimate
+	for range 600 {
+		e = e.Fold(Interval{Length: time.Second, Arrivals: arrivalsIn(r, 3, 1, 1)})
+	}
+	before := e.Dispersion
+	e = e.Fold(Interval{Length: time.Hour})
+	e = e.Fold(Interval{Length: time.Second, Arrivals: 1})
+	if e.Dispersion > 2*before {
+		t.Errorf("dispersion %g after an idle hour in one interval, %g before it; want about the same", e.Dispersion, before)
+	}
+}
