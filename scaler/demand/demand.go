@@ -51,8 +51,9 @@ type Need struct {
 	// those that start the items waiting now; Most the replicas that would give every
 	// item in flight, waiting or expected over the horizon a slot of its own.
 	Serving, Draining, Most float64
-	// Batched is the part of Serving for items that arrive together: the slots their
-	// batch-mates ahead of them need at once (BatchSlots), over concurrency.
+	// Batched is the part of Serving for items that arrive together: the slots for the
+	// batch-mates ahead of them that Erlang's slots do not start within targetWait
+	// (BatchSlots), over concurrency.
 	Batched float64
 	// Horizon is how far ahead the metric looked (see Horizon).
 	Horizon time.Duration

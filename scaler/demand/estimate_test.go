@@ -119,15 +119,19 @@ func TestAddMeasuredProducers(t *testing.T) {
 }
 
 // FuzzFold folds any intervals and reads the estimate back through a report: it stays
-// finite and not negative, the report valid, and the metric a finite number of replicas.
+// finite and not negative, the report valid, and the metric a finite number of replicas,
+// the dispersion and the slots for batch-mates included.
 func FuzzFold(f *testing.F) {
 	f.Add(int64(time.Second), 2.0, 1.0, 1.0, 10.0, uint16(30))
+	f.Add(int64(8*time.Second), 30.0, 1.0, 0.0, 10.0, uint16(0))
 	f.Add(int64(0), 0.0, 0.0, 0.0, 0.0, uint16(1))
 	f.Add(int64(-5), math.MaxFloat64, math.MaxFloat64, math.NaN(), math.Inf(1), uint16(65535))
 	f.Fuzz(func(t *testing.T, length int64, arrivals, completions, dropped, busy float64, waitSeconds uint16) {
 		var e Estimate
-		for i := range 6 {
-			e = e.Fold(Interval{Length: time.Duration(length >> i), Arrivals: arrivals, Completions: completions, Dropped: dropped, Busy: busy})
+		for i := range 64 {
+			// Lengths from length down to length/128, and every third interval
+			// without arrivals, so the dispersion is folded too.
+			e = e.Fold(Interval{Length: time.Duration(length >> (i % 8)), Arrivals: arrivals * float64(i%3), Completions: completions, Dropped: dropped, Busy: busy})
 		}
 		var tr gpuscalerv1.QueueTraffic
 		e.Traffic(Totals{}, &tr)
