@@ -146,8 +146,11 @@ func TestGatewayMeasuresColdStart(t *testing.T) {
 			tg.starts.mu.Lock()
 			defer tg.starts.mu.Unlock()
 			s := tg.starts.services["llm-server:8000"]
+			if s == nil { // the gateway has not read the slices yet
+				return false
+			}
 			_, ok := s.starting[uid]
-			return s != nil && ok
+			return ok
 		}
 	}
 	testkit.Eventually(t, 5*time.Second, starting("uid-old"))
