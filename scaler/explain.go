@@ -468,7 +468,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 				add("queue-demand %.3g: replicas of %d slots for 99 in 100 items to start within targetWait %s, looking %s ahead (%s): %.3g serve %.3g arrivals a second of %.3g s each, %.3g start the %d waiting (see docs/triggers.md).",
 					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, q.ArrivalRate, q.ServiceSeconds, n.Draining, q.Waiting)
 				if n.Batched > 0 {
-					add("Of those serving, %.3g are for items that arrive together (dispersion %.3g): each finds its batch-mates ahead of it, and those the other slots do not start within targetWait need slots of their own.",
+					add("Of those serving, %.3g are for items that arrive together (dispersion %.3g, the variance of the arrivals a producer counts in a report interval over their mean, over ten minutes): each finds its batch-mates ahead of it, and those the other slots do not start within targetWait need slots of their own.",
 						n.Batched, q.ArrivalDispersion)
 				}
 				if n.Replicas < n.Serving+n.Draining {

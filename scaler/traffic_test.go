@@ -138,5 +138,5 @@ func TestBatchedArrivals(t *testing.T) {
 	if got := ex.GetQueue().GetArrivalDispersion(); got != 9 {
 		t.Errorf("explanation's dispersion %g, want the producer's 9", got)
 	}
-	wantReason(t, ex, "1.81 are for items that arrive together (dispersion 9)")
+	wantReason(t, ex, "1.81 are for items that arrive together (dispersion 9, ")
 }

@@ -112,7 +112,9 @@ func Demand(in Inputs) Need {
 		Draining: in.Waiting * min(s, t+hs) / (t + hs) / float64(c),
 		Most:     (in.InFlight + in.Waiting + e.Arrivals*hs) / float64(c),
 	}
-	n.Batched = BatchSlots(e.Dispersion, n.Serving*float64(c), s, t) / float64(c)
+	// Never more batch-mates than the items expected over the horizon: a queue whose
+	// traffic has faded expects no batch, whatever its last dispersion.
+	n.Batched = min(BatchSlots(e.Dispersion, n.Serving*float64(c), s, t), e.Arrivals*hs) / float64(c)
 	n.Serving += n.Batched
 	n.Replicas = min(n.Serving+n.Draining, n.Most)
 	return n

@@ -291,3 +291,13 @@ func TestDemandBatched(t *testing.T) {
 		t.Errorf("targetWait 2s: batched %g, want 0: the slots start 6 items within it, the 4 batch-mates ahead included", n.Batched)
 	}
 }
+
+// TestBatchedFadesWithTheTraffic: a queue whose traffic has faded expects no batch:
+// the slots for batch-mates are at most the items expected over the horizon, not the
+// (d − 1)/2 of its last dispersion.
+func TestBatchedFadesWithTheTraffic(t *testing.T) {
+	in := Inputs{Traffic: Estimate{Arrivals: 1e-4, Service: 10, Dispersion: 41}, Concurrency: 1, TargetWait: 10 * time.Millisecond, InFlight: 3}
+	if n := Demand(in); n.Batched > 1e-4*60+1e-12 {
+		t.Errorf("batched %g for 1e-4 arrivals a second, want at most the %g expected over the minute", n.Batched, 1e-4*60)
+	}
+}

@@ -41,19 +41,24 @@ type Estimate struct {
 	// completions. Zero until an item is seen to finish. It is kept while the queue is
 	// idle: it is a property of the work, not of the traffic.
 	Service float64
-	// Dispersion is the index of dispersion of the arrivals over the intervals they are
-	// counted in (a producer's report interval, a second by default): the variance of
-	// an interval's arrivals over their mean, over DispersionWindow. It is 1 for items
-	// that arrive at random (a Poisson process) and, for batches arriving at random,
-	// the mean batch an item arrives in (E[X²]/E[X]); 0 until the rate has been
-	// learned (foldDispersion).
+	// Dispersion is the index of dispersion of the arrivals over the intervals a
+	// measuring producer counts them in (its report interval, a second by default): the
+	// variance of an interval's arrivals over their mean, over DispersionWindow
+	// (MeasureDispersion). It is 1 for items that arrive at random (a Poisson process)
+	// and, for batches arriving at random, the mean batch an item arrives in
+	// (E[X²]/E[X]). It depends on the interval: batches that come at regular times read
+	// lower over intervals longer than their spacing. 0: unknown, as for a producer that
+	// does not measure, or one that has measured for less than a minute.
 	Dispersion float64
 
-	// What Dispersion is the ratio of, both over DispersionWindow: the squared
-	// deviation of an interval's arrivals from the arrival rate's, over its length
-	// (spread), and the arrival rate (level); and the seconds folded in, over which
-	// Arrivals has learned the rate.
-	spread, level, age float64
+	// What Dispersion is the ratio of, both over DispersionWindow: the squared change of
+	// the rate from one interval to the next, weighed so that its mean is the dispersion
+	// times the rate (spread), and the rate (level); the seconds folded in; and the last
+	// interval's arrivals and length. For a sum of producers (Add), dispersed is the
+	// arrival rate of those whose dispersion is known, and summed says it is one.
+	spread, level, age, lastArrivals, lastSecs float64
+	dispersed                                  float64
+	summed                                     bool
 }
 
 // Interval is what happened to a queue, or to a producer's share of it, over one
@@ -85,40 +90,45 @@ func (e Estimate) Fold(iv Interval) Estimate {
 	return e
 }
 
-// foldArrivals folds arrivals and drops over secs seconds into e's rates and
-// dispersion, leaving completions and service alone.
+// foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
+// completions and service alone.
 func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
-	arrivals = max(arrivals, 0)
-	e = e.foldDispersion(secs, arrivals)
 	alpha := -math.Expm1(-secs / Window.Seconds())
-	e.Arrivals += alpha * (arrivals/secs - e.Arrivals)
+	e.Arrivals += alpha * (max(arrivals, 0)/secs - e.Arrivals)
 	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
 	return e
 }
 
-// foldDispersion folds an interval of secs seconds that counted arrivals into e's
-// dispersion, before the interval is folded into the arrival rate. Of items arriving at
-// rate λ with index of dispersion D, an interval ℓ long counts n arrivals with variance
-// Dλℓ, so (n − λℓ)²/ℓ has mean Dλ whatever the length (a wake-up report's short
-// interval weighs in little), and D is its average over the average rate. λ is the
-// minute's arrival rate, so the rate's own rises and falls, which it follows, are not
-// read as dispersion; nor are intervals longer than maxDispersionInterval (a
-// producer's gap, the replay's idle hours), over which the rate itself moves. Counted
-// from nothing, λ has gathered the weight 1 − e^(−age/Window) and is divided by it;
-// intervals are folded in once that is at least a half (after 42 s), when no one early
-// interval weighs much in it.
-func (e Estimate) foldDispersion(secs, arrivals float64) Estimate {
-	learned := -math.Expm1(-e.age / Window.Seconds())
-	if learned >= 0.5 && e.Arrivals > 0 && secs <= maxDispersionInterval.Seconds() {
-		beta := -math.Expm1(-secs / DispersionWindow.Seconds())
-		dev := arrivals - e.Arrivals/learned*secs
-		e.spread += beta * (dev*dev/secs - e.spread)
+// MeasureDispersion folds an interval length long that counted arrivals into e's
+// dispersion; a measuring producer calls it for each of its report intervals (Measure
+// does), which it times exactly. Of items arriving at rate λ with index of dispersion
+// D, an interval ℓ long counts n arrivals whose rate n/ℓ has variance Dλ/ℓ, so the
+// change of rate from one interval to the next, squared and divided by 1/ℓ + 1/ℓ', has
+// mean Dλ whatever the lengths; D is its average over the average rate. A change of the
+// rate itself, a rise, a fall, a start after an idle hour, weighs in once, as one
+// pair of intervals, where a deviation from an average that lags it would weigh in
+// for as long as the lag. Each pair weighs in by its shorter interval: a Reporter woken
+// at once by an item reports an interval of no length with that one arrival in it,
+// which says little. Intervals longer than maxDispersionInterval (a producer's gap)
+// end a pair, as the rate moves over them. The dispersion is known once a minute of
+// intervals has been folded.
+func (e Estimate) MeasureDispersion(length time.Duration, arrivals float64) Estimate {
+	secs, arrivals := max(length.Seconds(), 1e-3), max(arrivals, 0)
+	if secs > maxDispersionInterval.Seconds() {
+		e.lastSecs = 0
+		return e
+	}
+	if e.lastSecs > 0 {
+		beta := -math.Expm1(-min(secs, e.lastSecs) / DispersionWindow.Seconds())
+		change := arrivals/secs - e.lastArrivals/e.lastSecs
+		e.spread += beta * (change*change/(1/secs+1/e.lastSecs) - e.spread)
 		e.level += beta * (arrivals/secs - e.level)
-		if e.level > 0 {
+		e.age += secs
+		if e.age >= Window.Seconds() && e.level > 0 {
 			e.Dispersion = e.spread / e.level
 		}
 	}
-	e.age += secs
+	e.lastArrivals, e.lastSecs = arrivals, secs
 	return e
 }
 
@@ -158,8 +168,9 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // producer's completions fade (items in flight, none finishing), where in flight over
 // completions would grow without bound, and a producer that knows no S yet adds
 // nothing to the others'. The dispersion is the known ones' weighed by their arrival
-// rates, as the variances of independent arrivals add; while neither has arrivals,
-// the larger known.
+// rates, as the variances of independent arrivals add (a producer whose dispersion is
+// unknown is left out, not counted as random); while none of those has arrivals, the
+// largest known. Sums add in any order to the same figures.
 func (e Estimate) Add(o Estimate) Estimate {
 	s := Estimate{
 		Arrivals:    e.Arrivals + o.Arrivals,
@@ -168,25 +179,37 @@ func (e Estimate) Add(o Estimate) Estimate {
 		Dropped:     e.Dropped + o.Dropped,
 		Service:     max(e.Service, o.Service),
 	}
-	var weight, weighed, rate, variance float64
+	var weight, weighed, variance float64
 	for _, x := range []Estimate{e, o} {
 		if x.Service > 0 && x.Completions > 0 {
 			weight += x.Completions
 			weighed += x.Completions * x.Service
 		}
-		if x.Dispersion > 0 {
-			s.Dispersion = max(s.Dispersion, x.Dispersion)
-			rate += x.Arrivals
-			variance += x.Dispersion * x.Arrivals
-		}
+		r := x.dispersedRate()
+		s.dispersed += r
+		variance += x.Dispersion * r
+		s.Dispersion = max(s.Dispersion, x.Dispersion)
 	}
 	if weight > 0 {
 		s.Service = weighed / weight
 	}
-	if rate > 0 {
-		s.Dispersion = variance / rate
+	if s.dispersed > 0 {
+		s.Dispersion = variance / s.dispersed
 	}
+	s.summed = true
 	return s
+}
+
+// dispersedRate is the arrival rate of the producers in e whose dispersion is known:
+// what e's dispersion weighs by in a sum.
+func (e Estimate) dispersedRate() float64 {
+	switch {
+	case e.summed:
+		return e.dispersed
+	case e.Dispersion > 0:
+		return e.Arrivals
+	}
+	return 0
 }
 
 // Totals are a producer's counts of its share of a queue since it started: the totals a
@@ -219,7 +242,8 @@ type Measure struct {
 // Report folds in what happened since the last report, the totals now, length after
 // it, and fills dst with the figures this report carries. It does not allocate.
 func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.QueueTraffic) {
-	m.Estimate = m.Estimate.Fold(now.Since(m.Totals, length))
+	iv := now.Since(m.Totals, length)
+	m.Estimate = m.Estimate.Fold(iv).MeasureDispersion(length, iv.Arrivals)
 	m.Totals = now
 	m.Estimate.Traffic(now, dst)
 }

@@ -1075,11 +1075,11 @@ type QueueTraffic struct {
 	DropRate       float64 `protobuf:"fixed64,7,opt,name=drop_rate,json=dropRate,proto3" json:"drop_rate,omitempty"`
 	ServiceSeconds float64 `protobuf:"fixed64,8,opt,name=service_seconds,json=serviceSeconds,proto3" json:"service_seconds,omitempty"`
 	// The index of dispersion of the arrivals over the producer's report intervals, over
-	// ten minutes (scaler/demand: DispersionWindow): the variance of an interval's
-	// arrivals over their mean. 1 for items arriving at random, about the mean batch for
-	// items arriving in batches; 0 while unknown. The scaler gives arrivals in batches
-	// the headroom of their peakedness (docs/triggers.md). Finite, not negative, at most
-	// MaxDispersion.
+	// ten minutes (scaler/demand: DispersionWindow, MeasureDispersion): the variance of an
+	// interval's arrivals over their mean. 1 for items arriving at random, about the mean
+	// batch for items arriving in batches; 0 while unknown (the first minute). The
+	// queue-demand metric gives the batch-mates ahead of an item slots of their own
+	// (docs/triggers.md). Finite, not negative, at most MaxDispersion.
 	ArrivalDispersion float64 `protobuf:"fixed64,9,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache

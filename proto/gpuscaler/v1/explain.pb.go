@@ -433,9 +433,10 @@ type QueueStatus struct {
 	// from (the trigger's coldStart, its producers, or the collectors of its selected
 	// pods); elsewhere, the largest its live producers measured. Unset when none is known.
 	ColdStart *ColdStart `protobuf:"bytes,16,opt,name=cold_start,json=coldStart,proto3" json:"cold_start,omitempty"`
-	// The arrivals' index of dispersion over the producers' report intervals, over ten
-	// minutes: 1 for items arriving at random, about the mean batch for items arriving in
-	// batches, whose batch-mates the queue-demand metric gives slots; 0 while unknown.
+	// The arrivals' index of dispersion over the measuring producers' report intervals,
+	// over ten minutes: 1 for items arriving at random, about the mean batch for items
+	// arriving in batches, whose batch-mates the queue-demand metric gives slots; 0 while
+	// unknown (no measuring producer has measured it for a minute).
 	ArrivalDispersion float64 `protobuf:"fixed64,17,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
