@@ -93,9 +93,10 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 // alone: the items a burst brings are waiting and drained, and counted again as a rate
 // that repeats only as far as the minute's rate says.
 //
-// The parts are continuous in T: as T shrinks towards 0 the metric becomes Erlang's for
-// the whole load plus a slot for each waiting item over the horizon, and as T grows past
-// S it becomes the fluid model's. Until an item has been seen to finish, S is unknown
+// The parts fall as T grows, with no switch between models: as T shrinks towards 0 the
+// metric becomes Erlang's for the whole load, with a slot for each batch-mate, plus a
+// slot for each waiting item over the horizon, and as T grows past S it becomes the
+// fluid model's. Until an item has been seen to finish, S is unknown
 // and the metric is the backlog over c: every item held by a replica at once, as
 // queue-backlog with queueTarget c.
 func Demand(in Inputs) Need {
