@@ -79,7 +79,7 @@ type Interval struct {
 // is the busy item-seconds over the completions, both over Window, once iv saw an item
 // finish. An interval shorter than a millisecond counts as one.
 func (e Estimate) Fold(iv Interval) Estimate {
-	secs := max(iv.Length.Seconds(), 1e-3)
+	secs := seconds(iv.Length)
 	e = e.foldArrivals(secs, iv.Arrivals, iv.Dropped)
 	alpha := -math.Expm1(-secs / Window.Seconds())
 	e.Completions += alpha * (max(iv.Completions, 0)/secs - e.Completions)
@@ -89,6 +89,10 @@ func (e Estimate) Fold(iv Interval) Estimate {
 	}
 	return e
 }
+
+// seconds is an interval's length in seconds, one shorter than a millisecond counting
+// as a millisecond: rates over it stay finite.
+func seconds(d time.Duration) float64 { return max(d.Seconds(), 1e-3) }
 
 // foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
 // completions and service alone.
@@ -113,7 +117,7 @@ func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
 // end a pair, as the rate moves over them. The dispersion is known once a minute of
 // intervals has been folded.
 func (e Estimate) MeasureDispersion(length time.Duration, arrivals float64) Estimate {
-	secs, arrivals := max(length.Seconds(), 1e-3), max(arrivals, 0)
+	secs, arrivals := seconds(length), max(arrivals, 0)
 	if secs > maxDispersionInterval.Seconds() {
 		e.lastSecs = 0
 		return e
@@ -148,7 +152,7 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 		return Estimate{}
 	}
 	if r.GetProducerId() != prev.GetProducerId() || r.GetSequence() != prev.GetSequence()+1 {
-		return e.foldArrivals(max(dt.Seconds(), 1e-3), float64(r.GetArrivals()), float64(r.GetDropped()))
+		return e.foldArrivals(seconds(dt), float64(r.GetArrivals()), float64(r.GetDropped()))
 	}
 	finished := float64(prev.Backlog()) + float64(r.GetArrivals()) - float64(r.Backlog()) - float64(r.GetDropped())
 	return e.Fold(Interval{
@@ -156,7 +160,7 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 		Arrivals:    float64(r.GetArrivals()),
 		Completions: max(finished, 0),
 		Dropped:     float64(r.GetDropped()),
-		Busy:        (float64(prev.GetInFlight()) + float64(r.GetInFlight())) / 2 * max(dt.Seconds(), 1e-3),
+		Busy:        (float64(prev.GetInFlight()) + float64(r.GetInFlight())) / 2 * seconds(dt),
 	})
 }
 
