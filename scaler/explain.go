@@ -467,6 +467,10 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 			default:
 				add("queue-demand %.3g: replicas of %d slots for 99 in 100 items to start within targetWait %s, looking %s ahead (%s): %.3g serve %.3g arrivals a second of %.3g s each, %.3g start the %d waiting (see docs/triggers.md).",
 					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, q.ArrivalRate, q.ServiceSeconds, n.Draining, q.Waiting)
+				if n.Rise > 0 {
+					add("The arrivals are rising, %.3g a second more each minute: the serving replicas are for %.3g a second, the rate expected once replicas asked for now serve (the minute's average lags a steady rise by a minute's worth, and the horizon adds its own).",
+						60*q.ArrivalTrend, q.ArrivalRate+n.Rise)
+				}
 				if n.Batched > 0 {
 					add("Of those serving, %.3g are for items that arrive together (dispersion %.3g, the variance of the arrivals a producer counts in a report interval over their mean, over ten minutes): each finds its batch-mates ahead of it, and those the other slots do not start within targetWait need slots of their own.",
 						n.Batched, q.ArrivalDispersion)

@@ -277,6 +277,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		ArrivalRate:        q.demand.Arrivals,
 		ServiceSeconds:     q.demand.Service,
 		ArrivalDispersion:  q.demand.Dispersion,
+		ArrivalTrend:       q.demand.Trend,
 		MeasuringProducers: int32(q.measuring),
 		ColdStart:          q.producerColdStart().proto(),
 	}

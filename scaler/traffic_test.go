@@ -140,3 +140,42 @@ func TestBatchedArrivals(t *testing.T) {
 	}
 	wantReason(t, ex, "1.81 are for items that arrive together (dispersion 9, ")
 }
+
+// TestRisingArrivals: a producer's trend reaches the metric and the explanation. 2
+// arrivals a second rising by 0.05 a second per second, of which twice the noise of 2
+// a second at random, 2·√(2/360)/120, is left out, over the minute the average lags and
+// the minute's horizon: 5.851 a second more. The metric is what 7.851 a second steady
+// asks for.
+func TestRisingArrivals(t *testing.T) {
+	md := map[string]string{"queue": "q", "targetWait": "100ms", "concurrency": "2"}
+	value := func(rate, trend float64) (float64, *gpuscalerv1.Explanation) {
+		t0 := time.Unix(1_700_000_000, 0)
+		s := NewState(func() time.Time { return t0 })
+		r := measuredReport("gw", 1)
+		r.Traffic.ArrivalRate, r.Traffic.ArrivalTrend = rate, trend
+		s.Apply(gpuscalerv1.Event{Queue: r}, t0)
+		srv := NewLocalServer(s)
+		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+	}
+	rise := (0.05 - 2*math.Sqrt(2.0/360)/120) * 120
+	rising, ex := value(2, 0.05)
+	if steady, _ := value(2+rise, 0); math.Abs(rising-steady) > 1e-9 || math.Abs(rise-5.851) > 1e-3 {
+		t.Errorf("queue-demand %g rising, want %g, that of %g a second steady", rising, steady, 2+rise)
+	}
+	falling, _ := value(2, -0.05)
+	if steady, _ := value(2, 0); falling != steady {
+		t.Errorf("queue-demand %g falling, want %g, that of 2 a second steady: a fall counts as none", falling, steady)
+	}
+	if got := ex.GetQueue().GetArrivalTrend(); got != 0.05 {
+		t.Errorf("explanation's trend %g, want the producer's 0.05", got)
+	}
+	wantReason(t, ex, "The arrivals are rising, 3 a second more each minute: the serving replicas are for 7.85 a second")
+}

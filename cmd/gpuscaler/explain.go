@@ -347,7 +347,11 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				if d := q.GetArrivalDispersion(); d > 0 {
 					dispersion = fmt.Sprintf("%.3g", d)
 				}
-				fmt.Fprintf(w, "  arrivals %.3g/s (dispersion %s), service time %s: %s\n", q.GetArrivalRate(), dispersion, service, source)
+				trend := ""
+				if g := q.GetArrivalTrend(); g != 0 {
+					trend = fmt.Sprintf(", %+.3g/s a minute", 60*g)
+				}
+				fmt.Fprintf(w, "  arrivals %.3g/s (dispersion %s%s), service time %s: %s\n", q.GetArrivalRate(), dispersion, trend, service, source)
 				fmt.Fprintf(w, "  cold start %s\n", q.GetColdStart().Describe())
 			}
 		}

@@ -271,14 +271,20 @@ func TestPrintExplanationTrafficSource(t *testing.T) {
 			t.Errorf("%d measuring: explain output does not say %q:\n%s", measuring, want, out.String())
 		}
 	}
-	// A known dispersion is shown as it is.
-	ex := &gpuscalerv1.Explanation{Effective: map[string]string{"queue": "q", "targetWait": "10s"}, Queue: &gpuscalerv1.QueueStatus{
-		Namespace: "ml", Queue: "q", ArrivalRate: 2, ArrivalDispersion: 7.5, ServiceSeconds: 5, Stored: timestamppb.Now(), Age: durationpb.New(time.Second),
-	}}
-	var out strings.Builder
-	printExplanation(&out, explainTarget{}, "scaler:9090", ex)
-	if want := "arrivals 2/s (dispersion 7.5), service time 5 s"; !strings.Contains(out.String(), want) {
-		t.Errorf("explain output does not say %q:\n%s", want, out.String())
+	// A known dispersion is shown as it is, and a trend as the change a minute.
+	for trend, want := range map[float64]string{
+		0:      "arrivals 2/s (dispersion 7.5), service time 5 s",
+		0.05:   "arrivals 2/s (dispersion 7.5, +3/s a minute), service time 5 s",
+		-0.005: "arrivals 2/s (dispersion 7.5, -0.3/s a minute), service time 5 s",
+	} {
+		ex := &gpuscalerv1.Explanation{Effective: map[string]string{"queue": "q", "targetWait": "10s"}, Queue: &gpuscalerv1.QueueStatus{
+			Namespace: "ml", Queue: "q", ArrivalRate: 2, ArrivalDispersion: 7.5, ArrivalTrend: trend, ServiceSeconds: 5, Stored: timestamppb.Now(), Age: durationpb.New(time.Second),
+		}}
+		var out strings.Builder
+		printExplanation(&out, explainTarget{}, "scaler:9090", ex)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain output does not say %q:\n%s", want, out.String())
+		}
 	}
 }
 

@@ -57,6 +57,10 @@ type Need struct {
 	Batched float64
 	// Horizon is how far ahead the metric looked (see Horizon).
 	Horizon time.Duration
+	// Rise is how much the arrival rate is expected to rise, in items a second, by the
+	// time replicas asked for now serve (see Rise): Serving and Most are for the rate
+	// with it.
+	Rise float64
 	// Backlog says the service time is unknown and the metric is the backlog over
 	// concurrency.
 	Backlog bool
@@ -108,17 +112,45 @@ func Demand(in Inputs) Need {
 		return Need{Replicas: v, Draining: v, Most: v, Horizon: h, Backlog: true}
 	}
 	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
-	n := Need{Horizon: h,
-		Serving:  ServingReplicas(e.Arrivals*s*hs/(t+hs), s, t, c),
-		Draining: in.Waiting * min(s, t+hs) / (t + hs) / float64(c),
-		Most:     (in.InFlight + in.Waiting + e.Arrivals*hs) / float64(c),
-	}
+	n := Need{Horizon: h, Rise: Rise(e, h)}
+	rate := e.Arrivals + n.Rise
+	n.Serving = ServingReplicas(rate*s*hs/(t+hs), s, t, c)
+	n.Draining = in.Waiting * min(s, t+hs) / (t + hs) / float64(c)
+	n.Most = (in.InFlight + in.Waiting + rate*hs) / float64(c)
 	// Never more batch-mates than the items expected over the horizon: a queue whose
 	// traffic has faded expects no batch, whatever its last dispersion.
-	n.Batched = min(BatchSlots(e.Dispersion, n.Serving*float64(c), s, t), e.Arrivals*hs) / float64(c)
+	n.Batched = min(BatchSlots(e.Dispersion, n.Serving*float64(c), s, t), rate*hs) / float64(c)
 	n.Serving += n.Batched
 	n.Replicas = min(n.Serving+n.Draining, n.Most)
 	return n
+}
+
+// trendNoise is the variance of the difference between two exponentially weighted
+// averages of arrivals at random, over Window and TrendWindow, per item a second: each
+// has the variance λ/2w of its own window w, and they share λ/(w + w').
+var trendNoise = func() float64 {
+	w, w2 := Window.Seconds(), TrendWindow.Seconds()
+	return 1/(2*w) + 1/(2*w2) - 2/(w+w2)
+}()
+
+// trendSignificance is how many standard deviations of its own noise the difference
+// between the two averages must exceed before Rise reads it as a rise: about one reading
+// in forty of a steady rate's noise passes it.
+const trendSignificance = 2
+
+// Rise returns how much the arrival rate e.Arrivals, the average over Window, is
+// expected to have risen by the time replicas asked for now serve: e.Trend, the rise a
+// second, times Window (the average lags a steady rise by that much) plus horizon. Only
+// the part of the trend beyond trendSignificance standard deviations of the two
+// averages' noise counts, that noise being of arrivals at random or, where they arrive
+// in batches, of the measured dispersion; a fall counts as none, as the HPA holds the
+// replicas for its scale-down window anyway and a fall that turns is then served.
+func Rise(e Estimate, horizon time.Duration) float64 {
+	if !(e.Trend > 0) || !(e.Arrivals > 0) {
+		return 0
+	}
+	noise := math.Sqrt(max(1, e.Dispersion)*e.Arrivals*trendNoise) / (TrendWindow - Window).Seconds()
+	return max(0, e.Trend-trendSignificance*noise) * (Window + horizon).Seconds()
 }
 
 // BatchSlots returns the slots, beyond the m that Erlang's formula gives, that items

@@ -2,6 +2,7 @@ package demand
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -299,5 +300,94 @@ func TestBatchedFadesWithTheTraffic(t *testing.T) {
 	in := Inputs{Traffic: Estimate{Arrivals: 1e-4, Service: 10, Dispersion: 41}, Concurrency: 1, TargetWait: 10 * time.Millisecond, InFlight: 3}
 	if n := Demand(in); n.Batched > 1e-4*60+1e-12 {
 		t.Errorf("batched %g for 1e-4 arrivals a second, want at most the %g expected over the minute", n.Batched, 1e-4*60)
+	}
+}
+
+// TestRiseByHand: the two averages' noise for 10 arrivals a second at random is
+// √(10·(1/120 + 1/360 − 2/240)) = 1/6 a second, 1/720 a second per second over the two
+// minutes between their windows. A rise of 0.01 a second per second less twice that,
+// over the minute the average lags and the horizon's minute: (0.01 − 1/360)·120 = 0.8667.
+// Batches of 9 triple the noise; a cold start of 90 s makes the horizon 105 s; a rise
+// within the noise, or a fall, counts as none.
+func TestRiseByHand(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		e       Estimate
+		horizon time.Duration
+		want    float64
+	}{
+		{"random", Estimate{Arrivals: 10, Trend: 0.01}, time.Minute, (0.01 - 1.0/360) * 120},
+		{"batches of 9", Estimate{Arrivals: 10, Trend: 0.01, Dispersion: 9}, time.Minute, (0.01 - 3.0/360) * 120},
+		{"a 90 s cold start", Estimate{Arrivals: 10, Trend: 0.01}, Horizon(90 * time.Second), (0.01 - 1.0/360) * 165},
+		{"within the noise", Estimate{Arrivals: 10, Trend: 0.0027}, time.Minute, 0},
+		{"a fall", Estimate{Arrivals: 10, Trend: -0.05}, time.Minute, 0},
+		{"no arrivals", Estimate{Trend: 0.05}, time.Minute, 0},
+		{"not a number", Estimate{Arrivals: 10, Trend: math.NaN()}, time.Minute, 0},
+	} {
+		if got := Rise(tc.e, tc.horizon); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: Rise = %g, want %g", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDemandRising: the metric of a rising queue is the metric of the rate it rises to,
+// Need.Rise more arrivals a second, for the serving slots and the cap alike.
+func TestDemandRising(t *testing.T) {
+	in := Inputs{Traffic: Estimate{Arrivals: 10, Service: 4, Trend: 0.01}, Concurrency: 4, TargetWait: 2 * time.Second, Waiting: 5, InFlight: 30}
+	n := Demand(in)
+	flat := in
+	flat.Traffic = Estimate{Arrivals: 10 + n.Rise, Service: 4}
+	if want := Demand(flat); n.Rise == 0 || n.Serving != want.Serving || n.Most != want.Most || n.Replicas != want.Replicas {
+		t.Errorf("rising: %+v, want the need of %g a second, %+v", n, 10+n.Rise, want)
+	}
+}
+
+// TestRiseReadsNoiseAsNone: a steady rate's noise seldom passes for a rise, and a real
+// rise is followed. Arrivals at random, 20 a second (or 2 a second in batches of 10),
+// counted in report intervals of a second for an hour: the rise the metric adds is 0 in
+// most of the readings after the first ten minutes and under a twentieth of the rate
+// in all but a few. Then 20 a second rising by 0.05 a second per second: after ten
+// minutes of it the rate with the rise is within 15% of the rate two minutes on (the
+// lag and the horizon), where the minute's average alone is 10% short.
+func TestRiseReadsNoiseAsNone(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct {
+		name         string
+		batches      float64
+		batch        int
+		measureBatch bool
+	}{{"at random", 20, 1, false}, {"in batches of 10", 2, 10, true}} {
+		var e Estimate
+		var readings, rising, large int
+		for i := range 3600 {
+			n := arrivalsIn(r, tc.batches, 1, tc.batch)
+			e = e.Fold(Interval{Length: time.Second, Arrivals: n}).MeasureDispersion(time.Second, n)
+			if i < 600 {
+				continue
+			}
+			readings++
+			rise := Rise(e, time.Minute)
+			if rise > 0 {
+				rising++
+			}
+			if rise > 1 {
+				large++
+			}
+		}
+		if rising*10 > readings || large*100 > readings {
+			t.Errorf("%s: %d of %d readings rising, %d by more than 1 a second; want under a tenth and a hundredth", tc.name, rising, readings, large)
+		}
+	}
+	var e Estimate
+	for i := range 1200 {
+		rate := 20.0
+		if i >= 600 {
+			rate += 0.05 * float64(i-600)
+		}
+		e = e.Fold(Interval{Length: time.Second, Arrivals: arrivalsIn(r, rate, 1, 1)})
+	}
+	ahead := 20 + 0.05*(1200+120-600)
+	if got := e.Arrivals + Rise(e, time.Minute); math.Abs(got/ahead-1) > 0.15 || e.Arrivals/ahead > 0.9 {
+		t.Errorf("rising: %g a second with the rise, %g without, want about %g", got, e.Arrivals, ahead)
 	}
 }

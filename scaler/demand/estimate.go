@@ -19,6 +19,12 @@ const Window = time.Minute
 // second.
 const DispersionWindow = 10 * time.Minute
 
+// TrendWindow is the time constant of the slower of the two arrival rates whose
+// difference is the rate's trend (Estimate.Trend): for a rate rising steadily, the
+// estimate over Window lags it by Window's worth of rise and the one over TrendWindow by
+// TrendWindow's, so their difference over TrendWindow − Window is the rise a second.
+const TrendWindow = 3 * time.Minute
+
 // maxDispersionInterval is the longest interval whose arrivals count in the dispersion:
 // ten report intervals of the default second.
 const maxDispersionInterval = 10 * time.Second
@@ -50,6 +56,12 @@ type Estimate struct {
 	// lower over intervals longer than their spacing. 0: unknown, as for a producer that
 	// does not measure, or one that has measured for less than a minute.
 	Dispersion float64
+	// Trend is how fast the arrival rate rises (negative: falls), in items a second per
+	// second: the difference between the arrivals over Window and over TrendWindow, each
+	// corrected for the time it has folded in (so that a constant rate from the first
+	// interval on shows no trend), over TrendWindow − Window. A queue that starts from
+	// idle shows its start as a rise. 0 until a minute of intervals has been folded in.
+	Trend float64
 
 	// What Dispersion is the ratio of, both over DispersionWindow: the squared change of
 	// the rate from one interval to the next, weighed so that its mean is the dispersion
@@ -59,6 +71,9 @@ type Estimate struct {
 	spread, level, age, lastArrivals, lastSecs float64
 	dispersed                                  float64
 	summed                                     bool
+	// The arrivals over TrendWindow, and the seconds folded into the rates (for the
+	// correction Trend makes, the start of each estimate from 0).
+	slow, folded float64
 }
 
 // Interval is what happened to a queue, or to a producer's share of it, over one
@@ -97,9 +112,17 @@ func seconds(d time.Duration) float64 { return max(d.Seconds(), 1e-3) }
 // foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
 // completions and service alone.
 func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
-	alpha := -math.Expm1(-secs / Window.Seconds())
-	e.Arrivals += alpha * (max(arrivals, 0)/secs - e.Arrivals)
+	w, w2 := Window.Seconds(), TrendWindow.Seconds()
+	alpha := -math.Expm1(-secs / w)
+	rate := max(arrivals, 0) / secs
+	e.Arrivals += alpha * (rate - e.Arrivals)
 	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
+	e.slow += -math.Expm1(-secs/w2) * (rate - e.slow)
+	e.folded += secs
+	if e.folded >= w {
+		// Each average started from 0 and holds 1 − e^(−folded/window) of the rate so far.
+		e.Trend = (e.Arrivals/-math.Expm1(-e.folded/w) - e.slow/-math.Expm1(-e.folded/w2)) / (w2 - w)
+	}
 	return e
 }
 
@@ -182,6 +205,7 @@ func (e Estimate) Add(o Estimate) Estimate {
 		InFlight:    e.InFlight + o.InFlight,
 		Dropped:     e.Dropped + o.Dropped,
 		Service:     max(e.Service, o.Service),
+		Trend:       e.Trend + o.Trend,
 	}
 	var weight, weighed, variance float64
 	for _, x := range []Estimate{e, o} {
@@ -266,6 +290,10 @@ func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
 	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
 	dst.ArrivalDispersion = bounded(e.Dispersion, gpuscalerv1.MaxDispersion)
+	dst.ArrivalTrend = max(-gpuscalerv1.MaxTrafficRate, min(e.Trend, gpuscalerv1.MaxTrafficRate))
+	if math.IsNaN(e.Trend) {
+		dst.ArrivalTrend = 0
+	}
 }
 
 // bounded returns v within 0 to hi; 0 for NaN.
@@ -287,6 +315,7 @@ func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 		Dropped:    t.GetDropRate(),
 		Service:    t.GetServiceSeconds(),
 		Dispersion: t.GetArrivalDispersion(),
+		Trend:      t.GetArrivalTrend(),
 	}
 	if e.Service > 0 {
 		e.Completions = t.GetCompletionRate()

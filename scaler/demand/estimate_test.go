@@ -75,8 +75,8 @@ func TestTrafficRoundTrip(t *testing.T) {
 	}
 	got := FromTraffic(&tr)
 	if got.Arrivals != e.Arrivals || got.Completions != e.Completions || got.Dropped != e.Dropped || got.Service != e.Service ||
-		got.Dispersion != e.Dispersion || e.Dispersion == 0 {
-		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates, service time and dispersion of %+v", got, e)
+		got.Dispersion != e.Dispersion || e.Dispersion == 0 || got.Trend != e.Trend || e.Trend == 0 {
+		t.Errorf("FromTraffic(Traffic(e)) = %+v, want the rates, service time, dispersion and trend of %+v", got, e)
 	}
 	if math.Abs(got.Service-4) > 1e-9 {
 		t.Errorf("service time = %g s, want 8 busy seconds over 2 completions a second, 4", got.Service)
@@ -92,9 +92,15 @@ func TestTrafficStaysValid(t *testing.T) {
 	if err := r.Validate(); err != nil {
 		t.Fatalf("Traffic made an invalid report: %v", err)
 	}
-	Estimate{Dispersion: math.NaN()}.Traffic(Totals{}, &tr)
-	if err := r.Validate(); err != nil || tr.GetArrivalDispersion() != 0 {
-		t.Fatalf("a dispersion that is not a number: reported %g (%v), want 0", tr.GetArrivalDispersion(), err)
+	Estimate{Dispersion: math.NaN(), Trend: math.NaN()}.Traffic(Totals{}, &tr)
+	if err := r.Validate(); err != nil || tr.GetArrivalDispersion() != 0 || tr.GetArrivalTrend() != 0 {
+		t.Fatalf("a dispersion and trend that are not numbers: reported %g, %g (%v), want 0", tr.GetArrivalDispersion(), tr.GetArrivalTrend(), err)
+	}
+	for _, trend := range []float64{math.Inf(1), math.Inf(-1), -1e300} {
+		Estimate{Trend: trend}.Traffic(Totals{}, &tr)
+		if err := r.Validate(); err != nil || math.Abs(tr.GetArrivalTrend()) != gpuscalerv1.MaxTrafficRate {
+			t.Fatalf("a trend of %g: reported %g (%v), want ±%g", trend, tr.GetArrivalTrend(), err, float64(gpuscalerv1.MaxTrafficRate))
+		}
 	}
 }
 
@@ -320,5 +326,55 @@ func TestDispersionOnlyMeasured(t *testing.T) {
 	}
 	if e.Dispersion != 0 || e.Arrivals == 0 {
 		t.Errorf("a producer that does not measure: dispersion %g (arrivals %g a second), want unknown", e.Dispersion, e.Arrivals)
+	}
+}
+
+// rampFolded folds the first secs seconds of arrivals at rate(t) a second into e,
+// interval by interval, counting each interval's expected arrivals (no noise).
+func rampFolded(e Estimate, from, secs float64, rate func(t float64) float64) Estimate {
+	for t := from; t < from+secs; t++ {
+		e = e.Fold(Interval{Length: time.Second, Arrivals: rate(t + 0.5)})
+	}
+	return e
+}
+
+// TestTrend: the rate's rise a second, from the difference between its averages over a
+// minute and over three. A constant rate shows none from the first interval on (each
+// average is corrected for having started from 0); a steady rise of 0.01 a second reads
+// 0.01 once both averages have settled; a fall reads negative; a start after an idle
+// hour reads as a rise. Unknown (0) for the first minute.
+func TestTrend(t *testing.T) {
+	steady := func(float64) float64 { return 5 }
+	if e := rampFolded(Estimate{}, 0, 59, steady); e.Trend != 0 {
+		t.Errorf("trend after 59 s = %g, want 0: unknown for a minute", e.Trend)
+	}
+	for _, secs := range []float64{60, 180, 600} {
+		if e := rampFolded(Estimate{}, 0, secs, steady); math.Abs(e.Trend) > 1e-9 {
+			t.Errorf("trend of a constant rate after %g s = %g, want 0", secs, e.Trend)
+		}
+	}
+	ramp := func(t float64) float64 { return 2 + 0.01*t }
+	if e := rampFolded(Estimate{}, 0, 1200, ramp); math.Abs(e.Trend-0.01) > 0.0002 {
+		t.Errorf("trend of a rate rising 0.01 a second, after 20 minutes = %g, want 0.01", e.Trend)
+	}
+	e := rampFolded(Estimate{}, 0, 600, func(float64) float64 { return 10 })
+	if e = rampFolded(e, 600, 60, func(float64) float64 { return 2 }); !(e.Trend < -0.02) {
+		t.Errorf("trend a minute after a fall from 10 to 2 a second = %g, want below -0.02", e.Trend)
+	}
+	e = rampFolded(e, 660, 3600, func(float64) float64 { return 0 })
+	if math.Abs(e.Trend) > 1e-3 {
+		t.Errorf("trend after an idle hour = %g, want about 0", e.Trend)
+	}
+	if e = rampFolded(e, 4260, 60, steady); !(e.Trend > 0.01) {
+		t.Errorf("trend a minute into 5 a second after an idle hour = %g, want a rise", e.Trend)
+	}
+}
+
+// TestAddTrend: the trends of a queue's producers add, as their rates do.
+func TestAddTrend(t *testing.T) {
+	a := rampFolded(Estimate{}, 0, 1800, func(t float64) float64 { return 1 + 0.01*t })
+	b := rampFolded(Estimate{}, 0, 1800, func(t float64) float64 { return 20 - 0.005*t })
+	if got, want := a.Add(b).Trend, a.Trend+b.Trend; got != want || math.Abs(want-0.005) > 0.0002 {
+		t.Errorf("trend of the sum = %g, want %g, about 0.005", got, want)
 	}
 }

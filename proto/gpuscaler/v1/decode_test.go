@@ -240,20 +240,24 @@ func TestDecodeQueueTraffic(t *testing.T) {
 		"valid": {edit: func(*QueueTraffic) {}},
 		"zero":  {edit: func(q *QueueTraffic) { *q = QueueTraffic{} }},
 		"at the bounds": {edit: func(q *QueueTraffic) {
-			q.ArrivalRate, q.ServiceSeconds, q.ArrivalDispersion = MaxTrafficRate, MaxServiceSeconds, MaxDispersion
+			q.ArrivalRate, q.ServiceSeconds, q.ArrivalDispersion, q.ArrivalTrend = MaxTrafficRate, MaxServiceSeconds, MaxDispersion, MaxTrafficRate
 		}},
-		"NaN arrival rate":           {edit: func(q *QueueTraffic) { q.ArrivalRate = math.NaN() }, want: "arrival_rate NaN"},
-		"negative completion rate":   {edit: func(q *QueueTraffic) { q.CompletionRate = -1 }, want: "completion_rate -1"},
-		"infinite drop rate":         {edit: func(q *QueueTraffic) { q.DropRate = math.Inf(1) }, want: "drop_rate +Inf"},
-		"rate above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalRate = 2 * MaxTrafficRate }, want: "arrival_rate 2e+09"},
-		"NaN service":                {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.NaN() }, want: "service_seconds NaN"},
-		"service above the bound":    {edit: func(q *QueueTraffic) { q.ServiceSeconds = 2 * MaxServiceSeconds }, want: "service_seconds"},
-		"NaN dispersion":             {edit: func(q *QueueTraffic) { q.ArrivalDispersion = math.NaN() }, want: "arrival_dispersion NaN"},
-		"negative dispersion":        {edit: func(q *QueueTraffic) { q.ArrivalDispersion = -1 }, want: "arrival_dispersion -1"},
-		"dispersion above the bound": {edit: func(q *QueueTraffic) { q.ArrivalDispersion = 2 * MaxDispersion }, want: "arrival_dispersion 2e+09"},
-		"negative busy seconds":      {edit: func(q *QueueTraffic) { q.BusySecondsTotal = -0.5 }, want: "busy_seconds_total -0.5"},
-		"infinite busy seconds":      {edit: func(q *QueueTraffic) { q.BusySecondsTotal = math.Inf(1) }, want: "busy_seconds_total +Inf"},
-		"negative zero is not below": {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.Copysign(0, -1) }},
+		"NaN arrival rate":            {edit: func(q *QueueTraffic) { q.ArrivalRate = math.NaN() }, want: "arrival_rate NaN"},
+		"negative completion rate":    {edit: func(q *QueueTraffic) { q.CompletionRate = -1 }, want: "completion_rate -1"},
+		"infinite drop rate":          {edit: func(q *QueueTraffic) { q.DropRate = math.Inf(1) }, want: "drop_rate +Inf"},
+		"rate above the bound":        {edit: func(q *QueueTraffic) { q.ArrivalRate = 2 * MaxTrafficRate }, want: "arrival_rate 2e+09"},
+		"NaN service":                 {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.NaN() }, want: "service_seconds NaN"},
+		"service above the bound":     {edit: func(q *QueueTraffic) { q.ServiceSeconds = 2 * MaxServiceSeconds }, want: "service_seconds"},
+		"NaN dispersion":              {edit: func(q *QueueTraffic) { q.ArrivalDispersion = math.NaN() }, want: "arrival_dispersion NaN"},
+		"negative dispersion":         {edit: func(q *QueueTraffic) { q.ArrivalDispersion = -1 }, want: "arrival_dispersion -1"},
+		"dispersion above the bound":  {edit: func(q *QueueTraffic) { q.ArrivalDispersion = 2 * MaxDispersion }, want: "arrival_dispersion 2e+09"},
+		"a falling trend":             {edit: func(q *QueueTraffic) { q.ArrivalTrend = -MaxTrafficRate }},
+		"NaN trend":                   {edit: func(q *QueueTraffic) { q.ArrivalTrend = math.NaN() }, want: "arrival_trend NaN"},
+		"trend above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalTrend = math.Inf(1) }, want: "arrival_trend +Inf"},
+		"trend below minus the bound": {edit: func(q *QueueTraffic) { q.ArrivalTrend = -2 * MaxTrafficRate }, want: "arrival_trend -2e+09"},
+		"negative busy seconds":       {edit: func(q *QueueTraffic) { q.BusySecondsTotal = -0.5 }, want: "busy_seconds_total -0.5"},
+		"infinite busy seconds":       {edit: func(q *QueueTraffic) { q.BusySecondsTotal = math.Inf(1) }, want: "busy_seconds_total +Inf"},
+		"negative zero is not below":  {edit: func(q *QueueTraffic) { q.ServiceSeconds = math.Copysign(0, -1) }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr := valid()
@@ -334,7 +338,7 @@ func TestMaxQueueReportBytes(t *testing.T) {
 		Traffic: &QueueTraffic{
 			ArrivalsTotal: math.MaxUint64, CompletionsTotal: math.MaxUint64, DroppedTotal: math.MaxUint64,
 			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, CompletionRate: MaxTrafficRate, DropRate: MaxTrafficRate,
-			ServiceSeconds: MaxServiceSeconds, ArrivalDispersion: MaxDispersion,
+			ServiceSeconds: MaxServiceSeconds, ArrivalDispersion: MaxDispersion, ArrivalTrend: -MaxTrafficRate,
 		},
 		ColdStartSeconds: 1,
 	}
@@ -345,8 +349,8 @@ func TestMaxQueueReportBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) != 634 {
-		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 634", len(data))
+	if len(data) != 643 {
+		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 643", len(data))
 	}
 	if room := MaxQueueReportBytes - len(data); room < 256 {
 		t.Errorf("the largest QueueReport encodes in %d bytes, leaving %d of MaxQueueReportBytes (%d) for new fields, want at least 256", len(data), room, MaxQueueReportBytes)

@@ -1081,8 +1081,14 @@ type QueueTraffic struct {
 	// queue-demand metric gives the batch-mates ahead of an item slots of their own
 	// (docs/triggers.md). Finite, not negative, at most MaxDispersion.
 	ArrivalDispersion float64 `protobuf:"fixed64,9,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How fast the arrival rate rises, in items a second per second (negative: falls):
+	// the difference between the arrival rate over a minute and over three minutes, over
+	// the two minutes between them (scaler/demand: Estimate.Trend); 0 while unknown (the
+	// first minute). The queue-demand metric asks for the rate it rises to before the
+	// replicas it asks for now serve (docs/triggers.md). Finite, within ±MaxTrafficRate.
+	ArrivalTrend  float64 `protobuf:"fixed64,10,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueTraffic) Reset() {
@@ -1174,6 +1180,13 @@ func (x *QueueTraffic) GetServiceSeconds() float64 {
 func (x *QueueTraffic) GetArrivalDispersion() float64 {
 	if x != nil {
 		return x.ArrivalDispersion
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetArrivalTrend() float64 {
+	if x != nil {
+		return x.ArrivalTrend
 	}
 	return 0
 }
@@ -1298,7 +1311,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\astopped\x18\n" +
 	" \x01(\bR\astopped\x124\n" +
 	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
-	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xf6\x02\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\x9b\x03\n" +
 	"\fQueueTraffic\x12%\n" +
 	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
 	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
@@ -1308,7 +1321,9 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x0fcompletion_rate\x18\x06 \x01(\x01R\x0ecompletionRate\x12\x1b\n" +
 	"\tdrop_rate\x18\a \x01(\x01R\bdropRate\x12'\n" +
 	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSeconds\x12-\n" +
-	"\x12arrival_dispersion\x18\t \x01(\x01R\x11arrivalDispersionB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	"\x12arrival_dispersion\x18\t \x01(\x01R\x11arrivalDispersion\x12#\n" +
+	"\rarrival_trend\x18\n" +
+	" \x01(\x01R\farrivalTrendB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once

@@ -904,6 +904,12 @@ func (m *QueueTraffic) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ArrivalTrend != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.ArrivalTrend))))
+		i--
+		dAtA[i] = 0x51
+	}
 	if m.ArrivalDispersion != 0 {
 		i -= 8
 		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.ArrivalDispersion))))
@@ -1353,6 +1359,9 @@ func (m *QueueTraffic) SizeVT() (n int) {
 		n += 9
 	}
 	if m.ArrivalDispersion != 0 {
+		n += 9
+	}
+	if m.ArrivalTrend != 0 {
 		n += 9
 	}
 	n += len(m.unknownFields)
@@ -4034,6 +4043,17 @@ func (m *QueueTraffic) UnmarshalVT(dAtA []byte) error {
 			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
 			iNdEx += 8
 			m.ArrivalDispersion = float64(math.Float64frombits(v))
+		case 10:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ArrivalTrend", wireType)
+			}
+			var v uint64
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+			m.ArrivalTrend = float64(math.Float64frombits(v))
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

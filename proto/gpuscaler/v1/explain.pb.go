@@ -438,8 +438,11 @@ type QueueStatus struct {
 	// arriving in batches, whose batch-mates the queue-demand metric gives slots; 0 while
 	// unknown (no measuring producer has measured it for a minute).
 	ArrivalDispersion float64 `protobuf:"fixed64,17,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How fast the arrival rate rises, in items a second per second (negative: falls),
+	// summed over the queue's producers; 0 while unknown.
+	ArrivalTrend  float64 `protobuf:"fixed64,18,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -573,6 +576,13 @@ func (x *QueueStatus) GetColdStart() *ColdStart {
 func (x *QueueStatus) GetArrivalDispersion() float64 {
 	if x != nil {
 		return x.ArrivalDispersion
+	}
+	return 0
+}
+
+func (x *QueueStatus) GetArrivalTrend() float64 {
+	if x != nil {
+		return x.ArrivalTrend
 	}
 	return 0
 }
@@ -1437,7 +1447,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xda\x04\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xff\x04\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1455,7 +1465,8 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x13measuring_producers\x18\x0f \x01(\x05R\x12measuringProducers\x126\n" +
 	"\n" +
 	"cold_start\x18\x10 \x01(\v2\x17.gpuscaler.v1.ColdStartR\tcoldStart\x12-\n" +
-	"\x12arrival_dispersion\x18\x11 \x01(\x01R\x11arrivalDispersionJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\x12arrival_dispersion\x18\x11 \x01(\x01R\x11arrivalDispersion\x12#\n" +
+	"\rarrival_trend\x18\x12 \x01(\x01R\farrivalTrendJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
 	"\"\x84\x01\n" +
 	"\tColdStart\x12\x18\n" +
 	"\aseconds\x18\x01 \x01(\x01R\aseconds\x12\x16\n" +

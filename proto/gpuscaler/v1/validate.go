@@ -358,6 +358,9 @@ func (t *QueueTraffic) validate() error {
 			return fmt.Errorf("%s %v is outside 0–%g", f.name, f.v, f.to)
 		}
 	}
+	if v := t.GetArrivalTrend(); !(v >= -MaxTrafficRate && v <= MaxTrafficRate) {
+		return fmt.Errorf("arrival_trend %v is outside ±%g", v, float64(MaxTrafficRate))
+	}
 	return nil
 }
 
