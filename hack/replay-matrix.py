@@ -5,6 +5,9 @@ trace and target in how many of the nine runs it was met, with each miss.
 
 Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
                              [--load-scale X] [--reverse] [--out DIR] [--strict] [BIN] [TRACES_DIR]
+  --traces    which hours: azure-llm and mooncake (in TRACES_DIR), or NAME=FILE for any
+              hour in Mooncake's format (hack/synth-traces.py writes some), its model
+              load latencies beside it
   BIN         the gpuscaler binary (default bin/gpuscaler)
   TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
   --out DIR   keep each run's JSON there (default: a temporary directory)
@@ -22,6 +25,7 @@ import sys
 import tempfile
 
 FILES = {"azure-llm": "azure-llm-2023-conv.csv", "mooncake": "mooncake-conversation.jsonl"}
+OTHERS = {}  # NAME=FILE hours given in --traces, in Mooncake's format
 
 
 def option(args, name, default):
@@ -37,8 +41,11 @@ def option(args, name, default):
 
 def replay(binary, traces, out_dir, extra, trace, speed, seed):
     out = os.path.join(out_dir, f"{trace}-x{speed}-seed{seed}.json")
-    run = subprocess.run([binary, "replay", "--quiet", "--format", trace, "--service-speed", speed, "--seed", str(seed),
-                          "--trace", os.path.join(traces, FILES[trace]), "--json", out] + extra, capture_output=True, text=True)
+    fmt, path = trace, os.path.join(traces, FILES.get(trace, ""))
+    if trace in OTHERS:
+        fmt, path = "mooncake", OTHERS[trace]
+    run = subprocess.run([binary, "replay", "--quiet", "--format", fmt, "--service-speed", speed, "--seed", str(seed),
+                          "--trace", path, "--json", out] + extra, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{trace} x{speed} seed {seed}: gpuscaler replay exited {run.returncode}:\n{run.stderr}")
     with open(out) as f:
@@ -49,7 +56,14 @@ def main():
     args = sys.argv[1:]
     seeds = option(args, "--seeds", "1,2,3").split(",")
     speeds = option(args, "--speeds", "0.5,1,2").split(",")
-    which = option(args, "--traces", "azure-llm,mooncake").split(",")
+    which = []
+    for t in option(args, "--traces", "azure-llm,mooncake").split(","):
+        name, _, path = t.partition("=")
+        if path:
+            OTHERS[name] = path
+        elif name not in FILES:
+            sys.exit(f"--traces: {name} is neither azure-llm, mooncake nor NAME=FILE")
+        which.append(name)
     strict = "--strict" in args
     reverse = "--reverse" in args
     args = [a for a in args if a not in ("--strict", "--reverse")]
