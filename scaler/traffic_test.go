@@ -104,28 +104,36 @@ func TestMeasuredProducersAdd(t *testing.T) {
 	wantReason(t, ex, "measured by 1 of its 2 live producers")
 }
 
+// demandOf returns the queue-demand metric (targetWait 100ms, concurrency 2) and the
+// explanation of a queue whose one measuring producer reported measuredReport's traffic
+// with edit made to it.
+func demandOf(t *testing.T, edit func(*gpuscalerv1.QueueTraffic)) (float64, *gpuscalerv1.Explanation) {
+	t.Helper()
+	md := map[string]string{"queue": "q", "targetWait": "100ms", "concurrency": "2"}
+	t0 := time.Unix(1_700_000_000, 0)
+	s := NewState(func() time.Time { return t0 })
+	r := measuredReport("gw", 1)
+	edit(r.Traffic)
+	s.Apply(gpuscalerv1.Event{Queue: r}, t0)
+	srv := NewLocalServer(s)
+	resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+}
+
 // TestBatchedArrivals: a measuring producer whose items arrive in batches (dispersion
 // 9) gets, at a targetWait too short for the slots to start the batch-mates in turn,
 // the slots the batch-mates ahead of each item need beyond what the same traffic
 // arriving at random gets; the explanation shows the dispersion and says why.
 func TestBatchedArrivals(t *testing.T) {
-	md := map[string]string{"queue": "q", "targetWait": "100ms", "concurrency": "2"}
 	value := func(dispersion float64) (float64, *gpuscalerv1.Explanation) {
-		t0 := time.Unix(1_700_000_000, 0)
-		s := NewState(func() time.Time { return t0 })
-		r := measuredReport("gw", 1)
-		r.Traffic.ArrivalDispersion = dispersion
-		s.Apply(gpuscalerv1.Event{Queue: r}, t0)
-		srv := NewLocalServer(s)
-		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+		return demandOf(t, func(q *gpuscalerv1.QueueTraffic) { q.ArrivalDispersion = dispersion })
 	}
 	random, _ := value(1)
 	batched, ex := value(9)
@@ -147,23 +155,8 @@ func TestBatchedArrivals(t *testing.T) {
 // the minute's horizon: 5.851 a second more. The metric is what 7.851 a second steady
 // asks for.
 func TestRisingArrivals(t *testing.T) {
-	md := map[string]string{"queue": "q", "targetWait": "100ms", "concurrency": "2"}
 	value := func(rate, trend float64) (float64, *gpuscalerv1.Explanation) {
-		t0 := time.Unix(1_700_000_000, 0)
-		s := NewState(func() time.Time { return t0 })
-		r := measuredReport("gw", 1)
-		r.Traffic.ArrivalRate, r.Traffic.ArrivalTrend = rate, trend
-		s.Apply(gpuscalerv1.Event{Queue: r}, t0)
-		srv := NewLocalServer(s)
-		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+		return demandOf(t, func(q *gpuscalerv1.QueueTraffic) { q.ArrivalRate, q.ArrivalTrend = rate, trend })
 	}
 	rise := (0.05 - 2*math.Sqrt(2.0/360)/120) * 120
 	rising, ex := value(2, 0.05)
