@@ -21,6 +21,7 @@ import (
 // and, once its GPUs idle, the HPA takes it down to one and KEDA never to zero: at zero
 // it would hold no GPUs, and nothing could wake it.
 func TestGPUUtilisationThroughKEDA(t *testing.T) {
+	t.Parallel() // no latency measured: see "Tests in parallel" in main_test.go
 	ns := newNamespace(t, "gpu")
 	busy := func(u1, u2 float64) (cluster.SimNode, cluster.SimNode) {
 		a := cluster.SimNode{GPUs: 4, Jitter: 0, Pods: []cluster.SimPod{

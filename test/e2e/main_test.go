@@ -18,6 +18,19 @@ import (
 	"github.com/gpuscaler/gpuscaler/test/e2e/cluster"
 )
 
+// Tests in parallel. Go runs every test that does not call t.Parallel first, one at a
+// time, and only then the ones that do, all at once (run.sh sets -parallel above their
+// number). So a test that measures a latency (TestWakeLatency, TestPushAtScaler,
+// TestWakeAfterProducerOutage, the gateway's and the NATS cluster's figures) stays
+// serial and runs alone. A test calls t.Parallel when it has its own namespace, its own
+// producers and collectors, and stops or restarts nothing another test uses: the loop
+// tests (their own kwok pools, behind the NATS cluster's scalers), TestAttackNodeClaim
+// (its own NATS server), and the tests that mostly wait on KEDA's polls, cooldowns and
+// staleAfter: TestStaleQueueNeverScalesToZero, TestStaleGPUsFallBack,
+// TestFallbackReplicasZero, TestGPUUtilisationThroughKEDA and
+// TestSparseTrafficStatusWrites (which counts writes within its namespace). None of the
+// latter uses capacityAware, whose count on the shared scaler would see their nodes.
+
 // env is the system every test runs against, started once by TestMain.
 var env *cluster.Env
 

@@ -22,6 +22,7 @@ import (
 // has passed; the ScaledObject says its trigger is failing, and KEDA's event carries the
 // scaler's reason.
 func TestStaleQueueNeverScalesToZero(t *testing.T) {
+	t.Parallel() // no latency measured: see "Tests in parallel" in main_test.go
 	ns := newNamespace(t, "stale")
 	createDeployment(t, ns, "inference", 0)
 	createScaledObject(t, scaledObject(ns, "inference", "inference", 0, 4, testPolling, testCooldown,
@@ -63,6 +64,7 @@ func TestStaleQueueNeverScalesToZero(t *testing.T) {
 // the value its metrics service hands the HPA becomes fallback.replicas × target, so the
 // HPA sets fallback.replicas. The workload is not scaled to zero.
 func TestStaleGPUsFallBack(t *testing.T) {
+	t.Parallel() // no latency measured: see "Tests in parallel" in main_test.go
 	ns := newNamespace(t, "fallback")
 	node := "gpu-" + ns
 	col := startCollector(t, node, cluster.SimNode{GPUs: 2, Jitter: 0, Pods: []cluster.SimPod{
@@ -139,6 +141,7 @@ func metricIs(mc *cluster.MetricsClient, ns, so, metric string, want float64) fu
 // than failureThreshold polls could scale it to zero in between; here the cooldown is
 // longer. The docs (docs of the failure behaviour) say what this test shows.
 func TestFallbackReplicasZero(t *testing.T) {
+	t.Parallel()        // no latency measured: see "Tests in parallel" in main_test.go
 	const cooldown = 10 // s, ≫ failureThreshold 2 × pollingInterval 1 s
 	ns := newNamespace(t, "fallback-zero")
 	createDeployment(t, ns, "inference", 0)

@@ -22,6 +22,7 @@ import (
 // default pollingInterval (30 s) and cooldownPeriod (300 s). A watch on each counts its
 // resourceVersion changes.
 func TestSparseTrafficStatusWrites(t *testing.T) {
+	t.Parallel() // no latency measured: see "Tests in parallel" in main_test.go
 	const (
 		requests = 30
 		every    = 2 * time.Second
