@@ -2,7 +2,7 @@
 # Runs gpuscaler's end-to-end suite against a real control plane (etcd, kube-apiserver)
 # and KEDA's operator, all on loopback, from a clean clone. It builds what the cache lacks
 # (etcd, kube-apiserver, KEDA's operator, nats-server, through the Go module proxy: ~14
-# minutes cold on 2 cores), then runs the tests (~5 minutes). Needs Go 1.26 and nothing
+# minutes cold on 2 cores), then runs the tests (~7 minutes). Needs Go 1.26 and nothing
 # else: no Docker, no cluster, no root.
 #
 #   test/e2e/run.sh                      # everything
