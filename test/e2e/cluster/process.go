@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -155,15 +156,65 @@ func (ps *Procs) Tails(n int) string {
 	return b.String()
 }
 
-// FreePort returns a loopback TCP port nothing listens on now. Another process may take it
-// before the caller binds it; ports come from the kernel's ephemeral range, so that is rare.
+// FreePort returns a loopback TCP port nothing listens on now, and never the same one
+// twice in a run: the suite's processes bind their ports after it has closed its probe,
+// and one port handed to two of them (two NATS servers' cluster ports once) failed a run
+// before any test. Ports come from below the kernel's ephemeral range
+// (ip_local_port_range), which outgoing connections take theirs from, so only a process
+// that binds a fixed port there can take one before the caller does; where that range
+// cannot be read, or leaves too little below it, from the ephemeral range itself.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if low := ephemeralLow(); low-firstPort >= 1000 {
+		for range 100 {
+			p := firstPort + rand.IntN(low-firstPort)
+			if portsGiven[p] {
+				continue
+			}
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+				l.Close()
+				portsGiven[p] = true
+				return p, nil
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[p] {
+			portsGiven[p] = true
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free loopback port not handed out before")
+}
+
+// firstPort is the lowest port FreePort hands out: above the well-known and most
+// registered services' ports.
+const firstPort = 20000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, 0 where it cannot
+// be read (not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0
+	}
+	return low
 }
 
 // FreeAddr is FreePort as "127.0.0.1:port".
