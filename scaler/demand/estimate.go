@@ -96,7 +96,7 @@ type Interval struct {
 func (e Estimate) Fold(iv Interval) Estimate {
 	secs := seconds(iv.Length)
 	e = e.foldArrivals(secs, iv.Arrivals, iv.Dropped)
-	alpha := -math.Expm1(-secs / Window.Seconds())
+	alpha := share(secs, Window)
 	e.Completions += alpha * (max(iv.Completions, 0)/secs - e.Completions)
 	e.InFlight += alpha * (max(iv.Busy, 0)/secs - e.InFlight)
 	if iv.Completions > 0 && e.Completions > 0 {
@@ -109,19 +109,25 @@ func (e Estimate) Fold(iv Interval) Estimate {
 // as a millisecond: rates over it stay finite.
 func seconds(d time.Duration) float64 { return max(d.Seconds(), 1e-3) }
 
+// share is the weight secs seconds get in an exponentially weighted average with time
+// constant window, 1 − e^(−secs/window): what an interval that long moves the average
+// by, and what an average started from 0 holds of the rate after that long.
+func share(secs float64, window time.Duration) float64 {
+	return -math.Expm1(-secs / window.Seconds())
+}
+
 // foldArrivals folds arrivals and drops over secs seconds into e's rates, leaving
 // completions and service alone.
 func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
-	w, w2 := Window.Seconds(), TrendWindow.Seconds()
-	alpha := -math.Expm1(-secs / w)
+	alpha := share(secs, Window)
 	rate := max(arrivals, 0) / secs
 	e.Arrivals += alpha * (rate - e.Arrivals)
 	e.Dropped += alpha * (max(dropped, 0)/secs - e.Dropped)
-	e.slow += -math.Expm1(-secs/w2) * (rate - e.slow)
+	e.slow += share(secs, TrendWindow) * (rate - e.slow)
 	e.folded += secs
-	if e.folded >= w {
-		// Each average started from 0 and holds 1 − e^(−folded/window) of the rate so far.
-		e.Trend = (e.Arrivals/-math.Expm1(-e.folded/w) - e.slow/-math.Expm1(-e.folded/w2)) / (w2 - w)
+	if e.folded >= Window.Seconds() {
+		// Each average started from 0 and holds share(folded, its window) of the rate so far.
+		e.Trend = (e.Arrivals/share(e.folded, Window) - e.slow/share(e.folded, TrendWindow)) / (TrendWindow - Window).Seconds()
 	}
 	return e
 }
@@ -146,7 +152,7 @@ func (e Estimate) MeasureDispersion(length time.Duration, arrivals float64) Esti
 		return e
 	}
 	if e.lastSecs > 0 {
-		beta := -math.Expm1(-min(secs, e.lastSecs) / DispersionWindow.Seconds())
+		beta := share(min(secs, e.lastSecs), DispersionWindow)
 		change := arrivals/secs - e.lastArrivals/e.lastSecs
 		e.spread += beta * (change*change/(1/secs+1/e.lastSecs) - e.spread)
 		e.level += beta * (arrivals/secs - e.level)
@@ -278,30 +284,28 @@ func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.Queu
 
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
 // above gpuscalerv1.MaxTrafficRate, a service time above gpuscalerv1.MaxServiceSeconds
-// and a dispersion above gpuscalerv1.MaxDispersion are reported at those bounds, and a
-// figure that is not a number as 0, so the report stays valid. It does not allocate.
+// a dispersion above gpuscalerv1.MaxDispersion and a trend beyond ±MaxTrafficRate are
+// reported at those bounds, and a figure that is not a number as 0, so the report stays
+// valid. It does not allocate.
 func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.ArrivalsTotal = totals.Arrivals
 	dst.CompletionsTotal = totals.Completions
 	dst.DroppedTotal = totals.Dropped
-	dst.BusySecondsTotal = bounded(totals.Busy, math.MaxFloat64)
-	dst.ArrivalRate = bounded(e.Arrivals, gpuscalerv1.MaxTrafficRate)
-	dst.CompletionRate = bounded(e.Completions, gpuscalerv1.MaxTrafficRate)
-	dst.DropRate = bounded(e.Dropped, gpuscalerv1.MaxTrafficRate)
-	dst.ServiceSeconds = bounded(e.Service, gpuscalerv1.MaxServiceSeconds)
-	dst.ArrivalDispersion = bounded(e.Dispersion, gpuscalerv1.MaxDispersion)
-	dst.ArrivalTrend = max(-gpuscalerv1.MaxTrafficRate, min(e.Trend, gpuscalerv1.MaxTrafficRate))
-	if math.IsNaN(e.Trend) {
-		dst.ArrivalTrend = 0
-	}
+	dst.BusySecondsTotal = bounded(totals.Busy, 0, math.MaxFloat64)
+	dst.ArrivalRate = bounded(e.Arrivals, 0, gpuscalerv1.MaxTrafficRate)
+	dst.CompletionRate = bounded(e.Completions, 0, gpuscalerv1.MaxTrafficRate)
+	dst.DropRate = bounded(e.Dropped, 0, gpuscalerv1.MaxTrafficRate)
+	dst.ServiceSeconds = bounded(e.Service, 0, gpuscalerv1.MaxServiceSeconds)
+	dst.ArrivalDispersion = bounded(e.Dispersion, 0, gpuscalerv1.MaxDispersion)
+	dst.ArrivalTrend = bounded(e.Trend, -gpuscalerv1.MaxTrafficRate, gpuscalerv1.MaxTrafficRate)
 }
 
-// bounded returns v within 0 to hi; 0 for NaN.
-func bounded(v, hi float64) float64 {
-	if !(v > 0) {
+// bounded returns v within lo to hi; 0 for NaN.
+func bounded(v, lo, hi float64) float64 {
+	if math.IsNaN(v) {
 		return 0
 	}
-	return min(v, hi)
+	return min(max(v, lo), hi)
 }
 
 // FromTraffic returns the estimate a producer reported (a valid QueueTraffic:

@@ -344,22 +344,20 @@ func (r *QueueReport) Validate() error {
 // each check is written to fail on it.
 func (t *QueueTraffic) validate() error {
 	for _, f := range []struct {
-		name  string
-		v, to float64
+		name        string
+		v, from, to float64
 	}{
-		{"busy_seconds_total", t.GetBusySecondsTotal(), math.MaxFloat64},
-		{"arrival_rate", t.GetArrivalRate(), MaxTrafficRate},
-		{"completion_rate", t.GetCompletionRate(), MaxTrafficRate},
-		{"drop_rate", t.GetDropRate(), MaxTrafficRate},
-		{"service_seconds", t.GetServiceSeconds(), MaxServiceSeconds},
-		{"arrival_dispersion", t.GetArrivalDispersion(), MaxDispersion},
+		{"busy_seconds_total", t.GetBusySecondsTotal(), 0, math.MaxFloat64},
+		{"arrival_rate", t.GetArrivalRate(), 0, MaxTrafficRate},
+		{"completion_rate", t.GetCompletionRate(), 0, MaxTrafficRate},
+		{"drop_rate", t.GetDropRate(), 0, MaxTrafficRate},
+		{"service_seconds", t.GetServiceSeconds(), 0, MaxServiceSeconds},
+		{"arrival_dispersion", t.GetArrivalDispersion(), 0, MaxDispersion},
+		{"arrival_trend", t.GetArrivalTrend(), -MaxTrafficRate, MaxTrafficRate},
 	} {
-		if !(f.v >= 0 && f.v <= f.to) {
-			return fmt.Errorf("%s %v is outside 0–%g", f.name, f.v, f.to)
+		if !(f.v >= f.from && f.v <= f.to) {
+			return fmt.Errorf("%s %v is outside %g–%g", f.name, f.v, f.from, f.to)
 		}
-	}
-	if v := t.GetArrivalTrend(); !(v >= -MaxTrafficRate && v <= MaxTrafficRate) {
-		return fmt.Errorf("arrival_trend %v is outside ±%g", v, float64(MaxTrafficRate))
 	}
 	return nil
 }
