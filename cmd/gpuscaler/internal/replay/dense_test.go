@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,6 +89,44 @@ func TestDenseTargets(t *testing.T) {
 	} {
 		if !strings.Contains(got[name].Measured, want) {
 			t.Errorf("%s: measured %q, want it to say %q", name, got[name].Measured, want)
+		}
+	}
+	// How far beyond each bound: 6.1/5 − 1.2; 8/7.5 − 1.05; 8/7.5 − 1.02, once although
+	// 15 s costs more than 10 s only; none where met.
+	for name, want := range map[string]float64{"frontier": 0, "beaten": 0, "honoured": 0.02, "efficient": 8/7.5 - 1.05, "monotonic": 8/7.5 - 1.02} {
+		if g := got[name].Excess; math.Abs(g-want) > 1e-9 {
+			t.Errorf("%s: excess %g, want %g", name, g, want)
+		}
+	}
+}
+
+// TestDenseTargetsExcessSumsSettings checks that each setting that misses adds its own
+// distance from the bound, once: two backlog points matched only 4% and 7% dearer (where 2% is
+// allowed), and a setting 4% and 5% dearer than two shorter ones, which adds its 5% once.
+func TestDenseTargetsExcessSumsSettings(t *testing.T) {
+	res := &inference.Result{
+		Policies: []inference.PolicyResult{{Name: inference.PolicyAlwaysOn, WaitP99: 0}},
+		Frontiers: map[string][]inference.FrontierPoint{
+			inference.PolicyBacklog: {
+				{Setting: "queueTarget=8", GPUHours: 10, WaitP99: 1},
+				{Setting: "queueTarget=16", GPUHours: 8, WaitP99: 2},
+			},
+			inference.PolicyRecommends: {
+				{Setting: "targetWait=100ms", GPUHours: 10.5, WaitP99: 1},
+				{Setting: "targetWait=200ms", GPUHours: 10.4, WaitP99: 1},  // 4% above queueTarget 8
+				{Setting: "targetWait=300ms", GPUHours: 10.92, WaitP99: 1}, // 4% above 100 ms, 5% above 200 ms
+				{Setting: "targetWait=1s", GPUHours: 8.56, WaitP99: 2},     // 7% above queueTarget 16
+			},
+		},
+	}
+	got := map[string]float64{}
+	for _, target := range DenseTargets(res) {
+		name, _, _ := strings.Cut(target.Name, ":")
+		got[name] = target.Excess
+	}
+	for name, want := range map[string]float64{"frontier": (10.4/10 - 1.02) + (8.56/8 - 1.02), "monotonic": 10.92/10.4 - 1.02} {
+		if math.Abs(got[name]-want) > 1e-9 {
+			t.Errorf("%s: excess %g, want %g", name, got[name], want)
 		}
 	}
 }
