@@ -232,7 +232,8 @@ func TestStoppedNATS(t *testing.T) {
 	size := (&gpuscalerv1.QueueReport{Namespace: "ml", Queue: "jobs", Waiting: MaxCount, InFlight: MaxCount, Arrivals: 1 << 40,
 		ObservedAt: timestamppb.Now(), ProducerId: r.cfg.ProducerID, Sequence: 1 << 20,
 		Traffic: &gpuscalerv1.QueueTraffic{ArrivalsTotal: 1 << 40, CompletionsTotal: 1 << 40, DroppedTotal: 1 << 40,
-			BusySecondsTotal: 1, ArrivalRate: 1, CompletionRate: 1, DropRate: 1, ServiceSeconds: 1, ArrivalDispersion: 1, ArrivalTrend: 1}}).SizeVT()
+			BusySecondsTotal: 1, ArrivalRate: 1, CompletionRate: 1, DropRate: 1, ServiceSeconds: 1, ArrivalDispersion: 1, ArrivalTrend: 1,
+			ArrivalLevel: 1, LevelWindowSeconds: 1}}).SizeVT()
 	onePub := len(fmt.Sprintf("PUB gpuscaler.v1.queue.ml.jobs %d\r\n", size)) + size + 2
 	if n, err := nc.Buffered(); err != nil || n > onePub {
 		t.Errorf("reconnect buffer holds %d bytes (%v), want at most one report (%d bytes): reports must wait for NATS, not queue for it", n, err, onePub)

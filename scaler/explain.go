@@ -466,10 +466,14 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 					r.queue.value, t.Concurrency)
 			default:
 				add("queue-demand %.3g: replicas of %d slots for 99 in 100 items to start within targetWait %s, looking %s ahead (%s): %.3g serve %.3g arrivals a second of %.3g s each, %.3g start the %d waiting (see docs/triggers.md).",
-					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, q.ArrivalRate, q.ServiceSeconds, n.Draining, q.Waiting)
+					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, n.Rate, q.ServiceSeconds, n.Draining, q.Waiting)
+				if n.Level {
+					add("The arrivals fluctuate about a steady level, %.3g a second over the last %s (the window their own minute counts set): the minute's %.3g a second is a fluctuation above it, which replicas would serve only after it passed and the HPA would then hold for its scale-down window, so the level is served.",
+						q.ArrivalLevel, time.Duration(q.LevelWindowSeconds*float64(time.Second)).Round(time.Second), q.ArrivalRate)
+				}
 				if n.Rise > 0 {
-					add("The arrivals are rising, %.3g a second more each minute: the serving replicas are for %.3g a second, the rate expected once replicas asked for now serve (the minute's average lags a steady rise by a minute's worth, and the horizon adds its own).",
-						60*q.ArrivalTrend, q.ArrivalRate+n.Rise)
+					add("The arrivals are rising, %.3g a second more each minute: the serving replicas are for %.3g a second, the rate expected once replicas asked for now serve (the average lags a steady rise by its window's worth, and the horizon adds its own).",
+						60*q.ArrivalTrend, n.Rate)
 				}
 				if n.Batched > 0 {
 					add("Of those serving, %.3g are for items that arrive together (dispersion %.3g, the variance of the arrivals a producer counts in a report interval over their mean, over ten minutes): each finds its batch-mates ahead of it, and those the other slots do not start within targetWait need slots of their own.",

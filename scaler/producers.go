@@ -278,6 +278,8 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		ServiceSeconds:     q.demand.Service,
 		ArrivalDispersion:  q.demand.Dispersion,
 		ArrivalTrend:       q.demand.Trend,
+		ArrivalLevel:       q.demand.Level,
+		LevelWindowSeconds: q.demand.LevelWindow,
 		MeasuringProducers: int32(q.measuring),
 		ColdStart:          q.producerColdStart().proto(),
 	}

@@ -172,3 +172,28 @@ func TestRisingArrivals(t *testing.T) {
 	}
 	wantReason(t, ex, "The arrivals are rising, 3 a second more each minute: the serving replicas are for 7.85 a second")
 }
+
+// TestSteadyLevel: a measuring producer whose minute's rate, 2 a second, is above the
+// level its traffic fluctuates about, 1.5 over four minutes, is served for the level,
+// as the same traffic at a steady 1.5 a second is; below the level, or while the level
+// is unknown, for the minute's rate. The explanation says why.
+func TestSteadyLevel(t *testing.T) {
+	value := func(rate, level, window float64) (float64, *gpuscalerv1.Explanation) {
+		return demandOf(t, func(q *gpuscalerv1.QueueTraffic) {
+			q.ArrivalRate, q.ArrivalLevel, q.LevelWindowSeconds = rate, level, window
+		})
+	}
+	above, ex := value(2, 1.5, 240)
+	if steady, _ := value(1.5, 0, 0); above != steady {
+		t.Errorf("queue-demand %g with the minute's rate above the level, want %g, that of the level 1.5 a second", above, steady)
+	}
+	minute, _ := value(2, 0, 0)
+	if below, _ := value(2, 2.5, 240); below != minute || !(minute > above) {
+		t.Errorf("queue-demand %g with the minute's rate below the level, want %g, that of the minute's 2 a second (and above %g)", below, minute, above)
+	}
+	if q := ex.GetQueue(); q.GetArrivalLevel() != 1.5 || q.GetLevelWindowSeconds() != 240 {
+		t.Errorf("explanation's level %g over %g s, want the producer's 1.5 over 240 s", q.GetArrivalLevel(), q.GetLevelWindowSeconds())
+	}
+	wantReason(t, ex, "The arrivals fluctuate about a steady level, 1.5 a second over the last 4m0s")
+	wantReason(t, ex, "serve 1.5 arrivals a second")
+}

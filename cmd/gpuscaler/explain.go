@@ -351,6 +351,9 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 				if g := q.GetArrivalTrend(); g != 0 {
 					trend = fmt.Sprintf(", %+.3g/s a minute", 60*g)
 				}
+				if lw := q.GetLevelWindowSeconds(); lw > 0 {
+					trend += fmt.Sprintf(", level %.3g/s over %s", q.GetArrivalLevel(), time.Duration(lw*float64(time.Second)).Round(time.Second))
+				}
 				fmt.Fprintf(w, "  arrivals %.3g/s (dispersion %s%s), service time %s: %s\n", q.GetArrivalRate(), dispersion, trend, service, source)
 				fmt.Fprintf(w, "  cold start %s\n", q.GetColdStart().Describe())
 			}

@@ -271,14 +271,21 @@ func TestPrintExplanationTrafficSource(t *testing.T) {
 			t.Errorf("%d measuring: explain output does not say %q:\n%s", measuring, want, out.String())
 		}
 	}
-	// A known dispersion is shown as it is, and a trend as the change a minute.
+	// A known dispersion is shown as it is, a trend as the change a minute, and a known
+	// level with its window.
 	for trend, want := range map[float64]string{
 		0:      "arrivals 2/s (dispersion 7.5), service time 5 s",
 		0.05:   "arrivals 2/s (dispersion 7.5, +3/s a minute), service time 5 s",
 		-0.005: "arrivals 2/s (dispersion 7.5, -0.3/s a minute), service time 5 s",
+		0.001:  "arrivals 2/s (dispersion 7.5, +0.06/s a minute, level 1.8/s over 4m13s), service time 5 s",
 	} {
+		var level, window float64
+		if trend == 0.001 {
+			level, window = 1.8, 252.6
+		}
 		ex := &gpuscalerv1.Explanation{Effective: map[string]string{"queue": "q", "targetWait": "10s"}, Queue: &gpuscalerv1.QueueStatus{
 			Namespace: "ml", Queue: "q", ArrivalRate: 2, ArrivalDispersion: 7.5, ArrivalTrend: trend, ServiceSeconds: 5, Stored: timestamppb.Now(), Age: durationpb.New(time.Second),
+			ArrivalLevel: level, LevelWindowSeconds: window,
 		}}
 		var out strings.Builder
 		printExplanation(&out, explainTarget{}, "scaler:9090", ex)

@@ -57,10 +57,13 @@ type Need struct {
 	Batched float64
 	// Horizon is how far ahead the metric looked (see Horizon).
 	Horizon time.Duration
-	// Rise is how much the arrival rate is expected to rise, in items a second, by the
-	// time replicas asked for now serve (see Rise): Serving and Most are for the rate
-	// with it.
-	Rise float64
+	// Rate is the arrival rate Serving and Most are for, in items a second: the minute's
+	// rate, or the level where it is below it (Level), plus Rise, how much the rate is
+	// expected to rise by the time replicas asked for now serve (see Served and Rise).
+	Rate, Rise float64
+	// Level says the minute's rate was above the arrivals' level, an upward fluctuation
+	// of traffic that fluctuates about a steady level, and the level was served.
+	Level bool
 	// Backlog says the service time is unknown and the metric is the backlog over
 	// concurrency.
 	Backlog bool
@@ -79,9 +82,11 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     for now are serving and a wait of T has been allowed: a slot starts (T+H)/S items
 //     of S seconds each over that span, but never more than one item that is waiting
 //     now, so q·min(S, T+H)/(T+H) slots.
-//   - Serving: the arrivals, λ a second (over Window), of S seconds each. Started
-//     within T of the horizon's end, the arrivals of the horizon need λS·H/(T+H) busy
-//     slots (the fluid model: a queue of λT may stand, its items each waiting T), and
+//   - Serving: the arrivals, λ a second (Served: the minute's rate, or the level the
+//     traffic fluctuates about where the minute's is above it, plus Rise), of S
+//     seconds each. Started within T of the horizon's end, the arrivals of the horizon
+//     need λS·H/(T+H) busy slots (the fluid model: a queue of λT may stand, its items
+//     each waiting T), and
 //     to keep 99 in 100 of them within T, the fewest slots m that Erlang's C formula
 //     says keep the chance of waiting longer than T at most 1 in 100 for that load:
 //     C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys headroom above
@@ -93,9 +98,9 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     Erlang's slots do not start within T.
 //
 // The sum, over c, is at most the items in flight, waiting and expected over the
-// horizon, λH, over c: a slot each. The arrival rate is the minute's, never a burst's
-// alone: the items a burst brings are waiting and drained, and counted again as a rate
-// that repeats only as far as the minute's rate says.
+// horizon, λH, over c: a slot each. The arrival rate is the minute's at most, never a
+// burst's alone: the items a burst brings are waiting and drained, and counted again as
+// a rate that repeats only as far as the minute's rate says.
 //
 // The parts fall as T grows, with no switch between models: as T shrinks towards 0 the
 // metric becomes Erlang's for the whole load, with a slot for each batch-mate, plus a
@@ -113,7 +118,10 @@ func Demand(in Inputs) Need {
 	}
 	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
 	n := Need{Horizon: h, Rise: Rise(e, h)}
-	rate := e.Arrivals + n.Rise
+	rate, _ := Served(e)
+	n.Level = rate < e.Arrivals
+	rate += n.Rise
+	n.Rate = rate
 	n.Serving = ServingReplicas(rate*s*hs/(t+hs), s, t, c)
 	n.Draining = in.Waiting * min(s, t+hs) / (t + hs) / float64(c)
 	n.Most = (in.InFlight + in.Waiting + rate*hs) / float64(c)
@@ -138,9 +146,26 @@ var trendNoise = func() float64 {
 // in forty of a steady rate's noise passes it.
 const trendSignificance = 2
 
-// Rise returns how much the arrival rate e.Arrivals, the average over Window, is
-// expected to have risen by the time replicas asked for now serve: e.Trend, the rise a
-// second, times Window (the average lags a steady rise by that much) plus horizon. Only
+// Served returns the arrival rate the queue-demand metric serves, before any rise, and
+// how far it lags a steady rise: the minute's rate e.Arrivals, lagging by Window, or the
+// arrivals' level e.Level where that is known and lower, lagging by e.LevelWindow. A
+// minute's rate above the level is an upward fluctuation where the traffic fluctuates
+// about a steady level (its window is then long): replicas asked for it would serve
+// after it has passed and be held for the HPA's scale-down window, five minutes by
+// default. Where the level moves from minute to minute the window is Window and the
+// two agree. A rate below the level is served as it is, a fall costing nothing to
+// follow, as the HPA holds the replicas through it anyway.
+func Served(e Estimate) (rate float64, lag time.Duration) {
+	if e.LevelWindow > 0 && e.Level < e.Arrivals {
+		return e.Level, time.Duration(e.LevelWindow * float64(time.Second))
+	}
+	return e.Arrivals, Window
+}
+
+// Rise returns how much the arrival rate Served serves is expected to have risen by the
+// time replicas asked for now serve: e.Trend, the rise a second, times the rate's lag
+// (Window for the minute's average, which lags a steady rise by that much) plus
+// horizon. Only
 // the part of the trend beyond trendSignificance standard deviations of the two
 // averages' noise counts, that noise being of arrivals at random or, where they arrive
 // in batches, of the measured dispersion; a fall counts as none, as the HPA holds the
@@ -150,7 +175,8 @@ func Rise(e Estimate, horizon time.Duration) float64 {
 		return 0
 	}
 	noise := math.Sqrt(max(1, e.Dispersion)*e.Arrivals*trendNoise) / (TrendWindow - Window).Seconds()
-	return max(0, e.Trend-trendSignificance*noise) * (Window + horizon).Seconds()
+	_, lag := Served(e)
+	return max(0, e.Trend-trendSignificance*noise) * (lag + horizon).Seconds()
 }
 
 // BatchSlots returns the slots, beyond the m that Erlang's formula gives, that items

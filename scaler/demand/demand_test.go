@@ -391,3 +391,34 @@ func TestRiseReadsNoiseAsNone(t *testing.T) {
 		t.Errorf("rising: %g a second with the rise, %g without, want about %g", got, e.Arrivals, ahead)
 	}
 }
+
+// TestServedLevel: the arrivals' level is served where it is known and below the
+// minute's rate, and a rise is extrapolated over the level's own lag; otherwise the
+// minute's rate is, a fall included.
+func TestServedLevel(t *testing.T) {
+	demandFor := func(e Estimate) Need {
+		return Demand(Inputs{Traffic: e, Concurrency: 2, TargetWait: 10 * time.Second})
+	}
+	e := Estimate{Arrivals: 4, Service: 10, Level: 3, LevelWindow: 240}
+	if rate, lag := Served(e); rate != 3 || lag != 4*time.Minute {
+		t.Errorf("Served = %g, lag %v; want the level 3, lag 4m", rate, lag)
+	}
+	n, want := demandFor(e), demandFor(Estimate{Arrivals: 3, Service: 10})
+	if !n.Level || n.Rate != 3 || n.Serving != want.Serving || n.Most != want.Most {
+		t.Errorf("demand %+v, want the level served: %+v", n, want)
+	}
+	for name, e := range map[string]Estimate{
+		"a level above the rate": {Arrivals: 4, Service: 10, Level: 5, LevelWindow: 240},
+		"an unknown level":       {Arrivals: 4, Service: 10},
+	} {
+		n, want := demandFor(e), demandFor(Estimate{Arrivals: 4, Service: 10})
+		if n.Level || n.Rate != 4 || n.Serving != want.Serving {
+			t.Errorf("%s: demand %+v, want the minute's rate served: %+v", name, n, want)
+		}
+	}
+	e.Trend, e.Dispersion = 0.1, 1
+	noise := math.Sqrt(4*trendNoise) / 120
+	if got, want := Rise(e, time.Minute), (0.1-2*noise)*300; math.Abs(got-want) > 1e-9 {
+		t.Errorf("rise %g, want %g: the trend beyond its noise over the level's 4 minutes and the horizon's 1", got, want)
+	}
+}

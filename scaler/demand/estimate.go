@@ -25,6 +25,21 @@ const DispersionWindow = 10 * time.Minute
 // TrendWindow's, so their difference over TrendWindow − Window is the rise a second.
 const TrendWindow = 3 * time.Minute
 
+// MaxLevelWindow is the longest window the arrival level (Estimate.Level) is averaged
+// over: the drift of the level is measured between minute counts at most four minutes
+// apart, five minutes of counts, and the level is taken to be steady no further than
+// that; beyond it a slow rise over the hour would lag unseen.
+const MaxLevelWindow = 5 * time.Minute
+
+// DriftWindow is the time constant of what the level's window is worked out from: how
+// much the minute's count changes from one minute to the next and over four, averaged
+// over thirty minute counts.
+const DriftWindow = 30 * time.Minute
+
+// driftLag is the longer of the two lags, in minute counts, the level's drift is
+// measured over (the shorter is one).
+const driftLag = 4
+
 // maxDispersionInterval is the longest interval whose arrivals count in the dispersion:
 // ten report intervals of the default second.
 const maxDispersionInterval = 10 * time.Second
@@ -62,6 +77,16 @@ type Estimate struct {
 	// interval on shows no trend), over TrendWindow − Window. A queue that starts from
 	// idle shows its start as a rise. 0 until a minute of intervals has been folded in.
 	Trend float64
+	// Level is the arrival rate averaged over LevelWindow seconds, a window the traffic
+	// sets: the steady-state gain of a Kalman filter for a level that drifts under
+	// noise (a local-level model), the drift and the noise worked out from the
+	// variance of the change of the minute's count one minute and driftLag minutes
+	// apart over DriftWindow (a level that drifts moves further over four minutes than
+	// over one; noise moves both alike). Traffic whose level moves from one minute to
+	// the next keeps Window; traffic that fluctuates about a steady level is averaged
+	// over up to MaxLevelWindow. Both 0 until DispersionWindow of minute counts have
+	// been folded in.
+	Level, LevelWindow float64
 
 	// What Dispersion is the ratio of, both over DispersionWindow: the squared change of
 	// the rate from one interval to the next, weighed so that its mean is the dispersion
@@ -74,6 +99,16 @@ type Estimate struct {
 	// The arrivals over TrendWindow, and the seconds folded into the rates (for the
 	// correction Trend makes, the start of each estimate from 0).
 	slow, folded float64
+	// The level's average and the weight it has gathered (for the correction of its
+	// start from 0); the minute count in progress and its seconds; the last driftLag
+	// minute counts' rates, newest first, and how many have been counted; the squared
+	// change of the rate one and driftLag counts apart, and their weights.
+	levelAvg, levelWeight float64
+	count, countSecs      float64
+	counts                [driftLag]float64
+	minutes               int
+	change1, change4      float64
+	change1Wt, change4Wt  float64
 }
 
 // Interval is what happened to a queue, or to a producer's share of it, over one
@@ -129,7 +164,71 @@ func (e Estimate) foldArrivals(secs, arrivals, dropped float64) Estimate {
 		// Each average started from 0 and holds share(folded, its window) of the rate so far.
 		e.Trend = (e.Arrivals/share(e.folded, Window) - e.slow/share(e.folded, TrendWindow)) / (TrendWindow - Window).Seconds()
 	}
+	return e.foldLevel(secs, max(arrivals, 0))
+}
+
+// foldLevel folds arrivals over secs seconds into e's level: the rate moves the level by
+// the share of its window (Window until the window is known), and each minute's count,
+// once complete, into the changes the window is worked out from.
+func (e Estimate) foldLevel(secs, arrivals float64) Estimate {
+	window := Window
+	if e.LevelWindow > 0 {
+		window = time.Duration(e.LevelWindow * float64(time.Second))
+	}
+	a := share(secs, window)
+	e.levelAvg += a * (arrivals/secs - e.levelAvg)
+	e.levelWeight += a * (1 - e.levelWeight)
+	if e.LevelWindow > 0 {
+		e.Level = e.levelAvg / e.levelWeight
+	}
+	e.count += arrivals
+	e.countSecs += secs
+	if e.countSecs < Window.Seconds() {
+		return e
+	}
+	rate := e.count / e.countSecs
+	b := share(e.countSecs, DriftWindow)
+	if e.minutes >= 1 {
+		d := rate - e.counts[0]
+		e.change1 += b * (d*d - e.change1)
+		e.change1Wt += b * (1 - e.change1Wt)
+	}
+	if e.minutes >= driftLag {
+		d := rate - e.counts[driftLag-1]
+		e.change4 += b * (d*d - e.change4)
+		e.change4Wt += b * (1 - e.change4Wt)
+	}
+	copy(e.counts[1:], e.counts[:driftLag-1])
+	e.counts[0] = rate
+	e.minutes++
+	e.count, e.countSecs = 0, 0
+	if time.Duration(e.minutes)*Window >= DispersionWindow {
+		e.LevelWindow = levelWindow(e.change1/e.change1Wt, e.change4/e.change4Wt).Seconds()
+		e.Level = e.levelAvg / e.levelWeight
+	}
 	return e
+}
+
+// levelWindow returns the window to average the arrivals over, given the mean squared
+// change of the minute's rate one minute apart, v1, and driftLag (k) minutes apart, vk.
+// A level that drifts by w² a minute under noise n² moves the rate by k·w² + 2n² over k
+// minutes, so w² = (vk − v1)/(k − 1) and n² = (v1 − w²)/2. The Kalman filter for that
+// level, in its steady state, moves by K = (−q + √(q² + 4q))/2 of each minute's error,
+// q = w²/n²: an average over −1 min/ln(1 − K), from Window (the level moves as fast as
+// the counts) to MaxLevelWindow (it does not move).
+func levelWindow(v1, vk float64) time.Duration {
+	drift := max(0, (vk-v1)/(driftLag-1))
+	noise := (v1 - drift) / 2
+	if !(noise > 0) {
+		return Window
+	}
+	q := drift / noise
+	k := (-q + math.Sqrt(q*q+4*q)) / 2
+	if !(k > 0) {
+		return MaxLevelWindow
+	}
+	w := time.Duration(-Window.Seconds() / math.Log1p(-min(k, 1-1e-9)) * float64(time.Second))
+	return min(max(w, Window), MaxLevelWindow)
 }
 
 // MeasureDispersion folds an interval length long that counted arrivals into e's
@@ -203,7 +302,10 @@ func (e Estimate) Next(prev, r *gpuscalerv1.QueueReport, dt time.Duration) Estim
 // nothing to the others'. The dispersion is the known ones' weighed by their arrival
 // rates, as the variances of independent arrivals add (a producer whose dispersion is
 // unknown is left out, not counted as random); while none of those has arrivals, the
-// largest known. Sums add in any order to the same figures.
+// largest known. The levels add, a producer whose level is unknown adding its minute's
+// rate, and the level's window is the producers' weighed by their arrival rates (an
+// unknown one's counting as Window; while none has arrivals, the longest); the level
+// is unknown only while every producer's is. Sums add in any order to the same figures.
 func (e Estimate) Add(o Estimate) Estimate {
 	s := Estimate{
 		Arrivals:    e.Arrivals + o.Arrivals,
@@ -229,6 +331,21 @@ func (e Estimate) Add(o Estimate) Estimate {
 	}
 	if s.dispersed > 0 {
 		s.Dispersion = variance / s.dispersed
+	}
+	if e.LevelWindow > 0 || o.LevelWindow > 0 {
+		var windowed float64
+		for _, x := range []Estimate{e, o} {
+			level, window := x.Arrivals, Window.Seconds()
+			if x.LevelWindow > 0 {
+				level, window = x.Level, x.LevelWindow
+			}
+			s.Level += level
+			windowed += x.Arrivals * window
+			s.LevelWindow = max(s.LevelWindow, window)
+		}
+		if s.Arrivals > 0 {
+			s.LevelWindow = windowed / s.Arrivals
+		}
 	}
 	s.summed = true
 	return s
@@ -284,8 +401,8 @@ func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.Queu
 
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates
 // above gpuscalerv1.MaxTrafficRate, a service time above gpuscalerv1.MaxServiceSeconds
-// a dispersion above gpuscalerv1.MaxDispersion and a trend beyond ±MaxTrafficRate are
-// reported at those bounds, and a figure that is not a number as 0, so the report stays
+// a dispersion above gpuscalerv1.MaxDispersion, a trend beyond ±MaxTrafficRate and a
+// level's window above gpuscalerv1.MaxWindowSeconds are reported at those bounds, and a figure that is not a number as 0, so the report stays
 // valid. It does not allocate.
 func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.ArrivalsTotal = totals.Arrivals
@@ -298,6 +415,8 @@ func (e Estimate) Traffic(totals Totals, dst *gpuscalerv1.QueueTraffic) {
 	dst.ServiceSeconds = bounded(e.Service, 0, gpuscalerv1.MaxServiceSeconds)
 	dst.ArrivalDispersion = bounded(e.Dispersion, 0, gpuscalerv1.MaxDispersion)
 	dst.ArrivalTrend = bounded(e.Trend, -gpuscalerv1.MaxTrafficRate, gpuscalerv1.MaxTrafficRate)
+	dst.ArrivalLevel = bounded(e.Level, 0, gpuscalerv1.MaxTrafficRate)
+	dst.LevelWindowSeconds = bounded(e.LevelWindow, 0, gpuscalerv1.MaxWindowSeconds)
 }
 
 // bounded returns v within lo to hi; 0 for NaN.
@@ -320,6 +439,9 @@ func FromTraffic(t *gpuscalerv1.QueueTraffic) Estimate {
 		Service:    t.GetServiceSeconds(),
 		Dispersion: t.GetArrivalDispersion(),
 		Trend:      t.GetArrivalTrend(),
+	}
+	if w := t.GetLevelWindowSeconds(); w > 0 {
+		e.Level, e.LevelWindow = t.GetArrivalLevel(), w
 	}
 	if e.Service > 0 {
 		e.Completions = t.GetCompletionRate()

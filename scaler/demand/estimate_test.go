@@ -378,3 +378,106 @@ func TestAddTrend(t *testing.T) {
 		t.Errorf("trend of the sum = %g, want %g, about 0.005", got, want)
 	}
 }
+
+// TestLevelWindowByHand: the window from the changes of the minute's count one and four
+// minutes apart. Noise alone (both alike, or four apart less than one): the level does
+// not move, and is averaged over the longest window. Drift alone (four apart four times
+// one): it moves as fast as the counts, a minute. Drift and noise alike (q = 1: 3 and
+// 6): K = (√5 − 1)/2. A twentieth as much drift as noise (2.05 and 2.2): K = 0.2, an
+// average over −1 min/ln 0.8, 269 s. No change at all says nothing: a minute.
+func TestLevelWindowByHand(t *testing.T) {
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	for _, tc := range []struct {
+		v1, v4 float64
+		want   time.Duration
+	}{
+		{2, 2, MaxLevelWindow},
+		{1, 0.5, MaxLevelWindow},
+		{1, 4, Window},
+		{3, 6, secs(-60 / math.Log(1-(math.Sqrt(5)-1)/2))},
+		{2.05, 2.2, secs(-60 / math.Log(0.8))},
+		{0, 0, Window},
+	} {
+		if got := levelWindow(tc.v1, tc.v4); (got - tc.want).Abs() > time.Millisecond {
+			t.Errorf("levelWindow(%g, %g) = %v, want %v", tc.v1, tc.v4, got, tc.want)
+		}
+	}
+}
+
+// TestLevel: measured as a producer folds its report intervals, items arriving at
+// random at a steady 5 a second, or in batches of 10 at a steady 0.5 a second, are
+// averaged over longer than the minute, on average over an hour, at random over at
+// least two (the drift measured over thirty minute counts is noisy itself, and now and
+// then reads as some), their level 5 within its noise; a level that moves every minute
+// by more than the counts' noise (a random walk of 2 a second a minute about 20) keeps
+// the minute. Both are unknown for the first ten minutes of counts, and a report
+// carries them.
+func TestLevel(t *testing.T) {
+	for _, batch := range []int{1, 10} {
+		r := rand.New(rand.NewPCG(5, uint64(batch)))
+		var e Estimate
+		for range 599 {
+			e = measured(e, 1, arrivalsIn(r, 5/float64(batch), 1, batch))
+		}
+		if e.LevelWindow != 0 || e.Level != 0 {
+			t.Errorf("batches of %d: level %g over %g s after 599 s, want unknown (0)", batch, e.Level, e.LevelWindow)
+		}
+		var windows, levels float64
+		for range 3600 {
+			e = measured(e, 1, arrivalsIn(r, 5/float64(batch), 1, batch))
+			windows += e.LevelWindow / 3600
+			levels += e.Level / 3600
+		}
+		// Batches of ten make the minute's count ten times as noisy, and the drift
+		// measured from it too: their window is longer than a minute, but less so.
+		least := map[int]float64{1: 120, 10: 80}[batch]
+		if windows < least || math.Abs(levels-5) > 0.4 {
+			t.Errorf("batches of %d at a steady 5 a second: level %g over %g s on average over an hour, want 5 over at least %g s", batch, levels, windows, least)
+		}
+		var tr gpuscalerv1.QueueTraffic
+		e.Traffic(Totals{}, &tr)
+		if got := FromTraffic(&tr); got.Level != e.Level || got.LevelWindow != e.LevelWindow {
+			t.Errorf("FromTraffic(Traffic(e)): level %g over %g s, want %g over %g s", got.Level, got.LevelWindow, e.Level, e.LevelWindow)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	var e Estimate
+	rate, windows := 20.0, 0.0
+	for m := range 70 {
+		rate = max(1, rate+2*r.NormFloat64())
+		for range 60 {
+			e = measured(e, 1, arrivalsIn(r, rate, 1, 1))
+			if m >= 10 {
+				windows += e.LevelWindow / 3600
+			}
+		}
+	}
+	if windows > 90 || e.LevelWindow != Window.Seconds() || math.Abs(e.Level-e.Arrivals) > 1e-3*e.Arrivals {
+		t.Errorf("a level moving every minute: level %g over %g s at the end, over %g s on average; want the minute's %g over about 60 s", e.Level, e.LevelWindow, windows, e.Arrivals)
+	}
+}
+
+// TestAddLevel: the levels of a queue's producers add, one whose level is unknown
+// adding its minute's rate; the window is their windows weighed by their rates (an
+// unknown one's a minute); the level is unknown while every producer's is; and sums
+// add in any order.
+func TestAddLevel(t *testing.T) {
+	a := Estimate{Arrivals: 4, Level: 3, LevelWindow: 300}
+	b := Estimate{Arrivals: 1, Level: 2, LevelWindow: 60}
+	u := Estimate{Arrivals: 2}
+	for _, tc := range []struct {
+		name          string
+		sum           Estimate
+		level, window float64
+	}{
+		{"two known", a.Add(b), 5, (4*300 + 60) / 5.0},
+		{"and an unknown", a.Add(b).Add(u), 7, (4*300 + 60 + 2*60) / 7.0},
+		{"in another order", u.Add(b).Add(a), 7, (4*300 + 60 + 2*60) / 7.0},
+		{"two unknown", u.Add(u), 0, 0},
+		{"idle", Estimate{LevelWindow: 120}.Add(Estimate{LevelWindow: 300}), 0, 300},
+	} {
+		if math.Abs(tc.sum.Level-tc.level) > 1e-9 || math.Abs(tc.sum.LevelWindow-tc.window) > 1e-9 {
+			t.Errorf("%s: level %g over %g s, want %g over %g s", tc.name, tc.sum.Level, tc.sum.LevelWindow, tc.level, tc.window)
+		}
+	}
+}

@@ -241,7 +241,13 @@ func TestDecodeQueueTraffic(t *testing.T) {
 		"zero":  {edit: func(q *QueueTraffic) { *q = QueueTraffic{} }},
 		"at the bounds": {edit: func(q *QueueTraffic) {
 			q.ArrivalRate, q.ServiceSeconds, q.ArrivalDispersion, q.ArrivalTrend = MaxTrafficRate, MaxServiceSeconds, MaxDispersion, MaxTrafficRate
+			q.ArrivalLevel, q.LevelWindowSeconds = MaxTrafficRate, MaxWindowSeconds
 		}},
+		"NaN level":                   {edit: func(q *QueueTraffic) { q.ArrivalLevel = math.NaN() }, want: "arrival_level NaN"},
+		"negative level":              {edit: func(q *QueueTraffic) { q.ArrivalLevel = -1 }, want: "arrival_level -1"},
+		"level above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalLevel = 2 * MaxTrafficRate }, want: "arrival_level 2e+09"},
+		"negative level window":       {edit: func(q *QueueTraffic) { q.LevelWindowSeconds = -60 }, want: "level_window_seconds -60"},
+		"infinite level window":       {edit: func(q *QueueTraffic) { q.LevelWindowSeconds = math.Inf(1) }, want: "level_window_seconds +Inf"},
 		"NaN arrival rate":            {edit: func(q *QueueTraffic) { q.ArrivalRate = math.NaN() }, want: "arrival_rate NaN"},
 		"negative completion rate":    {edit: func(q *QueueTraffic) { q.CompletionRate = -1 }, want: "completion_rate -1"},
 		"infinite drop rate":          {edit: func(q *QueueTraffic) { q.DropRate = math.Inf(1) }, want: "drop_rate +Inf"},
@@ -339,6 +345,7 @@ func TestMaxQueueReportBytes(t *testing.T) {
 			ArrivalsTotal: math.MaxUint64, CompletionsTotal: math.MaxUint64, DroppedTotal: math.MaxUint64,
 			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, CompletionRate: MaxTrafficRate, DropRate: MaxTrafficRate,
 			ServiceSeconds: MaxServiceSeconds, ArrivalDispersion: MaxDispersion, ArrivalTrend: -MaxTrafficRate,
+			ArrivalLevel: MaxTrafficRate, LevelWindowSeconds: MaxWindowSeconds,
 		},
 		ColdStartSeconds: 1,
 	}
@@ -349,8 +356,8 @@ func TestMaxQueueReportBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) != 643 {
-		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 643", len(data))
+	if len(data) != 661 {
+		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 661", len(data))
 	}
 	if room := MaxQueueReportBytes - len(data); room < 256 {
 		t.Errorf("the largest QueueReport encodes in %d bytes, leaving %d of MaxQueueReportBytes (%d) for new fields, want at least 256", len(data), room, MaxQueueReportBytes)

@@ -1086,9 +1086,20 @@ type QueueTraffic struct {
 	// the two minutes between them (scaler/demand: Estimate.Trend); 0 while unknown (the
 	// first minute). The queue-demand metric asks for the rate it rises to before the
 	// replicas it asks for now serve (docs/triggers.md). Finite, within ±MaxTrafficRate.
-	ArrivalTrend  float64 `protobuf:"fixed64,10,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ArrivalTrend float64 `protobuf:"fixed64,10,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
+	// The arrival rate averaged over a window the traffic sets, in items a second, and
+	// that window in seconds (scaler/demand: Estimate.Level): a minute for traffic whose
+	// level moves from one minute to the next, up to five for traffic that fluctuates
+	// about a steady level, from how the minute's count changes one and four minutes
+	// apart; both 0 while unknown (the first ten minutes). The queue-demand metric serves
+	// the level where the minute's rate is above it: an upward fluctuation it would
+	// otherwise ask replicas for, which the HPA holds for its scale-down window
+	// (docs/triggers.md). Finite, not negative, the level at most MaxTrafficRate and the
+	// window at most MaxWindowSeconds.
+	ArrivalLevel       float64 `protobuf:"fixed64,11,opt,name=arrival_level,json=arrivalLevel,proto3" json:"arrival_level,omitempty"`
+	LevelWindowSeconds float64 `protobuf:"fixed64,12,opt,name=level_window_seconds,json=levelWindowSeconds,proto3" json:"level_window_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *QueueTraffic) Reset() {
@@ -1187,6 +1198,20 @@ func (x *QueueTraffic) GetArrivalDispersion() float64 {
 func (x *QueueTraffic) GetArrivalTrend() float64 {
 	if x != nil {
 		return x.ArrivalTrend
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetArrivalLevel() float64 {
+	if x != nil {
+		return x.ArrivalLevel
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetLevelWindowSeconds() float64 {
+	if x != nil {
+		return x.LevelWindowSeconds
 	}
 	return 0
 }
@@ -1311,7 +1336,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\astopped\x18\n" +
 	" \x01(\bR\astopped\x124\n" +
 	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
-	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\x9b\x03\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xf2\x03\n" +
 	"\fQueueTraffic\x12%\n" +
 	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
 	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
@@ -1323,7 +1348,9 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\x0fservice_seconds\x18\b \x01(\x01R\x0eserviceSeconds\x12-\n" +
 	"\x12arrival_dispersion\x18\t \x01(\x01R\x11arrivalDispersion\x12#\n" +
 	"\rarrival_trend\x18\n" +
-	" \x01(\x01R\farrivalTrendB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	" \x01(\x01R\farrivalTrend\x12#\n" +
+	"\rarrival_level\x18\v \x01(\x01R\farrivalLevel\x120\n" +
+	"\x14level_window_seconds\x18\f \x01(\x01R\x12levelWindowSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once

@@ -904,6 +904,18 @@ func (m *QueueTraffic) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.LevelWindowSeconds != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.LevelWindowSeconds))))
+		i--
+		dAtA[i] = 0x61
+	}
+	if m.ArrivalLevel != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.ArrivalLevel))))
+		i--
+		dAtA[i] = 0x59
+	}
 	if m.ArrivalTrend != 0 {
 		i -= 8
 		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.ArrivalTrend))))
@@ -1362,6 +1374,12 @@ func (m *QueueTraffic) SizeVT() (n int) {
 		n += 9
 	}
 	if m.ArrivalTrend != 0 {
+		n += 9
+	}
+	if m.ArrivalLevel != 0 {
+		n += 9
+	}
+	if m.LevelWindowSeconds != 0 {
 		n += 9
 	}
 	n += len(m.unknownFields)
@@ -4054,6 +4072,28 @@ func (m *QueueTraffic) UnmarshalVT(dAtA []byte) error {
 			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
 			iNdEx += 8
 			m.ArrivalTrend = float64(math.Float64frombits(v))
+		case 11:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ArrivalLevel", wireType)
+			}
+			var v uint64
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+			m.ArrivalLevel = float64(math.Float64frombits(v))
+		case 12:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LevelWindowSeconds", wireType)
+			}
+			var v uint64
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+			m.LevelWindowSeconds = float64(math.Float64frombits(v))
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -440,9 +440,14 @@ type QueueStatus struct {
 	ArrivalDispersion float64 `protobuf:"fixed64,17,opt,name=arrival_dispersion,json=arrivalDispersion,proto3" json:"arrival_dispersion,omitempty"`
 	// How fast the arrival rate rises, in items a second per second (negative: falls),
 	// summed over the queue's producers; 0 while unknown.
-	ArrivalTrend  float64 `protobuf:"fixed64,18,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ArrivalTrend float64 `protobuf:"fixed64,18,opt,name=arrival_trend,json=arrivalTrend,proto3" json:"arrival_trend,omitempty"`
+	// The arrival rate over a window the traffic sets, summed over the queue's producers,
+	// and that window (the producers' rate-weighted mean), in seconds; both 0 while
+	// unknown.
+	ArrivalLevel       float64 `protobuf:"fixed64,19,opt,name=arrival_level,json=arrivalLevel,proto3" json:"arrival_level,omitempty"`
+	LevelWindowSeconds float64 `protobuf:"fixed64,20,opt,name=level_window_seconds,json=levelWindowSeconds,proto3" json:"level_window_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -583,6 +588,20 @@ func (x *QueueStatus) GetArrivalDispersion() float64 {
 func (x *QueueStatus) GetArrivalTrend() float64 {
 	if x != nil {
 		return x.ArrivalTrend
+	}
+	return 0
+}
+
+func (x *QueueStatus) GetArrivalLevel() float64 {
+	if x != nil {
+		return x.ArrivalLevel
+	}
+	return 0
+}
+
+func (x *QueueStatus) GetLevelWindowSeconds() float64 {
+	if x != nil {
+		return x.LevelWindowSeconds
 	}
 	return 0
 }
@@ -1447,7 +1466,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xff\x04\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xd6\x05\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1466,7 +1485,9 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"cold_start\x18\x10 \x01(\v2\x17.gpuscaler.v1.ColdStartR\tcoldStart\x12-\n" +
 	"\x12arrival_dispersion\x18\x11 \x01(\x01R\x11arrivalDispersion\x12#\n" +
-	"\rarrival_trend\x18\x12 \x01(\x01R\farrivalTrendJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\rarrival_trend\x18\x12 \x01(\x01R\farrivalTrend\x12#\n" +
+	"\rarrival_level\x18\x13 \x01(\x01R\farrivalLevel\x120\n" +
+	"\x14level_window_seconds\x18\x14 \x01(\x01R\x12levelWindowSecondsJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
 	"\"\x84\x01\n" +
 	"\tColdStart\x12\x18\n" +
 	"\aseconds\x18\x01 \x01(\x01R\aseconds\x12\x16\n" +

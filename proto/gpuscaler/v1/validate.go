@@ -308,14 +308,16 @@ func (p *PodRef) validate() error {
 }
 
 // Bounds of a QueueReport's traffic. A billion items a second is far above what one
-// producer hands out, a service time of 30 years far above any item's, and a dispersion
-// of a billion (batches of a billion items) far above any traffic's; beyond them a
+// producer hands out, a service time or an averaging window of 30 years far above any
+// item's or producer's, and a dispersion of a billion (batches of a billion items) far
+// above any traffic's; beyond them a
 // figure is a broken or hostile producer, and read as one it would ask for replicas
 // without end.
 const (
 	MaxTrafficRate    = 1e9
 	MaxServiceSeconds = 1e9
 	MaxDispersion     = 1e9
+	MaxWindowSeconds  = 1e9
 )
 
 // Validate reports whether r is a well-formed QueueReport: a valid namespace, queue name
@@ -354,6 +356,8 @@ func (t *QueueTraffic) validate() error {
 		{"service_seconds", t.GetServiceSeconds(), 0, MaxServiceSeconds},
 		{"arrival_dispersion", t.GetArrivalDispersion(), 0, MaxDispersion},
 		{"arrival_trend", t.GetArrivalTrend(), -MaxTrafficRate, MaxTrafficRate},
+		{"arrival_level", t.GetArrivalLevel(), 0, MaxTrafficRate},
+		{"level_window_seconds", t.GetLevelWindowSeconds(), 0, MaxWindowSeconds},
 	} {
 		if !(f.v >= f.from && f.v <= f.to) {
 			return fmt.Errorf("%s %v is outside %g–%g", f.name, f.v, f.from, f.to)
