@@ -467,7 +467,7 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 			default:
 				add("queue-demand %.3g: replicas of %d slots for 99 in 100 items to start within targetWait %s, looking %s ahead (%s): %.3g serve %.3g arrivals a second of %.3g s each, %.3g start the %d waiting (see docs/triggers.md).",
 					r.queue.value, t.Concurrency, t.TargetWait, n.Horizon, horizonWhy(n.Horizon), n.Serving, n.Rate, q.ServiceSeconds, n.Draining, q.Waiting)
-				if n.Level {
+				if n.Level && q.LevelWindowSeconds > demand.Window.Seconds() {
 					add("The arrivals fluctuate about a steady level, %.3g a second over the last %s (the window their own minute counts set): the minute's %.3g a second is a fluctuation above it, which replicas would serve only after it passed and the HPA would then hold for its scale-down window, so the level is served.",
 						q.ArrivalLevel, time.Duration(q.LevelWindowSeconds*float64(time.Second)).Round(time.Second), q.ArrivalRate)
 				}

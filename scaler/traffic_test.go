@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,4 +197,9 @@ func TestSteadyLevel(t *testing.T) {
 	}
 	wantReason(t, ex, "The arrivals fluctuate about a steady level, 1.5 a second over the last 4m0s")
 	wantReason(t, ex, "serve 1.5 arrivals a second")
+	// Over a minute's window the level is the minute's rate but for its history: no
+	// sentence for the rounding between two averages alike.
+	if _, ex := value(2, 1.99, 60); strings.Contains(strings.Join(ex.GetReasons(), "\n"), "steady level") {
+		t.Errorf("a level over a minute explained as a steady one:\n%s", strings.Join(ex.GetReasons(), "\n"))
+	}
 }

@@ -86,9 +86,9 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     traffic fluctuates about where the minute's is above it, plus Rise), of S
 //     seconds each. Started within T of the horizon's end, the arrivals of the horizon
 //     need λS·H/(T+H) busy slots (the fluid model: a queue of λT may stand, its items
-//     each waiting T), and
-//     to keep 99 in 100 of them within T, the fewest slots m that Erlang's C formula
-//     says keep the chance of waiting longer than T at most 1 in 100 for that load:
+//     each waiting T), and to keep 99 in 100 of them within T, the fewest slots m that
+//     Erlang's C formula says keep the chance of waiting longer than T at most 1 in
+//     100 for that load:
 //     C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys headroom above
 //     λS for the randomness of arrivals, so no arrival waits for a cold start; a long
 //     one lets a queue stand rather than ask for a replica at every fluctuation, which
