@@ -58,8 +58,9 @@ type Need struct {
 	// Horizon is how far ahead the metric looked (see Horizon).
 	Horizon time.Duration
 	// Rate is the arrival rate Serving and Most are for, in items a second: the minute's
-	// rate, or the level where it is below it (Level), plus Rise, how much the rate is
-	// expected to rise by the time replicas asked for now serve (see Served and Rise).
+	// rate, or the level where it is below it and no rise shows (Level), plus Rise, how
+	// much the rate is expected to rise by the time replicas asked for now serve (see
+	// Served and Rise).
 	Rate, Rise float64
 	// Level says the minute's rate was above the arrivals' level, an upward fluctuation
 	// of traffic that fluctuates about a steady level, and the level was served.
@@ -83,19 +84,18 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 //     of S seconds each over that span, but never more than one item that is waiting
 //     now, so q·min(S, T+H)/(T+H) slots.
 //   - Serving: the arrivals, λ a second (Served: the minute's rate, or the level the
-//     traffic fluctuates about where the minute's is above it, plus Rise), of S
-//     seconds each. Started within T of the horizon's end, the arrivals of the horizon
-//     need λS·H/(T+H) busy slots (the fluid model: a queue of λT may stand, its items
-//     each waiting T), and to keep 99 in 100 of them within T, the fewest slots m that
-//     Erlang's C formula says keep the chance of waiting longer than T at most 1 in
-//     100 for that load:
-//     C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys headroom above
-//     λS for the randomness of arrivals, so no arrival waits for a cold start; a long
-//     one lets a queue stand rather than ask for a replica at every fluctuation, which
-//     the HPA would hold for its 5-minute scale-down window. Erlang's arrivals come
-//     one at a time; items that arrive together (a dispersion D above 1) each find
-//     their batch-mates ahead of them, and BatchSlots more slots start those that
-//     Erlang's slots do not start within T.
+//     traffic fluctuates about where the minute's is above it and no rise shows, plus
+//     Rise), of S seconds each. Started within T of the horizon's end, the arrivals of the
+//     horizon need λS·H/(T+H) busy slots (the fluid model: a queue of λT may stand, its
+//     items each waiting T), and to keep 99 in 100 of them within T, the fewest slots m
+//     that Erlang's C formula says keep the chance of waiting longer than T at most 1 in
+//     100 for that load: C(m, a)·e^(−(m−a)·T/S) ≤ 0.01 (the M/M/m queue). A short T buys
+//     headroom above λS for the randomness of arrivals, so no arrival waits for a cold
+//     start; a long one lets a queue stand rather than ask for a replica at every
+//     fluctuation, which the HPA would hold for its 5-minute scale-down window. Erlang's
+//     arrivals come one at a time; items that arrive together (a dispersion D above 1)
+//     each find their batch-mates ahead of them, and BatchSlots more slots start those
+//     that Erlang's slots do not start within T.
 //
 // The sum, over c, is at most the items in flight, waiting and expected over the
 // horizon, λH, over c: a slot each. The arrival rate is the minute's at most, never a
@@ -118,7 +118,7 @@ func Demand(in Inputs) Need {
 	}
 	s, t, hs := e.Service, in.TargetWait.Seconds(), h.Seconds()
 	n := Need{Horizon: h, Rise: Rise(e, h)}
-	rate, _ := Served(e)
+	rate := Served(e)
 	n.Level = rate < e.Arrivals
 	rate += n.Rise
 	n.Rate = rate
@@ -146,37 +146,44 @@ var trendNoise = func() float64 {
 // in forty of a steady rate's noise passes it.
 const trendSignificance = 2
 
-// Served returns the arrival rate the queue-demand metric serves, before any rise, and
-// how far it lags a steady rise: the minute's rate e.Arrivals, lagging by Window, or the
-// arrivals' level e.Level where that is known and lower, lagging by e.LevelWindow. A
-// minute's rate above the level is an upward fluctuation where the traffic fluctuates
-// about a steady level (its window is then long): replicas asked for it would serve
+// Served returns the arrival rate the queue-demand metric serves, before any rise: the
+// arrivals' level e.Level where that is known, below the minute's rate e.Arrivals and
+// the rate is not rising beyond its noise; otherwise the minute's rate. A minute's rate
+// above the level, while the traffic fluctuates about a steady level (its window is then
+// long) and no rise shows, is an upward fluctuation: replicas asked for it would serve
 // after it has passed and be held for the HPA's scale-down window, five minutes by
 // default. Where the level moves from minute to minute the window is Window and the
-// two agree. A rate below the level is served as it is, a fall costing nothing to
-// follow, as the HPA holds the replicas through it anyway.
-func Served(e Estimate) (rate float64, lag time.Duration) {
-	if e.LevelWindow > 0 && e.Level < e.Arrivals {
-		return e.Level, time.Duration(e.LevelWindow * float64(time.Second))
+// two agree. A rise is served from the minute's rate, which lags it least, plus Rise:
+// the level, averaged over longer, would lag it by its window. A rate below the level
+// is served as it is, a fall costing nothing to follow, as the HPA holds the replicas
+// through it anyway.
+func Served(e Estimate) float64 {
+	if e.LevelWindow > 0 && e.Level < e.Arrivals && !(trendBeyondNoise(e) > 0) {
+		return e.Level
 	}
-	return e.Arrivals, Window
+	return e.Arrivals
 }
 
-// Rise returns how much the arrival rate Served serves is expected to have risen by the
-// time replicas asked for now serve: e.Trend, the rise a second, times the rate's lag
-// (Window for the minute's average, which lags a steady rise by that much) plus
-// horizon. Only
-// the part of the trend beyond trendSignificance standard deviations of the two
-// averages' noise counts, that noise being of arrivals at random or, where they arrive
-// in batches, of the measured dispersion; a fall counts as none, as the HPA holds the
-// replicas for its scale-down window anyway and a fall that turns is then served.
-func Rise(e Estimate, horizon time.Duration) float64 {
+// trendBeyondNoise is the part of e's trend beyond trendSignificance standard deviations
+// of the noise of the two averages it is the difference of, that noise being of
+// arrivals at random or, where they arrive in batches, of the measured dispersion; 0 or
+// less for none.
+func trendBeyondNoise(e Estimate) float64 {
 	if !(e.Trend > 0) || !(e.Arrivals > 0) {
 		return 0
 	}
 	noise := math.Sqrt(max(1, e.Dispersion)*e.Arrivals*trendNoise) / (TrendWindow - Window).Seconds()
-	_, lag := Served(e)
-	return max(0, e.Trend-trendSignificance*noise) * (lag + horizon).Seconds()
+	return e.Trend - trendSignificance*noise
+}
+
+// Rise returns how much the arrival rate e.Arrivals, the average over Window, is
+// expected to have risen by the time replicas asked for now serve: e.Trend, the rise a
+// second, times Window (the average lags a steady rise by that much) plus horizon. Only
+// the part of the trend beyond its noise counts (trendBeyondNoise); a fall counts as
+// none, as the HPA holds the replicas for its scale-down window anyway and a fall that
+// turns is then served.
+func Rise(e Estimate, horizon time.Duration) float64 {
+	return max(0, trendBeyondNoise(e)) * (Window + horizon).Seconds()
 }
 
 // BatchSlots returns the slots, beyond the m that Erlang's formula gives, that items

@@ -392,16 +392,16 @@ func TestRiseReadsNoiseAsNone(t *testing.T) {
 	}
 }
 
-// TestServedLevel: the arrivals' level is served where it is known and below the
-// minute's rate, and a rise is extrapolated over the level's own lag; otherwise the
-// minute's rate is, a fall included.
+// TestServedLevel: the arrivals' level is served where it is known, below the minute's
+// rate and no rise shows; otherwise the minute's rate is, a fall included, and a rise
+// beyond its noise, which the minute's rate lags least, with the rise on top.
 func TestServedLevel(t *testing.T) {
 	demandFor := func(e Estimate) Need {
 		return Demand(Inputs{Traffic: e, Concurrency: 2, TargetWait: 10 * time.Second})
 	}
 	e := Estimate{Arrivals: 4, Service: 10, Level: 3, LevelWindow: 240}
-	if rate, lag := Served(e); rate != 3 || lag != 4*time.Minute {
-		t.Errorf("Served = %g, lag %v; want the level 3, lag 4m", rate, lag)
+	if rate := Served(e); rate != 3 {
+		t.Errorf("Served = %g, want the level 3", rate)
 	}
 	n, want := demandFor(e), demandFor(Estimate{Arrivals: 3, Service: 10})
 	if !n.Level || n.Rate != 3 || n.Serving != want.Serving || n.Most != want.Most {
@@ -410,15 +410,23 @@ func TestServedLevel(t *testing.T) {
 	for name, e := range map[string]Estimate{
 		"a level above the rate": {Arrivals: 4, Service: 10, Level: 5, LevelWindow: 240},
 		"an unknown level":       {Arrivals: 4, Service: 10},
+		"a trend within noise":   {Arrivals: 4, Service: 10, Trend: 0.001, Dispersion: 1},
 	} {
 		n, want := demandFor(e), demandFor(Estimate{Arrivals: 4, Service: 10})
 		if n.Level || n.Rate != 4 || n.Serving != want.Serving {
 			t.Errorf("%s: demand %+v, want the minute's rate served: %+v", name, n, want)
 		}
 	}
-	e.Trend, e.Dispersion = 0.1, 1
+	// Within its noise a trend leaves the level served; beyond it, the minute's rate
+	// with the rise over a minute and the horizon.
+	e.Trend, e.Dispersion = 0.001, 1
+	if rate := Served(e); rate != 3 {
+		t.Errorf("Served with a trend within its noise = %g, want the level 3", rate)
+	}
+	e.Trend = 0.1
 	noise := math.Sqrt(4*trendNoise) / 120
-	if got, want := Rise(e, time.Minute), (0.1-2*noise)*300; math.Abs(got-want) > 1e-9 {
-		t.Errorf("rise %g, want %g: the trend beyond its noise over the level's 4 minutes and the horizon's 1", got, want)
+	rise := (0.1 - 2*noise) * 120
+	if rate, n := Served(e), demandFor(e); rate != 4 || n.Level || math.Abs(n.Rise-rise) > 1e-9 || math.Abs(n.Rate-(4+rise)) > 1e-9 {
+		t.Errorf("rising: Served %g, demand %+v; want the minute's 4 and a rise of %g", rate, n, rise)
 	}
 }
