@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes three synthetic hours of LLM requests, in Mooncake's trace format (JSON lines:
+"""Writes four synthetic hours of LLM requests, in Mooncake's trace format (JSON lines:
 timestamp in ms, input_length, output_length), for shapes the two real dense hours do not
 have: traffic no queue-demand setting was worked out on. Each request's tokens are drawn
 from the Azure conversation hour's, so the service times are those of a real service.
@@ -11,14 +11,16 @@ from the Azure conversation hour's, so the service times are those of a real ser
   fanout.jsonl  batches arriving at random, 0.5 a second, of a geometric number of
                 requests, 8 on average, within 50 ms (an agent fanning out to tools or
                 sub-queries: bursts at random, not at regular times as on Mooncake)
+  surge.jsonl   arrivals at random at a steady 3 a second for 35 minutes, then doubling
+                to 6 over five minutes and staying there (a surge after a quiet spell)
 
 Usage: hack/synth-traces.py [--seed N] TRACES_DIR OUT_DIR
   TRACES_DIR  shared/testdata/traces (the Azure hour's tokens, and the model load
               latencies, linked beside the output for gpuscaler replay)
-  OUT_DIR     where the three files go
+  OUT_DIR     where the four files go
 
 The same seed writes the same files. Replay them with
-  hack/replay-matrix.py --traces ramp=OUT_DIR/ramp.jsonl,steps=OUT_DIR/steps.jsonl,fanout=OUT_DIR/fanout.jsonl
+  hack/replay-matrix.py --traces ramp=OUT_DIR/ramp.jsonl,steps=OUT_DIR/steps.jsonl,fanout=OUT_DIR/fanout.jsonl,surge=OUT_DIR/surge.jsonl
 """
 import csv
 import json
@@ -47,6 +49,16 @@ def steps(r):
         if t >= HOUR:
             return out
         out.append(t)
+
+
+def surge(r):
+    peak, t, out = 6.0, 0.0, []
+    while True:
+        t += r.expovariate(peak)  # thinning, as ramp
+        if t >= HOUR:
+            return out
+        if r.random() < (3 + 3 * min(1.0, max(0.0, t - 2100) / 300)) / peak:
+            out.append(t)
 
 
 def fanout(r):
@@ -79,7 +91,7 @@ def main():
     link = os.path.join(out_dir, latency)
     if not os.path.exists(link):
         os.symlink(os.path.abspath(os.path.join(traces, latency)), link)
-    for name, shape in (("ramp", ramp), ("steps", steps), ("fanout", fanout)):
+    for name, shape in (("ramp", ramp), ("steps", steps), ("fanout", fanout), ("surge", surge)):
         r = random.Random(f"{seed}-{name}")
         times = shape(r)
         with open(os.path.join(out_dir, name + ".jsonl"), "w") as f:
