@@ -99,16 +99,14 @@ type Estimate struct {
 	// The arrivals over TrendWindow, and the seconds folded into the rates (for the
 	// correction Trend makes, the start of each estimate from 0).
 	slow, folded float64
-	// The level's average and the weight it has gathered (for the correction of its
-	// start from 0); the minute count in progress and its seconds; the last driftLag
-	// minute counts' rates, newest first, and how many have been counted; the squared
-	// change of the rate one and driftLag counts apart, and their weights.
-	levelAvg, levelWeight float64
-	count, countSecs      float64
-	counts                [driftLag]float64
-	minutes               int
-	change1, change4      float64
-	change1Wt, change4Wt  float64
+	// The level's average; the minute count in progress and its seconds; the last
+	// driftLag minute counts' rates, newest first, and how many have been counted; the
+	// squared change of the rate one and driftLag counts apart.
+	levelAvg         averaged
+	count, countSecs float64
+	counts           [driftLag]float64
+	minutes          int
+	change1, change4 averaged
 }
 
 // Interval is what happened to a queue, or to a producer's share of it, over one
@@ -175,39 +173,56 @@ func (e Estimate) foldLevel(secs, arrivals float64) Estimate {
 	if e.LevelWindow > 0 {
 		window = time.Duration(e.LevelWindow * float64(time.Second))
 	}
-	a := share(secs, window)
-	e.levelAvg += a * (arrivals/secs - e.levelAvg)
-	e.levelWeight += a * (1 - e.levelWeight)
-	if e.LevelWindow > 0 {
-		e.Level = e.levelAvg / e.levelWeight
-	}
+	e.levelAvg = e.levelAvg.fold(share(secs, window), arrivals/secs)
 	e.count += arrivals
 	e.countSecs += secs
-	if e.countSecs < Window.Seconds() {
-		return e
+	if e.countSecs >= Window.Seconds() {
+		e = e.foldMinute()
 	}
+	if e.LevelWindow > 0 {
+		e.Level = e.levelAvg.mean()
+	}
+	return e
+}
+
+// foldMinute folds the minute count just completed into the changes of the rate one
+// and driftLag counts apart, and works out the level's window from them once
+// DispersionWindow of counts are in.
+func (e Estimate) foldMinute() Estimate {
 	rate := e.count / e.countSecs
 	b := share(e.countSecs, DriftWindow)
 	if e.minutes >= 1 {
 		d := rate - e.counts[0]
-		e.change1 += b * (d*d - e.change1)
-		e.change1Wt += b * (1 - e.change1Wt)
+		e.change1 = e.change1.fold(b, d*d)
 	}
 	if e.minutes >= driftLag {
 		d := rate - e.counts[driftLag-1]
-		e.change4 += b * (d*d - e.change4)
-		e.change4Wt += b * (1 - e.change4Wt)
+		e.change4 = e.change4.fold(b, d*d)
 	}
 	copy(e.counts[1:], e.counts[:driftLag-1])
 	e.counts[0] = rate
 	e.minutes++
 	e.count, e.countSecs = 0, 0
 	if time.Duration(e.minutes)*Window >= DispersionWindow {
-		e.LevelWindow = levelWindow(e.change1/e.change1Wt, e.change4/e.change4Wt).Seconds()
-		e.Level = e.levelAvg / e.levelWeight
+		e.LevelWindow = levelWindow(e.change1.mean(), e.change4.mean()).Seconds()
 	}
 	return e
 }
+
+// averaged is an exponentially weighted average started from nothing: what it holds,
+// and the weight it has gathered, over which it is the average corrected for that
+// start.
+type averaged struct{ sum, weight float64 }
+
+// fold moves a towards v by share.
+func (a averaged) fold(share, v float64) averaged {
+	a.sum += share * (v - a.sum)
+	a.weight += share * (1 - a.weight)
+	return a
+}
+
+// mean is a's average, corrected for its start from nothing.
+func (a averaged) mean() float64 { return a.sum / a.weight }
 
 // levelWindow returns the window to average the arrivals over, given the mean squared
 // change of the minute's rate one minute apart, v1, and driftLag (k) minutes apart, vk.
