@@ -278,9 +278,13 @@ func openStream(ctx context.Context, name string) (jetstream.Stream, func(), err
 }
 
 // lastValuesKept holds when the streams, read through the cluster, have a last message
-// for every one of subjects, and the queue reports in waiting carry those counts.
+// for every one of subjects, and the queue reports in waiting carry those counts. Each
+// try has a few seconds: just after a server is killed, a request can go to it and wait
+// for no answer, and a later try on a new connection is answered.
 func lastValuesKept(subjects []string, waiting map[string]uint64) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
 		for _, subj := range subjects {
 			stream, done, err := openStream(ctx, streamOf(subj))
 			if err != nil {
