@@ -180,12 +180,21 @@ func expectMsg(t *testing.T, msgs <-chan bool, want bool) {
 	}
 }
 
+// pushedAtLeast waits for the scaler to have counted at least n pushed activations and
+// returns the count: a stream counts a push once it has sent it, so a test that has
+// received the message can read the count just before it moves.
+func pushedAtLeast(t *testing.T, s *testScaler, n float64) float64 {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.activationsPushed) >= n })
+	return testutil.ToFloat64(s.metrics.activationsPushed)
+}
+
 // expectOnePush checks that the stream pushed true, that it was the scaler's one push
 // since the stream opened, and that nothing followed it; why says what made it.
 func expectOnePush(t *testing.T, s *testScaler, msgs <-chan bool, why string) {
 	t.Helper()
 	expectMsg(t, msgs, true)
-	if got := testutil.ToFloat64(s.metrics.activationsPushed); got != 1 {
+	if got := pushedAtLeast(t, s, 1); got != 1 {
 		t.Fatalf("activations pushed = %v, want 1: only %s", got, why)
 	}
 	select {

@@ -262,10 +262,13 @@ type producer struct {
 	t         *testing.T
 	g         *cluster.Gpuscaler
 	ns, queue string
-	mu        sync.Mutex // guards report
-	report    cluster.Report
-	stop      chan struct{}
-	done      chan struct{}
+	// mu guards report and is held while it is published, so a heartbeat that read the
+	// report before a Set cannot publish it after the Set's and replace it (the stream
+	// keeps one report per producer).
+	mu     sync.Mutex
+	report cluster.Report
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 func startProducer(t *testing.T, ns, queue string, r cluster.Report) *producer {
@@ -294,15 +297,19 @@ func (p *producer) heartbeat() {
 		case <-p.stop:
 			return
 		case <-tick.C:
-			p.mu.Lock()
-			r := p.report
-			p.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := p.g.PublishQueue(ctx, p.ns, p.queue, r); err != nil {
-				p.t.Logf("producer heartbeat: %v", err)
-			}
-			cancel()
+			p.beat()
 		}
+	}
+}
+
+// beat publishes the report as it is now.
+func (p *producer) beat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.g.PublishQueue(ctx, p.ns, p.queue, p.report); err != nil {
+		p.t.Logf("producer heartbeat: %v", err)
 	}
 }
 
@@ -317,8 +324,8 @@ func (p *producer) Set(r cluster.Report) {
 // SetErr is Set for use off the test's goroutine.
 func (p *producer) SetErr(r cluster.Report) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.report = r
-	p.mu.Unlock()
 	return p.g.PublishQueue(p.t.Context(), p.ns, p.queue, r)
 }
 

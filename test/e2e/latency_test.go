@@ -195,12 +195,18 @@ func TestWakeLatency(t *testing.T) {
 // has applied the drained backlog, so a KEDA poll cannot wake the workload again.
 func waitInactive(t *testing.T, ns, so string, meta map[string]string) {
 	t.Helper()
+	waitActivity(t, ns, so, meta, false)
+}
+
+// waitActivity waits for the scaler to answer IsActive for ns/so with want.
+func waitActivity(t *testing.T, ns, so string, meta map[string]string, want bool) {
+	t.Helper()
 	testkit.Eventually(t, 20*time.Second, func(ctx context.Context) error {
 		active, err := scalerFor(meta).IsActive(ctx, ns, so, meta)
 		if err != nil {
 			return err
 		}
-		return testkit.Check(!active, "gpuscaler says %s/%s is still active", ns, so)
+		return testkit.Check(active == want, "gpuscaler says %s/%s is active: %v, want %v", ns, so, active, want)
 	})
 }
 

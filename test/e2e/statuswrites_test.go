@@ -75,7 +75,10 @@ func TestSparseTrafficStatusWrites(t *testing.T) {
 		for _, name := range names {
 			producers[name].Set(cluster.Report{Waiting: 1, Arrivals: 1})
 		}
+		// Each request is seen before it is served: the stream keeps one report per
+		// producer, and one replaced unread is an activation that never happened.
 		for _, name := range names {
+			waitActivity(t, ns, name, scalerMetadata(meta[name]...), true)
 			producers[name].Set(cluster.Report{})
 		}
 		if i == 0 {

@@ -53,6 +53,9 @@ func TestPushActivation(t *testing.T) {
 			// for either would be received below before the next report was stored.
 			s.publishQueue(t, "web", "requests", 2, 0)
 			s.publishQueue(t, "web", "requests", 0, 0)
+			// The empty queue read before the next report: the stream keeps one report
+			// per producer, and one replaced unread would leave no dip to wake from.
+			waitMetric(t, s, tr, "s0-queue-backlog", 0)
 		}
 		cmd := s.publishQueueCmd(t.Context(), "web", "requests", 1, 0)
 		var out bytes.Buffer
