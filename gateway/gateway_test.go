@@ -442,9 +442,10 @@ func TestReload(t *testing.T) {
 			t.Errorf("%s after a broken file: got %d, want 200 from the last good routes", p, o.resp.StatusCode)
 		}
 	}
-	if !strings.Contains(tg.log.String(), `holdTimeout \"5x\"`) {
-		t.Errorf("the log does not say what is wrong:\n%s", tg.log)
-	}
+	// The reload is counted just before it is logged.
+	testkit.Eventually(t, 5*time.Second, func(context.Context) error {
+		return testkit.Check(strings.Contains(tg.log.String(), `holdTimeout \"5x\"`), "the log does not say what is wrong:\n%s", tg.log)
+	})
 	// Route b goes: its queue's counter is closed.
 	tg.writeRoutes(t, "routes:\n"+urlRoute("a", b.URL, ", pathPrefix: /a"))
 	testkit.Eventually(t, 5*time.Second, func() bool { return tg.counter("b-q").closed.Load() == 1 })
