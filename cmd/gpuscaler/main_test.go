@@ -1027,7 +1027,9 @@ func TestScalerCommandRunsAndStops(t *testing.T) {
 			t.Fatalf("scaler exited with %d before it was ready; stderr:\n%s", code, stderr.String())
 		default:
 		}
-		return strings.Contains(stderr.String(), " msg=ready ")
+		// Ready, and serving: other goroutines log the two, in either order.
+		log := stderr.String()
+		return strings.Contains(log, " msg=ready ") && strings.Contains(log, "serving metrics and probes")
 	})
 	log := stderr.String()
 

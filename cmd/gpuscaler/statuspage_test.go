@@ -38,8 +38,9 @@ func TestAttackStatusPageByDefault(t *testing.T) {
 					t.Errorf("scaler still running 10s after its context ended")
 				}
 			})
-			testkit.Eventually(t, 15*time.Second, func() bool {
-				return strings.Contains(stderr.String(), " msg=ready ")
+			testkit.Eventually(t, 15*time.Second, func() bool { // ready, and serving: logged in either order
+				log := stderr.String()
+				return strings.Contains(log, " msg=ready ") && strings.Contains(log, "serving metrics and probes")
 			})
 			httpAddr, ok := logValue(stderr.String(), "serving metrics and probes", "httpAddr")
 			if !ok {
