@@ -403,6 +403,7 @@ func (r *Reporter) publish(c counts) error {
 	r.msg.Waiting, r.msg.InFlight = c.waiting(), c.inFlight()
 	r.msg.Arrivals, r.msg.Dropped = arrivals-r.sent.arrivals, dropped-r.sent.dropped
 	r.measure(arrivals, dropped)
+	r.account.Oldest(time.Duration(r.at), c.waiting(), &r.traffic)
 	if r.set.Load() {
 		r.msg.Traffic = nil
 	} else {

@@ -166,6 +166,9 @@ type queueSum struct {
 	// none), and coldStartBy the producer that did (the first by id, on a tie).
 	coldStart   float64
 	coldStartBy string
+	// oldestWait is how long the oldest waiting item has waited: the longest a live
+	// producer with items waiting measured, plus the time since its report.
+	oldestWait time.Duration
 }
 
 // sum adds up the producers live at now, for staleAfter.
@@ -188,6 +191,9 @@ func (e *queueEntry) sum(now time.Time, staleAfter time.Duration) queueSum {
 		}
 		q.waiting += float64(p.report.GetWaiting())
 		q.inFlight += float64(p.report.GetInFlight())
+		if w := p.report.GetTraffic().GetOldestWaitSeconds(); w > 0 && p.report.GetWaiting() > 0 {
+			q.oldestWait = max(q.oldestWait, time.Duration(w*float64(time.Second))+max(0, now.Sub(p.stored)))
+		}
 	}
 	return q
 }
@@ -280,6 +286,7 @@ func (e *queueEntry) status(now time.Time, staleAfter time.Duration) *gpuscalerv
 		ArrivalTrend:       q.demand.Trend,
 		ArrivalLevel:       q.demand.Level,
 		LevelWindowSeconds: q.demand.LevelWindow,
+		OldestWaitSeconds:  q.oldestWait.Seconds(),
 		MeasuringProducers: int32(q.measuring),
 		ColdStart:          q.producerColdStart().proto(),
 	}

@@ -203,3 +203,59 @@ func TestSteadyLevel(t *testing.T) {
 		t.Errorf("a level over a minute explained as a steady one:\n%s", strings.Join(ex.GetReasons(), "\n"))
 	}
 }
+
+// TestMissedWait: two measuring producers of one queue, each with items waiting, all
+// its slots busy, and the queue-demand metric within the HPA's tolerance of the
+// replicas serving. While neither's oldest item has waited targetWait the metric is as
+// it is; once one's has, counting the time since its report, the metric goes just past
+// the tolerance, the explanation shows the oldest wait, the longest of the two, and
+// says why. A producer with nothing waiting does not count, whatever it reports.
+func TestMissedWait(t *testing.T) {
+	md := map[string]string{"queue": "q", "targetWait": "10s", "concurrency": "2"}
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	s := NewState(func() time.Time { return now })
+	srv := NewLocalServer(s)
+	apply := func(p string, seq, waiting uint64, oldest float64) {
+		t.Helper()
+		r := measuredReport(p, seq)
+		r.Waiting, r.InFlight, r.Traffic.OldestWaitSeconds = waiting, 10, oldest
+		if err := s.Apply(gpuscalerv1.Event{Queue: r}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() (float64, *gpuscalerv1.Explanation) {
+		t.Helper()
+		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
+	}
+	// 4 a second of 5 s each (the two producers' sums), a load of 20 slots; 20 in
+	// flight on 2-slot replicas: ten serving.
+	apply("a", 1, 1, 8)
+	apply("b", 1, 0, 30)
+	plain, ex := read()
+	if plain <= 10 || plain > 10*1.1 {
+		t.Fatalf("queue-demand %g: the case wants it within the tolerance above the ten replicas serving", plain)
+	}
+	if got := ex.GetQueue().GetOldestWaitSeconds(); got != 8 {
+		t.Errorf("oldest wait %g s, want a's 8 (b has nothing waiting)", got)
+	}
+	now = t0.Add(2 * time.Second)
+	missed, ex := read()
+	if want := 10*1.1 + 0.01; math.Abs(missed-want) > 1e-9 {
+		t.Errorf("queue-demand %g once a's oldest has waited 8 s and 2 s more, want %g, past the tolerance of ten", missed, want)
+	}
+	wantReason(t, ex, "The oldest waiting item has waited 10s, targetWait or longer, with every slot busy: the metric is raised to 11, past the HPA's 10% tolerance of the 10 replicas serving")
+	now = t0
+	apply("b", 2, 1, 12)
+	if v, ex := read(); math.Abs(v-missed) > 1e-9 || ex.GetQueue().GetOldestWaitSeconds() != 12 {
+		t.Errorf("queue-demand %g with b's oldest at 12 s, want %g; oldest wait %g s, want 12", v, missed, ex.GetQueue().GetOldestWaitSeconds())
+	}
+}

@@ -23,12 +23,25 @@ type Inputs struct {
 	ColdStart time.Duration
 	// Waiting and InFlight are the queue's items now, summed over its live producers.
 	Waiting, InFlight float64
+	// OldestWait is how long the oldest waiting item has waited, the longest any live
+	// producer measured (Waits); 0: none waits, or no producer measures it.
+	OldestWait time.Duration
 }
 
 // HPASync is how often the HPA reads the metric and acts on it (kube-controller-manager's
 // --horizontal-pod-autoscaler-sync-period, 15 s by default): a replica asked for now is
 // asked for up to this late.
 const HPASync = 15 * time.Second
+
+// HPATolerance is the HPA's tolerance (kube-controller-manager's
+// --horizontal-pod-autoscaler-tolerance, 0.1 by default): it leaves the replicas as they
+// are while the metric is within this share of them.
+const HPATolerance = 0.1
+
+// pastTolerance is how far past the HPA's tolerance the metric goes when a wait is
+// missed (see Demand): a hundredth of a replica, ten of the thousandths KEDA passes a
+// metric on in, so that no rounding on the way leaves it at the tolerance.
+const pastTolerance = 0.01
 
 // Horizon is how far ahead the metric looks: how long replicas asked for now take to
 // serve, the HPA's sync and the cold start, and never less than Window (a minute: about
@@ -68,6 +81,10 @@ type Need struct {
 	// Backlog says the service time is unknown and the metric is the backlog over
 	// concurrency.
 	Backlog bool
+	// Missed says the oldest waiting item has waited targetWait while the metric asked
+	// for more replicas than are serving, within the HPA's tolerance of them, and the
+	// metric was raised past it (see Demand).
+	Missed bool
 }
 
 // Replicas is the queue-demand metric (see Demand).
@@ -130,6 +147,17 @@ func Demand(in Inputs) Need {
 	n.Batched = min(BatchSlots(e.Dispersion, n.Serving*float64(c), s, t), rate*hs) / float64(c)
 	n.Serving += n.Batched
 	n.Replicas = min(n.Serving+n.Draining, n.Most)
+	// While items wait every slot is busy, so the items in flight are the replicas
+	// serving, r. The HPA leaves r replicas as they are while the metric is within its
+	// tolerance of r, and the metric settles there on a rise, with a queue standing (the
+	// fluid model lets λT stand) whose items each wait about targetWait. Once the oldest
+	// has waited targetWait the wait is missed now: a metric above r goes past the
+	// tolerance, so the HPA adds a replica (or the tolerance's worth, from ten up).
+	if r := in.InFlight / float64(c); in.Waiting > 0 && r > 0 && in.OldestWait >= in.TargetWait && n.Replicas > r {
+		if past := min(r*(1+HPATolerance)+pastTolerance, n.Most); past > n.Replicas {
+			n.Replicas, n.Missed = past, true
+		}
+	}
 	return n
 }
 

@@ -403,6 +403,8 @@ func (t Totals) Since(prev Totals, length time.Duration) Interval {
 type Measure struct {
 	Totals   Totals
 	Estimate Estimate
+	// Waits tells the oldest waiting item's wait from the arrivals totals reported.
+	Waits Waits
 }
 
 // Report folds in what happened since the last report, the totals now, length after
@@ -412,6 +414,13 @@ func (m *Measure) Report(now Totals, length time.Duration, dst *gpuscalerv1.Queu
 	m.Estimate = m.Estimate.Fold(iv).MeasureDispersion(length, iv.Arrivals)
 	m.Totals = now
 	m.Estimate.Traffic(now, dst)
+}
+
+// Oldest fills dst with how long the oldest of waiting items had waited at at, the
+// time of the report Report just filled dst for (Waits), on the same clock as every
+// earlier report's.
+func (m *Measure) Oldest(at time.Duration, waiting uint64, dst *gpuscalerv1.QueueTraffic) {
+	dst.OldestWaitSeconds = bounded(m.Waits.Oldest(at, m.Totals.Arrivals, waiting).Seconds(), 0, gpuscalerv1.MaxWindowSeconds)
 }
 
 // Traffic fills dst with e and totals, the figures a measuring producer reports. Rates

@@ -20,7 +20,7 @@ const MaxEventBytes = 256 << 10
 // MaxQueueReportBytes bounds a QueueReport's encoded size, headers included where a
 // stream counts them. The largest QueueReport the contract allows (its names as long as
 // ValidateNamespace, MaxQueueNameLen and MaxProducerIDLen let them be, every number at its
-// widest, its traffic and cold start included) encodes in 661 bytes
+// widest, its traffic and cold start included) encodes in 670 bytes
 // (TestMaxQueueReportBytes); the rest is room for fields a later version adds. The queue
 // stream refuses larger messages, and Decode drops them unread, so a producer inventing
 // queues stores at most this much per subject, not MaxEventBytes.

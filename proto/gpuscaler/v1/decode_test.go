@@ -241,8 +241,11 @@ func TestDecodeQueueTraffic(t *testing.T) {
 		"zero":  {edit: func(q *QueueTraffic) { *q = QueueTraffic{} }},
 		"at the bounds": {edit: func(q *QueueTraffic) {
 			q.ArrivalRate, q.ServiceSeconds, q.ArrivalDispersion, q.ArrivalTrend = MaxTrafficRate, MaxServiceSeconds, MaxDispersion, MaxTrafficRate
-			q.ArrivalLevel, q.LevelWindowSeconds = MaxTrafficRate, MaxWindowSeconds
+			q.ArrivalLevel, q.LevelWindowSeconds, q.OldestWaitSeconds = MaxTrafficRate, MaxWindowSeconds, MaxWindowSeconds
 		}},
+		"negative oldest wait":        {edit: func(q *QueueTraffic) { q.OldestWaitSeconds = -1 }, want: "oldest_wait_seconds -1"},
+		"NaN oldest wait":             {edit: func(q *QueueTraffic) { q.OldestWaitSeconds = math.NaN() }, want: "oldest_wait_seconds NaN"},
+		"oldest wait above the bound": {edit: func(q *QueueTraffic) { q.OldestWaitSeconds = 2 * MaxWindowSeconds }, want: "oldest_wait_seconds 2e+09"},
 		"NaN level":                   {edit: func(q *QueueTraffic) { q.ArrivalLevel = math.NaN() }, want: "arrival_level NaN"},
 		"negative level":              {edit: func(q *QueueTraffic) { q.ArrivalLevel = -1 }, want: "arrival_level -1"},
 		"level above the bound":       {edit: func(q *QueueTraffic) { q.ArrivalLevel = 2 * MaxTrafficRate }, want: "arrival_level 2e+09"},
@@ -345,7 +348,7 @@ func TestMaxQueueReportBytes(t *testing.T) {
 			ArrivalsTotal: math.MaxUint64, CompletionsTotal: math.MaxUint64, DroppedTotal: math.MaxUint64,
 			BusySecondsTotal: math.MaxFloat64, ArrivalRate: MaxTrafficRate, CompletionRate: MaxTrafficRate, DropRate: MaxTrafficRate,
 			ServiceSeconds: MaxServiceSeconds, ArrivalDispersion: MaxDispersion, ArrivalTrend: -MaxTrafficRate,
-			ArrivalLevel: MaxTrafficRate, LevelWindowSeconds: MaxWindowSeconds,
+			ArrivalLevel: MaxTrafficRate, LevelWindowSeconds: MaxWindowSeconds, OldestWaitSeconds: MaxWindowSeconds,
 		},
 		ColdStartSeconds: 1,
 	}
@@ -356,8 +359,8 @@ func TestMaxQueueReportBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) != 661 {
-		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 661", len(data))
+	if len(data) != 670 {
+		t.Errorf("the largest QueueReport encodes in %d bytes; MaxQueueReportBytes's comment says 670", len(data))
 	}
 	if room := MaxQueueReportBytes - len(data); room < 256 {
 		t.Errorf("the largest QueueReport encodes in %d bytes, leaving %d of MaxQueueReportBytes (%d) for new fields, want at least 256", len(data), room, MaxQueueReportBytes)

@@ -1098,8 +1098,16 @@ type QueueTraffic struct {
 	// window at most MaxWindowSeconds.
 	ArrivalLevel       float64 `protobuf:"fixed64,11,opt,name=arrival_level,json=arrivalLevel,proto3" json:"arrival_level,omitempty"`
 	LevelWindowSeconds float64 `protobuf:"fixed64,12,opt,name=level_window_seconds,json=levelWindowSeconds,proto3" json:"level_window_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How long the oldest item waiting when the producer took these figures had waited, in
+	// seconds: the time since arrivals_total passed the items that have left the waiting
+	// (arrived less waiting), read from the totals of the producer's earlier reports, so
+	// exact to a report interval for items that start in the order they arrived and at
+	// least the oldest's wait otherwise; 0 while nothing waits. The queue-demand metric
+	// asks for a replica past the HPA's tolerance once it reaches targetWait
+	// (docs/triggers.md). Finite, not negative, at most MaxWindowSeconds.
+	OldestWaitSeconds float64 `protobuf:"fixed64,13,opt,name=oldest_wait_seconds,json=oldestWaitSeconds,proto3" json:"oldest_wait_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueTraffic) Reset() {
@@ -1212,6 +1220,13 @@ func (x *QueueTraffic) GetArrivalLevel() float64 {
 func (x *QueueTraffic) GetLevelWindowSeconds() float64 {
 	if x != nil {
 		return x.LevelWindowSeconds
+	}
+	return 0
+}
+
+func (x *QueueTraffic) GetOldestWaitSeconds() float64 {
+	if x != nil {
+		return x.OldestWaitSeconds
 	}
 	return 0
 }
@@ -1336,7 +1351,7 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\astopped\x18\n" +
 	" \x01(\bR\astopped\x124\n" +
 	"\atraffic\x18\v \x01(\v2\x1a.gpuscaler.v1.QueueTrafficR\atraffic\x12,\n" +
-	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xf2\x03\n" +
+	"\x12cold_start_seconds\x18\f \x01(\x01R\x10coldStartSeconds\"\xa2\x04\n" +
 	"\fQueueTraffic\x12%\n" +
 	"\x0earrivals_total\x18\x01 \x01(\x04R\rarrivalsTotal\x12+\n" +
 	"\x11completions_total\x18\x02 \x01(\x04R\x10completionsTotal\x12#\n" +
@@ -1350,7 +1365,8 @@ const file_gpuscaler_v1_events_proto_rawDesc = "" +
 	"\rarrival_trend\x18\n" +
 	" \x01(\x01R\farrivalTrend\x12#\n" +
 	"\rarrival_level\x18\v \x01(\x01R\farrivalLevel\x120\n" +
-	"\x14level_window_seconds\x18\f \x01(\x01R\x12levelWindowSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
+	"\x14level_window_seconds\x18\f \x01(\x01R\x12levelWindowSeconds\x12.\n" +
+	"\x13oldest_wait_seconds\x18\r \x01(\x01R\x11oldestWaitSecondsB?Z=github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1;gpuscalerv1b\x06proto3"
 
 var (
 	file_gpuscaler_v1_events_proto_rawDescOnce sync.Once

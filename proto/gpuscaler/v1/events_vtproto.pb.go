@@ -904,6 +904,12 @@ func (m *QueueTraffic) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.OldestWaitSeconds != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.OldestWaitSeconds))))
+		i--
+		dAtA[i] = 0x69
+	}
 	if m.LevelWindowSeconds != 0 {
 		i -= 8
 		binary.LittleEndian.PutUint64(dAtA[i:], uint64(math.Float64bits(float64(m.LevelWindowSeconds))))
@@ -1380,6 +1386,9 @@ func (m *QueueTraffic) SizeVT() (n int) {
 		n += 9
 	}
 	if m.LevelWindowSeconds != 0 {
+		n += 9
+	}
+	if m.OldestWaitSeconds != 0 {
 		n += 9
 	}
 	n += len(m.unknownFields)
@@ -4094,6 +4103,17 @@ func (m *QueueTraffic) UnmarshalVT(dAtA []byte) error {
 			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
 			iNdEx += 8
 			m.LevelWindowSeconds = float64(math.Float64frombits(v))
+		case 13:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field OldestWaitSeconds", wireType)
+			}
+			var v uint64
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			v = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+			m.OldestWaitSeconds = float64(math.Float64frombits(v))
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

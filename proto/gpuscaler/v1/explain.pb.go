@@ -446,8 +446,12 @@ type QueueStatus struct {
 	// unknown.
 	ArrivalLevel       float64 `protobuf:"fixed64,19,opt,name=arrival_level,json=arrivalLevel,proto3" json:"arrival_level,omitempty"`
 	LevelWindowSeconds float64 `protobuf:"fixed64,20,opt,name=level_window_seconds,json=levelWindowSeconds,proto3" json:"level_window_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How long the oldest waiting item has waited, in seconds: the longest any live
+	// producer measured (QueueTraffic.oldest_wait_seconds), plus the time since its report;
+	// 0 while none waits or no producer measures it.
+	OldestWaitSeconds float64 `protobuf:"fixed64,21,opt,name=oldest_wait_seconds,json=oldestWaitSeconds,proto3" json:"oldest_wait_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueStatus) Reset() {
@@ -602,6 +606,13 @@ func (x *QueueStatus) GetArrivalLevel() float64 {
 func (x *QueueStatus) GetLevelWindowSeconds() float64 {
 	if x != nil {
 		return x.LevelWindowSeconds
+	}
+	return 0
+}
+
+func (x *QueueStatus) GetOldestWaitSeconds() float64 {
+	if x != nil {
+		return x.OldestWaitSeconds
 	}
 	return 0
 }
@@ -1466,7 +1477,7 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\xd6\x05\n" +
+	"\breplicas\x18\x06 \x01(\x03R\breplicas\"\x86\x06\n" +
 	"\vQueueStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1487,7 +1498,8 @@ const file_gpuscaler_v1_explain_proto_rawDesc = "" +
 	"\x12arrival_dispersion\x18\x11 \x01(\x01R\x11arrivalDispersion\x12#\n" +
 	"\rarrival_trend\x18\x12 \x01(\x01R\farrivalTrend\x12#\n" +
 	"\rarrival_level\x18\x13 \x01(\x01R\farrivalLevel\x120\n" +
-	"\x14level_window_seconds\x18\x14 \x01(\x01R\x12levelWindowSecondsJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"\x14level_window_seconds\x18\x14 \x01(\x01R\x12levelWindowSeconds\x12.\n" +
+	"\x13oldest_wait_seconds\x18\x15 \x01(\x01R\x11oldestWaitSecondsJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
 	"\"\x84\x01\n" +
 	"\tColdStart\x12\x18\n" +
 	"\aseconds\x18\x01 \x01(\x01R\aseconds\x12\x16\n" +

@@ -358,6 +358,7 @@ func (t *QueueTraffic) validate() error {
 		{"arrival_trend", t.GetArrivalTrend(), -MaxTrafficRate, MaxTrafficRate},
 		{"arrival_level", t.GetArrivalLevel(), 0, MaxTrafficRate},
 		{"level_window_seconds", t.GetLevelWindowSeconds(), 0, MaxWindowSeconds},
+		{"oldest_wait_seconds", t.GetOldestWaitSeconds(), 0, MaxWindowSeconds},
 	} {
 		if !(f.v >= f.from && f.v <= f.to) {
 			return fmt.Errorf("%s %v is outside %g–%g", f.name, f.v, f.from, f.to)

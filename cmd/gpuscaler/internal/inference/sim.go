@@ -449,6 +449,7 @@ func (s *sim) apply(waiting, inFlight, arrivals uint64) {
 	cur := demand.Totals{Arrivals: s.measure.Totals.Arrivals + arrivals, Completions: s.totals.Completions, Busy: s.totals.Busy}
 	traffic := &gpuscalerv1.QueueTraffic{}
 	s.measure.Report(cur, s.now-s.lastReport, traffic)
+	s.measure.Oldest(s.now, waiting, traffic)
 	var cold time.Duration
 	for _, l := range s.loads {
 		cold = max(cold, l)

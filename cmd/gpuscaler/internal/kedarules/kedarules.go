@@ -8,11 +8,14 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // HPATolerance is the HPA's default tolerance (--horizontal-pod-autoscaler-tolerance):
-// within 10% of the target it leaves the replicas as they are.
-const HPATolerance = 0.1
+// within 10% of the target it leaves the replicas as they are. The queue-demand metric
+// knows it too.
+const HPATolerance = demand.HPATolerance
 
 // Metric is one GetMetrics answer with its GetMetricSpec target, as the HPA sees an
 // external metric with an AverageValue target.
