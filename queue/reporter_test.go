@@ -443,3 +443,40 @@ func TestColdStartCleared(t *testing.T) {
 		t.Fatalf("final report: cold start %g, want 0 once cleared", q.GetColdStartSeconds())
 	}
 }
+
+// TestOldestWait: a report tells how long the oldest waiting item has waited, within a
+// report interval of the time since it was enqueued (demand.Waits), and 0 once none
+// waits.
+func TestOldestWait(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	ns := natstest.Start(t, "", "")
+	sub := subscribe(t, ns.ClientURL(), "ml", "jobs")
+	r := newReporter(t, natstest.Connect(t, ns.ClientURL()).Conn, "ml", "jobs", Config{Interval: interval})
+	if q := sub.next(); q.GetTraffic().GetOldestWaitSeconds() != 0 {
+		t.Fatalf("first report, nothing waiting: oldest wait %g s", q.GetTraffic().GetOldestWaitSeconds())
+	}
+	enqueued := time.Now()
+	r.Enqueued(2)
+	check := func(q *gpuscalerv1.QueueReport) {
+		t.Helper()
+		waited := q.GetObservedAt().AsTime().Sub(enqueued).Seconds()
+		// Within a report interval, and half a second of slack below for a wake-up
+		// report the scheduler held back (the items are then taken as arriving later).
+		if got := q.GetTraffic().GetOldestWaitSeconds(); got < waited-interval.Seconds()-0.5 || got > waited+interval.Seconds() {
+			t.Fatalf("report %d, %.3f s after the items were enqueued: oldest wait %.3f s", q.GetSequence(), waited, got)
+		}
+	}
+	reports := sub.until(func(q *gpuscalerv1.QueueReport) bool {
+		return q.GetObservedAt().AsTime().Sub(enqueued) > 10*interval
+	})
+	for _, q := range reports {
+		check(q)
+	}
+	r.Started(1) // the other, enqueued with it, is the oldest now
+	one := sub.until(func(q *gpuscalerv1.QueueReport) bool { return q.GetWaiting() == 1 })
+	check(one[len(one)-1])
+	r.Started(1)
+	if q := sub.until(func(q *gpuscalerv1.QueueReport) bool { return q.GetWaiting() == 0 }); q[len(q)-1].GetTraffic().GetOldestWaitSeconds() != 0 {
+		t.Fatalf("none waits: oldest wait %g s", q[len(q)-1].GetTraffic().GetOldestWaitSeconds())
+	}
+}
