@@ -355,6 +355,9 @@ func printExplanation(w io.Writer, tg explainTarget, addr string, ex *gpuscalerv
 					trend += fmt.Sprintf(", level %.3g/s over %s", q.GetArrivalLevel(), time.Duration(lw*float64(time.Second)).Round(time.Second))
 				}
 				fmt.Fprintf(w, "  arrivals %.3g/s (dispersion %s%s), service time %s: %s\n", q.GetArrivalRate(), dispersion, trend, service, source)
+				if o := q.GetOldestWaitSeconds(); o > 0 {
+					fmt.Fprintf(w, "  the oldest waiting item has waited %s\n", time.Duration(o*float64(time.Second)).Round(100*time.Millisecond))
+				}
 				fmt.Fprintf(w, "  cold start %s\n", q.GetColdStart().Describe())
 			}
 		}

@@ -295,6 +295,21 @@ func TestPrintExplanationTrafficSource(t *testing.T) {
 	}
 }
 
+// TestPrintExplanationOldestWait: the oldest waiting item's wait is shown where a
+// producer measured it, and nothing where none did or nothing waits.
+func TestPrintExplanationOldestWait(t *testing.T) {
+	for oldest, want := range map[float64]string{0: "", 12.34: "\n  the oldest waiting item has waited 12.3s\n"} {
+		ex := &gpuscalerv1.Explanation{Effective: map[string]string{"queue": "q", "targetWait": "10s"}, Queue: &gpuscalerv1.QueueStatus{
+			Namespace: "ml", Queue: "q", Waiting: 3, ArrivalRate: 2, ServiceSeconds: 5, OldestWaitSeconds: oldest, Stored: timestamppb.Now(), Age: durationpb.New(time.Second),
+		}}
+		var out strings.Builder
+		printExplanation(&out, explainTarget{}, "scaler:9090", ex)
+		if got := strings.Contains(out.String(), "oldest waiting"); got != (want != "") || !strings.Contains(out.String(), want) {
+			t.Errorf("oldest wait %g s: explain output, want %q:\n%s", oldest, want, out.String())
+		}
+	}
+}
+
 // TestPrintExplanationColdStart: the text says the cold start queue-demand used and
 // whose it is, and what each producer's last report carried.
 func TestPrintExplanationColdStart(t *testing.T) {
