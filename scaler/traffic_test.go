@@ -116,7 +116,13 @@ func demandOf(t *testing.T, edit func(*gpuscalerv1.QueueTraffic)) (float64, *gpu
 	r := measuredReport("gw", 1)
 	edit(r.Traffic)
 	s.Apply(gpuscalerv1.Event{Queue: r}, t0)
-	srv := NewLocalServer(s)
+	return demandAndExplanation(t, NewLocalServer(s), md)
+}
+
+// demandAndExplanation asks srv for the queue-demand metric of ml/llm's trigger with
+// metadata md, and for its explanation.
+func demandAndExplanation(t *testing.T, srv *Server, md map[string]string) (float64, *gpuscalerv1.Explanation) {
+	t.Helper()
 	resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
 	if err != nil {
 		t.Fatal(err)
@@ -224,18 +230,7 @@ func TestMissedWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func() (float64, *gpuscalerv1.Explanation) {
-		t.Helper()
-		resp, err := srv.GetMetrics(t.Context(), &pb.GetMetricsRequest{ScaledObjectRef: ref("ml", "llm", md), MetricName: MetricQueueDemand})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ex, err := srv.Explain(t.Context(), &gpuscalerv1.ExplainRequest{Namespace: "ml", Name: "llm", Metadata: md})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetMetricValues()[0].GetMetricValueFloat(), ex
-	}
+	read := func() (float64, *gpuscalerv1.Explanation) { t.Helper(); return demandAndExplanation(t, srv, md) }
 	// 4 a second of 5 s each (the two producers' sums), a load of 20 slots; 20 in
 	// flight on 2-slot replicas: ten serving.
 	apply("a", 1, 1, 8)
