@@ -117,7 +117,9 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 // The sum, over c, is at most the items in flight, waiting and expected over the
 // horizon, λH, over c: a slot each. The arrival rate is the minute's at most, never a
 // burst's alone: the items a burst brings are waiting and drained, and counted again as
-// a rate that repeats only as far as the minute's rate says.
+// a rate that repeats only as far as the minute's rate says. Once the oldest waiting
+// item has waited T (OldestWait), a sum above the replicas serving, within the HPA's
+// tolerance of them, is raised just past it (Need.Missed), so the HPA adds a replica.
 //
 // The parts fall as T grows, with no switch between models: as T shrinks towards 0 the
 // metric becomes Erlang's for the whole load, with a slot for each batch-mate, plus a
