@@ -1101,8 +1101,8 @@ type QueueTraffic struct {
 	// How long the oldest item waiting when the producer took these figures had waited, in
 	// seconds: the time since arrivals_total passed the items that have left the waiting
 	// (arrived less waiting), read from the totals of the producer's earlier reports, so
-	// exact to a report interval for items that start in the order they arrived and at
-	// least the oldest's wait otherwise; 0 while nothing waits. The queue-demand metric
+	// exact to a report interval for items that start in the order they arrived, and at
+	// most the oldest's wait otherwise; 0 while nothing waits. The queue-demand metric
 	// asks for a replica past the HPA's tolerance once it reaches targetWait
 	// (docs/triggers.md). Finite, not negative, at most MaxWindowSeconds.
 	OldestWaitSeconds float64 `protobuf:"fixed64,13,opt,name=oldest_wait_seconds,json=oldestWaitSeconds,proto3" json:"oldest_wait_seconds,omitempty"`
