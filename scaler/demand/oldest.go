@@ -1,6 +1,9 @@
 package demand
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // waitsKept is how many reports' arrivals Waits keeps: at a report a second, over a
 // quarter of an hour of reports that saw arrivals. An item that has waited longer is
@@ -51,17 +54,9 @@ func (w *Waits) Oldest(at time.Duration, arrived, waiting uint64) time.Duration 
 	}
 	// The oldest waiting item is number first of the arrivals, counted from 1.
 	first := w.total - min(waiting, w.total) + 1
-	// The earliest kept report whose total reached it: totals rise with the index.
-	lo, hi := 0, w.n-1
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if w.upto[w.index(mid)] >= first {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	i := w.index(lo)
+	// The earliest kept report whose total reached it (totals rise with the index; the
+	// newest's is the total, so there is one).
+	i := w.index(sort.Search(w.n, func(j int) bool { return w.upto[w.index(j)] >= first }))
 	if first <= w.from[i] {
 		// It arrived before the earliest report kept: at least since then.
 		return max(0, at-w.since[i])
