@@ -480,8 +480,8 @@ func reasons(ex *gpuscalerv1.Explanation, t *Trigger, r Reading) []string {
 						n.Batched, q.ArrivalDispersion)
 				}
 				if n.Missed {
-					add("The oldest waiting item has waited %s, targetWait or longer, with every slot busy: the metric is raised to %.3g, past the HPA's %.0f%% tolerance of the %.3g replicas serving, so that the HPA adds a replica rather than leave a queue standing.",
-						time.Duration(q.OldestWaitSeconds*float64(time.Second)).Round(100*time.Millisecond), n.Replicas, 100*demand.HPATolerance, float64(q.InFlight)/float64(t.Concurrency))
+					add("The oldest waiting item has waited %s, targetWait or longer, with every slot busy: the metric is raised to %.3g, past the HPA's %.3g%% tolerance of the %.3g replicas serving, so that the HPA adds a replica rather than leave a queue standing.",
+						time.Duration(q.OldestWaitSeconds*float64(time.Second)).Round(100*time.Millisecond), n.Replicas, 100*t.ScaleUpTolerance, float64(q.InFlight)/float64(t.Concurrency))
 				} else if n.Replicas < n.Serving+n.Draining {
 					add("That is capped at %.3g: a slot for every item in flight, waiting or expected over the horizon.", n.Most)
 				}

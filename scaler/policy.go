@@ -52,7 +52,7 @@ func (s *State) readQueue(t *Trigger, now time.Time) metricReading {
 	if t.TargetWait > 0 {
 		m.demand = true
 		m.coldStart = triggerColdStart(t, q)
-		m.demandIn = demand.Inputs{Traffic: q.demand, Concurrency: t.Concurrency, TargetWait: t.TargetWait, ColdStart: m.coldStart.duration(), Waiting: q.waiting, InFlight: m.running, OldestWait: q.oldestWait}
+		m.demandIn = demand.Inputs{Traffic: q.demand, Concurrency: t.Concurrency, TargetWait: t.TargetWait, ColdStart: m.coldStart.duration(), Waiting: q.waiting, InFlight: m.running, OldestWait: q.oldestWait, Tolerance: t.ScaleUpTolerance}
 		m.need = demand.Demand(m.demandIn)
 		m.value = m.need.Replicas
 	}

@@ -135,6 +135,7 @@ func TestReadmeDocumentsEveryKey(t *testing.T) {
 		metadata.KeyStaleAfter:       {queue, func(tr *metadata.Trigger) string { return tr.StaleAfter.String() }},
 		metadata.KeyPushInterval:     {queue, func(tr *metadata.Trigger) string { return tr.PushInterval.String() }},
 		metadata.KeyConcurrency:      {with(metadata.KeyTargetWait, "10s"), func(tr *metadata.Trigger) string { return fmt.Sprint(tr.Concurrency) }},
+		metadata.KeyScaleUpTolerance: {with(metadata.KeyTargetWait, "10s"), func(tr *metadata.Trigger) string { return fmt.Sprint(tr.ScaleUpTolerance) }},
 		metadata.KeyCapacityAware:    {queue, func(tr *metadata.Trigger) string { return fmt.Sprint(tr.CapacityAware) }},
 		metadata.KeyCapacityHeadroom: {capacity, func(tr *metadata.Trigger) string { return fmt.Sprint(tr.CapacityHeadroom) }},
 		metadata.KeyMinReplicaCount:  {capacity, func(tr *metadata.Trigger) string { return fmt.Sprint(tr.MinReplicaCount) }},

@@ -253,4 +253,11 @@ func TestMissedWait(t *testing.T) {
 	if v, ex := read(); math.Abs(v-missed) > 1e-9 || ex.GetQueue().GetOldestWaitSeconds() != 12 {
 		t.Errorf("queue-demand %g with b's oldest at 12 s, want %g; oldest wait %g s, want 12", v, missed, ex.GetQueue().GetOldestWaitSeconds())
 	}
+	// An HPA that tolerates 20% (the trigger repeats it): past that.
+	md["scaleUpTolerance"] = "200m"
+	v, ex := read()
+	if want := 10*1.2 + 0.01; math.Abs(v-want) > 1e-9 {
+		t.Errorf("queue-demand %g with scaleUpTolerance 20%%, want %g", v, want)
+	}
+	wantReason(t, ex, "the metric is raised to 12, past the HPA's 20% tolerance of the 10 replicas serving")
 }

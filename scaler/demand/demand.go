@@ -26,6 +26,11 @@ type Inputs struct {
 	// OldestWait is how long the oldest waiting item has waited, the longest any live
 	// producer measured (Waits); 0: none waits, or no producer measures it.
 	OldestWait time.Duration
+	// Tolerance is the HPA's tolerance for scaling up, the share of the replicas within
+	// which it leaves them as they are (the trigger's scaleUpTolerance, HPATolerance
+	// unless the cluster or the HPA sets another; 0 is a tolerance of none): a missed
+	// wait goes just past it (see Demand).
+	Tolerance float64
 }
 
 // HPASync is how often the HPA reads the metric and acts on it (kube-controller-manager's
@@ -35,7 +40,10 @@ const HPASync = 15 * time.Second
 
 // HPATolerance is the HPA's tolerance (kube-controller-manager's
 // --horizontal-pod-autoscaler-tolerance, 0.1 by default): it leaves the replicas as they
-// are while the metric is within this share of them.
+// are while the metric is within this share of them. Since Kubernetes 1.33 an HPA may
+// set its own for each direction (behavior.scaleUp.tolerance, the HPAConfigurableTolerance
+// feature gate), which a ScaledObject passes on from
+// advanced.horizontalPodAutoscalerConfig; the trigger's scaleUpTolerance repeats it.
 const HPATolerance = 0.1
 
 // pastTolerance is how far past the HPA's tolerance the metric goes when a wait is
@@ -119,7 +127,8 @@ func Replicas(in Inputs) float64 { return Demand(in).Replicas }
 // burst's alone: the items a burst brings are waiting and drained, and counted again as
 // a rate that repeats only as far as the minute's rate says. Once the oldest waiting
 // item has waited T (OldestWait), a sum above the replicas serving, within the HPA's
-// tolerance of them, is raised just past it (Need.Missed), so the HPA adds a replica.
+// tolerance of them (Inputs.Tolerance), is raised just past it (Need.Missed), so the HPA
+// adds a replica.
 //
 // The parts fall as T grows, with no switch between models: as T shrinks towards 0 the
 // metric becomes Erlang's for the whole load, with a slot for each batch-mate, plus a
@@ -156,7 +165,7 @@ func Demand(in Inputs) Need {
 	// has waited targetWait the wait is missed now: a metric above r goes past the
 	// tolerance, so the HPA adds a replica (or the tolerance's worth, from ten up).
 	if r := in.InFlight / float64(c); in.Waiting > 0 && r > 0 && in.OldestWait >= in.TargetWait && n.Replicas > r {
-		if past := min(r*(1+HPATolerance)+pastTolerance, n.Most); past > n.Replicas {
+		if past := min(r*(1+max(in.Tolerance, 0))+pastTolerance, n.Most); past > n.Replicas {
 			n.Replicas, n.Missed = past, true
 		}
 	}

@@ -440,7 +440,7 @@ func TestServedLevel(t *testing.T) {
 // replica. Not before, not while the metric asks for no more than those serving, not
 // while none waits, and never more than Most.
 func TestMissedWaitGoesPastTheTolerance(t *testing.T) {
-	in := Inputs{Traffic: Estimate{Arrivals: 5.4, Service: 13}, Concurrency: 8, TargetWait: 18 * time.Second, Waiting: 100, InFlight: 72}
+	in := Inputs{Traffic: Estimate{Arrivals: 5.4, Service: 13}, Concurrency: 8, TargetWait: 18 * time.Second, Waiting: 100, InFlight: 72, Tolerance: HPATolerance}
 	base := Demand(in)
 	if base.Replicas <= 9 || base.Replicas > 9*(1+HPATolerance) {
 		t.Fatalf("the case wants a metric within the tolerance above nine: %+v", base)
@@ -481,8 +481,25 @@ func TestMissedWaitGoesPastTheTolerance(t *testing.T) {
 	// Fifty replicas busy, one item waiting and 30 expected over the horizon: past the
 	// tolerance (55 replicas) is more than a slot for each item in flight, waiting or
 	// expected (53.9), which caps the metric, raised or not.
-	few := Inputs{Traffic: Estimate{Arrivals: 0.5, Service: 1000}, Concurrency: 8, TargetWait: 5 * time.Second, Waiting: 1, InFlight: 400, OldestWait: time.Minute}
+	few := Inputs{Traffic: Estimate{Arrivals: 0.5, Service: 1000}, Concurrency: 8, TargetWait: 5 * time.Second, Waiting: 1, InFlight: 400, OldestWait: time.Minute, Tolerance: HPATolerance}
 	if n := Demand(few); n.Serving+n.Draining <= 50 || n.Missed || n.Replicas != n.Most || n.Most >= 55 {
 		t.Errorf("capped: %+v", n)
+	}
+	// The metric, 9.21, is within 20% and 5% of nine replicas, which an HPA tolerating
+	// that much leaves as they are: it goes past each. An HPA that tolerates none adds a
+	// replica at any metric above nine: the metric is left as it is.
+	for _, tc := range []struct {
+		tolerance, want float64
+		missed          bool
+	}{{0.2, 9*1.2 + pastTolerance, true}, {0.05, 9*1.05 + pastTolerance, true}, {0, 0, false}} {
+		c := in
+		c.OldestWait, c.Tolerance = time.Minute, tc.tolerance
+		n := Demand(c)
+		if tc.missed && (!n.Missed || math.Abs(n.Replicas-tc.want) > 1e-9) {
+			t.Errorf("tolerance %g: got %g (missed %v), want %g", tc.tolerance, n.Replicas, n.Missed, tc.want)
+		}
+		if !tc.missed && (n.Missed || n.Replicas != base.Replicas) {
+			t.Errorf("tolerance %g: got %g (missed %v), want the metric as it is, %g, already past the tolerance", tc.tolerance, n.Replicas, n.Missed, base.Replicas)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	gpuscalerv1 "github.com/gpuscaler/gpuscaler/proto/gpuscaler/v1"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // Trigger-metadata keys, as a ScaledObject's or ScaledJob's trigger spells them (see
@@ -47,6 +48,7 @@ const (
 	KeyTargetWait           = "targetWait"
 	KeyConcurrency          = "concurrency"
 	KeyColdStart            = "coldStart"
+	KeyScaleUpTolerance     = "scaleUpTolerance"
 	KeyPushInterval         = "pushInterval"
 	KeyCPUPerReplica        = "cpuPerReplica"
 	KeyMemoryPerReplica     = "memoryPerReplica"
@@ -110,7 +112,7 @@ var knownKeys = []string{
 	KeyQueue, KeyQueueTarget, KeyActivationQueueDepth,
 	KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil, KeyGPUMemoryTarget, KeyGPUsPerReplica,
 	KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyCPUPerReplica, KeyMemoryPerReplica,
-	KeyStaleAfter, KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyPushInterval,
+	KeyStaleAfter, KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyScaleUpTolerance, KeyPushInterval,
 }
 
 // Keys returns every key gpuscaler reads, in the order errors list them.
@@ -155,6 +157,11 @@ type Trigger struct {
 	// author knows what a first start costs (an image pull, a node brought up) that no
 	// measurement of an earlier start saw.
 	ColdStart time.Duration
+	// ScaleUpTolerance repeats the HPA's tolerance for scaling up, which the scaler
+	// cannot see: the cluster's (10% by default) or the ScaledObject's
+	// advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance. A wait missed
+	// now goes just past it (demand.Demand). demand.HPATolerance unless given.
+	ScaleUpTolerance float64
 
 	// PodSelector selects the workload's pods; their GPUs are the workload's. Nil when
 	// the trigger measures no GPUs. With CapacityAware it selects the Jobs' pods, and
@@ -261,6 +268,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 		ActivationGPUUtil:    DefaultActivationGPUUtil,
 		StaleAfter:           defaultStaleAfter,
 		Concurrency:          1,
+		ScaleUpTolerance:     demand.HPATolerance,
 		PushInterval:         DefaultPushInterval,
 	}
 	p := parser{md: md, written: written}
@@ -287,6 +295,7 @@ func ParseTrigger(namespace string, metadata map[string]string, defaultStaleAfte
 	p.durationIn(KeyTargetWait, &t.TargetWait, 10*time.Millisecond, MaxStaleAfter, `a duration from 10ms to 24h, such as "30s"`)
 	p.whole(KeyConcurrency, &t.Concurrency, 1, 1_000_000)
 	p.durationIn(KeyColdStart, &t.ColdStart, MinColdStart, MaxColdStart, `a duration from 1s to 1h, such as "45s"`)
+	p.share(KeyScaleUpTolerance, &t.ScaleUpTolerance, `a share from 0 to 1, a Kubernetes quantity as an HPA's tolerance is written, such as "0.05" or "50m"`)
 	p.durationIn(KeyPushInterval, &t.PushInterval, 0, MaxStaleAfter, `a duration from 0s to 24h, such as "30s"; at most the ScaledObject's cooldownPeriod`)
 	if p.err != nil {
 		return nil, p.err
@@ -395,8 +404,8 @@ func (t *Trigger) checkCombination(md, written map[string]string) error {
 	return nil
 }
 
-// checkDemand checks the keys of the demand metric (targetWait, concurrency, coldStart) against the
-// rest of the trigger.
+// checkDemand checks the keys of the demand metric (targetWait, concurrency, coldStart,
+// scaleUpTolerance) against the rest of the trigger.
 func (t *Trigger) checkDemand(md map[string]string, fail func(key, want string) error) error {
 	_, waitGiven := md[KeyTargetWait]
 	if !waitGiven {
@@ -405,6 +414,9 @@ func (t *Trigger) checkDemand(md map[string]string, fail func(key, want string) 
 		}
 		if _, ok := md[KeyColdStart]; ok {
 			return fail(KeyColdStart, "targetWait set too: coldStart shapes the queue-demand metric, which targetWait asks for; queue-backlog does not read it")
+		}
+		if _, ok := md[KeyScaleUpTolerance]; ok {
+			return fail(KeyScaleUpTolerance, "targetWait set too: the queue-demand metric goes past the HPA's tolerance when a wait is missed; queue-backlog does not read it")
 		}
 		return nil
 	}
@@ -578,6 +590,22 @@ func (p *parser) quantity(key string, most *resource.Quantity, milli bool, want 
 		return q.MilliValue()
 	}
 	return q.Value()
+}
+
+// share parses a share from 0 to 1 into dst, written as a Kubernetes quantity ("0.05",
+// "50m"), as the HPA's behavior.scaleUp.tolerance is, so that the value the ScaledObject
+// gives its HPA can be repeated as it is.
+func (p *parser) share(key string, dst *float64, want string) {
+	v, ok := p.get(key)
+	if !ok {
+		return
+	}
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil || q.Sign() < 0 || q.Cmp(resource.MustParse("1")) > 0 {
+		p.fail(key, v, want)
+		return
+	}
+	*dst = q.AsApproximateFloat64()
 }
 
 func (p *parser) bool(key string, dst *bool) {

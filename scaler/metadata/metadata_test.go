@@ -41,6 +41,7 @@ type triggerView struct {
 	TargetWait           time.Duration
 	Concurrency          int
 	ColdStart            time.Duration
+	ScaleUpTolerance     float64
 	PushInterval         time.Duration
 }
 
@@ -79,6 +80,7 @@ func viewOf(tr *Trigger) triggerView {
 		TargetWait:           tr.TargetWait,
 		Concurrency:          tr.Concurrency,
 		ColdStart:            tr.ColdStart,
+		ScaleUpTolerance:     tr.ScaleUpTolerance,
 		PushInterval:         tr.PushInterval,
 	}
 }
@@ -94,6 +96,7 @@ func defaultView() triggerView {
 		NodeSelector:         noSelector,
 		StaleAfter:           DefaultStaleAfter,
 		Concurrency:          1,
+		ScaleUpTolerance:     0.1,
 		PushInterval:         DefaultPushInterval,
 	}
 }
@@ -261,6 +264,13 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"targetWait, concurrency": {metaWith(baseQueue, KeyTargetWait, "10s", KeyConcurrency, "8"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.Concurrency = 8 }},
 		"targetWait, coldStart":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, " 45s "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = 45 * time.Second }},
 		"coldStart, the bounds":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, "1h"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = time.Hour }},
+		"scaleUpTolerance":        {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, " 0.05 "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
+		"scaleUpTolerance, milli": {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "50m"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
+		"scaleUpTolerance, none":  {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "0"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0 }},
+		"scaleUpTolerance, the most": {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "1"), queue, func(v *triggerView) {
+			v.TargetWait = 10 * time.Second
+			v.ScaleUpTolerance = 1
+		}},
 
 		"podSelector set-based": {metaOf(KeyPodSelector, "tier in (gpu,cpu)", KeyGPUUtilTarget, "70"), nil, func(v *triggerView) {
 			v.PodSelector = "tier in (cpu,gpu)"
@@ -385,7 +395,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, ActivationQueueDepth: 2,
 					PodSelector: "app=llm", GPUUtilTarget: 75, ActivationGPUUtil: 5, GPUMemoryTarget: 90,
-					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
+					GPUsPerReplica: 2, NodeSelector: noSelector, StaleAfter: time.Minute, Concurrency: 1, ScaleUpTolerance: 0.1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -396,7 +406,7 @@ func TestParseTriggerValidValues(t *testing.T) {
 			func(v *triggerView) {
 				*v = triggerView{
 					Namespace: "ml", Queue: "jobs", QueueTarget: 4, PodSelector: noSelector, GPUsPerReplica: 2,
-					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1, PushInterval: DefaultPushInterval,
+					CapacityAware: true, NodeSelector: "pool=gpu", StaleAfter: time.Minute, Concurrency: 1, ScaleUpTolerance: 0.1, PushInterval: DefaultPushInterval,
 				}
 			},
 		},
@@ -460,6 +470,7 @@ func TestParseTriggerInvalidValues(t *testing.T) {
 	add(baseQueue, KeyTargetWait, "a duration from 10ms to 24h", "0s", "-5s", "9ms", "30", "abc", "", "25h")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyConcurrency, "a whole number from 1 to 1000000", "0", "-1", "1.5", "abc", "", "1000001")
 	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyColdStart, "a duration from 1s to 1h", "0s", "999ms", "-5s", "45", "abc", "", "1h1s", "9999999999h", "NaNs")
+	add(metaWith(baseQueue, KeyTargetWait, "30s"), KeyScaleUpTolerance, "a share from 0 to 1", "-0.1", "-50m", "1.01", "1001m", "2", "10%", "0.1 0.2", "abc", "", "NaN", "Inf", "0x1p-3", "1Ki")
 
 	add(baseQueue, KeyPushInterval, "a duration from 0s to 24h", "-1s", "30", "abc", "", "1d", "24h1s", "9999999999h")
 	add(baseQueue, KeyStaleAfter, "a duration from 1s to 24h", "999ms", "0s", "0", "-5s", "30", "abc", "", "1d", "1ns", "9999999999h", "24h1s", "2562047h")
@@ -491,7 +502,7 @@ func TestParseTriggerCoversEveryKey(t *testing.T) {
 	covered := []string{
 		KeyQueue, KeyQueueTarget, KeyActivationQueueDepth, KeyPodSelector, KeyGPUUtilTarget, KeyActivationGPUUtil,
 		KeyGPUMemoryTarget, KeyGPUsPerReplica, KeyCapacityAware, KeyCapacityHeadroom, KeyMinReplicaCount, KeyNodeSelector, KeyTolerations, KeyStaleAfter,
-		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyPushInterval, KeyCPUPerReplica, KeyMemoryPerReplica,
+		KeyStream, KeyConsumer, KeyTargetWait, KeyConcurrency, KeyColdStart, KeyScaleUpTolerance, KeyPushInterval, KeyCPUPerReplica, KeyMemoryPerReplica,
 	}
 	if got := slices.Sorted(slices.Values(knownKeys)); !slices.Equal(got, slices.Sorted(slices.Values(covered))) {
 		t.Errorf("knownKeys: got %q, want %q; add tests for new keys", got, covered)
@@ -653,6 +664,9 @@ func TestParseTriggerCombinations(t *testing.T) {
 		"coldStart with only pods": {
 			metadata: metaWith(baseGPU, KeyColdStart, "45s"), key: KeyColdStart, value: "45s", want: "targetWait set too",
 		},
+		"scaleUpTolerance without targetWait": {
+			metadata: metaWith(baseQueue, KeyScaleUpTolerance, "0.05"), key: KeyScaleUpTolerance, value: "0.05", want: "targetWait set too",
+		},
 		"targetWait with queueTarget": {
 			metadata: metaWith(baseQueue, KeyTargetWait, "30s", KeyQueueTarget, "4"), key: KeyQueueTarget, value: "4", want: "no targetWait too",
 		},
@@ -697,7 +711,7 @@ func TestParseTriggerFromEnv(t *testing.T) {
 			KeyCapacityAware, "true", KeyCapacityHeadroom, "2", KeyNodeSelector, "pool=gpu", KeyTolerations, "dedicated=ml:NoSchedule", KeyMinReplicaCount, "2",
 			KeyCPUPerReplica, "7500m", KeyMemoryPerReplica, "60Gi"),
 		"stream": metaOf(KeyStream, "WORK", KeyConsumer, "workers", KeyCapacityAware, "true", KeyGPUsPerReplica, "1g.10gb"),
-		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyColdStart, "90s", KeyPushInterval, "10s"),
+		"demand": metaOf(KeyQueue, "requests", KeyTargetWait, "30s", KeyConcurrency, "8", KeyColdStart, "90s", KeyScaleUpTolerance, "0.05", KeyPushInterval, "10s"),
 	}
 	seen := map[string]bool{}
 	for fullName, metadata := range full {
@@ -990,6 +1004,8 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyTargetWait, "10s", KeyColdStart, "45s", true, 0},
 		{"ml", KeyTargetWait, "10s", "coldStartFromEnv", "1h0m0.000000001s", true, 0},
 		{"ml", KeyColdStart, "45s", "", "", true, 0},
+		{"ml", KeyTargetWait, "10s", KeyScaleUpTolerance, "0.05", true, 0},
+		{"ml", KeyScaleUpTolerance, "1e-1", "", "", true, 0},
 		{"ml", KeyPushInterval, "0s", "", "", true, 0},
 		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
 		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},

@@ -24,15 +24,33 @@ type Metric struct {
 	Value, Target float64
 }
 
+// Tolerances are the HPA's tolerances below and above the target, as the HPA controller
+// keeps them (Tolerances in pkg/controller/podautoscaler/replica_calculator.go): the
+// cluster's --horizontal-pod-autoscaler-tolerance for both, unless the HPA sets its own
+// for a direction (behavior.scaleDown.tolerance, behavior.scaleUp.tolerance; Kubernetes
+// 1.33 on, behind the HPAConfigurableTolerance feature gate).
+type Tolerances struct{ ScaleDown, ScaleUp float64 }
+
+// DefaultTolerances are the cluster's default, HPATolerance both ways.
+var DefaultTolerances = Tolerances{HPATolerance, HPATolerance}
+
+// within is Tolerances.isWithin: the replicas are left as they are while the ratio of
+// the metric to its target is from 1 − ScaleDown to 1 + ScaleUp.
+func (t Tolerances) within(ratio float64) bool {
+	return 1-t.ScaleDown <= ratio && ratio <= 1+t.ScaleUp
+}
+
 // HPAProposal is the HPA's replica count for one AverageValue metric: ceil(value /
-// target), unless current replicas are within the tolerance of the target. current is
-// at least 1: the HPA does not act on a workload at zero (KEDA does).
-func HPAProposal(current int, m Metric) int {
+// target), unless current replicas are within the default tolerance of the target.
+// current is at least 1: the HPA does not act on a workload at zero (KEDA does).
+func HPAProposal(current int, m Metric) int { return HPAProposalWithin(current, m, DefaultTolerances) }
+
+// HPAProposalWithin is HPAProposal for an HPA with the tolerances tol.
+func HPAProposalWithin(current int, m Metric, tol Tolerances) int {
 	if m.Target <= 0 || current < 1 {
 		return current
 	}
-	ratio := m.Value / (m.Target * float64(current))
-	if math.Abs(ratio-1) <= HPATolerance {
+	if tol.within(m.Value / (m.Target * float64(current))) {
 		return current
 	}
 	return int(math.Ceil(m.Value / m.Target))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 func TestHPAProposal(t *testing.T) {
@@ -25,6 +27,71 @@ func TestHPAProposal(t *testing.T) {
 				t.Errorf("HPAProposal(%d, %+v) = %d, want %d", tc.current, tc.m, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHPAProposalWithin: an HPA's own tolerances, each direction its own (Tolerances in
+// pkg/controller/podautoscaler/replica_calculator.go, Kubernetes 1.33 on).
+func TestHPAProposalWithin(t *testing.T) {
+	for name, tc := range map[string]struct {
+		current int
+		value   float64
+		tol     Tolerances
+		want    int
+	}{
+		"none up: any rise adds a replica":       {current: 10, value: 10.01, tol: Tolerances{0.1, 0}, want: 11},
+		"20% up: 11.9 is within":                 {current: 10, value: 11.9, tol: Tolerances{0.1, 0.2}, want: 10},
+		"20% up: 12.1 is past":                   {current: 10, value: 12.1, tol: Tolerances{0.1, 0.2}, want: 13},
+		"5% down: 18.5 of 20 is past":            {current: 20, value: 18.5, tol: Tolerances{0.05, 0.1}, want: 19},
+		"10% down: 18.5 of 20 is within":         {current: 20, value: 18.5, tol: Tolerances{0.1, 0}, want: 20},
+		"the defaults are HPAProposal's":         {current: 4, value: 4.4, tol: DefaultTolerances, want: 4},
+		"at the bound: within, as the HPA keeps": {current: 4, value: 4.2, tol: Tolerances{0, 0.05}, want: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := HPAProposalWithin(tc.current, Metric{Value: tc.value, Target: 1}, tc.tol); got != tc.want {
+				t.Errorf("HPAProposalWithin(%d, %g, %+v) = %d, want %d", tc.current, tc.value, tc.tol, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMissedWaitAddsAReplica: once a wait is missed the queue-demand metric goes past the
+// HPA's tolerance for scaling up, so the HPA adds a replica, for an HPA with any
+// tolerance the trigger repeats (scaleUpTolerance). Over a grid of replicas serving,
+// loads and tolerances, every metric raised makes the HPA's published rule add one, as
+// KEDA passes it on in thousandths, truncated (GenerateMetricInMili in KEDA's
+// pkg/scalers/scaler.go, up to 2.17); and every metric the rule should raise is raised.
+func TestMissedWaitAddsAReplica(t *testing.T) {
+	for _, tol := range []float64{0, 0.05, 0.1, 0.2, 0.5, 1} {
+		raised := 0
+		for _, c := range []int{1, 8} {
+			for r := 1; r <= 60; r++ {
+				for load := 0.5; load <= 2.5; load += 0.01 {
+					in := demand.Inputs{
+						Traffic:     demand.Estimate{Arrivals: load * float64(r*c) / 10, Service: 10},
+						Concurrency: c, TargetWait: 10 * time.Second, Waiting: float64(max(1, r*c/4)), InFlight: float64(r * c),
+						Tolerance: tol,
+					}
+					plain := demand.Demand(in)
+					in.OldestWait = in.TargetWait
+					n := demand.Demand(in)
+					value := float64(int64(n.Replicas*1000)) / 1000
+					serving := float64(r)
+					withinUp := plain.Replicas > serving && plain.Replicas <= serving*(1+tol)
+					switch {
+					case n.Missed && HPAProposalWithin(r, Metric{Value: value, Target: 1}, Tolerances{HPATolerance, tol}) <= r:
+						t.Fatalf("tolerance %g, %d replicas of %d serving, load %.2f: raised to %g, which the HPA leaves as it is", tol, r, c, load, n.Replicas)
+					case withinUp && plain.Most > serving*(1+tol)+0.01 && !n.Missed:
+						t.Fatalf("tolerance %g, %d replicas of %d serving, load %.2f: %g is within the tolerance and not raised", tol, r, c, load, plain.Replicas)
+					case n.Missed:
+						raised++
+					}
+				}
+			}
+		}
+		if tol > 0 && raised == 0 { // with none, no metric is within the tolerance to raise
+			t.Errorf("tolerance %g: no metric of the grid raised; the grid tests nothing", tol)
+		}
 	}
 }
 
