@@ -8,7 +8,8 @@ flips on one run's noise at the bound; the sum says whether a change moved the m
 or only shuffled them.
 
 Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-llm,mooncake]
-                             [--load-scale X] [--reverse] [--out DIR] [--strict] [BIN] [TRACES_DIR]
+                             [--load-scale X] [--hpa-tolerance X] [--reverse] [--out DIR] [--strict]
+                             [BIN] [TRACES_DIR]
   --traces    which hours: azure-llm and mooncake (in TRACES_DIR), or NAME=FILE for any
               hour in Mooncake's format (hack/synth-traces.py writes some), its model
               load latencies beside it
@@ -16,6 +17,8 @@ Usage: hack/replay-matrix.py [--seeds 1,2,3] [--speeds 0.5,1,2] [--traces azure-
   TRACES_DIR  shared/testdata/traces (default ../shared/testdata/traces)
   --out DIR   keep each run's JSON there (default: a temporary directory)
   --load-scale X  passed to every replay: model loads X times as long
+  --hpa-tolerance X  passed to every replay: HPAs that tolerate X both ways, repeated by
+              the queue-demand triggers (scaleUpTolerance)
   --reverse   passed to every replay: the hours played backwards, traffic no setting
               was tuned on (rises become falls and falls rises)
 
@@ -73,7 +76,9 @@ def main():
     args = [a for a in args if a not in ("--strict", "--reverse")]
     out_dir = option(args, "--out", None)
     load_scale = option(args, "--load-scale", None)
-    extra = (["--load-scale", load_scale] if load_scale else []) + (["--reverse"] if reverse else [])
+    tolerance = option(args, "--hpa-tolerance", None)
+    extra = (["--load-scale", load_scale] if load_scale else []) + (["--reverse"] if reverse else []) + \
+        (["--hpa-tolerance", tolerance] if tolerance else [])
     binary = args[0] if args else "bin/gpuscaler"
     traces = args[1] if len(args) > 1 else "../shared/testdata/traces"
     runs = [(t, s, n) for t in which for s in speeds for n in seeds]

@@ -184,6 +184,7 @@ func effective(t *Trigger) map[string]string {
 		if t.TargetWait > 0 {
 			m[KeyTargetWait] = t.TargetWait.String()
 			m[KeyConcurrency] = strconv.Itoa(t.Concurrency)
+			m[KeyScaleUpTolerance] = num(t.ScaleUpTolerance)
 			if t.ColdStart > 0 {
 				m[KeyColdStart] = t.ColdStart.String()
 			}

@@ -49,6 +49,7 @@ const (
 	KeyTargetWait           = metadata.KeyTargetWait
 	KeyConcurrency          = metadata.KeyConcurrency
 	KeyColdStart            = metadata.KeyColdStart
+	KeyScaleUpTolerance     = metadata.KeyScaleUpTolerance
 	KeyPushInterval         = metadata.KeyPushInterval
 	KeyCPUPerReplica        = metadata.KeyCPUPerReplica
 	KeyMemoryPerReplica     = metadata.KeyMemoryPerReplica

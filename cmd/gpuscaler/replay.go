@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/replay"
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 const replayAbout = `
@@ -44,7 +45,7 @@ missed; --json and --chart write the same for tools and people. The traces are C
 func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr io.Writer) (err error) {
 	var (
 		format, trace, nodesPath, loadPath, jsonPath, chartPath string
-		speed, loadScale                                        float64
+		speed, loadScale, hpaTolerance                          float64
 		seed                                                    uint64
 		limit, openbNodes                                       int
 		quiet, reverse                                          bool
@@ -57,6 +58,7 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	fs.StringVar(&loadPath, "load-latency", "", "model load latencies in ms, one per row (GenTD26's basemodel load latency); default: gentd26-basemodel-load-latency-ms.csv beside --trace")
 	fs.Float64Var(&speed, "service-speed", 1, "azure-llm, mooncake: times the service model's speed (0.5 halves it, 2 doubles it)")
 	fs.Float64Var(&loadScale, "load-scale", 1, "gentd26, azure-llm, mooncake: times every model load drawn (3: loads of about 70-160 s rather than 23-52 s), to see what a slower cold start does to the same traffic")
+	fs.Float64Var(&hpaTolerance, "hpa-tolerance", demand.HPATolerance, "gentd26, azure-llm, mooncake: the HPA's tolerance, both ways, for a cluster or HPAs that set another; the recommended triggers repeat it (scaleUpTolerance)")
 	fs.BoolVar(&reverse, "reverse", false, "gentd26, azure-llm, mooncake: play the requests backwards in time (rises become falls and falls rises; the same traffic in an order nothing was tuned on)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the model loads and the clocks' phases; the same seed gives the same output")
 	fs.IntVar(&limit, "limit", 0, "replay only the first N requests (or GPU tasks), for a quick look; 0: all")
@@ -78,6 +80,10 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 		return usageError{fmt.Errorf("--service-speed %g: want a factor above 0, such as 0.5 or 2", speed)}
 	case !(loadScale > 0 && loadScale <= 100):
 		return usageError{fmt.Errorf("--load-scale %g: want a factor above 0, such as 3", loadScale)}
+	case !(hpaTolerance >= 0 && hpaTolerance <= 1):
+		return usageError{fmt.Errorf("--hpa-tolerance %g: want a share from 0 to 1, such as 0.05", hpaTolerance)}
+	case hpaTolerance != demand.HPATolerance && format == replay.FormatOpenB:
+		return usageError{fmt.Errorf("--hpa-tolerance: only for the request traces (gentd26, azure-llm, mooncake); openb's ScaledJobs have no HPA")}
 	case limit < 0:
 		return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}
 	case openbNodes < 0:
@@ -107,12 +113,18 @@ func runReplay(ctx context.Context, args []string, env envFunc, stdout, stderr i
 	}
 
 	start := time.Now()
-	tr, err := replay.Load(format, trace, replay.LoadOptions{Nodes: nodesPath, LoadLatency: loadPath,
-		From: from, To: to, Limit: limit, Speed: speed, Seed: seed, LoadScale: loadScale, Reverse: reverse})
+	var report replayReport
+	opt := replay.LoadOptions{Nodes: nodesPath, LoadLatency: loadPath,
+		From: from, To: to, Limit: limit, Speed: speed, Seed: seed, LoadScale: loadScale, Reverse: reverse}
+	if hpaTolerance != demand.HPATolerance {
+		opt.HPATolerance = &hpaTolerance
+		report.HPATolerance = &hpaTolerance
+	}
+	tr, err := replay.Load(format, trace, opt)
 	if err != nil {
 		return err
 	}
-	report := replayReport{Trace: format, Attribution: replay.Attribution[format], Seed: seed}
+	report.Trace, report.Attribution, report.Seed = format, replay.Attribution[format], seed
 	var writeChart func(io.Writer) error
 	if format == replay.FormatOpenB {
 		writeChart, err = replayOpenB(ctx, tr, replay.OpenBConfig{Seed: seed, Limit: limit, Nodes: openbNodes, Progress: progress}, &report, stdout)
@@ -182,6 +194,9 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 	if report.Reversed {
 		backwards = " (played backwards)"
 	}
+	if report.HPATolerance != nil {
+		backwards += fmt.Sprintf(" with HPAs that tolerate %g%% both ways, repeated by queue-demand triggers as scaleUpTolerance", 100**report.HPATolerance)
+	}
 	fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed%s; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), backwards, sc.Recommends)
 	switch {
 	case res.WarmUp > 0 && res.CutEnd:
@@ -203,6 +218,9 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 	if report.Reversed {
 		title += ", played backwards"
 	}
+	if report.HPATolerance != nil {
+		title += fmt.Sprintf(", HPA tolerance %g%%", 100**report.HPATolerance)
+	}
 	return func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }, nil
 }
 
@@ -217,6 +235,8 @@ type replayReport struct {
 	LoadScale float64 `json:"load_scale,omitempty"`
 	// Reversed is --reverse.
 	Reversed bool `json:"reversed,omitempty"`
+	// HPATolerance is --hpa-tolerance when not the default.
+	HPATolerance *float64 `json:"hpa_tolerance,omitempty"`
 	// Recommends says what the policy "gpuscaler" is for this trace.
 	Recommends string                               `json:"gpuscaler_is,omitempty"`
 	Requests   int                                  `json:"requests,omitempty"`

@@ -116,6 +116,10 @@ func TestReplayFlagErrors(t *testing.T) {
 		"all warm-up":    {[]string{"--format", "azure-llm", "--trace", trace, "--limit", "100"}, 1, "no request arrives after the first 5m0s"},
 		"json dir gone":  {[]string{"--format", "azure-llm", "--trace", trace, "--json", "/nonexistent/r.json"}, 1, `--json "/nonexistent/r.json": no such file or directory`},
 		"openb reversed": {[]string{"--format", "openb", "--trace", trace, "--reverse"}, 2, "--reverse: only for the request traces"},
+		"tolerance 2":    {[]string{"--format", "azure-llm", "--trace", trace, "--hpa-tolerance", "2"}, 2, "--hpa-tolerance 2: want a share from 0 to 1"},
+		"tolerance NaN":  {[]string{"--format", "azure-llm", "--trace", trace, "--hpa-tolerance", "NaN"}, 2, "--hpa-tolerance NaN"},
+		"openb tolerance": {[]string{"--format", "openb", "--trace", trace, "--hpa-tolerance", "0.2"}, 2,
+			"--hpa-tolerance: only for the request traces"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

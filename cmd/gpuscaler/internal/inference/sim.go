@@ -47,6 +47,8 @@ type Config struct {
 	// HPASync is kube-controller-manager's --horizontal-pod-autoscaler-sync-period
 	// (15s) and ScaleDownWindow the HPA's default scale-down stabilization (300s).
 	HPASync, ScaleDownWindow time.Duration
+	// Tolerances are the HPA's tolerances; nil: its defaults (10% both ways).
+	Tolerances *kedarules.Tolerances
 	// Load draws how long a new replica loads its model before it serves.
 	Load func(*rand.Rand) time.Duration
 	// ReportInterval is the producer's heartbeat (the queue package's default, 1s).
@@ -211,7 +213,7 @@ func newSim(cfg Config, pol Policy, svc Service, end, paidTo time.Duration, tl *
 		cooldown = pol.Cooldown
 	}
 	s.so = kedarules.ScaledObject{Cooldown: cooldown}
-	s.hpa = kedarules.HPA{Min: max(cfg.MinReplicas, 1), Max: cfg.MaxReplicas, ScaleDownWindow: cfg.ScaleDownWindow}
+	s.hpa = kedarules.HPA{Min: max(cfg.MinReplicas, 1), Max: cfg.MaxReplicas, ScaleDownWindow: cfg.ScaleDownWindow, Tolerances: cfg.Tolerances}
 	phases := rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, h.Sum64()))
 	s.collectPhase = time.Duration(phases.Int64N(int64(dcgmExporterInterval)))
 	s.scrapePhase = time.Duration(phases.Int64N(int64(scrapeInterval)))

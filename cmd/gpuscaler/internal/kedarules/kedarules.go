@@ -67,6 +67,8 @@ type HPA struct {
 	ScaleDownWindow time.Duration
 	// ScaleUpWindow is scaleUp.stabilizationWindowSeconds (default 0).
 	ScaleUpWindow time.Duration
+	// Tolerances are the HPA's tolerances; nil: DefaultTolerances.
+	Tolerances *Tolerances
 
 	recs []recommendation // within the longer window, oldest first
 }
@@ -85,9 +87,13 @@ func (h *HPA) Desired(now time.Time, current int, metrics []Metric) (int, string
 	if len(metrics) == 0 {
 		return current, "no metric"
 	}
+	tol := DefaultTolerances
+	if h.Tolerances != nil {
+		tol = *h.Tolerances
+	}
 	proposal, why := 0, ""
 	for _, m := range metrics {
-		p := HPAProposal(current, m)
+		p := HPAProposalWithin(current, m, tol)
 		if p > proposal || why == "" {
 			proposal = p
 			why = fmt.Sprintf("%s %s/%s", m.Name, FmtNum(m.Value), FmtNum(m.Target))

@@ -95,6 +95,23 @@ func TestMissedWaitAddsAReplica(t *testing.T) {
 	}
 }
 
+// TestHPADesiredTolerances: an HPA given its own tolerances holds where the default
+// would act, and acts past them.
+func TestHPADesiredTolerances(t *testing.T) {
+	now := time.Unix(0, 0)
+	wide := HPA{Min: 1, Max: 100, Tolerances: &Tolerances{ScaleDown: 0.2, ScaleUp: 0.2}}
+	def := HPA{Min: 1, Max: 100}
+	if got, _ := def.Desired(now, 10, []Metric{{Name: "m", Value: 11.5, Target: 1}}); got != 12 {
+		t.Errorf("default HPA at 11.5 of 10: %d, want 12", got)
+	}
+	if got, _ := wide.Desired(now, 10, []Metric{{Name: "m", Value: 11.5, Target: 1}}); got != 10 {
+		t.Errorf("HPA tolerating 20%% at 11.5 of 10: %d, want 10", got)
+	}
+	if got, _ := wide.Desired(now.Add(15*time.Second), 10, []Metric{{Name: "m", Value: 12.5, Target: 1}}); got != 13 {
+		t.Errorf("HPA tolerating 20%% at 12.5 of 10: %d, want 13", got)
+	}
+}
+
 func TestHPADesired(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	t.Run("largest proposal wins", func(t *testing.T) {

@@ -44,6 +44,10 @@ type LoadOptions struct {
 	// Reverse plays the inference formats' requests backwards in time (see
 	// Scenario.Reverse).
 	Reverse bool
+	// HPATolerance, where not nil, is the modelled HPA's tolerance both ways, which the
+	// inference formats' queue-demand triggers repeat (Scenario.SetHPATolerance); nil:
+	// the HPA's default.
+	HPATolerance *float64
 }
 
 // Trace is a trace loaded for replay: for gentd26 and azure-llm a Scenario for
@@ -140,6 +144,9 @@ func scenarioTrace(format, trace string, opt LoadOptions, build func(load *trace
 	}
 	if opt.Reverse {
 		sc.Reverse()
+	}
+	if opt.HPATolerance != nil {
+		sc.SetHPATolerance(*opt.HPATolerance)
 	}
 	return &Trace{Format: format, Scenario: sc}, nil
 }

@@ -6,10 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
+	"github.com/gpuscaler/gpuscaler/scaler"
 )
 
 // PolicyDemandSweep names the frontier of queue-demand's targetWait in a scenario where
@@ -47,6 +50,22 @@ func (sc *Scenario) Reverse() {
 		slices.Reverse(reqs)
 		for i := range reqs {
 			reqs[i].At = first + last - reqs[i].At
+		}
+	}
+}
+
+// SetHPATolerance models a cluster whose HPAs tolerate tol both ways rather than the
+// default 10%, and has every queue-demand trigger of the scenario repeat it
+// (scaleUpTolerance), as docs/triggers.md asks of a user of such a cluster.
+func (sc *Scenario) SetHPATolerance(tol float64) {
+	sc.Config.Tolerances = &kedarules.Tolerances{ScaleDown: tol, ScaleUp: tol}
+	for _, ps := range [][]inference.Policy{sc.Policies, sc.Sweeps} {
+		for i := range ps {
+			if _, demand := ps[i].Metadata[scaler.KeyTargetWait]; demand {
+				md := maps.Clone(ps[i].Metadata)
+				md[scaler.KeyScaleUpTolerance] = strconv.FormatFloat(tol, 'g', -1, 64)
+				ps[i].Metadata = md
+			}
 		}
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/inference"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/kedarules"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler/internal/traces"
+	"github.com/gpuscaler/gpuscaler/scaler"
 )
 
 // TestTargetWaitSweep: the sweep runs from 10 ms to 10 min, twelve settings a decade
@@ -47,5 +50,53 @@ func TestReverse(t *testing.T) {
 	sc.Reverse()
 	if got := fmt.Sprint(sc.Services); got != orig {
 		t.Errorf("reversed twice: %s, want %s", got, orig)
+	}
+}
+
+// TestSetHPATolerance: the modelled HPAs tolerate the share given both ways, and every
+// queue-demand trigger repeats it as scaleUpTolerance, in the recommended policy and in
+// the sweep; queue-backlog triggers, which do not read it, are left as they were, and no
+// policy's metadata is shared with another's.
+func TestSetHPATolerance(t *testing.T) {
+	s := time.Second
+	reqs := []LLMRequest{{At: 0, Prompt: 100, Output: 100}, {At: 10 * s, Prompt: 100, Output: 100}}
+	load, err := traces.NewDurations([]time.Duration{30 * s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := LLM(FormatAzureLLM, reqs, DefaultLLMServiceModel, 1, load, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Config.Tolerances != nil {
+		t.Fatalf("tolerances %+v before any is set, want nil (the HPA's defaults)", *sc.Config.Tolerances)
+	}
+	sc.SetHPATolerance(0.2)
+	if got := sc.Config.Tolerances; got == nil || *got != (kedarules.Tolerances{ScaleDown: 0.2, ScaleUp: 0.2}) {
+		t.Errorf("tolerances %v, want 0.2 both ways", got)
+	}
+	demand, backlog := 0, 0
+	for _, p := range append(slices.Clone(sc.Policies), sc.Sweeps...) {
+		_, isDemand := p.Metadata[scaler.KeyTargetWait]
+		got, repeated := p.Metadata[scaler.KeyScaleUpTolerance]
+		switch {
+		case isDemand && got != "0.2":
+			t.Errorf("%s %s: scaleUpTolerance %q, want 0.2", p.Name, p.Setting, got)
+		case !isDemand && repeated:
+			t.Errorf("%s %s: scaleUpTolerance %q on a trigger without targetWait", p.Name, p.Setting, got)
+		case isDemand:
+			demand++
+		case p.Metadata != nil:
+			backlog++
+		}
+	}
+	if demand < 2 || backlog < 2 {
+		t.Errorf("%d queue-demand and %d queue-backlog triggers: the scenario should have both", demand, backlog)
+	}
+	sc.Sweeps[len(sc.Sweeps)-1].Metadata["x"] = "y"
+	for _, p := range sc.Sweeps[:len(sc.Sweeps)-1] {
+		if p.Metadata["x"] != "" {
+			t.Fatalf("%s shares its metadata with another policy", p.Setting)
+		}
 	}
 }
