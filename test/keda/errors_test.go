@@ -61,6 +61,11 @@ func TestErrors(t *testing.T) {
 			metric:   "s0-queue-backlog",
 			wantCode: codes.InvalidArgument, wantMsg: "capacityAware",
 		},
+		"scaleUpTolerance beyond one": {
+			metadata: map[string]string{"queue": "orders", "targetWait": "10s", "scaleUpTolerance": "1500m"},
+			metric:   "s0-queue-demand",
+			wantCode: codes.InvalidArgument, wantMsg: `scaleUpTolerance="1500m"`,
+		},
 		"staleAfter beyond --stream-max-age": {
 			metadata: map[string]string{"queue": "orders", "staleAfter": "1h"},
 			metric:   "s0-queue-backlog",
