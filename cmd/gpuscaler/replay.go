@@ -195,7 +195,7 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 		backwards = " (played backwards)"
 	}
 	if report.HPATolerance != nil {
-		backwards += fmt.Sprintf(" with HPAs that tolerate %g%% both ways, repeated by queue-demand triggers as scaleUpTolerance", 100**report.HPATolerance)
+		backwards += fmt.Sprintf(" with HPAs that tolerate %.3g%% both ways, repeated by queue-demand triggers as scaleUpTolerance", 100**report.HPATolerance)
 	}
 	fmt.Fprintf(stdout, "%s: %d requests to %s, %s replayed%s; gpuscaler is %s\n", format, res.Requests, services(res.Services), res.Span.Round(time.Minute), backwards, sc.Recommends)
 	switch {
@@ -219,7 +219,7 @@ func replayInference(ctx context.Context, sc *replay.Scenario, progress inferenc
 		title += ", played backwards"
 	}
 	if report.HPATolerance != nil {
-		title += fmt.Sprintf(", HPA tolerance %g%%", 100**report.HPATolerance)
+		title += fmt.Sprintf(", HPA tolerance %.3g%%", 100**report.HPATolerance)
 	}
 	return func(w io.Writer) error { return replay.WriteInferenceChart(w, title, report.Attribution, res) }, nil
 }

@@ -194,3 +194,37 @@ func readJSONObject(t *testing.T, path string) map[string]any {
 	}
 	return got
 }
+
+// TestReplayHPATolerance: --hpa-tolerance says what it modelled, in the text and the
+// JSON, and changes what the HPA does; the default writes no field.
+func TestReplayHPATolerance(t *testing.T) {
+	trace := filepath.Join(tracesDir, "mooncake-conversation.jsonl")
+	outputs := map[string]map[string]any{}
+	for _, tol := range []string{"", "0.07", "0.5"} {
+		jsonPath := filepath.Join(t.TempDir(), "r.json")
+		args := []string{"replay", "--quiet", "--format", "mooncake", "--trace", trace, "--limit", "3000", "--json", jsonPath}
+		if tol != "" {
+			args = append(args, "--hpa-tolerance", tol)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, mapEnv(nil), &stdout, &stderr); code != 0 {
+			t.Fatalf("--hpa-tolerance %q: exit %d\n%s", tol, code, stderr.String())
+		}
+		got := readJSONObject(t, jsonPath)
+		said := strings.Contains(stdout.String(), "HPAs that tolerate")
+		switch tol {
+		case "":
+			if said || got["hpa_tolerance"] != nil {
+				t.Errorf("default: says %v, JSON hpa_tolerance %v; want neither", said, got["hpa_tolerance"])
+			}
+		case "0.07":
+			if !strings.Contains(stdout.String(), "HPAs that tolerate 7% both ways") || got["hpa_tolerance"] != 0.07 {
+				t.Errorf("0.07: JSON hpa_tolerance %v, text:\n%s", got["hpa_tolerance"], stdout.String())
+			}
+		}
+		outputs[tol] = got
+	}
+	if fmt.Sprint(outputs[""]["policies"]) == fmt.Sprint(outputs["0.5"]["policies"]) {
+		t.Error("HPAs tolerating 50% gave the same results as the default 10%: was the tolerance modelled?")
+	}
+}

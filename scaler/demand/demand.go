@@ -163,7 +163,7 @@ func Demand(in Inputs) Need {
 	// tolerance of r, and the metric settles there on a rise, with a queue standing (the
 	// fluid model lets λT stand) whose items each wait about targetWait. Once the oldest
 	// has waited targetWait the wait is missed now: a metric above r goes past the
-	// tolerance, so the HPA adds a replica (or the tolerance's worth, from ten up).
+	// tolerance, so the HPA adds a replica (or the tolerance's worth, where that is more).
 	if r := in.InFlight / float64(c); in.Waiting > 0 && r > 0 && in.OldestWait >= in.TargetWait && n.Replicas > r {
 		if past := min(r*(1+max(in.Tolerance, 0))+pastTolerance, n.Most); past > n.Replicas {
 			n.Replicas, n.Missed = past, true
