@@ -47,7 +47,8 @@ or give the ScaledObject or ScaledJob it is in (several, in a multi-document fil
 
 With --file it also names the object's settings that change what KEDA and the HPA do
 with the answers, which the scaler never sees: metricType Value, scalingModifiers,
-fallback, a trigger with only podSelector (always active, so never at zero), and for a
+fallback, a trigger with only podSelector (always active, so never at zero), an HPA
+scale-up tolerance a targetWait trigger does not repeat (scaleUpTolerance), and for a
 capacityAware ScaledJob its minReplicaCount and scalingStrategy.
 
 It connects as KEDA does: to the trigger's scalerAddress (or --scaler-address, which wins),

@@ -6,7 +6,8 @@
 // It reads only what those commands need, under the field names KEDA's types give them
 // (github.com/kedacore/keda/v2/apis/keda/v1alpha1: ObjectMeta, spec.triggers of
 // ScaleTriggers, spec.fallback, spec.advanced.scalingModifiers, spec.cooldownPeriod,
-// spec.pollingInterval, a ScaledJob's spec.minReplicaCount and spec.scalingStrategy). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
+// spec.pollingInterval, spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance,
+// a ScaledJob's spec.minReplicaCount and spec.scalingStrategy). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
 // webhooks and an expression engine into the binary: 16 MB more, measured on a
 // client-go program, for four fields. test/manifests checks this reading against KEDA's
 // types on every example the project ships.
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -71,6 +73,13 @@ type object struct {
 				ActivationTarget string `json:"activationTarget"`
 				MetricType       string `json:"metricType"`
 			} `json:"scalingModifiers"`
+			HorizontalPodAutoscalerConfig *struct {
+				Behavior *struct {
+					ScaleUp *struct {
+						Tolerance *resource.Quantity `json:"tolerance"`
+					} `json:"scaleUp"`
+				} `json:"behavior"`
+			} `json:"horizontalPodAutoscalerConfig"`
 		} `json:"advanced"`
 	} `json:"spec"`
 }
@@ -176,6 +185,51 @@ func positiveInt(v string) bool {
 }
 
 // given reports whether a trigger sets key, directly or as keyFromEnv.
+// defaultTolerance is the HPA's default tolerance, and the trigger's scaleUpTolerance
+// unless it gives one (demand.HPATolerance).
+const defaultTolerance = 0.1
+
+// toleranceWarning names a scale-up tolerance of the ScaledObject's HPA that its
+// queue-demand trigger does not repeat. A wait missed now raises the metric just past the
+// trigger's scaleUpTolerance of the replicas serving (demand.Demand): where the HPA
+// tolerates more, it leaves the raised metric as it is and the queue stands; where less,
+// the metric is raised further than the HPA needs. The scaler cannot see the HPA. An HPA
+// with no tolerance of its own has the cluster's, which no object shows: then only a
+// trigger that gives one is named.
+func (o *object) toleranceWarning(md map[string]string) string {
+	if o.Kind != "ScaledObject" || !given(md, "targetWait") || md["scaleUpToleranceFromEnv"] != "" {
+		return ""
+	}
+	trigger, givenByTrigger := defaultTolerance, strings.TrimSpace(md["scaleUpTolerance"]) != ""
+	if givenByTrigger {
+		q, err := resource.ParseQuantity(strings.TrimSpace(md["scaleUpTolerance"]))
+		if err != nil {
+			return "" // the scaler refuses it, naming the key
+		}
+		trigger = q.AsApproximateFloat64()
+	}
+	var hpa *resource.Quantity
+	if a := o.Spec.Advanced; a != nil && a.HorizontalPodAutoscalerConfig != nil && a.HorizontalPodAutoscalerConfig.Behavior != nil &&
+		a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp != nil {
+		hpa = a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp.Tolerance
+	}
+	pct := func(v float64) string { return strconv.FormatFloat(100*v, 'g', 3, 64) + "%" }
+	switch {
+	case hpa == nil && givenByTrigger && trigger != defaultTolerance:
+		return fmt.Sprintf("scaleUpTolerance %s: the ScaledObject's HPA sets no scale-up tolerance of its own (advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance), so it has the cluster's, 10%% unless the cluster sets another; the trigger's is right only where the cluster's is %s.", md["scaleUpTolerance"], pct(trigger))
+	case hpa == nil:
+		return ""
+	}
+	if h := hpa.AsApproximateFloat64(); h != trigger {
+		effect := "a wait missed now raises the metric past the trigger's only, which the HPA leaves as it is, and the queue stands"
+		if h < trigger {
+			effect = "a wait missed now raises the metric further past the HPA's tolerance than it needs, which adds more than one replica where they are many"
+		}
+		return fmt.Sprintf("advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance: the HPA tolerates %s scaling up and the trigger's scaleUpTolerance is %s; %s: give the trigger scaleUpTolerance: %q (the scaler cannot see the HPA).", pct(h), pct(trigger), effect, hpa.String())
+	}
+	return ""
+}
+
 func given(md map[string]string, key string) bool {
 	return md[key] != "" || md[key+"FromEnv"] != ""
 }
@@ -197,6 +251,9 @@ func (o *object) warnings(metricType string, md map[string]string) []string {
 		w = append(w, o.capacityWarnings(md)...)
 	}
 	if w1 := o.pushWarning(md); w1 != "" {
+		w = append(w, w1)
+	}
+	if w1 := o.toleranceWarning(md); w1 != "" {
 		w = append(w, w1)
 	}
 	if o.Kind == "ScaledObject" && given(md, "podSelector") && !given(md, "queue") && !given(md, "stream") && !o.modifiers() {

@@ -251,3 +251,42 @@ func TestWarningsPushInterval(t *testing.T) {
 		})
 	}
 }
+
+// TestWarningsScaleUpTolerance: a queue-demand trigger whose scaleUpTolerance is not the
+// scale-up tolerance of the ScaledObject's HPA is named, compared as numbers (the HPA's
+// is a Kubernetes quantity, written as a number or a string); an HPA without one of its
+// own has the cluster's, unseen, so only a trigger that gives another is named.
+func TestWarningsScaleUpTolerance(t *testing.T) {
+	so := func(behavior, metadata string) string {
+		doc := "kind: ScaledObject\nmetadata: {name: a}\nspec:\n"
+		if behavior != "" {
+			doc += "  advanced:\n    horizontalPodAutoscalerConfig:\n      behavior:\n        scaleUp: {tolerance: " + behavior + "}\n"
+		}
+		return doc + "  triggers:\n  - type: external-push\n    metadata: {" + metadata + "}\n"
+	}
+	for _, c := range []struct {
+		name, doc, want string
+	}{
+		{"the HPA's 50%, the trigger's default", so(`"500m"`, "queue: q, targetWait: 10s"),
+			`the HPA tolerates 50% scaling up and the trigger's scaleUpTolerance is 10%; a wait missed now raises the metric past the trigger's only, which the HPA leaves as it is, and the queue stands: give the trigger scaleUpTolerance: "500m"`},
+		{"the HPA's 5%, the trigger's default", so("0.05", "queue: q, targetWait: 10s"), "further past the HPA's tolerance than it needs"},
+		{"repeated, as a number", so("0.2", "queue: q, targetWait: 10s, scaleUpTolerance: '0.2'"), ""},
+		{"repeated, in thousandths", so(`"200m"`, "queue: q, targetWait: 10s, scaleUpTolerance: '0.2'"), ""},
+		{"the trigger's 20%, no HPA tolerance", so("", "queue: q, targetWait: 10s, scaleUpTolerance: '0.2'"), "right only where the cluster's is 20%"},
+		{"the trigger's 10%, no HPA tolerance", so("", "queue: q, targetWait: 10s, scaleUpTolerance: '100m'"), ""},
+		{"neither", so("", "queue: q, targetWait: 10s"), ""},
+		{"queue-backlog does not read it", so(`"500m"`, "queue: q"), ""},
+		{"from the environment", so(`"500m"`, "queue: q, targetWait: 10s, scaleUpToleranceFromEnv: TOL"), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := External([]byte("apiVersion: keda.sh/v1alpha1\n"+c.doc), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := got[0].Warnings
+			if c.want == "" && len(w) != 0 || c.want != "" && (len(w) != 1 || !strings.Contains(w[0], c.want)) {
+				t.Errorf("warnings %q, want %q", w, c.want)
+			}
+		})
+	}
+}
