@@ -239,16 +239,7 @@ func TestWarningsPushInterval(t *testing.T) {
 		{"default against KEDA's default cooldown", "kind: ScaledObject\nmetadata: {name: a}\nspec:\n  triggers:\n  - type: external-push\n    metadata: {queue: q}\n", ""},
 		{"a ScaledJob", "kind: ScaledJob\nmetadata: {name: a}\nspec:\n  triggers:\n  - type: external\n    metadata: {queue: q}\n", ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := External([]byte("apiVersion: keda.sh/v1alpha1\n"+c.doc), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			w := got[0].Warnings
-			if c.want == "" && len(w) != 0 || c.want != "" && (len(w) != 1 || !strings.Contains(w[0], c.want)) {
-				t.Errorf("warnings %q, want %q", w, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantOneWarning(t, c.doc, c.want) })
 	}
 }
 
@@ -278,15 +269,20 @@ func TestWarningsScaleUpTolerance(t *testing.T) {
 		{"queue-backlog does not read it", so(`"500m"`, "queue: q"), ""},
 		{"from the environment", so(`"500m"`, "queue: q, targetWait: 10s, scaleUpToleranceFromEnv: TOL"), ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := External([]byte("apiVersion: keda.sh/v1alpha1\n"+c.doc), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			w := got[0].Warnings
-			if c.want == "" && len(w) != 0 || c.want != "" && (len(w) != 1 || !strings.Contains(w[0], c.want)) {
-				t.Errorf("warnings %q, want %q", w, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantOneWarning(t, c.doc, c.want) })
+	}
+}
+
+// wantOneWarning reads the keda.sh/v1alpha1 object doc and checks its first trigger's
+// warnings: none when want is empty, else one that contains want.
+func wantOneWarning(t *testing.T, doc, want string) {
+	t.Helper()
+	got, err := External([]byte("apiVersion: keda.sh/v1alpha1\n"+doc), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := got[0].Warnings
+	if want == "" && len(w) != 0 || want != "" && (len(w) != 1 || !strings.Contains(w[0], want)) {
+		t.Errorf("warnings %q, want %q", w, want)
 	}
 }
