@@ -66,13 +66,16 @@ func TestTenantJetStream(t *testing.T) {
 	}
 
 	t.Run("the scaler reads the consumer through its namespace's prefix", func(t *testing.T) {
-		info, err := consumerInfo(t, "team-a")
-		if err != nil {
-			t.Fatalf("consumer info through %s: %v", "team-a", err)
-		}
-		if info.NumPending != 3 {
-			t.Fatalf("got %d pending, want the 3 published", info.NumPending)
-		}
+		// A publish is acknowledged once the stream stores it; the consumer counts it
+		// pending a moment later (nats-server signals its consumers after the store),
+		// which under load can be after the acknowledgement has come back.
+		testkit.Eventually(t, 5*time.Second, func(context.Context) error {
+			info, err := consumerInfo(t, "team-a")
+			if err != nil {
+				return fmt.Errorf("consumer info through %s: %w", "team-a", err)
+			}
+			return testkit.Check(info.NumPending == 3, "got %d pending, want the 3 published", info.NumPending)
+		})
 	})
 	t.Run("another namespace's prefix finds no such stream", func(t *testing.T) {
 		if _, err := consumerInfo(t, "team-b"); !errors.Is(err, jetstream.ErrStreamNotFound) {
