@@ -184,7 +184,8 @@ func effective(t *Trigger) map[string]string {
 		if t.TargetWait > 0 {
 			m[KeyTargetWait] = t.TargetWait.String()
 			m[KeyConcurrency] = strconv.Itoa(t.Concurrency)
-			m[KeyScaleUpTolerance] = num(t.ScaleUpTolerance)
+			// Six figures: "0.3" as a quantity reads 0.30000000000000004 as a float.
+			m[KeyScaleUpTolerance] = strconv.FormatFloat(t.ScaleUpTolerance, 'g', 6, 64)
 			if t.ColdStart > 0 {
 				m[KeyColdStart] = t.ColdStart.String()
 			}

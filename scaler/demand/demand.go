@@ -28,8 +28,8 @@ type Inputs struct {
 	OldestWait time.Duration
 	// Tolerance is the HPA's tolerance for scaling up, the share of the replicas within
 	// which it leaves them as they are (the trigger's scaleUpTolerance, HPATolerance
-	// unless the cluster or the HPA sets another; 0 is a tolerance of none): a missed
-	// wait goes just past it (see Demand).
+	// unless the cluster or the HPA sets another): a missed wait goes just past it (see
+	// Demand). The zero value is a tolerance of none, not the default: a caller sets it.
 	Tolerance float64
 }
 
@@ -163,7 +163,7 @@ func Demand(in Inputs) Need {
 	// tolerance of r, and the metric settles there on a rise, with a queue standing (the
 	// fluid model lets λT stand) whose items each wait about targetWait. Once the oldest
 	// has waited targetWait the wait is missed now: a metric above r goes past the
-	// tolerance, so the HPA adds a replica (or the tolerance's worth, where that is more).
+	// tolerance, so the HPA adds a replica or more (⌈tolerance × r + 0.01⌉).
 	if r := in.InFlight / float64(c); in.Waiting > 0 && r > 0 && in.OldestWait >= in.TargetWait && n.Replicas > r {
 		if past := min(r*(1+max(in.Tolerance, 0))+pastTolerance, n.Most); past > n.Replicas {
 			n.Replicas, n.Missed = past, true

@@ -594,7 +594,9 @@ func (p *parser) quantity(key string, most *resource.Quantity, milli bool, want 
 
 // share parses a share from 0 to 1 into dst, written as a Kubernetes quantity ("0.05",
 // "50m"), as the HPA's behavior.scaleUp.tolerance is, so that the value the ScaledObject
-// gives its HPA can be repeated as it is.
+// gives its HPA can be repeated as it is. Kubernetes takes a tolerance above 1 too; here
+// "10" is likelier a percentage written as a number than an HPA meant to act only once
+// the metric is eleven times the replicas, so it is refused.
 func (p *parser) share(key string, dst *float64, want string) {
 	v, ok := p.get(key)
 	if !ok {

@@ -259,14 +259,15 @@ func TestParseTriggerValidValues(t *testing.T) {
 		"activationQueueDepth positive": {metaWith(baseQueue, KeyActivationQueueDepth, "10"), queue, func(v *triggerView) { v.ActivationQueueDepth = 10 }},
 		"activationQueueDepth fraction": {metaWith(baseQueue, KeyActivationQueueDepth, "2.5"), queue, func(v *triggerView) { v.ActivationQueueDepth = 2.5 }},
 
-		"targetWait":              {metaWith(baseQueue, KeyTargetWait, "30s"), queue, func(v *triggerView) { v.TargetWait = 30 * time.Second }},
-		"targetWait, minutes":     {metaWith(baseQueue, KeyTargetWait, " 2m "), queue, func(v *triggerView) { v.TargetWait = 2 * time.Minute }},
-		"targetWait, concurrency": {metaWith(baseQueue, KeyTargetWait, "10s", KeyConcurrency, "8"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.Concurrency = 8 }},
-		"targetWait, coldStart":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, " 45s "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = 45 * time.Second }},
-		"coldStart, the bounds":   {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, "1h"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = time.Hour }},
-		"scaleUpTolerance":        {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, " 0.05 "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
-		"scaleUpTolerance, milli": {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "50m"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
-		"scaleUpTolerance, none":  {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "0"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0 }},
+		"targetWait":                 {metaWith(baseQueue, KeyTargetWait, "30s"), queue, func(v *triggerView) { v.TargetWait = 30 * time.Second }},
+		"targetWait, minutes":        {metaWith(baseQueue, KeyTargetWait, " 2m "), queue, func(v *triggerView) { v.TargetWait = 2 * time.Minute }},
+		"targetWait, concurrency":    {metaWith(baseQueue, KeyTargetWait, "10s", KeyConcurrency, "8"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.Concurrency = 8 }},
+		"targetWait, coldStart":      {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, " 45s "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = 45 * time.Second }},
+		"coldStart, the bounds":      {metaWith(baseQueue, KeyTargetWait, "10s", KeyColdStart, "1h"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ColdStart = time.Hour }},
+		"scaleUpTolerance":           {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, " 0.05 "), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
+		"scaleUpTolerance, exponent": {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "1e-1"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.1 }},
+		"scaleUpTolerance, milli":    {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "50m"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0.05 }},
+		"scaleUpTolerance, none":     {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "0"), queue, func(v *triggerView) { v.TargetWait = 10 * time.Second; v.ScaleUpTolerance = 0 }},
 		"scaleUpTolerance, the most": {metaWith(baseQueue, KeyTargetWait, "10s", KeyScaleUpTolerance, "1"), queue, func(v *triggerView) {
 			v.TargetWait = 10 * time.Second
 			v.ScaleUpTolerance = 1
@@ -1006,6 +1007,7 @@ func FuzzParseTrigger(f *testing.F) {
 		{"ml", KeyColdStart, "45s", "", "", true, 0},
 		{"ml", KeyTargetWait, "10s", KeyScaleUpTolerance, "0.05", true, 0},
 		{"ml", KeyScaleUpTolerance, "1e-1", "", "", true, 0},
+		{"ml", KeyTargetWait, "10s", KeyScaleUpTolerance, "1e-1", true, 0},
 		{"ml", KeyPushInterval, "0s", "", "", true, 0},
 		{"ml", KeyPushInterval, "-1s", "", "", true, 0},
 		{"ml", KeyPodSelector, "app=llm", KeyPushInterval, "10s", false, 0},
@@ -1091,6 +1093,9 @@ func checkFuzzTrigger(t *testing.T, tr *Trigger, ns string, metadata map[string]
 	}
 	if tr.ColdStart != 0 && (tr.TargetWait == 0 || tr.ColdStart < MinColdStart || tr.ColdStart > MaxColdStart) {
 		t.Errorf("ColdStart %s with targetWait %s: want 0, or %s to %s with a targetWait", tr.ColdStart, tr.TargetWait, MinColdStart, MaxColdStart)
+	}
+	if !(tr.ScaleUpTolerance >= 0 && tr.ScaleUpTolerance <= 1) || tr.TargetWait == 0 && tr.ScaleUpTolerance != 0.1 {
+		t.Errorf("ScaleUpTolerance %v with targetWait %s: want 0 to 1, and 0.1 without a targetWait", tr.ScaleUpTolerance, tr.TargetWait)
 	}
 	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 	if !finite(tr.QueueTarget) || tr.QueueTarget <= 0 {

@@ -28,7 +28,10 @@ import (
 // The ScaledObject gives its HPA a scale-up tolerance of its own, 50%
 // (advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance: Kubernetes 1.33
 // on, on by default from 1.35), and the trigger repeats it as scaleUpTolerance, as
-// docs/triggers.md asks: KEDA hands it to the HPA.
+// docs/triggers.md asks: KEDA hands it to the HPA. Nothing here makes a wait be missed
+// (once a replica is ready the gateway forwards every request), so the tolerance changes
+// no decision in this test: the missed-wait rule and its tolerance are tested against the
+// HPA's published rule (kedarules' TestMissedWaitAddsAReplica).
 func TestQueueDemandThroughTheHPA(t *testing.T) {
 	const (
 		name        = "llm-demand"

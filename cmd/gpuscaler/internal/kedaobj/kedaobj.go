@@ -7,10 +7,11 @@
 // (github.com/kedacore/keda/v2/apis/keda/v1alpha1: ObjectMeta, spec.triggers of
 // ScaleTriggers, spec.fallback, spec.advanced.scalingModifiers, spec.cooldownPeriod,
 // spec.pollingInterval, spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance,
-// a ScaledJob's spec.minReplicaCount and spec.scalingStrategy). Decoding with KEDA's own Go types would pull controller-runtime, KEDA's
-// webhooks and an expression engine into the binary: 16 MB more, measured on a
-// client-go program, for four fields. test/manifests checks this reading against KEDA's
-// types on every example the project ships.
+// a ScaledJob's spec.minReplicaCount and spec.scalingStrategy). Decoding with KEDA's own
+// Go types would pull controller-runtime, KEDA's webhooks and an expression engine into
+// the binary: 16 MB more, measured on a client-go program, for a dozen fields.
+// test/manifests checks this reading against KEDA's types on every example the project
+// ships.
 package kedaobj
 
 import (
@@ -24,6 +25,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/gpuscaler/gpuscaler/scaler/demand"
 )
 
 // Trigger is one trigger of a ScaledObject or ScaledJob.
@@ -184,10 +187,9 @@ func positiveInt(v string) bool {
 	return err == nil && n > 0
 }
 
-// given reports whether a trigger sets key, directly or as keyFromEnv.
 // defaultTolerance is the HPA's default tolerance, and the trigger's scaleUpTolerance
-// unless it gives one (demand.HPATolerance).
-const defaultTolerance = 0.1
+// unless it gives one (demand.HPATolerance, 0.1).
+var defaultTolerance = *resource.NewMilliQuantity(int64(demand.HPATolerance*1000), resource.DecimalSI)
 
 // toleranceWarning names a scale-up tolerance of the ScaledObject's HPA that its
 // queue-demand trigger does not repeat. A wait missed now raises the metric just past the
@@ -195,7 +197,8 @@ const defaultTolerance = 0.1
 // tolerates more, it leaves the raised metric as it is and the queue stands; where less,
 // the metric is raised further than the HPA needs. The scaler cannot see the HPA. An HPA
 // with no tolerance of its own has the cluster's, which no object shows: then only a
-// trigger that gives one is named.
+// trigger that gives one is named. Both are Kubernetes quantities, compared as such:
+// "0.3" and "300m" are one tolerance, whose floats differ in their last bit.
 func (o *object) toleranceWarning(md map[string]string) string {
 	if o.Kind != "ScaledObject" || !given(md, "targetWait") || md["scaleUpToleranceFromEnv"] != "" {
 		return ""
@@ -206,30 +209,32 @@ func (o *object) toleranceWarning(md map[string]string) string {
 		if err != nil {
 			return "" // the scaler refuses it, naming the key
 		}
-		trigger = q.AsApproximateFloat64()
+		trigger = q
 	}
 	var hpa *resource.Quantity
 	if a := o.Spec.Advanced; a != nil && a.HorizontalPodAutoscalerConfig != nil && a.HorizontalPodAutoscalerConfig.Behavior != nil &&
 		a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp != nil {
 		hpa = a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp.Tolerance
 	}
-	pct := func(v float64) string { return strconv.FormatFloat(100*v, 'g', 3, 64) + "%" }
+	pct := func(q resource.Quantity) string { return strconv.FormatFloat(100*q.AsApproximateFloat64(), 'g', 3, 64) + "%" }
 	switch {
-	case hpa == nil && givenByTrigger && trigger != defaultTolerance:
+	case hpa == nil && givenByTrigger && trigger.Cmp(defaultTolerance) != 0:
 		return fmt.Sprintf("scaleUpTolerance %s: the ScaledObject's HPA sets no scale-up tolerance of its own (advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance), so it has the cluster's, 10%% unless the cluster sets another; the trigger's is right only where the cluster's is %s.", md["scaleUpTolerance"], pct(trigger))
-	case hpa == nil:
+	case hpa == nil || hpa.Cmp(trigger) == 0:
 		return ""
+	case hpa.Cmp(resource.MustParse("1")) > 0:
+		// Kubernetes takes any tolerance of 0 or more; the trigger's key stops at 1,
+		// where a percentage written as a number ("10" for 10%) is likelier than meant.
+		return fmt.Sprintf("advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance %s: the HPA adds replicas only once the metric is more than %s times those running, and a wait missed now raises queue-demand past at most 2 times (scaleUpTolerance takes 0 to 1): with this HPA, targetWait is not kept on a rise. Was it meant as a percentage (%s%%)?", hpa.String(), strconv.FormatFloat(1+hpa.AsApproximateFloat64(), 'g', 3, 64), hpa.String())
 	}
-	if h := hpa.AsApproximateFloat64(); h != trigger {
-		effect := "a wait missed now raises the metric past the trigger's only, which the HPA leaves as it is, and the queue stands"
-		if h < trigger {
-			effect = "a wait missed now raises the metric further past the HPA's tolerance than it needs, which adds more than one replica where they are many"
-		}
-		return fmt.Sprintf("advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance: the HPA tolerates %s scaling up and the trigger's scaleUpTolerance is %s; %s: give the trigger scaleUpTolerance: %q (the scaler cannot see the HPA).", pct(h), pct(trigger), effect, hpa.String())
+	effect := "a wait missed now raises the metric past the trigger's only, which the HPA leaves as it is, and the queue stands"
+	if hpa.Cmp(trigger) < 0 {
+		effect = "a wait missed now raises the metric further past the HPA's tolerance than it needs, which adds more than one replica where they are many"
 	}
-	return ""
+	return fmt.Sprintf("advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance: the HPA tolerates %s scaling up and the trigger's scaleUpTolerance is %s; %s: give the trigger scaleUpTolerance: %q (the scaler cannot see the HPA; on Kubernetes 1.33 and 1.34 the HPA reads its own only with the HPAConfigurableTolerance feature gate on).", pct(*hpa), pct(trigger), effect, hpa.String())
 }
 
+// given reports whether a trigger sets key, directly or as keyFromEnv.
 func given(md map[string]string, key string) bool {
 	return md[key] != "" || md[key+"FromEnv"] != ""
 }
