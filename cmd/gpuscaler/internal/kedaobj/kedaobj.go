@@ -216,7 +216,9 @@ func (o *object) toleranceWarning(md map[string]string) string {
 		a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp != nil {
 		hpa = a.HorizontalPodAutoscalerConfig.Behavior.ScaleUp.Tolerance
 	}
-	pct := func(q resource.Quantity) string { return strconv.FormatFloat(100*q.AsApproximateFloat64(), 'g', 3, 64) + "%" }
+	pct := func(q resource.Quantity) string {
+		return strconv.FormatFloat(100*q.AsApproximateFloat64(), 'g', 3, 64) + "%"
+	}
 	switch {
 	case hpa == nil && givenByTrigger && trigger.Cmp(defaultTolerance) != 0:
 		return fmt.Sprintf("scaleUpTolerance %s: the ScaledObject's HPA sets no scale-up tolerance of its own (advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance), so it has the cluster's, 10%% unless the cluster sets another; the trigger's is right only where the cluster's is %s.", md["scaleUpTolerance"], pct(trigger))
