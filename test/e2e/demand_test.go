@@ -75,14 +75,7 @@ func TestQueueDemandThroughTheHPA(t *testing.T) {
 
 	// KEDA's HPA: one external metric, queue-demand with a target of 1 replica, and the
 	// ScaledObject's scale-up tolerance.
-	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != "s0-queue-demand" ||
-		m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != "1" {
-		t.Errorf("KEDA's HPA metrics %+v, want one external s0-queue-demand with averageValue 1", m)
-	}
+	hpa := kedaHPA(t, so, "s0-queue-demand", "1")
 	if b := hpa.Spec.Behavior; b == nil || b.ScaleUp == nil || b.ScaleUp.Tolerance == nil || b.ScaleUp.Tolerance.Cmp(up) != 0 {
 		t.Errorf("KEDA's HPA behavior %+v, want scaleUp.tolerance %s", b, tolerance)
 	}

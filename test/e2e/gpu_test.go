@@ -42,14 +42,7 @@ func TestGPUUtilisationThroughKEDA(t *testing.T) {
 	dw := watchDeployments(t, ns, "llm")
 	so := createScaledObject(t, fastScaleDown(scaledObject(ns, "llm", "llm", 0, 10, testPolling, testCooldown,
 		pushTrigger("podSelector", "app=llm", "gpuUtilTarget", "50", "gpusPerReplica", "1"))))
-	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != "s0-gpu-util" ||
-		m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != "50" {
-		t.Errorf("KEDA's HPA metrics %+v, want one external s0-gpu-util with averageValue 50", m)
-	}
+	kedaHPA(t, so, "s0-gpu-util", "50")
 
 	// The trigger is active: KEDA activates the workload from zero on IsActive, and then
 	// the HPA, reading 230 through KEDA's metrics adapter, asks for ⌈230/50⌉ = 5.

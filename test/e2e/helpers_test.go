@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,6 +193,22 @@ func createScaledObject(t *testing.T, so *kedav1alpha1.ScaledObject) *kedav1alph
 		return nil
 	})
 	return got
+}
+
+// kedaHPA returns the HPA KEDA made for so, and checks that it carries one external
+// metric, metric, with an AverageValue target of averageValue (gpuscaler's metrics are
+// totals for the whole workload under an AverageValue target).
+func kedaHPA(t *testing.T, so *kedav1alpha1.ScaledObject, metric, averageValue string) *autoscalingv2.HorizontalPodAutoscaler {
+	t.Helper()
+	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(so.Namespace).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != metric ||
+		m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != averageValue {
+		t.Errorf("KEDA's HPA metrics %+v, want one external %s with averageValue %s", m, metric, averageValue)
+	}
+	return hpa
 }
 
 func int32p(n int32) *int32 { return &n }

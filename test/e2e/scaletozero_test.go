@@ -41,14 +41,7 @@ func queueScalesFromAndToZero(t *testing.T, b backend) {
 	if got, want := fmt.Sprint(so.Status.ExternalMetricNames), "[s0-queue-backlog]"; got != want {
 		t.Errorf("status.externalMetricNames %s, want %s", got, want)
 	}
-	hpa, err := env.Kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(t.Context(), so.Status.HpaName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != "s0-queue-backlog" ||
-		m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != "2" {
-		t.Errorf("KEDA's HPA metrics %+v, want one external s0-queue-backlog with averageValue 2", m)
-	}
+	kedaHPA(t, so, "s0-queue-backlog", "2")
 
 	// No report yet: missing data is an error, never a reason to scale.
 	consistently(t, 2*time.Second, "at 0 replicas before any report", replicasAre(ns, "inference", 0))
